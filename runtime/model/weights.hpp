@@ -1,0 +1,44 @@
+// The tensors of a Llama-family decoder, bound by name and checked against config.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+#include <vector>
+
+#include "kernels/dtype.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/model/safetensors.hpp"
+
+namespace vc {
+
+/// A weight matrix [rows, cols] row-major (or a vector: rows = 1), not owned.
+struct Weight {
+  const void* data = nullptr;
+  DType dtype = DType::bf16;
+  size_t rows = 0;
+  size_t cols = 0;
+  [[nodiscard]] bool present() const { return data != nullptr; }
+};
+
+struct LayerWeights {
+  Weight attn_norm;              // [hidden]
+  Weight wq, wk, wv, wo;         // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
+  Weight bq, bk, bv;             // biases, present when config.attention_bias
+  Weight q_norm, k_norm;         // [head_dim], present when config.qk_norm
+  Weight mlp_norm;               // [hidden]
+  Weight w_gate, w_up, w_down;   // [inter, hidden] x2, [hidden, inter]
+};
+
+/// All weights of a model; keeps its checkpoint mapped.
+struct ModelWeights {
+  Checkpoint checkpoint;
+  Weight embed;                  // [vocab, hidden]
+  Weight final_norm;             // [hidden]
+  Weight lm_head;                // [vocab, hidden]; the embedding when tied
+  std::vector<LayerWeights> layers;
+};
+
+/// Binds Hugging Face names (model.layers.N.self_attn.q_proj.weight, ...) and checks
+/// every dtype against config.dtype and every shape against the config.
+[[nodiscard]] ModelWeights load_weights(const ModelConfig& cfg, const std::filesystem::path& dir);
+
+}  // namespace vc
