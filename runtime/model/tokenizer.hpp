@@ -26,7 +26,8 @@ class Tokenizer {
   /// Token ids of `text`; no BOS is added. Added/special tokens written literally in
   /// the text are recognised as single tokens, as Hugging Face does.
   [[nodiscard]] std::vector<int32_t> encode(std::string_view text) const;
-  /// Text of `ids` (bytes that do not form complete UTF-8 are kept as they are).
+  /// Text of `ids` (bytes that do not form complete UTF-8 are kept as they are; ids
+  /// with no token are skipped, as Hugging Face does).
   [[nodiscard]] std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
   [[nodiscard]] int vocab_size() const;
   [[nodiscard]] std::optional<int32_t> token_id(std::string_view token) const;
