@@ -44,6 +44,8 @@ struct ModelConfig {
   int bos_token_id = -1;          // -1 when absent
   std::vector<int> eos_token_ids; // config "eos_token_id": an int or a list
   DType dtype = DType::bf16;      // "torch_dtype": every weight must be stored in it
+  bool dtype_given = false;       // config.json names torch_dtype (or "dtype"); when it
+                                  // does not, the weights' own (uniform) dtype is used
 
   [[nodiscard]] int q_dim() const { return num_heads * head_dim; }
   [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }

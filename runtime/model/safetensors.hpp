@@ -57,6 +57,8 @@ class Checkpoint {
   [[nodiscard]] const TensorInfo& get(const std::string& name, DType dtype,
                                       const std::vector<int64_t>& shape) const;
   [[nodiscard]] size_t tensor_count() const { return index_.size(); }
+  /// Number of mapped files (each shard is opened once).
+  [[nodiscard]] size_t file_count() const { return files_.size(); }
   [[nodiscard]] const std::filesystem::path& dir() const { return dir_; }
 
  private:

@@ -31,6 +31,8 @@ struct LayerWeights {
 /// All weights of a model; keeps its checkpoint mapped.
 struct ModelWeights {
   Checkpoint checkpoint;
+  DType dtype = DType::bf16;     // dtype of every weight: config.dtype, or the
+                                 // checkpoint's own when config.json names none
   Weight embed;                  // [vocab, hidden]
   Weight final_norm;             // [hidden]
   Weight lm_head;                // [vocab, hidden]; the embedding when tied
@@ -38,7 +40,8 @@ struct ModelWeights {
 };
 
 /// Binds Hugging Face names (model.layers.N.self_attn.q_proj.weight, ...) and checks
-/// every dtype against config.dtype and every shape against the config.
+/// every dtype against config.dtype (or, when config.json names no torch_dtype,
+/// against the embedding's dtype) and every shape against the config.
 [[nodiscard]] ModelWeights load_weights(const ModelConfig& cfg, const std::filesystem::path& dir);
 
 }  // namespace vc

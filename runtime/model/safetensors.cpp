@@ -1,0 +1,252 @@
+// Safetensors reader: mmaps a file read-only, validates its JSON header, and
+// gathers the tensors of one file or of the shards listed by an index.
+#include "runtime/model/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/error.hpp"
+
+namespace vc {
+namespace {
+
+using nlohmann::json;
+
+std::optional<DType> parse_dtype(const std::string& s) {
+  if (s == "F32") return DType::f32;
+  if (s == "F16") return DType::f16;
+  if (s == "BF16") return DType::bf16;
+  return std::nullopt;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// Closes a file descriptor on scope exit.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+/// Parses one header entry into `info` (its data pointer relative to `data`).
+void parse_entry(const std::string& file, const std::string& name, const json& e,
+                 const std::byte* data, uint64_t data_size, TensorInfo& info,
+                 uint64_t& begin, uint64_t& end) {
+  const std::string where = file + ": tensor '" + name + "': ";
+  if (!e.is_object())
+    throw Error(where + "header entry is not an object, found " + std::string(e.type_name()));
+  for (const char* field : {"dtype", "shape", "data_offsets"})
+    if (!e.contains(field)) throw Error(where + "header entry is missing field '" + field + "'");
+
+  const json& jd = e["dtype"];
+  if (!jd.is_string()) throw Error(where + "'dtype' is not a string");
+  const auto dt = parse_dtype(jd.get<std::string>());
+  if (!dt)
+    throw Error(where + "unsupported dtype '" + jd.get<std::string>() +
+                "'; supported: F32, F16, BF16");
+
+  const json& js = e["shape"];
+  if (!js.is_array()) throw Error(where + "'shape' is not a list");
+  uint64_t count = 1;
+  bool overflow = false;
+  for (const json& d : js) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+      throw Error(where + "'shape' holds " + d.dump() + "; expected non-negative integers");
+    const uint64_t x = d.get<uint64_t>();
+    if (x != 0 && count > std::numeric_limits<uint64_t>::max() / x) overflow = true;
+    else count *= x;
+    info.shape.push_back(int64_t(x));
+  }
+
+  const json& jo = e["data_offsets"];
+  if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_integer() ||
+      !jo[1].is_number_integer() || jo[0].get<int64_t>() < 0 || jo[1].get<int64_t>() < 0)
+    throw Error(where + "'data_offsets' is " + jo.dump() +
+                "; expected [begin, end] with non-negative integers");
+  begin = jo[0].get<uint64_t>();
+  end = jo[1].get<uint64_t>();
+  if (begin > end || end > data_size)
+    throw Error(where + "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                "] out of range of the data section (" + std::to_string(data_size) + " bytes)");
+
+  const uint64_t elem = dtype_size(*dt);
+  const uint64_t nbytes = end - begin;
+  if (overflow || count > std::numeric_limits<uint64_t>::max() / elem || count * elem != nbytes)
+    throw Error(where + "data_offsets span " + std::to_string(nbytes) + " bytes but shape " +
+                shape_string(info.shape) + " of " + jd.get<std::string>() + " needs " +
+                (overflow ? std::string("more than 2^64") : std::to_string(count * elem)));
+
+  info.name = name;
+  info.dtype = *dt;
+  info.data = data + begin;
+  info.nbytes = size_t(nbytes);
+  info.file = file;
+}
+
+}  // namespace
+
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  FdGuard fd{::open(file.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0) throw Error(file + ": cannot open safetensors file: " + std::strerror(errno));
+  struct stat st{};
+  if (::fstat(fd.fd, &st) != 0)
+    throw Error(file + ": cannot stat safetensors file: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw Error(file + ": not a regular file");
+  const uint64_t size = uint64_t(st.st_size);
+  if (size < 8)
+    throw Error(file + ": truncated safetensors file: " + std::to_string(size) +
+                " bytes, shorter than the 8-byte header length");
+
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  void* map = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  if (map == MAP_FAILED) throw Error(file + ": mmap failed: " + std::strerror(errno));
+  f->map_ = map;  // unmapped by the destructor from here on
+  f->map_size_ = size_t(size);
+  const auto* bytes = static_cast<const std::byte*>(map);
+
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | uint64_t(bytes[i]);
+  if (header_len > size - 8)
+    throw Error(file + ": truncated safetensors file: header length " +
+                std::to_string(header_len) + " needs " + std::to_string(header_len) +
+                " bytes after the first 8, but the file is " + std::to_string(size) + " bytes");
+
+  json header;
+  try {
+    const char* h = reinterpret_cast<const char*>(bytes + 8);
+    header = json::parse(h, h + header_len);
+  } catch (const json::exception& e) {
+    throw Error(file + ": safetensors header is not valid JSON: " + e.what());
+  }
+  if (!header.is_object())
+    throw Error(file + ": safetensors header is not a JSON object (found " +
+                std::string(header.type_name()) + ")");
+
+  const std::byte* data = bytes + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+  struct Span {
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    TensorInfo info;
+    uint64_t begin = 0, end = 0;
+    parse_entry(file, name, entry, data, data_size, info, begin, end);
+    auto [it, inserted] = f->tensors_.emplace(name, std::move(info));
+    if (begin != end) spans.push_back({begin, end, &it->first});
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].begin < spans[i - 1].end)
+      throw Error(file + ": tensors '" + *spans[i - 1].name + "' [" +
+                  std::to_string(spans[i - 1].begin) + ", " + std::to_string(spans[i - 1].end) +
+                  ") and '" + *spans[i].name + "' [" + std::to_string(spans[i].begin) + ", " +
+                  std::to_string(spans[i].end) + ") overlap in the data section");
+  }
+  return f;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+Checkpoint Checkpoint::open(const std::filesystem::path& model_dir) {
+  namespace fs = std::filesystem;
+  Checkpoint ck;
+  ck.dir_ = model_dir;
+  std::error_code ec;
+  if (!fs::is_directory(model_dir, ec))
+    throw Error(model_dir.string() + ": model directory does not exist or is not a directory");
+
+  const fs::path index_path = model_dir / "model.safetensors.index.json";
+  const fs::path single_path = model_dir / "model.safetensors";
+  if (fs::exists(index_path, ec)) {
+    const std::string idx = index_path.string();
+    std::ifstream in(index_path, std::ios::binary);
+    if (!in) throw Error(idx + ": cannot open index file");
+    json j;
+    try {
+      j = json::parse(in);
+    } catch (const json::exception& e) {
+      throw Error(idx + ": not valid JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw Error(idx + ": field 'weight_map': missing; expected an object {tensor: shard file}");
+    std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;
+    for (const auto& [name, shard] : j["weight_map"].items()) {
+      if (!shard.is_string())
+        throw Error(idx + ": field 'weight_map." + name + "': expected a shard file name, found " +
+                    shard.dump());
+      const std::string shard_name = shard.get<std::string>();
+      const fs::path rel(shard_name);
+      if (shard_name.empty() || rel.is_absolute() ||
+          std::any_of(rel.begin(), rel.end(), [](const fs::path& p) { return p == ".."; }))
+        throw Error(idx + ": field 'weight_map." + name + "': shard '" + shard_name +
+                    "' is not a file name inside the model directory");
+      auto it = shards.find(shard_name);
+      if (it == shards.end()) {
+        const fs::path shard_path = model_dir / rel;
+        if (!fs::exists(shard_path, ec))
+          throw Error(idx + ": shard '" + shard_name + "' (holding tensor '" + name +
+                      "') does not exist in " + model_dir.string());
+        it = shards.emplace(shard_name, SafetensorsFile::open(shard_path)).first;
+        ck.files_.push_back(it->second);
+      }
+      const auto& tensors = it->second->tensors();
+      auto t = tensors.find(name);
+      if (t == tensors.end())
+        throw Error(idx + ": tensor '" + name + "' is mapped to shard " +
+                    it->second->path().string() + ", which does not contain it");
+      ck.index_.emplace(name, &t->second);
+    }
+    return ck;
+  }
+  if (fs::exists(single_path, ec)) {
+    ck.files_.push_back(SafetensorsFile::open(single_path));
+    for (const auto& [name, info] : ck.files_.back()->tensors()) ck.index_.emplace(name, &info);
+    return ck;
+  }
+  throw Error(model_dir.string() +
+              ": no model.safetensors or model.safetensors.index.json in this directory");
+}
+
+const TensorInfo* Checkpoint::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second;
+}
+
+const TensorInfo& Checkpoint::get(const std::string& name, DType dtype,
+                                  const std::vector<int64_t>& shape) const {
+  const TensorInfo* t = find(name);
+  if (!t) throw Error("tensor '" + name + "' not found in " + dir_.string());
+  if (t->dtype != dtype)
+    throw Error(t->file + ": tensor '" + name + "': expected dtype " +
+                std::string(dtype_name(dtype)) + ", found " + std::string(dtype_name(t->dtype)));
+  if (t->shape != shape)
+    throw Error(t->file + ": tensor '" + name + "': expected shape " + shape_string(shape) +
+                ", found " + shape_string(t->shape));
+  return *t;
+}
+
+}  // namespace vc
