@@ -53,7 +53,7 @@ uint16_t f32_to_f16(float f) {
 void to_f32(DType t, const void* src, float* dst, size_t n) {
   switch (t) {
     case DType::f32:
-      std::memcpy(dst, src, n * 4);
+      if (n > 0) std::memcpy(dst, src, n * 4);
       return;
     case DType::bf16: {
       const auto* s = static_cast<const uint16_t*>(src);
@@ -71,7 +71,7 @@ void to_f32(DType t, const void* src, float* dst, size_t n) {
 void from_f32(DType t, const float* src, void* dst, size_t n) {
   switch (t) {
     case DType::f32:
-      std::memcpy(dst, src, n * 4);
+      if (n > 0) std::memcpy(dst, src, n * 4);
       return;
     case DType::bf16: {
       auto* d = static_cast<uint16_t*>(dst);

@@ -1,0 +1,14 @@
+// Paged GQA attention of one query row for the AVX2 path (8 lanes over head_dim, FMA):
+// the generic kernel of attention_kernel.hpp instantiated with Avx2Simd.
+#include "kernels/cpu/simd_avx2.hpp"
+// (the traits header first: the kernel template is instantiated with its type)
+#include "kernels/cpu/attention_kernel.hpp"
+
+namespace vc::cpu {
+
+void attention_row_avx2(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                      float scale, float* out, float* scratch) {
+  attention_row_path<Avx2Simd>(q, n_heads, kv, n_ctx, scale, out, scratch);
+}
+
+}  // namespace vc::cpu

@@ -1,0 +1,14 @@
+// Paged GQA attention of one query row for the AVX-512 path (16 lanes over head_dim, masked tails):
+// the generic kernel of attention_kernel.hpp instantiated with Avx512Simd.
+#include "kernels/cpu/simd_avx512.hpp"
+// (the traits header first: the kernel template is instantiated with its type)
+#include "kernels/cpu/attention_kernel.hpp"
+
+namespace vc::cpu {
+
+void attention_row_avx512(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                      float scale, float* out, float* scratch) {
+  attention_row_path<Avx512Simd>(q, n_heads, kv, n_ctx, scale, out, scratch);
+}
+
+}  // namespace vc::cpu

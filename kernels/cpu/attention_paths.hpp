@@ -1,0 +1,29 @@
+// Internal: the per-SIMD-path attention entry points that kernels/cpu/attention.cpp
+// dispatches to (after validating the arguments). See attention_kernel.hpp for the
+// arithmetic.
+#pragma once
+#include <cstddef>
+
+#include "kernels/cpu/attention.hpp"
+
+namespace vc::cpu {
+
+/// Most query heads any path processes in one pass over a KV block.
+constexpr size_t kAttentionMaxHeadsPerPass = 4;
+
+/// Scratch floats the path functions need: per pass-head a zero-padded scaled query,
+/// a running output and one block of scores.
+[[nodiscard]] constexpr size_t attention_scratch_floats(size_t head_dim, size_t block_tokens) {
+  const size_t dp = (head_dim + 15) / 16 * 16, bp = (block_tokens + 15) / 16 * 16;
+  return kAttentionMaxHeadsPerPass * (2 * dp + bp);
+}
+
+/// attention_row for one path; arguments already validated, n_ctx > 0.
+void attention_row_scalar(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                          float scale, float* out, float* scratch);
+void attention_row_avx2(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                        float scale, float* out, float* scratch);
+void attention_row_avx512(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                          float scale, float* out, float* scratch);
+
+}  // namespace vc::cpu

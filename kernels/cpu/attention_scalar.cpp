@@ -1,0 +1,14 @@
+// Paged GQA attention of one query row for the scalar path (baseline x86-64):
+// the generic kernel of attention_kernel.hpp instantiated with ScalarSimd.
+#include "kernels/cpu/simd_scalar.hpp"
+// (the traits header first: the kernel template is instantiated with its type)
+#include "kernels/cpu/attention_kernel.hpp"
+
+namespace vc::cpu {
+
+void attention_row_scalar(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                      float scale, float* out, float* scratch) {
+  attention_row_path<ScalarSimd>(q, n_heads, kv, n_ctx, scale, out, scratch);
+}
+
+}  // namespace vc::cpu

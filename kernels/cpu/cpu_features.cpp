@@ -1,0 +1,79 @@
+// Run-time CPU feature detection (cpuid through the compiler's builtins) and the
+// process-wide choice of SIMD path that every kernel dispatches on.
+#include "kernels/cpu/cpu_features.hpp"
+
+#include <atomic>
+#include <string>
+
+#include "kernels/error.hpp"
+
+namespace vc::cpu {
+namespace {
+
+// __builtin_cpu_supports reads cpuid once (in libgcc) and also checks that the OS
+// saves the wide registers (XCR0), so a "yes" means the instructions really run.
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
+}
+
+// The active path: one atomic, read by every kernel call (a relaxed load is enough:
+// the value only changes between kernel calls, from tests and benchmarks).
+std::atomic<SimdPath>& active_path() {
+  static std::atomic<SimdPath> path{best_simd_path()};
+  return path;
+}
+
+}  // namespace
+
+SimdPath best_simd_path() {
+  static const SimdPath best = cpu_has_avx512() ? SimdPath::avx512
+                               : cpu_has_avx2() ? SimdPath::avx2
+                                                : SimdPath::scalar;
+  return best;
+}
+
+bool simd_path_supported(SimdPath p) {
+  switch (p) {
+    case SimdPath::scalar:
+      return true;
+    case SimdPath::avx2:
+      return cpu_has_avx2();
+    case SimdPath::avx512:
+      return cpu_has_avx512();
+  }
+  return false;
+}
+
+SimdPath active_simd_path() { return active_path().load(std::memory_order_relaxed); }
+
+void set_simd_path(SimdPath p) {
+  if (!simd_path_supported(p)) {
+    throw Error("set_simd_path: this CPU does not support the " +
+                std::string(simd_path_name(p)) + " path (best supported: " +
+                std::string(simd_path_name(best_simd_path())) + ")");
+  }
+  active_path().store(p, std::memory_order_relaxed);
+}
+
+std::string_view simd_path_name(SimdPath p) {
+  switch (p) {
+    case SimdPath::scalar:
+      return "scalar";
+    case SimdPath::avx2:
+      return "avx2";
+    case SimdPath::avx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+}  // namespace vc::cpu

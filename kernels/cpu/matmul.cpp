@@ -1,0 +1,85 @@
+// y[M, N] = x[M, K] · W[N, K]^T (+ bias): picks the SIMD path, decides whether to
+// pack weight blocks to f32, and splits the output columns across the pool.
+// The arithmetic itself is in matmul_kernel.hpp (one instance per path).
+#include "kernels/cpu/matmul.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/matmul_paths.hpp"
+
+namespace vc::cpu {
+namespace {
+
+using ColsFn = void (*)(const MatmulJob&, size_t, size_t, float*, size_t);
+
+ColsFn cols_fn(SimdPath p) {
+  switch (p) {
+    case SimdPath::avx512:
+      return matmul_cols_avx512;
+    case SimdPath::avx2:
+      return matmul_cols_avx2;
+    case SimdPath::scalar:
+      break;
+  }
+  return matmul_cols_scalar;
+}
+
+// Columns per thread part: a multiple of every path's register-tile width (2, 3, 4),
+// so parts hold whole tiles. (Any split gives the same bits; this is for speed.)
+constexpr size_t kColGrain = 12;
+
+// Pack 16-bit weights to f32 once M is large enough that each weight vector would
+// otherwise be converted again for every tile of x rows.
+constexpr size_t kPackMinRows = 8;
+
+// Below this many multiply-adds the thread hand-off costs more than it saves.
+constexpr size_t kMinParallelMacs = size_t(1) << 16;
+
+// Weight rows per packed block: about 192 KiB of f32, so the block stays in L2
+// while all of x streams past it; a multiple of kColGrain.
+size_t pack_rows_for(size_t K) {
+  const size_t rows = (size_t(192) << 10) / (matmul_pack_ld(K) * sizeof(float));
+  return std::clamp<size_t>(rows / kColGrain * kColGrain, kColGrain, 8 * kColGrain);
+}
+
+struct Call {
+  MatmulJob job;
+  ColsFn fn;
+  size_t pack_rows;
+};
+
+void run_cols(const Call& c, size_t n0, size_t n1) {
+  if (c.pack_rows == 0) {
+    c.fn(c.job, n0, n1, nullptr, 0);
+    return;
+  }
+  // One buffer per thread, kept across calls (no allocation in steady state).
+  thread_local std::vector<float> pack;
+  const size_t need = c.pack_rows * matmul_pack_ld(c.job.K);
+  if (pack.size() < need) pack.resize(need);
+  c.fn(c.job, n0, n1, pack.data(), c.pack_rows);
+}
+
+}  // namespace
+
+void matmul(const float* x, size_t M, size_t K, const void* w, DType wt, size_t N,
+            const float* bias, float* y, ThreadPool* pool) {
+  if (M == 0 || N == 0) return;
+  Call c;
+  c.job = MatmulJob{x, M, K, w, wt, N, bias, y};
+  c.fn = cols_fn(active_simd_path());
+  c.pack_rows = (wt != DType::f32 && M >= kPackMinRows) ? pack_rows_for(K) : 0;
+
+  const bool parallel = pool != nullptr && pool->threads() > 1 && N > kColGrain &&
+                        M * N * std::max<size_t>(K, 1) >= kMinParallelMacs;
+  if (!parallel) {
+    run_cols(c, 0, N);
+    return;
+  }
+  const Call* cp = &c;  // one pointer: the std::function stays allocation-free
+  pool->parallel_for(N, kColGrain, [cp](size_t n0, size_t n1) { run_cols(*cp, n0, n1); });
+}
+
+}  // namespace vc::cpu

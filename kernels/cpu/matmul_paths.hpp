@@ -1,0 +1,36 @@
+// Internal: the per-SIMD-path matmul entry points that kernels/cpu/matmul.cpp
+// dispatches to. Each computes a range of output columns for all rows; see
+// matmul_kernel.hpp for the arithmetic (which is what makes the result batch
+// invariant).
+#pragma once
+#include <cstddef>
+
+#include "kernels/dtype.hpp"
+
+namespace vc::cpu {
+
+/// One matmul call: y[M, N] = x[M, K] · W[N, K]^T (+ bias).
+struct MatmulJob {
+  const float* x = nullptr;
+  size_t M = 0, K = 0;
+  const void* w = nullptr;
+  DType wt = DType::f32;
+  size_t N = 0;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+
+/// Row stride (floats) of the packed f32 weight block: K rounded up to a cache line.
+[[nodiscard]] constexpr size_t matmul_pack_ld(size_t K) { return (K + 15) / 16 * 16; }
+
+/// Computes y[:, n_begin:n_end). When pack_rows > 0, blocks of pack_rows weight rows
+/// are first converted to f32 in `pack` (pack_rows * matmul_pack_ld(K) floats) and
+/// reused for every row of x; the conversion is exact, so the result is the same.
+void matmul_cols_scalar(const MatmulJob& job, size_t n_begin, size_t n_end, float* pack,
+                        size_t pack_rows);
+void matmul_cols_avx2(const MatmulJob& job, size_t n_begin, size_t n_end, float* pack,
+                      size_t pack_rows);
+void matmul_cols_avx512(const MatmulJob& job, size_t n_begin, size_t n_end, float* pack,
+                        size_t pack_rows);
+
+}  // namespace vc::cpu

@@ -1,0 +1,43 @@
+// Tests of the SIMD path selection (kernels/cpu/cpu_features.hpp).
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/error.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+namespace vc::cpu {
+namespace {
+
+TEST(cpu_features, scalar_and_the_best_path_are_always_supported) {
+  EXPECT_TRUE(simd_path_supported(SimdPath::scalar));
+  EXPECT_TRUE(simd_path_supported(best_simd_path()));
+  // The default is the best path (every test restores the path it changes).
+  EXPECT_EQ(active_simd_path(), best_simd_path());
+  if (simd_path_supported(SimdPath::avx512)) {
+    EXPECT_EQ(best_simd_path(), SimdPath::avx512);
+    EXPECT_TRUE(simd_path_supported(SimdPath::avx2));
+  }
+}
+
+TEST(cpu_features, set_simd_path_selects_each_supported_path_and_rejects_the_others) {
+  test::SimdPathGuard guard;
+  for (SimdPath p : {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512}) {
+    if (simd_path_supported(p)) {
+      set_simd_path(p);
+      EXPECT_EQ(active_simd_path(), p);
+    } else {
+      const SimdPath before = active_simd_path();
+      EXPECT_THROW(set_simd_path(p), vc::Error);
+      EXPECT_EQ(active_simd_path(), before);
+    }
+  }
+}
+
+TEST(cpu_features, paths_have_names) {
+  EXPECT_EQ(simd_path_name(SimdPath::scalar), "scalar");
+  EXPECT_EQ(simd_path_name(SimdPath::avx2), "avx2");
+  EXPECT_EQ(simd_path_name(SimdPath::avx512), "avx512");
+}
+
+}  // namespace
+}  // namespace vc::cpu
