@@ -28,7 +28,7 @@ ColsFn cols_fn(SimdPath p) {
 
 // Columns per thread part: a multiple of every path's register-tile width (2, 3, 4),
 // so parts hold whole tiles. (Any split gives the same bits; this is for speed.)
-constexpr size_t kColGrain = 12;
+constexpr size_t kColGrain = 16;
 
 // Pack 16-bit weights to f32 once M is large enough that each weight vector would
 // otherwise be converted again for every tile of x rows.

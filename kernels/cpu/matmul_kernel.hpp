@@ -6,7 +6,8 @@
 //   acc = 0 (one vector of W lanes)
 //   for k = 0, W, 2W, ...:  acc = fma(x[m, k:k+W], w[n, k:k+W], acc)
 //   the last partial step loads lanes past K as 0 (masked loads), both x and w
-//   y[m, n] = reduce(acc) (+ bias[n])  -- the traits' fixed reduction tree
+//   y[m, n] = reduce(acc) (+ bias[n])  -- the traits' fixed reduction tree, then
+//                                         one f32 addition of the bias
 // Register tiles of MR x-rows by NR weight rows hold MR*NR independent accumulators
 // (enough to hide the FMA latency and reuse every load MR or NR times), but each
 // accumulator is exactly the per-element computation above; the remainder tiles
@@ -51,6 +52,19 @@ inline typename T::V load_w_n(const void* row, size_t i, size_t n) {
   }
 }
 
+/// As load_w with a lane mask (masked-loop paths only).
+template <class T, DType WT, class Mask>
+inline typename T::V load_w_m(const void* row, size_t i, Mask m) {
+  const auto* p = static_cast<const WElem<WT>*>(row) + i;
+  if constexpr (WT == DType::f32) {
+    return T::load_m(p, m);
+  } else if constexpr (WT == DType::bf16) {
+    return T::load_bf16_m(p, m);
+  } else {
+    return T::load_f16_m(p, m);
+  }
+}
+
 /// Operands of one register tile.
 struct TileArgs {
   const float* x;    // first x row of the tile
@@ -63,52 +77,104 @@ struct TileArgs {
   size_t ldy;        // y row stride
 };
 
+// The accumulators of a tile are 16 named variables, a<row><col>, not an array:
+// GCC keeps an array of vectors in memory as soon as a loop holds an ISA builtin
+// (the masked loads), costing a store per FMA. Unused ones (row >= MR or col >= NR)
+// are never touched and vanish.
+#define VC_MM_ACC_ROW(i, X) X(i, 0) X(i, 1) X(i, 2) X(i, 3)
+#define VC_MM_FOR_EACH_ACC(X) \
+  VC_MM_ACC_ROW(0, X) VC_MM_ACC_ROW(1, X) VC_MM_ACC_ROW(2, X) VC_MM_ACC_ROW(3, X)
+#define VC_MM_DECLARE(i, j) V a##i##j = T::zero();
+// acc(i, j) += x row i * weight row j, for the tile's live accumulators.
+#define VC_MM_FMA(i, j) \
+  if constexpr (i < MR && j < NR) a##i##j = T::fmadd(x##i, w##j, a##i##j);
+// One K step: lw(J, k) / lx(I, k) load weight row J / x row I at k (as 0 when
+// the row is outside the tile, or lanes past K).
+#define VC_MM_STEP(lw, lx, k)                                                           \
+  {                                                                                     \
+    const V w0 = lw(C<0>{}, k), w1 = lw(C<1>{}, k), w2 = lw(C<2>{}, k), w3 = lw(C<3>{}, k); \
+    const V x0 = lx(C<0>{}, k), x1 = lx(C<1>{}, k), x2 = lx(C<2>{}, k), x3 = lx(C<3>{}, k); \
+    VC_MM_FOR_EACH_ACC(VC_MM_FMA)                                                       \
+  }
+// y row i = reduce(a<i>0..a<i>3) (+ bias); padding columns reduce zeros.
+#define VC_MM_STORE_ROW(i)                                                          \
+  if constexpr (i < MR) {                                                           \
+    T::store4(a.y + size_t(i) * a.ldy, T::reduce4(a##i##0, a##i##1, a##i##2, a##i##3), \
+              a.bias, size_t(NR));                                                  \
+  }
+
+template <int I>
+using C = std::integral_constant<int, I>;
+
 /// y[0:MR, 0:NR] of the tile: MR*NR accumulators, each the per-element computation.
 template <class T, DType WT, int MR, int NR>
 inline void tile(const TileArgs& a) {
+  static_assert(MR >= 1 && MR <= 4 && NR >= 1 && NR <= 4, "tiles are at most 4 x 4");
   using V = typename T::V;
   constexpr size_t W = T::W;
   const size_t K = a.K;
-  const char* wrow[NR];
-  for (int j = 0; j < NR; ++j) {
-    wrow[j] = static_cast<const char*>(a.w) + size_t(j) * a.ldw * sizeof(WElem<WT>);
+  const char* wrow[4];
+  const float* xrow[4];
+  for (int j = 0; j < 4; ++j) {
+    const int jj = j < NR ? j : 0;  // rows outside the tile are never loaded
+    wrow[j] = static_cast<const char*>(a.w) + size_t(jj) * a.ldw * sizeof(WElem<WT>);
+    const int ii = j < MR ? j : 0;
+    xrow[j] = a.x + size_t(ii) * a.ldx;
   }
-  V acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = T::zero();
+  VC_MM_FOR_EACH_ACC(VC_MM_DECLARE)
 
-  size_t k = 0;
-  for (; k + W <= K; k += W) {
-    V wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = load_w<T, WT>(wrow[j], k);
-    for (int i = 0; i < MR; ++i) {
-      const V xv = T::load(a.x + size_t(i) * a.ldx + k);
-      for (int j = 0; j < NR; ++j) acc[i][j] = T::fmadd(xv, wv[j], acc[i][j]);
+  if constexpr (T::kMaskedLoop) {
+    // One loop, every step masked (all lanes until the tail).
+    for (size_t k = 0; k < K; k += W) {
+      const auto mask = T::mask_upto(K - k);
+      auto lw = [=](auto J, size_t kk) {
+        if constexpr (J() < NR) return load_w_m<T, WT>(wrow[J()], kk, mask);
+        else return T::zero();
+      };
+      auto lx = [=](auto I, size_t kk) {
+        if constexpr (I() < MR) return T::load_m(xrow[I()] + kk, mask);
+        else return T::zero();
+      };
+      VC_MM_STEP(lw, lx, k)
     }
-  }
-  if (k < K) {  // K tail: lanes past K are 0 in both operands
-    const size_t n = K - k;
-    V wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = load_w_n<T, WT>(wrow[j], k, n);
-    for (int i = 0; i < MR; ++i) {
-      const V xv = T::load_n(a.x + size_t(i) * a.ldx + k, n);
-      for (int j = 0; j < NR; ++j) acc[i][j] = T::fmadd(xv, wv[j], acc[i][j]);
+  } else {
+    auto lw = [=](auto J, size_t kk) {
+      if constexpr (J() < NR) return load_w<T, WT>(wrow[J()], kk);
+      else return T::zero();
+    };
+    auto lx = [=](auto I, size_t kk) {
+      if constexpr (I() < MR) return T::load(xrow[I()] + kk);
+      else return T::zero();
+    };
+    size_t k = 0;
+    for (; k + W <= K; k += W) VC_MM_STEP(lw, lx, k)
+    if (k < K) {  // K tail: lanes past K are 0 in both operands
+      const size_t n = K - k;
+      auto lwn = [=](auto J, size_t kk) {
+        if constexpr (J() < NR) return load_w_n<T, WT>(wrow[J()], kk, n);
+        else return T::zero();
+      };
+      auto lxn = [=](auto I, size_t kk) {
+        if constexpr (I() < MR) return T::load_n(xrow[I()] + kk, n);
+        else return T::zero();
+      };
+      VC_MM_STEP(lwn, lxn, k)
     }
   }
 
-  for (int i = 0; i < MR; ++i) {
-    float* yrow = a.y + size_t(i) * a.ldy;
-    for (int j0 = 0; j0 < NR; j0 += 4) {
-      float s[4];
-      const V z = T::zero();
-      T::reduce4(acc[i][j0], j0 + 1 < NR ? acc[i][j0 + 1] : z, j0 + 2 < NR ? acc[i][j0 + 2] : z,
-                 j0 + 3 < NR ? acc[i][j0 + 3] : z, s);
-      for (int j = j0; j < NR && j < j0 + 4; ++j) {
-        yrow[j] = a.bias ? s[j - j0] + a.bias[j] : s[j - j0];
-      }
-    }
-  }
+  // y = reduce(acc) (+ bias): four outputs per reduction, stored as one vector.
+  VC_MM_STORE_ROW(0)
+  VC_MM_STORE_ROW(1)
+  VC_MM_STORE_ROW(2)
+  VC_MM_STORE_ROW(3)
 }
+
+#undef VC_MM_ACC_ROW
+#undef VC_MM_FOR_EACH_ACC
+#undef VC_MM_DECLARE
+#undef VC_MM_FMA
+#undef VC_MM_STEP
+#undef VC_MM_STORE_ROW
 
 /// Runtime tile shape -> template instance (nr <= NR).
 template <class T, DType WT, int MR, int NR = T::NR>

@@ -79,7 +79,9 @@ struct Avx2Simd {
   /// (t0 + t1) + (t2 + t3): four reductions share the shuffles, but every lane
   /// operation only combines values of one vector, so each sum is the same as if
   /// it had been reduced alone (padding vectors are simply zero).
-  static void reduce4(V a0, V a1, V a2, V a3, float* out) {
+  static constexpr bool kMaskedLoop = false;
+  using V4 = __m128;
+  static V4 reduce4(V a0, V a1, V a2, V a3) {
     const __m256 s01 = _mm256_add_ps(_mm256_permute2f128_ps(a0, a1, 0x20),   // [a0.lo a1.lo]
                                      _mm256_permute2f128_ps(a0, a1, 0x31));  // [a0.hi a1.hi]
     const __m256 s23 = _mm256_add_ps(_mm256_permute2f128_ps(a2, a3, 0x20),
@@ -93,7 +95,19 @@ struct Avx2Simd {
     const __m256 g = _mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(0, 0, 0, 0));  // [a0 a0 a2 a2 | a1 a1 a3 a3]
     const __m128 lo = _mm256_castps256_ps128(g), hi = _mm256_extractf128_ps(g, 1);
     const __m128 r = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));  // [a0 a2 a1 a3]
-    _mm_storeu_ps(out, _mm_permute_ps(r, _MM_SHUFFLE(3, 1, 2, 0)));
+    return _mm_permute_ps(r, _MM_SHUFFLE(3, 1, 2, 0));
+  }
+  static void reduce4(V a0, V a1, V a2, V a3, float* out) { _mm_storeu_ps(out, reduce4(a0, a1, a2, a3)); }
+  /// y[0:n] = s[0:n] (+ bias[0:n]), n <= 4.
+  static void store4(float* y, V4 s, const float* bias, size_t n) {
+    if (n == 4) {
+      if (bias != nullptr) s = _mm_add_ps(s, _mm_loadu_ps(bias));
+      _mm_storeu_ps(y, s);
+      return;
+    }
+    const __m128i m = _mm_cmpgt_epi32(_mm_set1_epi32(int(n)), _mm_setr_epi32(0, 1, 2, 3));
+    if (bias != nullptr) s = _mm_add_ps(s, _mm_maskload_ps(bias, m));
+    _mm_maskstore_ps(y, m, s);
   }
   static float reduce_max(V a) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));

@@ -63,6 +63,15 @@ struct Avx512Simd {
   static V load_f16_n(const uint16_t* p, size_t n) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lane_mask(n), p));
   }
+  // Masked loads cost the same as plain ones here, so the matmul runs its K loop
+  // with a per-step mask (all lanes, then the tail) instead of a separate tail step.
+  static constexpr bool kMaskedLoop = true;
+  using Mask = __mmask16;
+  /// Lanes [0, min(n, W)) enabled.
+  static Mask mask_upto(size_t n) { return n >= W ? Mask(0xffff) : lane_mask(n); }
+  static V load_m(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static V load_bf16_m(const uint16_t* p, Mask m) { return bf16_bits(_mm256_maskz_loadu_epi16(m, p)); }
+  static V load_f16_m(const uint16_t* p, Mask m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
   static void store(float* p, V a) { _mm512_storeu_ps(p, a); }
   static void store_n(float* p, V a, size_t n) { _mm512_mask_storeu_ps(p, lane_mask(n), a); }
 
@@ -81,7 +90,8 @@ struct Avx512Simd {
   /// reductions share the shuffles, but every lane operation only combines values
   /// of one vector, so each sum is the same as if it had been reduced alone
   /// (padding vectors are simply zero).
-  static void reduce4(V a0, V a1, V a2, V a3, float* out) {
+  using V4 = __m128;
+  static V4 reduce4(V a0, V a1, V a2, V a3) {
     // [a0.q0+q2, a0.q1+q3, a1.q0+q2, a1.q1+q3] and the same for a2, a3.
     const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
                                      _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
@@ -92,10 +102,18 @@ struct Avx512Simd {
                              _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
     r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(2, 3, 0, 1)));
     r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(1, 0, 3, 2)));
+    // Lane 0 of each quarter -> lanes 0..3 (a 128-bit extract of lane block 0 is free).
     const __m512 g = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r);
-    // (a masked store rather than a 128-bit cast: GCC 12's cast trips -Wmaybe-uninitialized)
-    _mm512_mask_storeu_ps(out, 0x000F, g);
+    return _mm512_extractf32x4_ps(g, 0);
   }
+  /// y[0:n] = s[0:n] (+ bias[0:n]), n <= 4.
+  static void store4(float* y, V4 s, const float* bias, size_t n) {
+    const __mmask8 m = __mmask8((1u << n) - 1u);
+    if (bias != nullptr) s = _mm_add_ps(s, _mm_maskz_loadu_ps(m, bias));
+    _mm_mask_storeu_ps(y, m, s);
+  }
+  static float first4(V4 s) { return _mm_cvtss_f32(s); }
+  static void reduce4(V a0, V a1, V a2, V a3, float* out) { _mm_storeu_ps(out, reduce4(a0, a1, a2, a3)); }
   static float reduce_max(V a) {
     __m512 m = _mm512_max_ps(a, _mm512_shuffle_f32x4(a, a, _MM_SHUFFLE(1, 0, 3, 2)));
     m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(2, 3, 0, 1)));

@@ -92,6 +92,19 @@ struct ScalarSimd {
   }
   /// out[j] = sum of the lanes of a_j, by the fixed tree (l_i + l_{i+4}), then
   /// (t0 + t1) + (t2 + t3). Each sum only involves its own vector.
+  static constexpr bool kMaskedLoop = false;
+  struct V4 {
+    float v[4];
+  };
+  static V4 reduce4(V a0, V a1, V a2, V a3) {
+    V4 r;
+    reduce4(a0, a1, a2, a3, r.v);
+    return r;
+  }
+  /// y[0:n] = s[0:n] (+ bias[0:n]), n <= 4.
+  static void store4(float* y, V4 s, const float* bias, size_t n) {
+    for (size_t j = 0; j < n; ++j) y[j] = bias != nullptr ? s.v[j] + bias[j] : s.v[j];
+  }
   static void reduce4(V a0, V a1, V a2, V a3, float* out) {
     const V* a[4] = {&a0, &a1, &a2, &a3};
     for (int j = 0; j < 4; ++j) {

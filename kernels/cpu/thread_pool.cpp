@@ -23,19 +23,32 @@
 namespace vc::cpu {
 namespace {
 
-// How long a thread spins before it blocks: long enough to span the gaps between
-// the matmuls of one decode step, short enough not to burn a core when idle.
+// How long a thread waits actively before it blocks: long enough to span the gaps
+// between the matmuls of one decode step, short enough not to burn a core when idle.
+// The first few microseconds are a pure pause-loop (lowest hand-off latency); after
+// that the thread also yields, so that when the machine is oversubscribed the thread
+// it is waiting for gets the core instead of losing a whole scheduler time slice.
+constexpr auto kPureSpinTime = std::chrono::microseconds(5);
 constexpr auto kSpinTime = std::chrono::microseconds(200);
 
-// Spin (with the pause instruction, which yields the core's pipeline to the sibling
-// hyper-thread and saves power) until `done()` or the spin time is over.
+// Spin (pause yields the pipeline to a sibling hyper-thread and saves power) until
+// `done()` or the spin time is over.
 template <class Pred>
 bool spin_until(Pred done) {
   const auto start = std::chrono::steady_clock::now();
+  bool yielding = false;
   for (uint32_t i = 1;; ++i) {
     if (done()) return true;
-    _mm_pause();
-    if ((i & 63u) == 0 && std::chrono::steady_clock::now() - start > kSpinTime) return false;
+    if (yielding) {
+      std::this_thread::yield();
+    } else {
+      _mm_pause();
+    }
+    if ((i & 31u) == 0) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > kSpinTime) return false;
+      yielding = waited > kPureSpinTime;
+    }
   }
 }
 

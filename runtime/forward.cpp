@@ -1,0 +1,170 @@
+// Llama-family decoder layer: RMSNorm -> QKV (+bias) -> (q/k norm) -> RoPE -> store
+// KV -> paged attention -> O -> residual -> RMSNorm -> SwiGLU MLP -> residual.
+#include "runtime/forward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/error.hpp"
+
+namespace vc {
+
+int default_thread_count() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return int(std::clamp(hw == 0 ? 1u : hw, 1u, 2u));
+}
+
+Workspace::Workspace(int threads)
+    : pool_(std::make_unique<cpu::ThreadPool>(threads > 0 ? threads : default_thread_count())) {}
+
+namespace {
+
+// Below this many multiply-adds a matmul runs on the calling thread: waking a second
+// core costs more than it saves on the small matrices of a decode step.
+constexpr size_t kParallelMinMacs = size_t(1) << 17;
+
+void linear(Workspace& ws, const float* x, size_t M, const Weight& w, const Weight& bias,
+            float* y) {
+  std::vector<float> b;
+  const float* bias_f = nullptr;
+  if (bias.present()) {
+    b.resize(bias.cols);
+    to_f32(bias.dtype, bias.data, b.data(), bias.cols);
+    bias_f = b.data();
+  }
+  cpu::ThreadPool* pool = M * w.rows * w.cols >= kParallelMinMacs ? &ws.pool() : nullptr;
+  cpu::matmul(x, M, w.cols, w.data, w.dtype, w.rows, bias_f, y, pool);
+}
+
+void linear(Workspace& ws, const float* x, size_t M, const Weight& w, float* y) {
+  linear(ws, x, M, w, Weight{}, y);
+}
+
+void check_rows(std::span<const ForwardRow> rows, const PagedKvCache& cache) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ForwardRow& r = rows[i];
+    if (r.seq == nullptr) throw Error("forward: row " + std::to_string(i) + " has no sequence");
+    const size_t cap = r.seq->blocks.size() * cache.config().block_tokens;
+    if (r.position < 0 || size_t(r.position) >= cap)
+      throw Error("forward: position " + std::to_string(r.position) +
+                  " is outside the reserved KV of its sequence");
+    if (size_t(r.position) > r.seq->length) {
+      // Earlier rows of the same sequence in this pass fill the gap.
+      bool filled = i > 0 && rows[i - 1].seq == r.seq && rows[i - 1].position + 1 == r.position;
+      if (!filled) throw Error("forward: position " + std::to_string(r.position) +
+                               " skips positions its sequence does not hold");
+    }
+  }
+}
+
+}  // namespace
+
+void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache& cache,
+             Workspace& ws, std::vector<float>& logits) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& W = model.weights();
+  const size_t M = rows.size();
+  const size_t D = size_t(c.hidden_size), hd = size_t(c.head_dim);
+  const size_t nh = size_t(c.num_heads), nkv = size_t(c.num_kv_heads);
+  const size_t qd = nh * hd, kvd = nkv * hd, I = size_t(c.intermediate_size);
+  check_rows(rows, cache);
+
+  ws.x.resize(M * D);
+  ws.h.resize(M * D);
+  ws.q.resize(M * qd);
+  ws.k.resize(M * kvd);
+  ws.v.resize(M * kvd);
+  ws.attn.resize(M * qd);
+  ws.gate.resize(M * I);
+  ws.up.resize(M * I);
+  std::vector<int32_t> pos(M);
+  for (size_t m = 0; m < M; ++m) {
+    const int32_t t = rows[m].token;
+    if (t < 0 || t >= c.vocab_size)
+      throw Error("forward: token id " + std::to_string(t) + " is outside the vocabulary (" +
+                  std::to_string(c.vocab_size) + ")");
+    to_f32(W.embed.dtype,
+           static_cast<const std::byte*>(W.embed.data) + size_t(t) * D * dtype_size(W.embed.dtype),
+           ws.x.data() + m * D, D);
+    pos[m] = rows[m].position;
+  }
+
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  for (size_t l = 0; l < W.layers.size(); ++l) {
+    const LayerWeights& L = W.layers[l];
+    cpu::rms_norm(ws.x.data(), M, D, L.attn_norm.data, L.attn_norm.dtype, c.rms_norm_eps,
+                  ws.h.data());
+    linear(ws, ws.h.data(), M, L.wq, L.bq, ws.q.data());
+    linear(ws, ws.h.data(), M, L.wk, L.bk, ws.k.data());
+    linear(ws, ws.h.data(), M, L.wv, L.bv, ws.v.data());
+    if (c.qk_norm) {
+      cpu::rms_norm(ws.q.data(), M * nh, hd, L.q_norm.data, L.q_norm.dtype, c.rms_norm_eps,
+                    ws.q.data());
+      cpu::rms_norm(ws.k.data(), M * nkv, hd, L.k_norm.data, L.k_norm.dtype, c.rms_norm_eps,
+                    ws.k.data());
+    }
+    cpu::rope(ws.q.data(), M, nh, hd, pos.data(), model.rope_inv_freq().data());
+    cpu::rope(ws.k.data(), M, nkv, hd, pos.data(), model.rope_inv_freq().data());
+    for (size_t m = 0; m < M; ++m)
+      cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
+
+    // Attention: rows are independent; split them across the pool.
+    auto attend = [&](size_t begin, size_t end) {
+      for (size_t m = begin; m < end; ++m)
+        cpu::attention_row(ws.q.data() + m * qd, nh, cache.view(l, *rows[m].seq),
+                           size_t(pos[m]) + 1, scale, ws.attn.data() + m * qd);
+    };
+    if (M > 1) ws.pool().parallel_for(M, 1, attend);
+    else attend(0, M);
+
+    linear(ws, ws.attn.data(), M, L.wo, ws.h.data());
+    cpu::add_inplace(ws.x.data(), ws.h.data(), M * D);
+
+    cpu::rms_norm(ws.x.data(), M, D, L.mlp_norm.data, L.mlp_norm.dtype, c.rms_norm_eps,
+                  ws.h.data());
+    linear(ws, ws.h.data(), M, L.w_gate, ws.gate.data());
+    linear(ws, ws.h.data(), M, L.w_up, ws.up.data());
+    cpu::swiglu(ws.gate.data(), ws.up.data(), ws.gate.data(), M * I);
+    linear(ws, ws.gate.data(), M, L.w_down, ws.h.data());
+    cpu::add_inplace(ws.x.data(), ws.h.data(), M * D);
+  }
+
+  // Final norm and LM head, only for the rows that want logits.
+  size_t n_out = 0;
+  for (size_t m = 0; m < M; ++m)
+    if (rows[m].want_logits)
+      std::copy_n(ws.x.data() + m * D, D, ws.h.data() + (n_out++) * D);
+  logits.resize(n_out * size_t(c.vocab_size));
+  if (n_out == 0) return;
+  cpu::rms_norm(ws.h.data(), n_out, D, W.final_norm.data, W.final_norm.dtype, c.rms_norm_eps,
+                ws.h.data());
+  linear(ws, ws.h.data(), n_out, W.lm_head, logits.data());
+}
+
+}  // namespace vc
+
+namespace vc {
+
+std::vector<float> prefill(const Model& model, std::span<const int32_t> ids, KvSequence& seq,
+                           PagedKvCache& cache, Workspace& ws, size_t chunk) {
+  if (ids.empty()) throw Error("prefill: the prompt has no tokens");
+  if (chunk == 0) chunk = ids.size();
+  const size_t start = seq.length;
+  cache.reserve(seq, start + ids.size());
+  std::vector<ForwardRow> rows;
+  std::vector<float> logits;
+  for (size_t b = 0; b < ids.size(); b += chunk) {
+    const size_t e = std::min(ids.size(), b + chunk);
+    rows.clear();
+    for (size_t i = b; i < e; ++i)
+      rows.push_back(ForwardRow{ids[i], int32_t(start + i), &seq, i + 1 == ids.size()});
+    forward(model, rows, cache, ws, logits);
+  }
+  return logits;
+}
+
+}  // namespace vc

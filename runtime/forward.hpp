@@ -1,0 +1,64 @@
+// The decoder forward pass over a paged KV cache, for any mix of rows: a prefill
+// chunk (one sequence, many positions), a decode step (many sequences, one position
+// each) or a verify pass (one sequence, L+1 positions).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "kvtiers/paged_kv_cache.hpp"
+#include "runtime/model.hpp"
+
+namespace vc {
+
+/// One token to run. Rows of one sequence must be consecutive positions in
+/// increasing order; its earlier positions must already be in the cache.
+struct ForwardRow {
+  int32_t token = 0;
+  int32_t position = 0;
+  KvSequence* seq = nullptr;
+  bool want_logits = false;
+};
+
+/// Scratch buffers and the thread pool of one caller. Not thread-safe: one per
+/// thread (or actor) that runs forward passes.
+class Workspace {
+ public:
+  /// threads <= 0: pick from the hardware (see default_thread_count()).
+  explicit Workspace(int threads = 0);
+  [[nodiscard]] cpu::ThreadPool& pool() { return *pool_; }
+  [[nodiscard]] int threads() const { return pool_->threads(); }
+
+  std::vector<float> x, h, q, k, v, attn, gate, up, tmp;
+
+ private:
+  std::unique_ptr<cpu::ThreadPool> pool_;
+};
+
+/// Threads used when none are asked for: the hardware's cores, at most 2 per
+/// decoding stream. Small matrices still run on one thread (see forward.cpp).
+[[nodiscard]] int default_thread_count();
+
+/// Runs `rows` through every layer, writing their K and V into `cache` (which must
+/// have room: see PagedKvCache::reserve), and returns the logits of the rows with
+/// want_logits, in row order, in `logits` ([count, vocab]).
+///
+/// Batch invariance: a row's logits and KV are bit-identical whatever other rows
+/// share the pass (every op is row-wise or uses batch-invariant kernels).
+void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache& cache,
+             Workspace& ws, std::vector<float>& logits);
+
+}  // namespace vc
+
+namespace vc {
+
+/// Runs `ids` into `seq` (which may already hold a prefix) in chunks of at most
+/// `chunk` positions, reserving KV as needed; returns the logits of the last
+/// position ([vocab]).
+[[nodiscard]] std::vector<float> prefill(const Model& model, std::span<const int32_t> ids,
+                                         KvSequence& seq, PagedKvCache& cache, Workspace& ws,
+                                         size_t chunk = 256);
+
+}  // namespace vc

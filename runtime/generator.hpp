@@ -1,0 +1,90 @@
+// Full-KV text generation for one request: prefill, then decode token by token.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.hpp"
+#include "runtime/forward.hpp"
+#include "runtime/model.hpp"
+#include "runtime/model/tokenizer.hpp"
+#include "runtime/sampler.hpp"
+
+namespace vc {
+
+struct GenerateOptions {
+  int max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings: generation ends when the text holds one
+  bool stop_at_eos = true;
+  std::vector<int32_t> eos_token_ids;  // empty: the model config's eos_token_id
+  size_t prefill_chunk = 256;
+};
+
+struct GenerateStats {
+  size_t prompt_tokens = 0;
+  size_t output_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  size_t kv_bytes = 0;  // full KV held at the end
+
+  [[nodiscard]] double prefill_tokens_per_second() const {
+    return prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0.0;
+  }
+  /// Decode steps per second (each output token after the first costs one step).
+  [[nodiscard]] double decode_tokens_per_second() const {
+    return decode_seconds > 0 && output_tokens > 1 ? double(output_tokens - 1) / decode_seconds
+                                                   : 0.0;
+  }
+};
+
+struct GenerateResult {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> output_ids;
+  std::vector<float> output_logprobs;  // log p(token) under the model, per output token
+  std::string text;                    // decoded output, cut before a stop string
+  std::string finish_reason;           // "eos", "length" or "stop"
+  GenerateStats stats;
+};
+
+struct GeneratorConfig {
+  int threads = 0;               // 0: default_thread_count()
+  DType kv_dtype = DType::bf16;  // storage of the KV cache
+  size_t max_context = 0;        // 0: the model's max_position_embeddings
+  size_t block_tokens = 16;
+};
+
+/// Called with each emitted token id; return false to stop.
+using TokenCallback = std::function<bool(int32_t token)>;
+
+/// Owns a KV cache and a workspace; generates one request at a time.
+class Generator {
+ public:
+  Generator(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+            const GeneratorConfig& cfg = {});
+
+  /// Greedy or seeded generation with full-KV decoding. Throws vc::Error for a bad
+  /// request (empty prompt, too long, bad sampling settings).
+  [[nodiscard]] GenerateResult generate(std::span<const int32_t> prompt_ids,
+                                        const GenerateOptions& opt,
+                                        const TokenCallback& on_token = {});
+  /// Tokenizes `prompt` (special tokens written in it are recognised) and generates.
+  [[nodiscard]] GenerateResult generate(const std::string& prompt, const GenerateOptions& opt,
+                                        const TokenCallback& on_token = {});
+
+  [[nodiscard]] const Model& model() const { return *model_; }
+  [[nodiscard]] Workspace& workspace() { return ws_; }
+  [[nodiscard]] PagedKvCache& cache() { return cache_; }
+
+ private:
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  GeneratorConfig cfg_;
+  Workspace ws_;
+  PagedKvCache cache_;
+};
+
+}  // namespace vc

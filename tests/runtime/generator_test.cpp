@@ -1,0 +1,89 @@
+// Generation on the bundled model: stop conditions, determinism, bad requests.
+#include <gtest/gtest.h>
+
+#include "kernels/error.hpp"
+#include "runtime/generator.hpp"
+#include "tests/runtime/test_support.hpp"
+
+namespace vc {
+namespace {
+
+const char* kPrompt = "<|begin_of_text|>def fibonacci(n):\n    ";
+
+Generator make(int threads = 0) {
+  GeneratorConfig gc;
+  gc.threads = threads;
+  gc.max_context = 4096;
+  return Generator(test::tinycode(), test::tinycode_tokenizer(), gc);
+}
+
+TEST(generator, stops_at_max_tokens) {
+  auto g = make();
+  GenerateOptions o;
+  o.max_tokens = 9;
+  o.stop_at_eos = false;
+  const auto r = g.generate(kPrompt, o);
+  EXPECT_EQ(r.output_ids.size(), 9u);
+  EXPECT_EQ(r.output_logprobs.size(), 9u);
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(g.cache().pool().used_blocks(), 0u) << "the request's KV blocks are released";
+}
+
+TEST(generator, stops_at_an_end_of_sequence_token) {
+  auto g = make();
+  GenerateOptions o;
+  o.max_tokens = 12;
+  const auto full = g.generate(kPrompt, o);
+  ASSERT_GE(full.output_ids.size(), 4u);
+  o.eos_token_ids = {full.output_ids[3]};
+  const auto r = g.generate(kPrompt, o);
+  ASSERT_LE(r.output_ids.size(), 4u);
+  EXPECT_EQ(r.output_ids.back(), full.output_ids[3]);
+  EXPECT_EQ(r.finish_reason, "eos");
+}
+
+TEST(generator, stops_at_a_stop_string_and_cuts_the_text_before_it) {
+  auto g = make();
+  GenerateOptions o;
+  o.max_tokens = 32;
+  o.stop_at_eos = false;
+  const auto full = g.generate(kPrompt, o);
+  ASSERT_GT(full.text.size(), 12u);
+  const std::string stop = full.text.substr(8, 3);
+  o.stop = {stop};
+  const auto r = g.generate(kPrompt, o);
+  EXPECT_EQ(r.finish_reason, "stop");
+  EXPECT_EQ(r.text, full.text.substr(0, full.text.find(stop)));
+}
+
+TEST(generator, a_seed_gives_the_same_text_with_any_thread_count) {
+  GenerateOptions o;
+  o.max_tokens = 24;
+  o.stop_at_eos = false;
+  o.sampling = SamplingParams{0.9f, 40, 0.95f, 2026};
+  auto g1 = make(1);
+  auto g2 = make(2);
+  const auto a = g1.generate(kPrompt, o);
+  const auto b = g2.generate(kPrompt, o);
+  EXPECT_EQ(a.output_ids, b.output_ids);
+  EXPECT_EQ(a.output_logprobs, b.output_logprobs);
+  o.sampling.seed = 7;
+  const auto c = g1.generate(kPrompt, o);
+  EXPECT_NE(a.output_ids, c.output_ids);
+}
+
+TEST(generator, rejects_a_request_longer_than_the_context_naming_the_limit) {
+  auto g = make();
+  GenerateOptions o;
+  o.max_tokens = 5000;
+  try {
+    (void)g.generate(kPrompt, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context limit of 4096"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)g.generate(std::vector<int32_t>{}, o), Error);
+}
+
+}  // namespace
+}  // namespace vc

@@ -1,0 +1,14 @@
+// `vericache bench ...`: benchmarks that print a table (or JSON).
+#include "tools/vericache/commands.hpp"
+
+namespace vc::cli {
+
+void add_bench_decode_command(CLI::App& bench, Runner& run);
+
+void add_bench_command(CLI::App& app, Runner& run) {
+  CLI::App* bench = app.add_subcommand("bench", "Measure and print tables");
+  bench->require_subcommand(1);
+  add_bench_decode_command(*bench, run);
+}
+
+}  // namespace vc::cli

@@ -1,0 +1,20 @@
+// Subcommands of the `vericache` CLI: each registers its options on the app and
+// returns the function that runs it.
+#pragma once
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace vc::cli {
+
+/// Runs a parsed subcommand; returns the process exit code.
+using Runner = std::function<int()>;
+
+void add_generate_command(CLI::App& app, Runner& run);
+void add_bench_command(CLI::App& app, Runner& run);
+
+/// The bundled model's directory (compiled in; VERICACHE_MODEL overrides).
+[[nodiscard]] std::string default_model_dir();
+
+}  // namespace vc::cli
