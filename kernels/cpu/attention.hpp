@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/dtype.hpp"
 
 namespace vc::cpu {
@@ -31,5 +32,11 @@ struct PagedKv {
 /// are computed in the same pass.
 void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
                    float scale, float* out);
+
+/// As above, with the KV heads (each with its query heads) split across `pool`
+/// threads when the context is long enough to pay for the hand-off; bit-identical
+/// to the single-threaded call. `pool` may be nullptr.
+void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                   float scale, float* out, ThreadPool* pool);
 
 }  // namespace vc::cpu

@@ -6,9 +6,9 @@
 
 namespace vc::cpu {
 
-void attention_row_avx512(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
-                      float scale, float* out, float* scratch) {
-  attention_row_path<Avx512Simd>(q, n_heads, kv, n_ctx, scale, out, scratch);
+void attention_avx512(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                      float scale, float* out, float* scratch, size_t g_begin, size_t g_end) {
+  attention_path<Avx512Simd>(q, n_heads, kv, n_ctx, scale, out, scratch, g_begin, g_end);
 }
 
 }  // namespace vc::cpu

@@ -28,18 +28,17 @@
 namespace vc::cpu {
 namespace {  // internal linkage: one copy per instruction set, never merged
 
-/// Lane 0 of a vector.
-template <class T>
-inline float first_lane(typename T::V a) {
-  float tmp[T::W];
-  T::store(tmp, a);
-  return tmp[0];
-}
-
 /// Loads `len` (<= W) floats of a K/V row, converted; lanes past len are 0.
-template <class T, DType KT>
+/// kTail is false when head_dim is a multiple of W: then every load is full and
+/// the inner loops have no branches (and no masked-load builtins, which would
+/// make GCC keep the accumulator arrays in memory).
+template <class T, DType KT, bool kTail>
 inline typename T::V load_kv(const void* base, size_t i, size_t len) {
-  return len == T::W ? load_w<T, KT>(base, i) : load_w_n<T, KT>(base, i, len);
+  if constexpr (kTail) {
+    return len == T::W ? load_w<T, KT>(base, i) : load_w_n<T, KT>(base, i, len);
+  } else {
+    return load_w<T, KT>(base, i);
+  }
 }
 
 struct AttnBuffers {
@@ -50,11 +49,13 @@ struct AttnBuffers {
 };
 
 /// Heads q[0..HB) (all on KV head g), out likewise.
-template <class T, DType KT, int HB>
+template <class T, DType KT, bool kTail, int HB>
 void attend_heads(const float* q, const PagedKv& kv, size_t g, size_t n_ctx, float scale,
                   float* out, const AttnBuffers& b) {
   using V = typename T::V;
   constexpr size_t W = T::W;
+  constexpr int DV = T::DV;
+  static_assert(HB <= 4 && 2 * HB <= int(W), "at most 4 heads; their merge factors fit one vector");
   const size_t D = kv.head_dim, bt = kv.block_tokens, esz = sizeof(WElem<KT>);
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
@@ -77,11 +78,14 @@ void attend_heads(const float* q, const PagedKv& kv, size_t g, size_t n_ctx, flo
     const char* kb = static_cast<const char*>(kv.k) + off;
     const char* vb = static_cast<const char*>(kv.v) + off;
 
-    // Scores, four positions at a time (the last group repeats position c-1; its
-    // extra results are dropped).
+    // Scores, four positions at a time (a last partial group repeats position c-1;
+    // the extra results are not stored).
     for (size_t t = 0; t < c; t += 4) {
-      size_t pos[4];
-      for (int p = 0; p < 4; ++p) pos[p] = t + size_t(p) < c ? t + size_t(p) : c - 1;
+      const char* kp[4];
+      for (int p = 0; p < 4; ++p) {
+        const size_t pos = t + size_t(p) < c ? t + size_t(p) : c - 1;
+        kp[p] = kb + pos * D * esz;
+      }
       V acc[HB][4];
       for (int h = 0; h < HB; ++h)
         for (int p = 0; p < 4; ++p) acc[h][p] = T::zero();
@@ -90,29 +94,29 @@ void attend_heads(const float* q, const PagedKv& kv, size_t g, size_t n_ctx, flo
         V qv[HB];
         for (int h = 0; h < HB; ++h) qv[h] = T::load(b.qs + size_t(h) * b.dp + d);
         for (int p = 0; p < 4; ++p) {
-          const V kvec = load_kv<T, KT>(kb, pos[p] * D + d, len);
+          const V kvec = load_kv<T, KT, kTail>(kp[p], d, len);
           for (int h = 0; h < HB; ++h) acc[h][p] = T::fmadd(qv[h], kvec, acc[h][p]);
         }
       }
+      const size_t n = c - t < 4 ? c - t : 4;
       for (int h = 0; h < HB; ++h) {
-        float s[4];
-        T::reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3], s);
-        for (size_t p = 0; p < 4 && t + p < c; ++p) b.sc[size_t(h) * b.bp + t + p] = s[p];
+        T::store4(b.sc + size_t(h) * b.bp + t, T::reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]),
+                  nullptr, n);
       }
     }
 
     // Block max, probabilities and their sum (pad lanes: score -inf -> p = 0).
     const size_t cw = (c + W - 1) / W * W;
     float bmax[HB];
-    V psum[HB];
+    V psum[4];
+    for (int h = 0; h < 4; ++h) psum[h] = T::zero();
     for (int h = 0; h < HB; ++h) {
       float* sc = b.sc + size_t(h) * b.bp;
       for (size_t t = c; t < cw; ++t) sc[t] = neg_inf;
-      V mv = T::set1(neg_inf);
-      for (size_t t = 0; t < cw; t += W) mv = T::max(mv, T::load(sc + t));
+      V mv = T::load(sc);
+      for (size_t t = W; t < cw; t += W) mv = T::max(mv, T::load(sc + t));
       bmax[h] = T::reduce_max(mv);
       const V mb = T::set1(bmax[h]);
-      psum[h] = T::zero();
       for (size_t t = 0; t < cw; t += W) {
         const V p = T::exp(T::sub(T::load(sc + t), mb));
         T::store(sc + t, p);
@@ -120,47 +124,64 @@ void attend_heads(const float* q, const PagedKv& kv, size_t g, size_t n_ctx, flo
       }
     }
 
-    // Merge factors a = exp(M - M'), b = exp(m_j - M') for all heads at once.
-    float fa[HB], fb[HB];
+    // Merge factors a = exp(M - M'), b = exp(m_j - M') of all heads: one exp.
+    float mnew[HB], fab[W] = {}, lsum[4];
     for (int h = 0; h < HB; ++h) {
-      const float mnew = run_max[h] > bmax[h] ? run_max[h] : bmax[h];
-      fa[h] = first_lane<T>(T::exp(T::sub(T::set1(run_max[h]), T::set1(mnew))));
-      fb[h] = first_lane<T>(T::exp(T::sub(T::set1(bmax[h]), T::set1(mnew))));
-      run_max[h] = mnew;
+      mnew[h] = run_max[h] > bmax[h] ? run_max[h] : bmax[h];
+      fab[2 * h] = run_max[h];
+      fab[2 * h + 1] = bmax[h];
     }
-    for (int h0 = 0; h0 < HB; h0 += 4) {
-      float l[4];
-      const V z = T::zero();
-      T::reduce4(psum[h0], h0 + 1 < HB ? psum[h0 + 1] : z, h0 + 2 < HB ? psum[h0 + 2] : z,
-                 h0 + 3 < HB ? psum[h0 + 3] : z, l);
-      for (int h = h0; h < HB && h < h0 + 4; ++h) {
-        const V lb = T::mul(T::set1(l[h - h0]), T::set1(fb[h]));
-        run_sum[h] = first_lane<T>(T::fmadd(T::set1(run_sum[h]), T::set1(fa[h]), lb));
-      }
+    {
+      float mm[W] = {};
+      for (int h = 0; h < HB; ++h) mm[2 * h] = mm[2 * h + 1] = mnew[h];
+      T::store(fab, T::exp(T::sub(T::load(fab), T::load(mm))));
+    }
+    T::store4(lsum, T::reduce4(psum[0], psum[1], psum[2], psum[3]), nullptr, 4);
+    for (int h = 0; h < HB; ++h) {
+      const V lb = T::mul(T::set1(lsum[h]), T::set1(fab[2 * h + 1]));
+      float tmp[W];
+      T::store(tmp, T::fmadd(T::set1(run_sum[h]), T::set1(fab[2 * h]), lb));
+      run_sum[h] = tmp[0];
+      run_max[h] = mnew[h];
     }
 
     // Weighted V of the block, DV vectors of head_dim per pass, position order.
-    for (size_t d0 = 0; d0 < D; d0 += size_t(T::DV) * W) {
-      V acc[HB][T::DV];
+    for (size_t d0 = 0; d0 < D; d0 += size_t(DV) * W) {
+      const size_t nv = (D - d0 + W - 1) / W < size_t(DV) ? (D - d0 + W - 1) / W : size_t(DV);
+      V acc[HB][DV];
       for (int h = 0; h < HB; ++h)
-        for (int i = 0; i < T::DV; ++i) acc[h][i] = T::zero();
-      for (size_t t = 0; t < c; ++t) {
-        V vv[T::DV];
-        for (int i = 0; i < T::DV; ++i) {
-          const size_t d = d0 + size_t(i) * W;
-          vv[i] = d < D ? load_kv<T, KT>(vb, t * D + d, D - d < W ? D - d : W) : T::zero();
+        for (int i = 0; i < DV; ++i) acc[h][i] = T::zero();
+      const char* vp = vb + d0 * esz;
+      if (nv == size_t(DV)) {
+        for (size_t t = 0; t < c; ++t, vp += D * esz) {
+          V vv[DV];
+          for (int i = 0; i < DV; ++i) {
+            const size_t d = d0 + size_t(i) * W;
+            vv[i] = load_kv<T, KT, kTail>(vp, size_t(i) * W, D - d < W ? D - d : W);
+          }
+          for (int h = 0; h < HB; ++h) {
+            const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
+            for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
+          }
         }
-        for (int h = 0; h < HB; ++h) {
-          const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
-          for (int i = 0; i < T::DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
+      } else {  // the last, narrower pass over head_dim
+        for (size_t t = 0; t < c; ++t, vp += D * esz) {
+          V vv[DV];
+          for (int i = 0; i < DV; ++i) {
+            const size_t d = d0 + size_t(i) * W;
+            vv[i] = size_t(i) < nv ? load_kv<T, KT, kTail>(vp, size_t(i) * W, D - d < W ? D - d : W)
+                                   : T::zero();
+          }
+          for (int h = 0; h < HB; ++h) {
+            const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
+            for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
+          }
         }
       }
       for (int h = 0; h < HB; ++h) {
-        const V va = T::set1(fa[h]), vbf = T::set1(fb[h]);
-        for (int i = 0; i < T::DV; ++i) {
-          const size_t d = d0 + size_t(i) * W;
-          if (d >= D) break;
-          float* o = b.o + size_t(h) * b.dp + d;
+        const V va = T::set1(fab[2 * h]), vbf = T::set1(fab[2 * h + 1]);
+        for (size_t i = 0; i < nv; ++i) {
+          float* o = b.o + size_t(h) * b.dp + d0 + i * W;
           T::store(o, T::fmadd(T::load(o), va, T::mul(acc[h][i], vbf)));
         }
       }
@@ -168,9 +189,9 @@ void attend_heads(const float* q, const PagedKv& kv, size_t g, size_t n_ctx, flo
   }
 
   for (int h = 0; h < HB; ++h) {
-    const V inv_l = T::set1(run_sum[h]);
+    const V l = T::set1(run_sum[h]);
     for (size_t d = 0; d < D; d += W) {
-      const V r = T::div(T::load(b.o + size_t(h) * b.dp + d), inv_l);
+      const V r = T::div(T::load(b.o + size_t(h) * b.dp + d), l);
       if (D - d >= W) {
         T::store(out + size_t(h) * D + d, r);
       } else {
@@ -180,43 +201,49 @@ void attend_heads(const float* q, const PagedKv& kv, size_t g, size_t n_ctx, flo
   }
 }
 
-template <class T, DType KT, int HB = T::HB>
+template <class T, DType KT, bool kTail, int HB = T::HB>
 void attend_heads_n(int hb, const float* q, const PagedKv& kv, size_t g, size_t n_ctx,
                     float scale, float* out, const AttnBuffers& b) {
   if constexpr (HB == 1) {
-    attend_heads<T, KT, 1>(q, kv, g, n_ctx, scale, out, b);
+    attend_heads<T, KT, kTail, 1>(q, kv, g, n_ctx, scale, out, b);
   } else {
-    if (hb == HB) return attend_heads<T, KT, HB>(q, kv, g, n_ctx, scale, out, b);
-    attend_heads_n<T, KT, HB - 1>(hb, q, kv, g, n_ctx, scale, out, b);
+    if (hb == HB) return attend_heads<T, KT, kTail, HB>(q, kv, g, n_ctx, scale, out, b);
+    attend_heads_n<T, KT, kTail, HB - 1>(hb, q, kv, g, n_ctx, scale, out, b);
   }
 }
 
-template <class T, DType KT>
-void attention_row_typed(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
-                         float scale, float* out, float* scratch) {
+/// KV heads [g_begin, g_end) with all their query heads.
+template <class T, DType KT, bool kTail>
+void attention_typed(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                     float scale, float* out, float* scratch, size_t g_begin, size_t g_end) {
   static_assert(T::HB <= int(kAttentionMaxHeadsPerPass));
   const size_t dp = (kv.head_dim + 15) / 16 * 16, bp = (kv.block_tokens + 15) / 16 * 16;
   const AttnBuffers b{scratch, scratch + T::HB * dp, scratch + 2 * T::HB * dp, dp, bp};
   const size_t group = n_heads / kv.kv_heads, D = kv.head_dim;
-  for (size_t g = 0; g < kv.kv_heads; ++g) {
+  for (size_t g = g_begin; g < g_end; ++g) {
     for (size_t h = g * group; h < (g + 1) * group; h += T::HB) {
       const size_t hb = (g + 1) * group - h < size_t(T::HB) ? (g + 1) * group - h : T::HB;
-      attend_heads_n<T, KT>(int(hb), q + h * D, kv, g, n_ctx, scale, out + h * D, b);
+      attend_heads_n<T, KT, kTail>(int(hb), q + h * D, kv, g, n_ctx, scale, out + h * D, b);
     }
   }
 }
 
 template <class T>
-void attention_row_path(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
-                        float scale, float* out, float* scratch) {
+void attention_path(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx, float scale,
+                    float* out, float* scratch, size_t g_begin, size_t g_end) {
+  const bool tail = kv.head_dim % T::W != 0;
+#define VC_ATTN_CASE(dt)                                                                  \
+  case dt:                                                                                \
+    return tail ? attention_typed<T, dt, true>(q, n_heads, kv, n_ctx, scale, out, scratch, \
+                                               g_begin, g_end)                            \
+                : attention_typed<T, dt, false>(q, n_heads, kv, n_ctx, scale, out, scratch, \
+                                                g_begin, g_end);
   switch (kv.dtype) {
-    case DType::f32:
-      return attention_row_typed<T, DType::f32>(q, n_heads, kv, n_ctx, scale, out, scratch);
-    case DType::bf16:
-      return attention_row_typed<T, DType::bf16>(q, n_heads, kv, n_ctx, scale, out, scratch);
-    case DType::f16:
-      return attention_row_typed<T, DType::f16>(q, n_heads, kv, n_ctx, scale, out, scratch);
+    VC_ATTN_CASE(DType::f32)
+    VC_ATTN_CASE(DType::bf16)
+    VC_ATTN_CASE(DType::f16)
   }
+#undef VC_ATTN_CASE
 }
 
 }  // namespace

@@ -18,12 +18,13 @@ constexpr size_t kAttentionMaxHeadsPerPass = 4;
   return kAttentionMaxHeadsPerPass * (2 * dp + bp);
 }
 
-/// attention_row for one path; arguments already validated, n_ctx > 0.
-void attention_row_scalar(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
-                          float scale, float* out, float* scratch);
-void attention_row_avx2(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
-                        float scale, float* out, float* scratch);
-void attention_row_avx512(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
-                          float scale, float* out, float* scratch);
+/// attention_row for one path, KV heads [g_begin, g_end) (with all their query
+/// heads); arguments already validated, n_ctx > 0.
+void attention_scalar(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                      float scale, float* out, float* scratch, size_t g_begin, size_t g_end);
+void attention_avx2(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                    float scale, float* out, float* scratch, size_t g_begin, size_t g_end);
+void attention_avx512(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                      float scale, float* out, float* scratch, size_t g_begin, size_t g_end);
 
 }  // namespace vc::cpu

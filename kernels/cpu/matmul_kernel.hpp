@@ -85,16 +85,24 @@ struct TileArgs {
 #define VC_MM_FOR_EACH_ACC(X) \
   VC_MM_ACC_ROW(0, X) VC_MM_ACC_ROW(1, X) VC_MM_ACC_ROW(2, X) VC_MM_ACC_ROW(3, X)
 #define VC_MM_DECLARE(i, j) V a##i##j = T::zero();
-// acc(i, j) += x row i * weight row j, for the tile's live accumulators.
-#define VC_MM_FMA(i, j) \
-  if constexpr (i < MR && j < NR) a##i##j = T::fmadd(x##i, w##j, a##i##j);
+// acc(i, j) += x row i * weight row j for the live accumulators of row i: x row i
+// is loaded right before its FMAs, so only one x vector is live at a time (the
+// AVX2 4 x 3 tile needs 12 + 3 + 1 = all 16 registers).
+#define VC_MM_FMA_ROW(i, lx, k)                                          \
+  if constexpr (i < MR) {                                                \
+    const V x = lx(C<i>{}, k);                                           \
+    if constexpr (NR > 0) a##i##0 = T::fmadd(x, w0, a##i##0);            \
+    if constexpr (NR > 1) a##i##1 = T::fmadd(x, w1, a##i##1);            \
+    if constexpr (NR > 2) a##i##2 = T::fmadd(x, w2, a##i##2);            \
+    if constexpr (NR > 3) a##i##3 = T::fmadd(x, w3, a##i##3);            \
+  }
 // One K step: lw(J, k) / lx(I, k) load weight row J / x row I at k (as 0 when
 // the row is outside the tile, or lanes past K).
 #define VC_MM_STEP(lw, lx, k)                                                           \
   {                                                                                     \
     const V w0 = lw(C<0>{}, k), w1 = lw(C<1>{}, k), w2 = lw(C<2>{}, k), w3 = lw(C<3>{}, k); \
-    const V x0 = lx(C<0>{}, k), x1 = lx(C<1>{}, k), x2 = lx(C<2>{}, k), x3 = lx(C<3>{}, k); \
-    VC_MM_FOR_EACH_ACC(VC_MM_FMA)                                                       \
+    VC_MM_FMA_ROW(0, lx, k) VC_MM_FMA_ROW(1, lx, k) VC_MM_FMA_ROW(2, lx, k)             \
+    VC_MM_FMA_ROW(3, lx, k)                                                             \
   }
 // y row i = reduce(a<i>0..a<i>3) (+ bias); padding columns reduce zeros.
 #define VC_MM_STORE_ROW(i)                                                          \
@@ -172,7 +180,7 @@ inline void tile(const TileArgs& a) {
 #undef VC_MM_ACC_ROW
 #undef VC_MM_FOR_EACH_ACC
 #undef VC_MM_DECLARE
-#undef VC_MM_FMA
+#undef VC_MM_FMA_ROW
 #undef VC_MM_STEP
 #undef VC_MM_STORE_ROW
 

@@ -112,7 +112,6 @@ struct Avx512Simd {
     if (bias != nullptr) s = _mm_add_ps(s, _mm_maskz_loadu_ps(m, bias));
     _mm_mask_storeu_ps(y, m, s);
   }
-  static float first4(V4 s) { return _mm_cvtss_f32(s); }
   static void reduce4(V a0, V a1, V a2, V a3, float* out) { _mm_storeu_ps(out, reduce4(a0, a1, a2, a3)); }
   static float reduce_max(V a) {
     __m512 m = _mm512_max_ps(a, _mm512_shuffle_f32x4(a, a, _MM_SHUFFLE(1, 0, 3, 2)));
