@@ -75,7 +75,7 @@ struct Call {
 void run_heads(const Call& c, size_t g_begin, size_t g_end) {
   // Per-thread scratch, kept across calls (no allocation in steady state).
   thread_local std::vector<float> scratch;
-  const size_t need = attention_scratch_floats(c.kv->head_dim, c.kv->block_tokens);
+  const size_t need = attention_scratch_floats(c.n_heads, c.kv->head_dim, c.kv->block_tokens);
   if (scratch.size() < need) scratch.resize(need);
   c.fn(c.q, c.n_heads, *c.kv, c.n_ctx, c.scale, c.out, scratch.data(), g_begin, g_end);
 }

@@ -16,7 +16,9 @@
 // together (HB per pass) so each K/V vector is loaded and converted once, but all
 // lane operations stay within one head, so each head's result is bit-identical to
 // computing it alone; likewise scores are reduced four positions at a time with a
-// lane-independent reduction.
+// lane-independent reduction. Memory: blocks are the outer loop (all KV heads of a
+// block are adjacent), scattered blocks are software-prefetched; at long context
+// the kernel is bound by DRAM bandwidth, not arithmetic.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -41,189 +43,230 @@ inline typename T::V load_kv(const void* base, size_t i, size_t len) {
   }
 }
 
+// Cache level software prefetches target (__builtin_prefetch locality: 3 = L1,
+// 2 = L2); measured on Zen 4: L2 is better, L1 evicts the block being computed.
+constexpr int kPrefetchLocality = 2;
+// How many blocks ahead.
+constexpr size_t kPrefetchAhead = 2;
+
+/// Per-thread scratch of attention_typed (see attention_scratch_floats).
 struct AttnBuffers {
-  float* qs;  // [HB][dp] scaled, zero-padded queries
-  float* o;   // [HB][dp] running weighted V
-  float* sc;  // [HB][bp] scores, then probabilities, of one block
+  float* qs;     // [n_heads][dp] scaled, zero-padded queries
+  float* o;      // [n_heads][dp] running weighted V
+  float* stats;  // [n_heads][2] running max, running sum
+  float* sc;     // [HB][bp] scores, then probabilities, of one block
   size_t dp, bp;
 };
 
-/// Heads q[0..HB) (all on KV head g), out likewise.
+/// One KV block j for query heads h0 .. h0+HB (all on KV head g): scores,
+/// probabilities, weighted V, merged into the heads' running state.
 template <class T, DType KT, bool kTail, int HB>
-void attend_heads(const float* q, const PagedKv& kv, size_t g, size_t n_ctx, float scale,
-                  float* out, const AttnBuffers& b) {
+void attend_block(const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx,
+                  const AttnBuffers& buf) {
   using V = typename T::V;
   constexpr size_t W = T::W;
   constexpr int DV = T::DV;
   static_assert(HB <= 4 && 2 * HB <= int(W), "at most 4 heads; their merge factors fit one vector");
   const size_t D = kv.head_dim, bt = kv.block_tokens, esz = sizeof(WElem<KT>);
   const float neg_inf = -std::numeric_limits<float>::infinity();
-
-  for (int h = 0; h < HB; ++h) {
-    for (size_t d = 0; d < b.dp; ++d) {
-      b.qs[size_t(h) * b.dp + d] = d < D ? q[size_t(h) * D + d] * scale : 0.f;
-      b.o[size_t(h) * b.dp + d] = 0.f;
-    }
-  }
+  // This pass's slices of the state: b.qs / b.o rows h0.., stats h0..
+  const AttnBuffers b{buf.qs + h0 * buf.dp, buf.o + h0 * buf.dp, buf.stats + 2 * h0, buf.sc,
+                      buf.dp, buf.bp};
   float run_max[HB], run_sum[HB];
   for (int h = 0; h < HB; ++h) {
-    run_max[h] = neg_inf;
-    run_sum[h] = 0.f;
+    run_max[h] = b.stats[2 * h];
+    run_sum[h] = b.stats[2 * h + 1];
   }
 
-  const size_t nblocks = (n_ctx + bt - 1) / bt;
-  for (size_t j = 0; j < nblocks; ++j) {
-    const size_t c = (j + 1) * bt <= n_ctx ? bt : n_ctx - j * bt;  // valid positions
-    const size_t off = (size_t(kv.block_table[j]) * kv.kv_heads + g) * bt * D * esz;
-    const char* kb = static_cast<const char*>(kv.k) + off;
-    const char* vb = static_cast<const char*>(kv.v) + off;
-
-    // Scores, four positions at a time (a last partial group repeats position c-1;
-    // the extra results are not stored).
-    for (size_t t = 0; t < c; t += 4) {
-      const char* kp[4];
+  const size_t c = (j + 1) * bt <= n_ctx ? bt : n_ctx - j * bt;  // valid positions
+  const size_t off = (size_t(kv.block_table[j]) * kv.kv_heads + g) * bt * D * esz;
+  const char* kb = static_cast<const char*>(kv.k) + off;
+  const char* vb = static_cast<const char*>(kv.v) + off;
+  // Scores, four positions at a time (a last partial group repeats position c-1;
+  // the extra results are not stored).
+  for (size_t t = 0; t < c; t += 4) {
+    const char* kp[4];
+    for (int p = 0; p < 4; ++p) {
+      const size_t pos = t + size_t(p) < c ? t + size_t(p) : c - 1;
+      kp[p] = kb + pos * D * esz;
+    }
+    V acc[HB][4];
+    for (int h = 0; h < HB; ++h)
+      for (int p = 0; p < 4; ++p) acc[h][p] = T::zero();
+    for (size_t d = 0; d < D; d += W) {
+      const size_t len = D - d < W ? D - d : W;
+      V qv[HB];
+      for (int h = 0; h < HB; ++h) qv[h] = T::load(b.qs + size_t(h) * b.dp + d);
       for (int p = 0; p < 4; ++p) {
-        const size_t pos = t + size_t(p) < c ? t + size_t(p) : c - 1;
-        kp[p] = kb + pos * D * esz;
-      }
-      V acc[HB][4];
-      for (int h = 0; h < HB; ++h)
-        for (int p = 0; p < 4; ++p) acc[h][p] = T::zero();
-      for (size_t d = 0; d < D; d += W) {
-        const size_t len = D - d < W ? D - d : W;
-        V qv[HB];
-        for (int h = 0; h < HB; ++h) qv[h] = T::load(b.qs + size_t(h) * b.dp + d);
-        for (int p = 0; p < 4; ++p) {
-          const V kvec = load_kv<T, KT, kTail>(kp[p], d, len);
-          for (int h = 0; h < HB; ++h) acc[h][p] = T::fmadd(qv[h], kvec, acc[h][p]);
-        }
-      }
-      const size_t n = c - t < 4 ? c - t : 4;
-      for (int h = 0; h < HB; ++h) {
-        T::store4(b.sc + size_t(h) * b.bp + t, T::reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]),
-                  nullptr, n);
+        const V kvec = load_kv<T, KT, kTail>(kp[p], d, len);
+        for (int h = 0; h < HB; ++h) acc[h][p] = T::fmadd(qv[h], kvec, acc[h][p]);
       }
     }
-
-    // Block max, probabilities and their sum (pad lanes: score -inf -> p = 0).
-    const size_t cw = (c + W - 1) / W * W;
-    float bmax[HB];
-    V psum[4];
-    for (int h = 0; h < 4; ++h) psum[h] = T::zero();
+    const size_t n = c - t < 4 ? c - t : 4;
     for (int h = 0; h < HB; ++h) {
-      float* sc = b.sc + size_t(h) * b.bp;
-      for (size_t t = c; t < cw; ++t) sc[t] = neg_inf;
-      V mv = T::load(sc);
-      for (size_t t = W; t < cw; t += W) mv = T::max(mv, T::load(sc + t));
-      bmax[h] = T::reduce_max(mv);
-      const V mb = T::set1(bmax[h]);
-      for (size_t t = 0; t < cw; t += W) {
-        const V p = T::exp(T::sub(T::load(sc + t), mb));
-        T::store(sc + t, p);
-        psum[h] = T::add(psum[h], p);
-      }
+      T::store4(b.sc + size_t(h) * b.bp + t, T::reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]),
+                nullptr, n);
     }
+  }
 
-    // Merge factors a = exp(M - M'), b = exp(m_j - M') of all heads: one exp.
-    float mnew[HB], fab[W] = {}, lsum[4];
-    for (int h = 0; h < HB; ++h) {
-      mnew[h] = run_max[h] > bmax[h] ? run_max[h] : bmax[h];
-      fab[2 * h] = run_max[h];
-      fab[2 * h + 1] = bmax[h];
+  // Block max, probabilities and their sum (pad lanes: score -inf -> p = 0).
+  const size_t cw = (c + W - 1) / W * W;
+  float bmax[HB];
+  V psum[4];
+  for (int h = 0; h < 4; ++h) psum[h] = T::zero();
+  for (int h = 0; h < HB; ++h) {
+    float* sc = b.sc + size_t(h) * b.bp;
+    for (size_t t = c; t < cw; ++t) sc[t] = neg_inf;
+    V mv = T::load(sc);
+    for (size_t t = W; t < cw; t += W) mv = T::max(mv, T::load(sc + t));
+    bmax[h] = T::reduce_max(mv);
+    const V mb = T::set1(bmax[h]);
+    for (size_t t = 0; t < cw; t += W) {
+      const V p = T::exp(T::sub(T::load(sc + t), mb));
+      T::store(sc + t, p);
+      psum[h] = T::add(psum[h], p);
     }
-    {
-      float mm[W] = {};
-      for (int h = 0; h < HB; ++h) mm[2 * h] = mm[2 * h + 1] = mnew[h];
-      T::store(fab, T::exp(T::sub(T::load(fab), T::load(mm))));
-    }
-    T::store4(lsum, T::reduce4(psum[0], psum[1], psum[2], psum[3]), nullptr, 4);
-    for (int h = 0; h < HB; ++h) {
-      const V lb = T::mul(T::set1(lsum[h]), T::set1(fab[2 * h + 1]));
-      float tmp[W];
-      T::store(tmp, T::fmadd(T::set1(run_sum[h]), T::set1(fab[2 * h]), lb));
-      run_sum[h] = tmp[0];
-      run_max[h] = mnew[h];
-    }
+  }
 
-    // Weighted V of the block, DV vectors of head_dim per pass, position order.
-    for (size_t d0 = 0; d0 < D; d0 += size_t(DV) * W) {
-      const size_t nv = (D - d0 + W - 1) / W < size_t(DV) ? (D - d0 + W - 1) / W : size_t(DV);
-      V acc[HB][DV];
-      for (int h = 0; h < HB; ++h)
-        for (int i = 0; i < DV; ++i) acc[h][i] = T::zero();
-      const char* vp = vb + d0 * esz;
-      if (nv == size_t(DV)) {
-        for (size_t t = 0; t < c; ++t, vp += D * esz) {
-          V vv[DV];
-          for (int i = 0; i < DV; ++i) {
-            const size_t d = d0 + size_t(i) * W;
-            vv[i] = load_kv<T, KT, kTail>(vp, size_t(i) * W, D - d < W ? D - d : W);
-          }
-          for (int h = 0; h < HB; ++h) {
-            const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
-            for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
-          }
+  // Merge factors a = exp(M - M'), b = exp(m_j - M') of all heads: one exp.
+  float mnew[HB], fab[W] = {}, lsum[4];
+  for (int h = 0; h < HB; ++h) {
+    mnew[h] = run_max[h] > bmax[h] ? run_max[h] : bmax[h];
+    fab[2 * h] = run_max[h];
+    fab[2 * h + 1] = bmax[h];
+  }
+  {
+    float mm[W] = {};
+    for (int h = 0; h < HB; ++h) mm[2 * h] = mm[2 * h + 1] = mnew[h];
+    T::store(fab, T::exp(T::sub(T::load(fab), T::load(mm))));
+  }
+  T::store4(lsum, T::reduce4(psum[0], psum[1], psum[2], psum[3]), nullptr, 4);
+  for (int h = 0; h < HB; ++h) {
+    const V lb = T::mul(T::set1(lsum[h]), T::set1(fab[2 * h + 1]));
+    float tmp[W];
+    T::store(tmp, T::fmadd(T::set1(run_sum[h]), T::set1(fab[2 * h]), lb));
+    run_sum[h] = tmp[0];
+    run_max[h] = mnew[h];
+  }
+
+  // Weighted V of the block, DV vectors of head_dim per pass, position order.
+  for (size_t d0 = 0; d0 < D; d0 += size_t(DV) * W) {
+    const size_t nv = (D - d0 + W - 1) / W < size_t(DV) ? (D - d0 + W - 1) / W : size_t(DV);
+    V acc[HB][DV];
+    for (int h = 0; h < HB; ++h)
+      for (int i = 0; i < DV; ++i) acc[h][i] = T::zero();
+    const char* vp = vb + d0 * esz;
+    if (nv == size_t(DV)) {
+      for (size_t t = 0; t < c; ++t, vp += D * esz) {
+        V vv[DV];
+        for (int i = 0; i < DV; ++i) {
+          const size_t d = d0 + size_t(i) * W;
+          vv[i] = load_kv<T, KT, kTail>(vp, size_t(i) * W, D - d < W ? D - d : W);
         }
-      } else {  // the last, narrower pass over head_dim
-        for (size_t t = 0; t < c; ++t, vp += D * esz) {
-          V vv[DV];
-          for (int i = 0; i < DV; ++i) {
-            const size_t d = d0 + size_t(i) * W;
-            vv[i] = size_t(i) < nv ? load_kv<T, KT, kTail>(vp, size_t(i) * W, D - d < W ? D - d : W)
-                                   : T::zero();
-          }
-          for (int h = 0; h < HB; ++h) {
-            const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
-            for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
-          }
+        for (int h = 0; h < HB; ++h) {
+          const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
+          for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
         }
       }
-      for (int h = 0; h < HB; ++h) {
-        const V va = T::set1(fab[2 * h]), vbf = T::set1(fab[2 * h + 1]);
-        for (size_t i = 0; i < nv; ++i) {
-          float* o = b.o + size_t(h) * b.dp + d0 + i * W;
-          T::store(o, T::fmadd(T::load(o), va, T::mul(acc[h][i], vbf)));
+    } else {  // the last, narrower pass over head_dim
+      for (size_t t = 0; t < c; ++t, vp += D * esz) {
+        V vv[DV];
+        for (int i = 0; i < DV; ++i) {
+          const size_t d = d0 + size_t(i) * W;
+          vv[i] = size_t(i) < nv ? load_kv<T, KT, kTail>(vp, size_t(i) * W, D - d < W ? D - d : W)
+                                 : T::zero();
         }
+        for (int h = 0; h < HB; ++h) {
+          const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
+          for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
+        }
+      }
+    }
+    for (int h = 0; h < HB; ++h) {
+      const V va = T::set1(fab[2 * h]), vbf = T::set1(fab[2 * h + 1]);
+      for (size_t i = 0; i < nv; ++i) {
+        float* o = b.o + size_t(h) * b.dp + d0 + i * W;
+        T::store(o, T::fmadd(T::load(o), va, T::mul(acc[h][i], vbf)));
       }
     }
   }
 
   for (int h = 0; h < HB; ++h) {
-    const V l = T::set1(run_sum[h]);
-    for (size_t d = 0; d < D; d += W) {
-      const V r = T::div(T::load(b.o + size_t(h) * b.dp + d), l);
-      if (D - d >= W) {
-        T::store(out + size_t(h) * D + d, r);
-      } else {
-        T::store_n(out + size_t(h) * D + d, r, D - d);
-      }
-    }
+    b.stats[2 * h] = run_max[h];
+    b.stats[2 * h + 1] = run_sum[h];
   }
 }
 
 template <class T, DType KT, bool kTail, int HB = T::HB>
-void attend_heads_n(int hb, const float* q, const PagedKv& kv, size_t g, size_t n_ctx,
-                    float scale, float* out, const AttnBuffers& b) {
+void attend_block_n(int hb, const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx,
+                    const AttnBuffers& b) {
   if constexpr (HB == 1) {
-    attend_heads<T, KT, kTail, 1>(q, kv, g, n_ctx, scale, out, b);
+    attend_block<T, KT, kTail, 1>(kv, g, h0, j, n_ctx, b);
   } else {
-    if (hb == HB) return attend_heads<T, KT, kTail, HB>(q, kv, g, n_ctx, scale, out, b);
-    attend_heads_n<T, KT, kTail, HB - 1>(hb, q, kv, g, n_ctx, scale, out, b);
+    if (hb == HB) return attend_block<T, KT, kTail, HB>(kv, g, h0, j, n_ctx, b);
+    attend_block_n<T, KT, kTail, HB - 1>(hb, kv, g, h0, j, n_ctx, b);
   }
 }
 
-/// KV heads [g_begin, g_end) with all their query heads.
+/// KV heads [g_begin, g_end) with all their query heads. Blocks are the outer loop
+/// so the K/V of all these KV heads in one block (adjacent in memory) are read
+/// together, and scattered blocks are requested kPrefetchAhead blocks ahead.
 template <class T, DType KT, bool kTail>
 void attention_typed(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
                      float scale, float* out, float* scratch, size_t g_begin, size_t g_end) {
-  static_assert(T::HB <= int(kAttentionMaxHeadsPerPass));
-  const size_t dp = (kv.head_dim + 15) / 16 * 16, bp = (kv.block_tokens + 15) / 16 * 16;
-  const AttnBuffers b{scratch, scratch + T::HB * dp, scratch + 2 * T::HB * dp, dp, bp};
-  const size_t group = n_heads / kv.kv_heads, D = kv.head_dim;
-  for (size_t g = g_begin; g < g_end; ++g) {
-    for (size_t h = g * group; h < (g + 1) * group; h += T::HB) {
-      const size_t hb = (g + 1) * group - h < size_t(T::HB) ? (g + 1) * group - h : T::HB;
-      attend_heads_n<T, KT, kTail>(int(hb), q + h * D, kv, g, n_ctx, scale, out + h * D, b);
+  using V = typename T::V;
+  constexpr size_t W = T::W;
+  const size_t D = kv.head_dim, bt = kv.block_tokens, esz = sizeof(WElem<KT>);
+  const size_t group = n_heads / kv.kv_heads;
+  const size_t dp = (D + 15) / 16 * 16, bp = (bt + 15) / 16 * 16;
+  const AttnBuffers b{scratch, scratch + n_heads * dp, scratch + 2 * n_heads * dp,
+                      scratch + 2 * n_heads * dp + 2 * n_heads, dp, bp};
+  const size_t h_begin = g_begin * group, h_end = g_end * group;
+  for (size_t h = h_begin; h < h_end; ++h) {
+    for (size_t d = 0; d < dp; ++d) {
+      b.qs[h * dp + d] = d < D ? q[h * D + d] * scale : 0.f;
+      b.o[h * dp + d] = 0.f;
+    }
+    b.stats[2 * h] = -std::numeric_limits<float>::infinity();
+    b.stats[2 * h + 1] = 0.f;
+  }
+
+  const size_t nblocks = (n_ctx + bt - 1) / bt;
+  const size_t span = (g_end - g_begin) * bt * D * esz;  // bytes of our heads per block
+  const bool partial_heads = g_end - g_begin < kv.kv_heads;
+  for (size_t j = 0; j < nblocks; ++j) {
+    // The hardware prefetchers follow a contiguous stream (consecutive physical
+    // blocks, all KV heads of a block) but lose it at a jump to a scattered block
+    // or when this thread reads only some heads of each block (strided): then
+    // request the K and V of the next block while this one is computed, so that
+    // long contexts (DRAM-bound) keep enough reads in flight.
+    const size_t jp = j + kPrefetchAhead;
+    if (jp < nblocks && (partial_heads || kv.block_table[jp] != kv.block_table[jp - 1] + 1)) {
+      const size_t poff = (size_t(kv.block_table[jp]) * kv.kv_heads + g_begin) * bt * D * esz;
+      const char* pk = static_cast<const char*>(kv.k) + poff;
+      const char* pv = static_cast<const char*>(kv.v) + poff;
+      for (size_t i = 0; i < span; i += 64) {
+        __builtin_prefetch(pk + i, 0, kPrefetchLocality);
+        __builtin_prefetch(pv + i, 0, kPrefetchLocality);
+      }
+    }
+    for (size_t g = g_begin; g < g_end; ++g) {
+      for (size_t h = g * group; h < (g + 1) * group; h += T::HB) {
+        const size_t hb = (g + 1) * group - h < size_t(T::HB) ? (g + 1) * group - h : T::HB;
+        attend_block_n<T, KT, kTail>(int(hb), kv, g, h, j, n_ctx, b);
+      }
+    }
+  }
+
+  for (size_t h = h_begin; h < h_end; ++h) {
+    const V l = T::set1(b.stats[2 * h + 1]);
+    for (size_t d = 0; d < D; d += W) {
+      const V r = T::div(T::load(b.o + h * dp + d), l);
+      if (D - d >= W) {
+        T::store(out + h * D + d, r);
+      } else {
+        T::store_n(out + h * D + d, r, D - d);
+      }
     }
   }
 }

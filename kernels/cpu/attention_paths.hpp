@@ -11,11 +11,12 @@ namespace vc::cpu {
 /// Most query heads any path processes in one pass over a KV block.
 constexpr size_t kAttentionMaxHeadsPerPass = 4;
 
-/// Scratch floats the path functions need: per pass-head a zero-padded scaled query,
-/// a running output and one block of scores.
-[[nodiscard]] constexpr size_t attention_scratch_floats(size_t head_dim, size_t block_tokens) {
+/// Scratch floats the path functions need: per query head a zero-padded scaled
+/// query, a running output and (max, sum); one block of scores per pass-head.
+[[nodiscard]] constexpr size_t attention_scratch_floats(size_t n_heads, size_t head_dim,
+                                                        size_t block_tokens) {
   const size_t dp = (head_dim + 15) / 16 * 16, bp = (block_tokens + 15) / 16 * 16;
-  return kAttentionMaxHeadsPerPass * (2 * dp + bp);
+  return n_heads * (2 * dp + 2) + kAttentionMaxHeadsPerPass * bp;
 }
 
 /// attention_row for one path, KV heads [g_begin, g_end) (with all their query

@@ -227,6 +227,29 @@ TEST(attention, a_row_result_does_not_depend_on_other_rows_computed_before_or_co
   });
 }
 
+TEST(attention, splitting_kv_heads_across_a_pool_is_bit_identical_to_one_thread) {
+  std::mt19937 rng(27);
+  ThreadPool pool(2);
+  for_each_simd_path([&](SimdPath) {
+    for (DType t : kAllDTypes) {
+      const Shape s{6, 3, 40, 16};  // 3 KV heads: uneven parts over 2 threads
+      Cache c(s, t, 1100, rng);
+      for (bool sequential : {false, true}) {  // scattered and consecutive blocks
+        if (sequential) std::iota(c.table.begin(), c.table.end(), 0);
+        const auto q = random_floats(rng, s.n_heads * s.head_dim, -2.f, 2.f);
+        for (size_t n_ctx : {600u, 1100u}) {  // long enough to use the pool
+          const auto one = run(c, q, n_ctx, 0.2f);
+          std::vector<float> split(one.size(), -1.f);
+          attention_row(q.data(), s.n_heads, c.view(), n_ctx, 0.2f, split.data(), &pool);
+          ASSERT_EQ(std::memcmp(one.data(), split.data(), one.size() * 4), 0)
+              << dtype_name(t) << " n_ctx=" << n_ctx;
+          expect_matches_reference(c, q, n_ctx, 0.2f, split);
+        }
+      }
+    }
+  });
+}
+
 TEST(attention, empty_context_gives_zeros_and_bad_shapes_are_rejected) {
   std::mt19937 rng(26);
   const Shape s{4, 2, 16, 4};
