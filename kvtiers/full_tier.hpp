@@ -1,0 +1,249 @@
+// The full tier: every token's KV of each request, block by block, in exactly the
+// paged layout and storage dtype of PagedKvCache, in a slower, larger memory (host
+// RAM or a disk). The verify pass stages one layer at a time from it and attends
+// over the staging buffer with cpu::attention_row, bit-identically to decode.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cpu/attention.hpp"
+#include "kvtiers/paged_kv_cache.hpp"
+#include "kvtiers/tier_stats.hpp"
+
+namespace vc {
+
+/// Page size every tier aligns its memory, file offsets and read sizes to.
+inline constexpr size_t kTierAlign = 4096;
+
+/// Page-aligned staging for one layer read back from a full tier: K and V, each
+/// [n_blocks, kv_heads, block_tokens, head_dim] in the tier's dtype, and the
+/// identity block table 0, 1, 2, ... that lets cpu::attention_row read them.
+class KvStaging {
+ public:
+  explicit KvStaging(const KvCacheConfig& cfg) : cfg_(cfg) {}
+  /// Grows (never shrinks) to hold `n_pos` positions.
+  void reserve(size_t n_pos);
+  [[nodiscard]] size_t capacity() const { return capacity_; }
+  [[nodiscard]] void* k() { return k_.get(); }
+  [[nodiscard]] void* v() { return v_.get(); }
+  /// The attention kernel's view of the staged layer (valid until reserve grows).
+  [[nodiscard]] cpu::PagedKv view() const;
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  KvCacheConfig cfg_;
+  size_t capacity_ = 0;
+  std::unique_ptr<std::byte, Free> k_, v_;
+  std::vector<int32_t> table_;
+};
+
+/// Every position's K and V of each request (identified by a uint64_t id).
+/// Layout and rounding are those of PagedKvCache with the same config (num_blocks
+/// is ignored: a request grows as long as its storage allows). Positions of a
+/// layer are written without gaps (append or overwrite); length(id) is the longest
+/// layer. Not thread-safe: one owner (the scheduler) drives it.
+///
+/// Byte accounting is logical: a position of one layer is 2 * kv_heads * head_dim *
+/// dtype_size bytes (K and V). held = length * bytes_per_token; written counts the
+/// positions stored by write()/copy_from(); read counts the positions delivered by
+/// read_layer().
+class FullTier {
+ public:
+  virtual ~FullTier() = default;
+  FullTier(const FullTier&) = delete;
+  FullTier& operator=(const FullTier&) = delete;
+
+  [[nodiscard]] const KvCacheConfig& config() const { return cfg_; }
+  /// "host" or "disk".
+  [[nodiscard]] virtual std::string_view kind() const = 0;
+
+  /// Starts request `id` with no positions; `capacity_positions` is a size hint.
+  /// Throws vc::Error if `id` exists.
+  void create(uint64_t id, size_t capacity_positions = 0);
+  [[nodiscard]] bool contains(uint64_t id) const { return slots_.count(id) != 0; }
+
+  /// Stores one position of one layer: k_row, v_row: [kv_heads, head_dim] fp32,
+  /// rounded to the dtype exactly like PagedKvCache::write. `pos` must be at most
+  /// the layer's current length (no gaps).
+  void write(uint64_t id, size_t layer, size_t pos, const float* k_row, const float* v_row);
+  /// Copies the raw bytes of positions [first_pos, first_pos + n) of every layer of
+  /// `seq` in `cache` (same shape, block_tokens and dtype). first_pos must be at
+  /// most every layer's length.
+  void copy_from(uint64_t id, const PagedKvCache& cache, const KvSequence& seq, size_t first_pos,
+                 size_t n);
+
+  /// Bytes of K (and, separately, of V) read_layer writes for `n_pos` positions:
+  /// whole blocks, rounded up to kTierAlign.
+  [[nodiscard]] size_t staging_bytes(size_t n_pos) const;
+  /// Copies layer `layer`'s first `n_pos` positions into k_out and v_out (each
+  /// staging_bytes(n_pos) bytes; 4096-aligned buffers let the disk tier read into
+  /// them directly) in the block layout with the identity block table. Slots past
+  /// n_pos in the last block hold unspecified values (the kernel never reads them).
+  void read_layer(uint64_t id, size_t layer, size_t n_pos, void* k_out, void* v_out);
+  /// As above into `staging` (grown to n_pos positions).
+  void read_layer(uint64_t id, size_t layer, size_t n_pos, KvStaging& staging);
+
+  /// Drops positions >= `length` in every layer (rollback); no-op if not shorter.
+  void truncate(uint64_t id, size_t length);
+  /// Forgets request `id` and frees its storage.
+  void release(uint64_t id);
+  /// Positions held (the longest layer).
+  [[nodiscard]] size_t length(uint64_t id) const;
+  /// Positions held by one layer.
+  [[nodiscard]] size_t layer_length(uint64_t id, size_t layer) const;
+
+  /// Bytes of K+V per token over all layers (as PagedKvCache::bytes_per_token).
+  [[nodiscard]] size_t bytes_per_token() const { return 2 * cfg_.num_layers * row_bytes_; }
+  [[nodiscard]] size_t bytes_held(uint64_t id) const { return length(id) * bytes_per_token(); }
+  [[nodiscard]] size_t bytes_held_total() const;
+  [[nodiscard]] size_t bytes_read_total() const { return read_; }
+  [[nodiscard]] size_t bytes_written_total() const { return written_; }
+  [[nodiscard]] TierBytes bytes() const { return {bytes_held_total(), read_, written_}; }
+
+ protected:
+  explicit FullTier(const KvCacheConfig& cfg);
+
+  /// One request's state; tiers extend it with their storage.
+  struct Slot {
+    virtual ~Slot() = default;
+    std::vector<size_t> layer_length;  // [num_layers]
+    size_t length = 0;                 // max of layer_length
+  };
+  /// Where one layer's K and V of one block are written.
+  struct BlockRef {
+    std::byte* k = nullptr;
+    std::byte* v = nullptr;
+  };
+
+  /// New storage for `id` with room for `capacity_blocks` blocks (may be 0).
+  [[nodiscard]] virtual std::unique_ptr<Slot> open_slot(uint64_t id, size_t capacity_blocks) = 0;
+  /// Makes blocks [0, n_blocks) addressable.
+  virtual void ensure_blocks(uint64_t id, Slot& s, size_t n_blocks) = 0;
+  /// Layer `layer`'s K and V of block `block` ([kv_heads, block_tokens, head_dim]
+  /// each, holding what was written there), valid until the next call on `s`.
+  [[nodiscard]] virtual BlockRef block_for_write(uint64_t id, Slot& s, size_t layer,
+                                                 size_t block) = 0;
+  /// Copies layer `layer`'s blocks [0, n_blocks) into k and v (staging_bytes each).
+  virtual void read_blocks(uint64_t id, Slot& s, size_t layer, size_t n_blocks, std::byte* k,
+                           std::byte* v) = 0;
+  /// Called after the lengths of `s` dropped to `length`.
+  virtual void on_truncate(Slot& s, size_t length) {
+    (void)s;
+    (void)length;
+  }
+  /// Frees the storage of `s` (release and destruction).
+  virtual void close_slot(uint64_t id, Slot& s) = 0;
+  /// Names the request (and its file) in error messages.
+  [[nodiscard]] virtual std::string where(uint64_t id) const;
+
+  /// Closes every slot; derived destructors call it (close_slot is virtual).
+  void close_all();
+
+  [[nodiscard]] size_t blocks_for(size_t n_pos) const {
+    return (n_pos + cfg_.block_tokens - 1) / cfg_.block_tokens;
+  }
+  [[nodiscard]] size_t block_bytes() const { return cfg_.block_tokens * row_bytes_; }
+
+  KvCacheConfig cfg_;
+  size_t head_bytes_ = 0;  // one head's row: head_dim * dtype_size
+  size_t row_bytes_ = 0;   // one position of K (or V) in one layer: kv_heads * head_bytes_
+
+ private:
+  [[nodiscard]] Slot& slot(uint64_t id, const char* op);
+  [[nodiscard]] const Slot& slot(uint64_t id, const char* op) const;
+  void check_layer(uint64_t id, size_t layer, const char* op) const;
+
+  std::unordered_map<uint64_t, std::unique_ptr<Slot>> slots_;
+  size_t read_ = 0, written_ = 0;
+};
+
+/// Full tier in host memory: per request, chunks of `chunk_blocks` blocks, each one
+/// page-aligned allocation laid out [layers][K, V][chunk_blocks * block bytes].
+class HostFullTier final : public FullTier {
+ public:
+  explicit HostFullTier(const KvCacheConfig& cfg, size_t chunk_blocks = 16);
+  ~HostFullTier() override;
+  [[nodiscard]] std::string_view kind() const override { return "host"; }
+  /// Bytes of host memory allocated for every request (whole chunks).
+  [[nodiscard]] size_t bytes_allocated() const { return allocated_; }
+
+ private:
+  struct HostSlot;
+  std::unique_ptr<Slot> open_slot(uint64_t id, size_t capacity_blocks) override;
+  void ensure_blocks(uint64_t id, Slot& s, size_t n_blocks) override;
+  BlockRef block_for_write(uint64_t id, Slot& s, size_t layer, size_t block) override;
+  void read_blocks(uint64_t id, Slot& s, size_t layer, size_t n_blocks, std::byte* k,
+                   std::byte* v) override;
+  void on_truncate(Slot& s, size_t length) override;
+  void close_slot(uint64_t id, Slot& s) override;
+  [[nodiscard]] size_t chunk_bytes() const { return 2 * cfg_.num_layers * region_bytes(); }
+  [[nodiscard]] size_t region_bytes() const { return chunk_blocks_ * block_bytes(); }
+
+  size_t chunk_blocks_;
+  size_t allocated_ = 0;
+};
+
+/// Full tier on disk: one file per request, `<dir>/req-<id>.kv`.
+///
+/// File layout: 2 * num_layers regions of equal, fixed capacity, in the order
+/// layer 0 K, layer 0 V, layer 1 K, ...; each region is `capacity_blocks` blocks
+/// in the paged layout, padded to a multiple of 4 KiB, so region r starts at
+/// r * region_bytes (4 KiB-aligned) and one layer's K (or V) is read with one
+/// aligned pread. When a request outgrows its capacity the file is re-laid out
+/// (capacity at least doubled) into a new file renamed over the old one. The file is
+/// sized with ftruncate at creation (sparse), so a shorter file means it was
+/// truncated. Files are scratch space of this process: no header, deleted on
+/// release and destruction.
+///
+/// Writes go through one buffered descriptor per request, with one block per layer
+/// held in memory until a write moves that layer to another block (decode writes a
+/// block's positions, then the next block's). Reads open the file per call, with
+/// O_DIRECT when the buffers are 4 KiB-aligned and the filesystem accepts it
+/// (EINVAL: buffered reads from then on).
+class DiskFullTier final : public FullTier {
+ public:
+  /// Creates `dir` if missing; throws vc::Error naming it if it cannot be created or
+  /// written. `direct_io`: try O_DIRECT for reads.
+  DiskFullTier(const KvCacheConfig& cfg, std::string dir, bool direct_io = true);
+  ~DiskFullTier() override;
+  [[nodiscard]] std::string_view kind() const override { return "disk"; }
+
+  [[nodiscard]] const std::string& dir() const { return dir_; }
+  /// The KV file of request `id` (whether or not it exists).
+  [[nodiscard]] std::string file_path(uint64_t id) const;
+  /// Whether reads currently use O_DIRECT.
+  [[nodiscard]] bool direct_io() const { return direct_io_; }
+  /// Bytes actually moved by pread / pwrite (whole blocks, 4 KiB-rounded reads).
+  [[nodiscard]] size_t io_bytes_read() const { return io_read_; }
+  [[nodiscard]] size_t io_bytes_written() const { return io_written_; }
+
+ private:
+  struct DiskSlot;
+  std::unique_ptr<Slot> open_slot(uint64_t id, size_t capacity_blocks) override;
+  void ensure_blocks(uint64_t id, Slot& s, size_t n_blocks) override;
+  BlockRef block_for_write(uint64_t id, Slot& s, size_t layer, size_t block) override;
+  void read_blocks(uint64_t id, Slot& s, size_t layer, size_t n_blocks, std::byte* k,
+                   std::byte* v) override;
+  void close_slot(uint64_t id, Slot& s) override;
+  [[nodiscard]] std::string where(uint64_t id) const override;
+
+  [[nodiscard]] size_t region_bytes(size_t capacity_blocks) const;
+  void flush(uint64_t id, DiskSlot& d, size_t layer);
+  void relayout(uint64_t id, DiskSlot& d, size_t capacity_blocks);
+  [[nodiscard]] int open_for_read(uint64_t id, bool aligned, bool& direct);
+
+  std::string dir_;
+  bool created_dir_ = false;
+  bool direct_io_;
+  size_t io_read_ = 0, io_written_ = 0;
+};
+
+}  // namespace vc

@@ -1,0 +1,277 @@
+// The disk full tier: one file per request in per-layer regions of fixed capacity
+// (layout in full_tier.hpp), one block per layer buffered for writes, and reads of
+// a whole layer's K (and V) with one 4 KiB-aligned pread each, O_DIRECT when the
+// filesystem allows it.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "kvtiers/full_tier.hpp"
+
+namespace vc {
+
+namespace {
+
+constexpr size_t kNoBlock = std::numeric_limits<size_t>::max();
+constexpr size_t kDefaultBlocks = 16;           // capacity when create() has no hint
+constexpr size_t kCopyChunk = size_t(8) << 20;  // re-layout copies in 8 MiB pieces
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Closes a descriptor on scope exit unless released.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() { return std::exchange(fd, -1); }
+};
+
+// Reads up to n bytes at off, retrying short reads; the count read (less than n at
+// end of file), or -1 with errno set.
+ssize_t pread_full(int fd, void* buf, size_t n, size_t off) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, static_cast<char*>(buf) + done, n - done, off_t(off + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    done += size_t(r);
+  }
+  return ssize_t(done);
+}
+
+bool pwrite_full(int fd, const void* buf, size_t n, size_t off) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r =
+        ::pwrite(fd, static_cast<const char*>(buf) + done, n - done, off_t(off + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += size_t(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+struct DiskFullTier::DiskSlot : Slot {
+  std::string path;
+  int fd = -1;  // buffered, read-write: pending-block writes, re-layout
+  size_t capacity_blocks = 0;
+  size_t region = 0;                  // bytes of one region (a layer's K or V)
+  std::vector<std::byte> pending;     // [layers][K, V][block bytes]
+  std::vector<size_t> pending_block;  // [layers]: block held in `pending`, or kNoBlock
+  std::vector<char> dirty;            // [layers]: pending differs from the file
+};
+
+DiskFullTier::DiskFullTier(const KvCacheConfig& cfg, std::string dir, bool direct_io)
+    : FullTier(cfg), dir_(std::move(dir)), direct_io_(direct_io) {
+  namespace fs = std::filesystem;
+  if (dir_.empty()) throw Error("DiskFullTier: the directory name is empty");
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir_, ec);
+  if (!fs::exists(st)) {
+    created_dir_ = fs::create_directories(dir_, ec);
+    if (ec) throw Error("DiskFullTier: cannot create directory " + dir_ + ": " + ec.message());
+  } else if (!fs::is_directory(st)) {
+    throw Error("DiskFullTier: " + dir_ + " is not a directory");
+  }
+  // Writability: create and delete a probe file (access(W_OK) is wrong for root
+  // and for read-only mounts).
+  const std::string probe = dir_ + "/.vericache-probe-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw Error("DiskFullTier: directory " + dir_ + " is not writable: " + errno_text());
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+DiskFullTier::~DiskFullTier() {
+  close_all();
+  if (created_dir_) ::rmdir(dir_.c_str());  // only if empty: never removes others' files
+}
+
+std::string DiskFullTier::file_path(uint64_t id) const {
+  return dir_ + "/req-" + std::to_string(id) + ".kv";
+}
+
+std::string DiskFullTier::where(uint64_t id) const {
+  return "disk full tier, request " + std::to_string(id) + " (file " + file_path(id) + ")";
+}
+
+size_t DiskFullTier::region_bytes(size_t capacity_blocks) const {
+  return round_up(capacity_blocks * block_bytes(), kTierAlign);
+}
+
+std::unique_ptr<FullTier::Slot> DiskFullTier::open_slot(uint64_t id, size_t capacity_blocks) {
+  auto d = std::make_unique<DiskSlot>();
+  d->path = file_path(id);
+  d->capacity_blocks = capacity_blocks > 0 ? capacity_blocks : kDefaultBlocks;
+  d->region = region_bytes(d->capacity_blocks);
+  FdGuard fd{::open(d->path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+  if (fd.fd < 0) throw Error(where(id) + ": cannot create the KV file: " + errno_text());
+  if (::ftruncate(fd.fd, off_t(2 * cfg_.num_layers * d->region)) != 0) {
+    const std::string why = errno_text();
+    ::unlink(d->path.c_str());
+    throw Error(where(id) + ": cannot size the KV file: " + why);
+  }
+  d->fd = fd.release();
+  d->pending.assign(2 * cfg_.num_layers * block_bytes(), std::byte{0});
+  d->pending_block.assign(cfg_.num_layers, kNoBlock);
+  d->dirty.assign(cfg_.num_layers, 0);
+  return d;
+}
+
+void DiskFullTier::ensure_blocks(uint64_t id, Slot& s, size_t n_blocks) {
+  auto& d = static_cast<DiskSlot&>(s);
+  if (n_blocks > d.capacity_blocks) relayout(id, d, std::max(n_blocks, 2 * d.capacity_blocks));
+}
+
+void DiskFullTier::relayout(uint64_t id, DiskSlot& d, size_t capacity_blocks) {
+  const std::string tmp = d.path + ".grow";
+  const size_t region = region_bytes(capacity_blocks);
+  FdGuard nfd{::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+  auto fail = [&](const std::string& what) {
+    ::unlink(tmp.c_str());
+    throw Error(where(id) + ": growing to " + std::to_string(capacity_blocks) + " blocks: " + what);
+  };
+  if (nfd.fd < 0) fail("cannot create " + tmp + ": " + errno_text());
+  if (::ftruncate(nfd.fd, off_t(2 * cfg_.num_layers * region)) != 0)
+    fail("cannot size " + tmp + ": " + errno_text());
+  std::vector<std::byte> buf(std::min(kCopyChunk, d.region));
+  for (size_t r = 0; r < 2 * cfg_.num_layers; ++r) {
+    const size_t used = blocks_for(d.layer_length[r / 2]) * block_bytes();
+    for (size_t off = 0; off < used; off += buf.size()) {
+      const size_t n = std::min(buf.size(), used - off);
+      const ssize_t got = pread_full(d.fd, buf.data(), n, r * d.region + off);
+      if (got < 0) fail("cannot read the KV file: " + errno_text());
+      if (size_t(got) < n) fail("the KV file " + d.path + " is truncated");
+      if (!pwrite_full(nfd.fd, buf.data(), n, r * region + off))
+        fail("cannot write " + tmp + ": " + errno_text());
+      io_read_ += n;
+      io_written_ += n;
+    }
+  }
+  if (::rename(tmp.c_str(), d.path.c_str()) != 0)
+    fail("cannot rename " + tmp + " to " + d.path + ": " + errno_text());
+  ::close(d.fd);
+  d.fd = nfd.release();
+  d.capacity_blocks = capacity_blocks;
+  d.region = region;
+}
+
+void DiskFullTier::flush(uint64_t id, DiskSlot& d, size_t layer) {
+  if (!d.dirty[layer]) return;
+  const size_t bb = block_bytes(), off = d.pending_block[layer] * bb;
+  const std::byte* k = d.pending.data() + 2 * layer * bb;
+  if (!pwrite_full(d.fd, k, bb, 2 * layer * d.region + off) ||
+      !pwrite_full(d.fd, k + bb, bb, (2 * layer + 1) * d.region + off))
+    throw Error(where(id) + ": cannot write the KV file: " + errno_text());
+  io_written_ += 2 * bb;
+  d.dirty[layer] = 0;
+}
+
+FullTier::BlockRef DiskFullTier::block_for_write(uint64_t id, Slot& s, size_t layer, size_t block) {
+  auto& d = static_cast<DiskSlot&>(s);
+  const size_t bb = block_bytes();
+  std::byte* k = d.pending.data() + 2 * layer * bb;
+  if (d.pending_block[layer] != block) {
+    flush(id, d, layer);
+    d.pending_block[layer] = kNoBlock;
+    if (block * cfg_.block_tokens < d.layer_length[layer]) {  // holds written positions
+      const size_t off = block * bb;
+      const ssize_t a = pread_full(d.fd, k, bb, 2 * layer * d.region + off);
+      const ssize_t b =
+          a == ssize_t(bb) ? pread_full(d.fd, k + bb, bb, (2 * layer + 1) * d.region + off) : a;
+      if (a < 0 || b < 0) throw Error(where(id) + ": cannot read the KV file: " + errno_text());
+      if (size_t(a) < bb || size_t(b) < bb)
+        throw Error(where(id) + ": the KV file " + d.path + " is truncated (layer " +
+                    std::to_string(layer) + ", block " + std::to_string(block) + ")");
+      io_read_ += 2 * bb;
+    } else {
+      std::memset(k, 0, 2 * bb);
+    }
+    d.pending_block[layer] = block;
+  }
+  d.dirty[layer] = 1;
+  return {k, k + bb};
+}
+
+int DiskFullTier::open_for_read(uint64_t id, bool aligned, bool& direct) {
+  const std::string path = file_path(id);
+  direct = false;
+  if (direct_io_ && aligned) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (fd >= 0) {
+      direct = true;
+      return fd;
+    }
+    if (errno == EINVAL) direct_io_ = false;  // the filesystem refuses O_DIRECT
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) return fd;
+  if (errno == ENOENT)
+    throw Error(where(id) + ": the KV file " + path + " is missing (deleted behind the tier)");
+  throw Error(where(id) + ": cannot open the KV file " + path + ": " + errno_text());
+}
+
+void DiskFullTier::read_blocks(uint64_t id, Slot& s, size_t layer, size_t n_blocks, std::byte* k,
+                               std::byte* v) {
+  auto& d = static_cast<DiskSlot&>(s);
+  const size_t bytes = round_up(n_blocks * block_bytes(), kTierAlign);
+  const bool aligned = reinterpret_cast<uintptr_t>(k) % kTierAlign == 0 &&
+                       reinterpret_cast<uintptr_t>(v) % kTierAlign == 0;
+  const size_t k_off = 2 * layer * d.region, v_off = k_off + d.region;
+  for (;;) {
+    bool direct = false;
+    FdGuard fd{open_for_read(id, aligned, direct)};
+    struct stat st {};
+    if (::fstat(fd.fd, &st) != 0)
+      throw Error(where(id) + ": cannot stat the KV file: " + errno_text());
+    auto truncated = [&](size_t have) {
+      return Error(where(id) + ": the KV file " + d.path + " is truncated: it has " +
+                   std::to_string(have) + " bytes, layer " + std::to_string(layer) + " needs " +
+                   std::to_string(v_off + bytes));
+    };
+    if (size_t(st.st_size) < v_off + bytes) throw truncated(size_t(st.st_size));
+    const ssize_t a = pread_full(fd.fd, k, bytes, k_off);
+    const ssize_t b = a == ssize_t(bytes) ? pread_full(fd.fd, v, bytes, v_off) : a;
+    if ((a < 0 || b < 0) && errno == EINVAL && direct) {
+      direct_io_ = false;  // O_DIRECT opened but refused this read: buffered from now on
+      continue;
+    }
+    if (a < 0 || b < 0) throw Error(where(id) + ": cannot read the KV file: " + errno_text());
+    if (size_t(a) < bytes || size_t(b) < bytes) throw truncated(size_t(st.st_size));
+    break;
+  }
+  io_read_ += 2 * bytes;
+  // The layer's buffered block is newer than the file.
+  const size_t pb = d.pending_block[layer], bb = block_bytes();
+  if (pb < n_blocks) {
+    std::memcpy(k + pb * bb, d.pending.data() + 2 * layer * bb, bb);
+    std::memcpy(v + pb * bb, d.pending.data() + (2 * layer + 1) * bb, bb);
+  }
+}
+
+void DiskFullTier::close_slot(uint64_t id, Slot& s) {
+  auto& d = static_cast<DiskSlot&>(s);
+  if (d.fd >= 0) ::close(d.fd);
+  d.fd = -1;
+  ::unlink((d.path + ".grow").c_str());
+  if (::unlink(d.path.c_str()) != 0 && errno != ENOENT)
+    throw Error(where(id) + ": cannot delete the KV file: " + errno_text());
+}
+
+}  // namespace vc
