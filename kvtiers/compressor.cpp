@@ -1,0 +1,132 @@
+// The compressor registry (make_compressor, compressor_names), the default bf16
+// codec, and the selection helpers shared by the token-dropping methods.
+#include "kvtiers/compressor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/error.hpp"
+#include "kvtiers/compressors/factories.hpp"
+
+namespace vc {
+namespace {
+
+using Factory = std::unique_ptr<Compressor> (*)();
+
+struct Entry {
+  const char* name;
+  Factory make;
+  bool quantizer;  // false: drops tokens
+};
+
+constexpr Entry kRegistry[] = {
+    {"streaming_llm", &make_streaming_llm, false},
+    {"snapkv", &make_snapkv, false},
+    {"h2o", &make_h2o, false},
+    {"expected_attention", &make_expected_attention, false},
+    {"kvzip", &make_kvzip, false},
+    {"laprox", &make_laprox, false},
+    {"kivi", &make_kivi, true},
+    {"kvquant", &make_kvquant, true},
+    {"rotate_kv", &make_rotate_kv, true},
+};
+
+const Entry* find_entry(const std::string& name) {
+  for (const Entry& e : kRegistry) {
+    if (name == e.name) return &e;
+  }
+  return nullptr;
+}
+
+std::string valid_names() {
+  std::string s;
+  for (const Entry& e : kRegistry) s += std::string(s.empty() ? "" : ", ") + e.name;
+  return s + "; or DROP+QUANT, e.g. snapkv+kivi";
+}
+
+}  // namespace
+
+size_t Compressor::quantize(size_t /*l*/, size_t /*g*/, const int32_t* /*positions*/, size_t n,
+                            size_t head_dim, const ModelFacts& /*model*/, float* k, float* v) const {
+  const size_t count = n * head_dim;
+  for (size_t i = 0; i < count; ++i) {
+    k[i] = bf16_to_f32(f32_to_bf16(k[i]));
+    v[i] = bf16_to_f32(f32_to_bf16(v[i]));
+  }
+  return count * 2 * 2;
+}
+
+std::unique_ptr<Compressor> make_compressor(const std::string& name) {
+  const size_t plus = name.find('+');
+  if (plus == std::string::npos) {
+    if (const Entry* e = find_entry(name)) return e->make();
+    throw Error("unknown compressor '" + name + "' (valid: " + valid_names() + ")");
+  }
+  const std::string drop = name.substr(0, plus), quant = name.substr(plus + 1);
+  const Entry* d = find_entry(drop);
+  const Entry* q = find_entry(quant);
+  if (!d || d->quantizer || !q || !q->quantizer) {
+    throw Error("bad compressor composition '" + name +
+                "': expected DROP+QUANT with DROP one of streaming_llm, snapkv, h2o, "
+                "expected_attention, kvzip, laprox and QUANT one of kivi, kvquant, rotate_kv "
+                "(valid: " + valid_names() + ")");
+  }
+  return make_composition(d->make(), q->make());
+}
+
+std::vector<std::string> compressor_names() {
+  std::vector<std::string> names;
+  for (const Entry& e : kRegistry) names.emplace_back(e.name);
+  return names;
+}
+
+std::vector<int32_t> keep_top(const std::vector<float>& scores, size_t budget,
+                              const std::vector<int32_t>& always) {
+  const size_t n = scores.size();
+  std::vector<uint8_t> kept(n, 0);
+  size_t count = 0;
+  for (int32_t p : always) {
+    if (p < 0 || size_t(p) >= n) {
+      throw Error("keep_top: always-kept position " + std::to_string(p) + " outside [0, " +
+                  std::to_string(n) + ")");
+    }
+    if (!kept[size_t(p)]) ++count;
+    kept[size_t(p)] = 1;
+  }
+  const size_t target = std::min(budget, n);
+  if (count < target) {
+    std::vector<int32_t> rest;
+    rest.reserve(n - count);
+    for (size_t p = 0; p < n; ++p) {
+      if (!kept[p]) rest.push_back(int32_t(p));
+    }
+    auto key = [&scores](int32_t p) {
+      const float s = scores[size_t(p)];
+      return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s;
+    };
+    auto better = [&key](int32_t a, int32_t b) {
+      const float ka = key(a), kb = key(b);
+      return ka != kb ? ka > kb : a < b;
+    };
+    const size_t fill = target - count;
+    std::partial_sort(rest.begin(), rest.begin() + std::ptrdiff_t(fill), rest.end(), better);
+    for (size_t i = 0; i < fill; ++i) kept[size_t(rest[i])] = 1;
+  }
+  std::vector<int32_t> out;
+  for (size_t p = 0; p < n; ++p) {
+    if (kept[p]) out.push_back(int32_t(p));
+  }
+  return out;
+}
+
+size_t kept_per_head(size_t n_pos, double ratio) {
+  if (!(ratio >= 1.0) || !std::isfinite(ratio)) {
+    throw Error("compression ratio must be a finite number >= 1, got " + std::to_string(ratio));
+  }
+  if (n_pos == 0) return 0;
+  const double k = std::round(double(n_pos) / ratio);
+  return std::clamp(size_t(k), size_t(1), n_pos);
+}
+
+}  // namespace vc

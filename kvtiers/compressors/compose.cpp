@@ -1,0 +1,91 @@
+// Drop + quantize composition: a token-dropping method chooses the positions and a
+// quantizer stores what is kept. The target ratio is split between them:
+// r_drop = ratio^drop_share, r_quant = ratio / r_drop (sqrt each by default), so
+// e.g. "snapkv+kivi" at 8x keeps ~1/2.83 of the tokens at 4 bits.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/error.hpp"
+#include "kvtiers/compressors/factories.hpp"
+
+namespace vc {
+namespace {
+
+class Composition final : public Compressor {
+ public:
+  Composition(std::unique_ptr<Compressor> dropper, std::unique_ptr<Compressor> quantizer)
+      : dropper_(std::move(dropper)), quantizer_(std::move(quantizer)) {
+    name_ = std::string(dropper_->name()) + "+" + std::string(quantizer_->name());
+    summary_ = "Drops tokens with " + std::string(dropper_->name()) + ", then quantizes the kept rows with " +
+               std::string(quantizer_->name()) + "; ratio split by drop_share";
+  }
+
+  [[nodiscard]] std::string_view name() const override { return name_; }
+  [[nodiscard]] std::string_view summary() const override { return summary_; }
+
+  [[nodiscard]] std::vector<CompressorParam> params() const override {
+    std::vector<CompressorParam> out = {
+        {"drop_share", share_, "share of the ratio (as an exponent) given to dropping: r_drop = ratio^share"}};
+    for (const Compressor* c : {dropper_.get(), quantizer_.get()}) {
+      for (CompressorParam p : c->params()) {
+        p.name = std::string(c->name()) + "." + p.name;
+        out.push_back(std::move(p));
+      }
+    }
+    return out;
+  }
+
+  void set_param(const std::string& name, double value) override {
+    if (name == "drop_share") {
+      if (!(value >= 0.0 && value <= 1.0)) {
+        throw Error(name_ + ": parameter 'drop_share' must be in [0, 1], got " + std::to_string(value));
+      }
+      share_ = value;
+      return;
+    }
+    for (Compressor* c : {dropper_.get(), quantizer_.get()}) {
+      const std::string prefix = std::string(c->name()) + ".";
+      if (name.rfind(prefix, 0) == 0) {
+        c->set_param(name.substr(prefix.size()), value);
+        return;
+      }
+    }
+    throw Error(name_ + ": unknown parameter '" + name + "' (known: drop_share, " +
+                std::string(dropper_->name()) + ".*, " + std::string(quantizer_->name()) + ".*)");
+  }
+
+  [[nodiscard]] bool needs_stats() const override { return dropper_->needs_stats(); }
+
+  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
+    if (!(in.ratio >= 1.0) || !std::isfinite(in.ratio)) {
+      throw Error(name_ + ": compression ratio must be a finite number >= 1, got " + std::to_string(in.ratio));
+    }
+    const double r_drop = std::max(1.0, std::pow(in.ratio, share_));
+    const double r_quant = std::max(1.0, in.ratio / r_drop);
+    CompressionPlan out = dropper_->plan(CompressorInput{in.kv, in.stats, in.model, r_drop});
+    // The quantizer's plan records its bits for quantize(); only its QuantSpec is used.
+    out.quant = quantizer_->plan(CompressorInput{in.kv, in.stats, in.model, r_quant}).quant;
+    return out;
+  }
+
+  size_t quantize(size_t l, size_t g, const int32_t* positions, size_t n, size_t head_dim,
+                  const ModelFacts& model, float* k, float* v) const override {
+    return quantizer_->quantize(l, g, positions, n, head_dim, model, k, v);
+  }
+
+ private:
+  std::unique_ptr<Compressor> dropper_, quantizer_;
+  std::string name_, summary_;
+  double share_ = 0.5;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> make_composition(std::unique_ptr<Compressor> dropper,
+                                             std::unique_ptr<Compressor> quantizer) {
+  if (!dropper || !quantizer) throw Error("make_composition: needs a dropper and a quantizer");
+  return std::make_unique<Composition>(std::move(dropper), std::move(quantizer));
+}
+
+}  // namespace vc
