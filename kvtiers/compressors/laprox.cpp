@@ -1,0 +1,233 @@
+// LaProx-style token dropping.
+// Paper: arXiv 2605.07234, which casts KV eviction as an output-aware, layer-wise
+// approximation of the attention output matrix product, with tokens selected
+// model-wide rather than with a fixed count per head.
+// Score of position p in layer l, KV head g (group G_g of query heads, |G_g| = m):
+//   a(p)   = attention paid to p by the observation window (PrefillStats rows of
+//            window_attention, averaged over the rows; already summed over G_g)
+//   c(p)   = Σ_{h in G_g} a_h(p) · ‖W_o[:, cols of h] · v_p‖₂, with a_h = a / m
+//            (the statistics hold only the group's sum, so it is split evenly),
+//            i.e. a(p) × the mean over h of ‖W_o,h v_p‖: the size of p's term in the
+//            layer's output o = Σ_h W_o,h Σ_p a_h(p) v_p.
+//   ‖W_o,h v‖² = vᵀ (W_o,hᵀ W_o,h) v, through each head's d×d Gram matrix.
+// Scores are divided by the layer's total contribution so layers compare, then kept
+// GLOBALLY: model budget = kept_per_head(n_pos, ratio) × layers × kv_heads positions.
+// Per head, the first `sinks` and last `recent` positions are always kept, and at
+// least `min_per_head` (these forced positions capped at the per-head budget, sinks
+// first); the rest of the model budget goes to the top scores over all (l, g, p).
+// Heads therefore keep different counts; the total is exactly the model budget.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "kernels/dtype.hpp"
+#include "kernels/error.hpp"
+#include "kvtiers/compressor.hpp"
+#include "kvtiers/compressors/factories.hpp"
+
+namespace vc {
+namespace {
+
+size_t count_param(const std::string& name, double value) {
+  if (!std::isfinite(value) || value < 0 || value != std::floor(value) || value > 1e9) {
+    throw Error("laprox: parameter '" + name + "' must be an integer >= 0, got " +
+                std::to_string(value));
+  }
+  return size_t(value);
+}
+
+/// Top `count` of `scores` over the positions not marked in `taken` (ties: lower
+/// index), as indices into `scores`.
+std::vector<size_t> top_free(const std::vector<float>& scores, const std::vector<char>& taken,
+                             size_t count) {
+  std::vector<float> rest;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (taken[i]) continue;
+    rest.push_back(std::isnan(scores[i]) ? std::numeric_limits<float>::lowest() : scores[i]);
+    where.push_back(i);
+  }
+  std::vector<size_t> out;
+  if (count == 0) return out;
+  for (int32_t i : keep_top(rest, std::min(count, rest.size()))) out.push_back(where[size_t(i)]);
+  return out;
+}
+
+/// LaProx: output-aware contributions, selected model-wide.
+class LaProx final : public Compressor {
+ public:
+  [[nodiscard]] std::string_view name() const override { return "laprox"; }
+  [[nodiscard]] std::string_view summary() const override {
+    return "keep the tokens with the largest output contribution a(p)·|W_o v_p|, "
+           "selected model-wide (LaProx, arXiv 2605.07234)";
+  }
+  [[nodiscard]] std::vector<CompressorParam> params() const override {
+    return {{"sinks", double(sinks_), "first positions always kept per head"},
+            {"recent", double(recent_), "most recent positions always kept per head"},
+            {"min_per_head", double(min_per_head_), "fewest positions any head keeps"}};
+  }
+  void set_param(const std::string& name, double value) override {
+    if (name == "sinks") {
+      sinks_ = count_param(name, value);
+    } else if (name == "recent") {
+      recent_ = count_param(name, value);
+    } else if (name == "min_per_head") {
+      min_per_head_ = count_param(name, value);
+    } else {
+      throw Error("laprox: unknown parameter '" + name + "' (known: sinks, recent, min_per_head)");
+    }
+  }
+  [[nodiscard]] bool needs_stats() const override { return true; }
+
+  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
+    const KvSnapshot& kv = in.kv;
+    check(in);
+    const size_t n = kv.n_pos, heads_kv = kv.layers * kv.kv_heads;
+    CompressionPlan plan;
+    plan.keep.assign(kv.layers, std::vector<std::vector<int32_t>>(kv.kv_heads));
+    if (n == 0 || heads_kv == 0) return plan;
+    const std::vector<float> scores = contributions(in);  // [layers][kv_heads][n_pos]
+
+    // Forced positions per head: sinks, recent window, then the min_per_head floor.
+    const size_t budget = std::min(kept_per_head(n, in.ratio), n);
+    std::vector<char> taken(scores.size(), 0);
+    size_t used = 0;
+    std::vector<char> head_taken(n);
+    std::vector<float> head_scores(n);
+    for (size_t hg = 0; hg < heads_kv; ++hg) {
+      std::fill(head_taken.begin(), head_taken.end(), 0);
+      size_t count = 0;
+      auto force = [&](size_t p) {
+        if (count < budget && !head_taken[p]) {
+          head_taken[p] = 1;
+          ++count;
+        }
+      };
+      for (size_t p = 0; p < std::min(sinks_, n); ++p) force(p);
+      for (size_t p = n; p-- > n - std::min(recent_, n);) force(p);
+      const size_t floor = std::min(min_per_head_, budget);
+      if (count < floor) {
+        std::copy_n(scores.begin() + long(hg * n), n, head_scores.begin());
+        for (size_t p : top_free(head_scores, head_taken, floor - count)) force(p);
+      }
+      for (size_t p = 0; p < n; ++p) taken[hg * n + p] = head_taken[p];
+      used += count;
+    }
+    // The rest of the model-wide budget: top scores over every (layer, head, position).
+    for (size_t i : top_free(scores, taken, budget * heads_kv - used)) taken[i] = 1;
+    for (size_t l = 0; l < kv.layers; ++l) {
+      for (size_t g = 0; g < kv.kv_heads; ++g) {
+        const size_t base = (l * kv.kv_heads + g) * n;
+        for (size_t p = 0; p < n; ++p) {
+          if (taken[base + p]) plan.keep[l][g].push_back(int32_t(p));
+        }
+      }
+    }
+    return plan;
+  }
+
+ private:
+  static void check(const CompressorInput& in) {
+    const KvSnapshot& kv = in.kv;
+    const PrefillStats* s = in.stats;
+    if (s == nullptr) throw Error("laprox: needs PrefillStats (none were gathered)");
+    if (s->layers != kv.layers || s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos) {
+      throw Error("laprox: PrefillStats shape (layers, kv_heads, n_pos) does not match the KV");
+    }
+    if (s->window_attention.size() != kv.layers * kv.kv_heads * s->window * kv.n_pos) {
+      throw Error("laprox: PrefillStats.window_attention has the wrong size");
+    }
+    if (kv.n_pos > 0 && s->window == 0) throw Error("laprox: PrefillStats has no window rows");
+    const size_t cells = kv.layers * kv.kv_heads * kv.n_pos * kv.head_dim;
+    if (kv.k.size() != cells || kv.v.size() != cells) {
+      throw Error("laprox: KvSnapshot k/v sizes do not match its shape");
+    }
+    const ModelFacts& m = in.model;
+    if (m.wo.empty()) throw Error("laprox: needs the output projections (ModelFacts.wo is empty)");
+    if (m.wo.size() != kv.layers) {
+      throw Error("laprox: ModelFacts.wo must have one matrix per layer");
+    }
+    if (kv.kv_heads == 0 || m.heads == 0 || m.heads % kv.kv_heads != 0) {
+      throw Error("laprox: ModelFacts.heads must be a positive multiple of kv_heads");
+    }
+    for (size_t l = 0; l < m.wo.size(); ++l) {
+      const ModelFacts::Matrix& w = m.wo[l];
+      if (w.data == nullptr || w.rows == 0 || w.cols != m.heads * kv.head_dim) {
+        throw Error("laprox: ModelFacts.wo[" + std::to_string(l) +
+                    "] must be [hidden, heads * head_dim] with data");
+      }
+    }
+  }
+
+  /// Per-layer-normalised output contributions, [layers][kv_heads][n_pos].
+  static std::vector<float> contributions(const CompressorInput& in) {
+    const KvSnapshot& kv = in.kv;
+    const PrefillStats& s = *in.stats;
+    const size_t n = kv.n_pos, d = kv.head_dim, heads = in.model.heads;
+    const size_t group = heads / kv.kv_heads;
+    std::vector<float> out(kv.layers * kv.kv_heads * n, 0.0f);
+    std::vector<float> row, gram(heads * d * d);
+    std::vector<double> attn(n);
+    for (size_t l = 0; l < kv.layers; ++l) {
+      // Gram matrix W_o,hᵀ W_o,h of each query head's column block.
+      const ModelFacts::Matrix& w = in.model.wo[l];
+      row.resize(w.cols);
+      std::fill(gram.begin(), gram.end(), 0.0f);
+      const auto* bytes = static_cast<const unsigned char*>(w.data);
+      for (size_t r = 0; r < w.rows; ++r) {
+        to_f32(w.dtype, bytes + r * w.cols * dtype_size(w.dtype), row.data(), w.cols);
+        for (size_t h = 0; h < heads; ++h) {
+          const float* x = &row[h * d];
+          float* m = &gram[h * d * d];
+          for (size_t i = 0; i < d; ++i) {
+            const float xi = x[i];
+            for (size_t j = 0; j < d; ++j) m[i * d + j] += xi * x[j];
+          }
+        }
+      }
+      double total = 0;
+      for (size_t g = 0; g < kv.kv_heads; ++g) {
+        std::fill(attn.begin(), attn.end(), 0.0);
+        for (size_t r = 0; r < s.window; ++r) {
+          const float* a = s.window_row(l, g, r);
+          for (size_t p = 0; p < n; ++p) attn[p] += double(a[p]) / double(s.window);
+        }
+        float* c = &out[(l * kv.kv_heads + g) * n];
+        for (size_t p = 0; p < n; ++p) {
+          const float* v = kv.v_at(l, g, p);
+          double norms = 0;
+          for (size_t h = g * group; h < (g + 1) * group; ++h) {
+            const float* m = &gram[h * d * d];
+            double q = 0;
+            for (size_t i = 0; i < d; ++i) {
+              double mv = 0;
+              for (size_t j = 0; j < d; ++j) mv += double(m[i * d + j]) * double(v[j]);
+              q += double(v[i]) * mv;
+            }
+            norms += std::sqrt(std::max(0.0, q));
+          }
+          const double contribution = attn[p] * norms / double(group);
+          c[p] = float(contribution);
+          total += contribution;
+        }
+      }
+      if (total > 0) {
+        float* c = &out[l * kv.kv_heads * n];
+        for (size_t i = 0; i < kv.kv_heads * n; ++i) c[i] = float(double(c[i]) / total);
+      }
+    }
+    return out;
+  }
+
+  size_t sinks_ = 4;
+  size_t recent_ = 8;
+  size_t min_per_head_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> make_laprox() { return std::make_unique<LaProx>(); }
+
+}  // namespace vc
