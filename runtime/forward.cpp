@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/attention_mixed.hpp"
+#include "runtime/prefill_stats.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/error.hpp"
@@ -112,11 +114,26 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     for (size_t m = 0; m < M; ++m)
       cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
 
+    if (ws.stats != nullptr) ws.stats->observe(l, rows, ws.q.data(), cache);
+
     // Attention: rows are independent; split them across the pool.
     auto attend = [&](size_t begin, size_t end) {
-      for (size_t m = begin; m < end; ++m)
-        cpu::attention_row(ws.q.data() + m * qd, nh, cache.view(l, *rows[m].seq),
-                           size_t(pos[m]) + 1, scale, ws.attn.data() + m * qd);
+      std::vector<cpu::DenseKvHead> prefix;
+      for (size_t m = begin; m < end; ++m) {
+        const CompressedView* cv = rows[m].view;
+        if (cv == nullptr) {
+          // A lone row splits its KV heads across the pool (bit-identical either way).
+          cpu::attention_row(ws.q.data() + m * qd, nh, cache.view(l, *rows[m].seq),
+                             size_t(pos[m]) + 1, scale, ws.attn.data() + m * qd,
+                             M == 1 ? &ws.pool() : nullptr);
+          continue;
+        }
+        prefix.resize(nkv);
+        for (size_t g = 0; g < nkv; ++g) prefix[g] = {cv->k(l, g), cv->v(l, g), cv->count(l, g)};
+        cpu::attention_row_mixed(ws.q.data() + m * qd, nh, prefix.data(),
+                                 cache.view(l, *rows[m].seq), cv->covered(), size_t(pos[m]) + 1,
+                                 scale, ws.attn.data() + m * qd);
+      }
     };
     if (M > 1) ws.pool().parallel_for(M, 1, attend);
     else attend(0, M);

@@ -8,10 +8,13 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
+#include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
 #include "runtime/model.hpp"
 
 namespace vc {
+
+class PrefillStatsCollector;
 
 /// One token to run. Rows of one sequence must be consecutive positions in
 /// increasing order; its earlier positions must already be in the cache.
@@ -20,6 +23,9 @@ struct ForwardRow {
   int32_t position = 0;
   KvSequence* seq = nullptr;
   bool want_logits = false;
+  /// Draft rows: attend over this compressed view for positions [0, covered()) and
+  /// over `seq`'s own cache for later positions, instead of `seq` alone.
+  const CompressedView* view = nullptr;
 };
 
 /// Scratch buffers and the thread pool of one caller. Not thread-safe: one per
@@ -32,6 +38,8 @@ class Workspace {
   [[nodiscard]] int threads() const { return pool_->threads(); }
 
   std::vector<float> x, h, q, k, v, attn, gate, up, tmp;
+  /// When set, forward() reports every layer's queries to it (prefill statistics).
+  PrefillStatsCollector* stats = nullptr;
 
  private:
   std::unique_ptr<cpu::ThreadPool> pool_;

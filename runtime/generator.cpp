@@ -1,10 +1,14 @@
 // Prefill + token-by-token decode with stop conditions and timing.
 #include "runtime/generator.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "kernels/error.hpp"
+#include "runtime/compression.hpp"
+#include "runtime/prefill_stats.hpp"
 
 namespace vc {
 
@@ -41,7 +45,7 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
   if (opt.max_tokens < 0) throw Error("generate: max_tokens must be >= 0");
   if (!opt.stop.empty() && !tokenizer_) throw Error("generate: stop strings need a tokenizer");
   const size_t limit = context_limit(*model_, cfg_);
-  if (prompt_ids.size() + size_t(opt.max_tokens) > limit)
+  if (prompt_ids.size() + std::max(size_t(opt.max_tokens), opt.forced_output.size()) > limit)
     throw Error("generate: prompt (" + std::to_string(prompt_ids.size()) + " tokens) + max_tokens (" +
                 std::to_string(opt.max_tokens) + ") exceeds the context limit of " +
                 std::to_string(limit));
@@ -56,12 +60,41 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
     ~Release() { cache.free(seq); }
   } release{cache_, seq};
 
+  const int steps = opt.forced_output.empty() ? opt.max_tokens : int(opt.forced_output.size());
+  std::unique_ptr<Compressor> compressor;
+  std::optional<PrefillStatsCollector> collector;
+  if (opt.mode == DecodeMode::lossy) {
+    compressor = make_compressor(opt.compressor);  // a bad name fails before any work
+    if (!(opt.ratio >= 1.0)) throw Error("generate: ratio must be >= 1");
+    if (compressor->needs_stats()) {
+      collector.emplace(c, prompt_ids.size(), opt.stats_window);
+      ws_.stats = &*collector;
+    }
+  }
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits =
-      opt.max_tokens > 0 ? prefill(*model_, prompt_ids, seq, cache_, ws_, opt.prefill_chunk)
-                         : std::vector<float>{};
+  std::vector<float> logits;
+  try {
+    if (steps > 0) logits = prefill(*model_, prompt_ids, seq, cache_, ws_, opt.prefill_chunk);
+  } catch (...) {
+    ws_.stats = nullptr;
+    throw;
+  }
+  ws_.stats = nullptr;
   r.stats.prefill_seconds = seconds_since(t0);
   r.stats.prompt_tokens = prompt_ids.size();
+
+  std::optional<CompressedView> view;
+  if (compressor && steps > 0) {
+    t0 = std::chrono::steady_clock::now();
+    std::optional<PrefillStats> stats;
+    if (collector) stats = collector->finish();
+    const size_t n = prompt_ids.size();
+    view = compress(*compressor, snapshot_kv(cache_, seq, n), stats ? &*stats : nullptr,
+                    model_facts(*model_, n), opt.ratio);
+    r.stats.compress_seconds = seconds_since(t0);
+    r.stats.compressed_bytes = view->stored_bytes();
+    r.stats.compressed_full_bytes = view->full_bytes();
+  }
 
   t0 = std::chrono::steady_clock::now();
   std::vector<ForwardRow> row(1);
@@ -73,9 +106,11 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
       if (e == t) return true;
     return false;
   };
-  for (int i = 0; i < opt.max_tokens; ++i) {
+  for (int i = 0; i < steps; ++i) {
     const int64_t position = int64_t(prompt_ids.size()) + i;
-    const int32_t tok = sample_token(logits, opt.sampling, position);
+    if (opt.keep_logits) r.step_logits.insert(r.step_logits.end(), logits.begin(), logits.end());
+    const int32_t tok = opt.forced_output.empty() ? sample_token(logits, opt.sampling, position)
+                                                  : opt.forced_output[size_t(i)];
     r.output_ids.push_back(tok);
     r.output_logprobs.push_back(token_logprob(logits, tok));
     if (on_token && !on_token(tok)) {
@@ -95,9 +130,9 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
         break;
       }
     }
-    if (i + 1 == opt.max_tokens) break;
+    if (i + 1 == steps) break;
     cache_.reserve(seq, size_t(position) + 1);
-    row[0] = ForwardRow{tok, int32_t(position), &seq, true};
+    row[0] = ForwardRow{tok, int32_t(position), &seq, true, view ? &*view : nullptr};
     forward(*model_, row, cache_, ws_, logits);
   }
   r.stats.decode_seconds = seconds_since(t0);

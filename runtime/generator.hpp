@@ -15,7 +15,22 @@
 
 namespace vc {
 
+/// How the decode steps see the KV cache.
+enum class DecodeMode {
+  full,   // every step attends over the full KV (the reference output)
+  lossy,  // every step attends over the compressed view alone (what published
+          // compressors do; drifts from `full`, exists for comparison)
+};
+
 struct GenerateOptions {
+  DecodeMode mode = DecodeMode::full;
+  std::string compressor = "snapkv";  // lossy: a name from compressor_names()
+  double ratio = 4.0;                 // lossy: full prompt KV bytes / compressed bytes
+  size_t stats_window = 32;           // observation window of the prefill statistics
+  /// Teacher forcing (measurements): feed these tokens instead of the chosen ones;
+  /// generation runs for their count.
+  std::vector<int32_t> forced_output;
+  bool keep_logits = false;           // return every step's logits (measurements)
   int max_tokens = 128;
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings: generation ends when the text holds one
@@ -30,6 +45,9 @@ struct GenerateStats {
   double prefill_seconds = 0;
   double decode_seconds = 0;
   size_t kv_bytes = 0;  // full KV held at the end
+  size_t compressed_bytes = 0;       // lossy: compressed view of the prompt, as stored
+  size_t compressed_full_bytes = 0;  // lossy: the same positions at full precision
+  double compress_seconds = 0;
 
   [[nodiscard]] double prefill_tokens_per_second() const {
     return prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0.0;
@@ -47,6 +65,7 @@ struct GenerateResult {
   std::vector<float> output_logprobs;  // log p(token) under the model, per output token
   std::string text;                    // decoded output, cut before a stop string
   std::string finish_reason;           // "eos", "length" or "stop"
+  std::vector<float> step_logits;      // [steps, vocab] when keep_logits
   GenerateStats stats;
 };
 

@@ -31,6 +31,9 @@ struct GenerateArgs {
   bool ignore_eos = false;
   int threads = 0;
   std::string kv_dtype = "bf16";
+  std::string mode = "full";
+  std::string compressor = "snapkv";
+  double ratio = 4.0;
 };
 
 std::string read_prompt(const GenerateArgs& a) {
@@ -61,6 +64,9 @@ int run_generate(const GenerateArgs& a) {
   opt.sampling = SamplingParams{a.temperature, a.top_k, a.top_p, a.seed};
   opt.stop = a.stop;
   opt.stop_at_eos = !a.ignore_eos;
+  opt.mode = a.mode == "lossy" ? DecodeMode::lossy : DecodeMode::full;
+  opt.compressor = a.compressor;
+  opt.ratio = a.ratio;
   const GenerateResult r = gen.generate(prompt, opt);
 
   const GenerateStats& s = r.stats;
@@ -75,7 +81,7 @@ int run_generate(const GenerateArgs& a) {
       for (float v : r.output_logprobs) lp.push_back(nine_digits(v));
       j["output_logprobs"] = lp;
     }
-    j["stats"] = {{"mode", "full"},
+    j["stats"] = {{"mode", a.mode},
                   {"prompt_tokens", s.prompt_tokens},
                   {"output_tokens", s.output_tokens},
                   {"prefill_seconds", s.prefill_seconds},
@@ -86,6 +92,16 @@ int run_generate(const GenerateArgs& a) {
                   {"kv_dtype", a.kv_dtype},
                   {"threads", gen.workspace().threads()},
                   {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))}};
+    if (opt.mode == DecodeMode::lossy)
+      j["stats"]["compression"] = {{"compressor", a.compressor},
+                                   {"ratio", a.ratio},
+                                   {"compressed_bytes", s.compressed_bytes},
+                                   {"full_bytes_of_same_positions", s.compressed_full_bytes},
+                                   {"achieved_ratio", s.compressed_bytes > 0
+                                                          ? double(s.compressed_full_bytes) /
+                                                                double(s.compressed_bytes)
+                                                          : 0.0},
+                                   {"compress_seconds", s.compress_seconds}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << prompt << r.text << "\n";
@@ -125,6 +141,13 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--threads", a->threads, "Worker threads (0 = auto)")->capture_default_str();
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->add_option("--mode", a->mode, "full: full-KV decoding; lossy: decode over the "
+                  "compressed KV alone (drifts; for comparison)")
+      ->capture_default_str()->check(CLI::IsMember({"full", "lossy"}));
+  cmd->add_option("--compressor", a->compressor, "Compression method (see `vericache compressors`)")
+      ->capture_default_str();
+  cmd->add_option("--ratio", a->ratio, "Compression ratio: full KV bytes / compressed bytes")
+      ->capture_default_str()->check(CLI::Range(1.0, 1000.0));
   cmd->callback([&run, a, p, pf] {
     if (p->count() == 0 && pf->count() == 0)
       throw CLI::ValidationError("generate", "one of --prompt or --prompt-file is required");

@@ -1,0 +1,26 @@
+// Attention of one query row over a compressed prefix (explicit rows per KV head,
+// as the compressed tier holds them) followed by a paged tail of recent positions.
+// This is the drafter's attention: it need not be batch invariant (drafts are
+// verified), only fast enough and correct.
+#pragma once
+#include <cstddef>
+
+#include "kernels/cpu/attention.hpp"
+
+namespace vc::cpu {
+
+/// One KV head's explicit rows: k, v: [n, head_dim] fp32.
+struct DenseKvHead {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  size_t n = 0;
+};
+
+/// out[h] = softmax over (prefix[g] rows, then tail positions [tail_begin, n_ctx))
+/// of scale * q[h]·k, applied to the matching v; g = h / (n_heads / kv_heads).
+/// prefix: [tail.kv_heads] entries. q, out: [n_heads, head_dim].
+void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* prefix,
+                         const PagedKv& tail, size_t tail_begin, size_t n_ctx, float scale,
+                         float* out);
+
+}  // namespace vc::cpu

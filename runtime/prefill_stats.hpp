@@ -1,0 +1,37 @@
+// Gathers the prompt statistics that some compressors need (kvtiers/compressor.hpp
+// PrefillStats) while the prefill pass runs: attention of the last window of
+// queries to every position, attention accumulated over all queries, and the
+// per-channel moments of the queries.
+#pragma once
+#include <cstddef>
+#include <span>
+
+#include "kvtiers/compressor.hpp"
+#include "kvtiers/paged_kv_cache.hpp"
+#include "runtime/model/config.hpp"
+
+namespace vc {
+
+struct ForwardRow;
+
+class PrefillStatsCollector {
+ public:
+  /// For a prompt of n_pos positions starting at position 0; window: observation
+  /// window (the last `window` prompt positions).
+  PrefillStatsCollector(const ModelConfig& cfg, size_t n_pos, size_t window);
+
+  /// Called by forward() for each layer once the rows' KV is in the cache; q holds
+  /// the rows' post-RoPE queries [rows, heads * head_dim].
+  void observe(size_t layer, std::span<const ForwardRow> rows, const float* q,
+               const PagedKvCache& cache);
+
+  /// The statistics, moments normalised (call after the whole prompt ran).
+  [[nodiscard]] PrefillStats finish();
+
+ private:
+  PrefillStats s_;
+  size_t observed_rows_ = 0;  // rows seen in layer 0 (for the moments' mean)
+  float scale_ = 1.0f;
+};
+
+}  // namespace vc
