@@ -1,13 +1,19 @@
 // Drop + quantize composition: a token-dropping method chooses the positions and a
-// quantizer stores what is kept. The target ratio is split between them:
-// r_drop = ratio^drop_share, r_quant = ratio / r_drop (sqrt each by default), so
-// e.g. "snapkv+kivi" at 8x keeps ~1/2.83 of the tokens at 4 bits.
+// quantizer stores what is kept. The target ratio is split between them: the
+// dropper plans at r_drop = ratio^drop_share (sqrt by default), and the quantizer
+// then fits the rows the dropper kept into the whole budget, full bf16 bytes of
+// every position / ratio (QuantTarget, up to kRatioSlack) -- i.e. it quantizes at
+// r_quant = ratio * kept / n_pos, ~ratio / r_drop -- choosing its bits and
+// overheads from the kept counts, so the composition as a whole meets the ratio.
+// E.g. "snapkv+kivi" at 8x keeps ~1/2.83 of the tokens at 4 bits.
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "kernels/error.hpp"
 #include "kvtiers/compressors/factories.hpp"
+#include "kvtiers/compressors/uniform_quant.hpp"
 
 namespace vc {
 namespace {
@@ -64,8 +70,16 @@ class Composition final : public Compressor {
     const double r_drop = std::max(1.0, std::pow(in.ratio, share_));
     const double r_quant = std::max(1.0, in.ratio / r_drop);
     CompressionPlan out = dropper_->plan(CompressorInput{in.kv, in.stats, in.model, r_drop});
-    // The quantizer's plan records its bits for quantize(); only its QuantSpec is used.
-    out.quant = quantizer_->plan(CompressorInput{in.kv, in.stats, in.model, r_quant}).quant;
+    // The quantizer's plan records its settings for quantize(); only its QuantSpec is used.
+    if (const auto* q = dynamic_cast<const Quantizer*>(quantizer_.get())) {
+      std::vector<size_t> rows;
+      for (const auto& layer : out.keep) {
+        for (const auto& head : layer) rows.push_back(head.size());
+      }
+      out.quant = q->plan_rows(quant_target(in.kv, std::move(rows), in.ratio));
+    } else {
+      out.quant = quantizer_->plan(CompressorInput{in.kv, in.stats, in.model, r_quant}).quant;
+    }
     return out;
   }
 

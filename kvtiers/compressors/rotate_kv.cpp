@@ -6,10 +6,18 @@
 // dequantized, and rotated back (the normalised transform is its own inverse).
 // Simplification: one fixed Hadamard rotation per row stands in for the paper's
 // outlier-aware channel reordering, pre-RoPE grouped-head rotation and
-// attention-sink handling. head_dim must be a power of two. Every position is kept;
-// bits follow the ratio (2x -> 8, 4x -> 4, 8x -> 2) unless key_bits / value_bits
-// are set.
+// attention-sink handling. head_dim must be a power of two. Every position is kept.
+//
+// The ratio mapping (plan): the stored bytes of all kept rows (packed codes plus an
+// fp16 scale and zero per group) must fit full bf16 bytes / ratio (up to
+// kRatioSlack). Tried in order, the first fit wins: bits 8, 4, 3, 2; for each,
+// group_size 32, 64, 128, ... (doubling until one group covers a head). A group
+// of more than head_dim channels spans group_size / head_dim whole rotated rows
+// (rotation spreads every row alike, so neighbouring rows share a range well). When
+// nothing fits, the cheapest setting is used (the achieved ratio is then below the
+// ask). key_bits / value_bits / group_size set with set_param are kept.
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "kernels/error.hpp"
@@ -20,7 +28,23 @@
 namespace vc {
 namespace {
 
-class RotateKv final : public Compressor {
+struct RotateSettings {
+  int key_bits = 4, value_bits = 4;
+  size_t group = 32;
+};
+
+/// Groups: `group` channels of a row; past head_dim, group / head_dim whole rows.
+BlockShape group_shape(size_t group, size_t n, size_t d) {
+  if (group <= d) return {1, group};
+  return {std::clamp<size_t>(group / std::max<size_t>(d, 1), 1, std::max<size_t>(n, 1)), d};
+}
+
+size_t head_bytes(const RotateSettings& s, size_t n, size_t d) {
+  const BlockShape shape = group_shape(s.group, n, d);
+  return blocks_bytes(n, d, shape, s.key_bits) + blocks_bytes(n, d, shape, s.value_bits);
+}
+
+class RotateKv final : public Quantizer {
  public:
   [[nodiscard]] std::string_view name() const override { return "rotate_kv"; }
   [[nodiscard]] std::string_view summary() const override {
@@ -29,31 +53,58 @@ class RotateKv final : public Compressor {
   }
 
   [[nodiscard]] std::vector<CompressorParam> params() const override {
-    return {{"key_bits", double(bits_.key()), QuantBits::help(true)},
-            {"value_bits", double(bits_.value()), QuantBits::help(false)},
-            {"group_size", double(group_size_), "channels per quantization group of a rotated row"}};
+    const RotateSettings s = now_.get();
+    return {{"key_bits", double(s.key_bits), QuantBits::help(true)},
+            {"value_bits", double(s.value_bits), QuantBits::help(false)},
+            {"group_size", double(s.group),
+             "channels per quantization group of a rotated row (past head_dim: whole rows); "
+             "unless set, 32 doubled as the ratio needs"}};
   }
 
   void set_param(const std::string& name, double value) override {
+    RotateSettings s = now_.get();
     if (name == "key_bits" || name == "value_bits") {
       bits_.set("rotate_kv", name, value);
+      if (bits_.key_override() != 0) s.key_bits = bits_.key_override();
+      if (bits_.value_override() != 0) s.value_bits = bits_.value_override();
     } else if (name == "group_size") {
-      group_size_ = size_t(int_param("rotate_kv", name, value, 1, 1 << 16));
+      s.group = group_ = size_t(int_param("rotate_kv", name, value, 1, 1 << 30));
+      group_set_ = true;
     } else {
       throw Error("rotate_kv: unknown parameter '" + name + "' (known: key_bits, value_bits, group_size)");
     }
+    now_.set(s);
   }
 
-  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
-    check_head_dim(in.kv.head_dim);
-    return keep_all_positions(in.kv, bits_.follow(in.ratio));
+  QuantSpec plan_rows(const QuantTarget& t) const override {
+    const size_t d = t.head_dim, nmax = t.max_rows();
+    check_head_dim(d);
+    std::vector<size_t> groups = {group_};
+    if (!group_set_) {
+      for (size_t g = group_; g < nmax * d;) groups.push_back(g *= 2);
+    }
+    RotateSettings best;
+    size_t best_bytes = std::numeric_limits<size_t>::max();
+    for (const QuantSpec& bits : bits_.candidates()) {
+      for (size_t g : groups) {
+        const RotateSettings s{bits.key_bits, bits.value_bits, g};
+        size_t bytes = 0;
+        for (size_t n : t.rows) bytes += head_bytes(s, n, d);
+        if (t.fits(bytes)) return record(s);
+        if (bytes < best_bytes) best = s, best_bytes = bytes;
+      }
+    }
+    return record(best);  // nothing fits: the cheapest
   }
 
   size_t quantize(size_t /*l*/, size_t /*g*/, const int32_t* /*positions*/, size_t n,
                   size_t head_dim, const ModelFacts& /*model*/, float* k,
                   float* v) const override {
     check_head_dim(head_dim);
-    return side(k, n, head_dim, bits_.key()) + side(v, n, head_dim, bits_.value());
+    const RotateSettings s = now_.get();
+    side(k, n, head_dim, s.key_bits, group_shape(s.group, n, head_dim));
+    side(v, n, head_dim, s.value_bits, group_shape(s.group, n, head_dim));
+    return head_bytes(s, n, head_dim);
   }
 
  private:
@@ -64,24 +115,26 @@ class RotateKv final : public Compressor {
     }
   }
 
-  /// Rotates, quantizes and rotates back the n rows of x; returns the stored bytes.
-  size_t side(float* x, size_t n, size_t d, int bits) const {
+  /// Rotates, quantizes and rotates back the n rows of x.
+  static void side(float* x, size_t n, size_t d, int bits, BlockShape shape) {
     if (bits >= 16) {
       round_to_bf16(x, n * d);
-      return n * d * 2;
+      return;
     }
-    const size_t gs = group_size_;
-    for (size_t r = 0; r < n; ++r) {
-      float* row = x + r * d;
-      hadamard_inplace(row, d);
-      for (size_t c0 = 0; c0 < d; c0 += gs) (void)quantize_group(row + c0, std::min(gs, d - c0), 1, bits);
-      hadamard_inplace(row, d);
-    }
-    return packed_bytes(n * d, bits) + n * ((d + gs - 1) / gs) * 2 * 2;
+    for (size_t r = 0; r < n; ++r) hadamard_inplace(x + r * d, d);
+    quantize_blocks(x, n, d, shape, bits);
+    for (size_t r = 0; r < n; ++r) hadamard_inplace(x + r * d, d);
+  }
+
+  QuantSpec record(const RotateSettings& s) const {
+    now_.set(s);
+    return QuantSpec{s.key_bits, s.value_bits};
   }
 
   QuantBits bits_;
-  size_t group_size_ = 32;
+  size_t group_ = 32;
+  bool group_set_ = false;
+  Recorded<RotateSettings> now_;  // in force: set_param, then the last plan
 };
 
 }  // namespace

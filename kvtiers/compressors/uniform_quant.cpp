@@ -1,5 +1,5 @@
-// Asymmetric min/max uniform quantization with fp16 scale and zero-point, and the
-// bit-width bookkeeping shared by the KV quantizers.
+// Asymmetric min/max uniform quantization with fp16 scale and zero-point, the byte
+// budget of a ratio, and the bit-width bookkeeping shared by the KV quantizers.
 #include "kvtiers/compressors/uniform_quant.hpp"
 
 #include <algorithm>
@@ -11,28 +11,71 @@
 
 namespace vc {
 
-GroupQuant quantize_group(float* x, size_t count, size_t stride, int bits, const uint8_t* skip) {
+namespace {
+
+void check_ratio(double ratio) {
+  if (!(ratio >= 1.0) || !std::isfinite(ratio)) {
+    throw Error("compression ratio must be a finite number >= 1, got " + std::to_string(ratio));
+  }
+}
+
+}  // namespace
+
+GroupQuant quantize_block(float* x, size_t rows, size_t cols, size_t ld, int bits,
+                          const uint8_t* skip) {
   if (bits < 1 || bits > 16) throw Error("quantize_group: bits must be in 1..16, got " + std::to_string(bits));
   float lo = std::numeric_limits<float>::infinity();
   float hi = -lo;
-  for (size_t i = 0; i < count; ++i) {
-    if (skip && skip[i * stride]) continue;
-    lo = std::min(lo, x[i * stride]);
-    hi = std::max(hi, x[i * stride]);
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < cols; ++c) {
+      const size_t i = r * ld + c;
+      if (skip && skip[i]) continue;
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
   }
   if (lo > hi) return {};  // nothing to quantize
   const float levels = float((1u << bits) - 1u);
   GroupQuant q;
   q.zero = f16_to_f32(f32_to_f16(lo));
   q.scale = f16_to_f32(f32_to_f16((hi - lo) / levels));
-  for (size_t i = 0; i < count; ++i) {
-    if (skip && skip[i * stride]) continue;
-    float& e = x[i * stride];
-    float code = 0;
-    if (q.scale > 0) code = std::clamp(std::nearbyint((e - q.zero) / q.scale), 0.0f, levels);
-    e = q.zero + code * q.scale;
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < cols; ++c) {
+      const size_t i = r * ld + c;
+      if (skip && skip[i]) continue;
+      float& e = x[i];
+      float code = 0;
+      if (q.scale > 0) code = std::clamp(std::nearbyint((e - q.zero) / q.scale), 0.0f, levels);
+      e = q.zero + code * q.scale;
+    }
   }
   return q;
+}
+
+GroupQuant quantize_group(float* x, size_t count, size_t stride, int bits, const uint8_t* skip) {
+  return quantize_block(x, count, 1, stride, bits, skip);
+}
+
+void quantize_blocks(float* x, size_t n, size_t d, BlockShape shape, int bits, const uint8_t* skip) {
+  if (bits >= 16) {
+    round_to_bf16(x, n * d);
+    return;
+  }
+  const size_t br = std::max<size_t>(shape.rows, 1), bc = std::max<size_t>(shape.cols, 1);
+  for (size_t r0 = 0; r0 < n; r0 += br) {
+    for (size_t c0 = 0; c0 < d; c0 += bc) {
+      const size_t off = r0 * d + c0;
+      (void)quantize_block(x + off, std::min(br, n - r0), std::min(bc, d - c0), d, bits,
+                           skip ? skip + off : nullptr);
+    }
+  }
+}
+
+size_t blocks_bytes(size_t n, size_t d, BlockShape shape, int bits) {
+  if (bits >= 16) return n * d * 2;
+  const size_t br = std::max<size_t>(shape.rows, 1), bc = std::max<size_t>(shape.cols, 1);
+  const size_t blocks = ((n + br - 1) / br) * ((d + bc - 1) / bc);
+  return packed_bytes(n * d, bits) + blocks * 2 * 2;
 }
 
 void round_to_bf16(float* x, size_t n) {
@@ -42,14 +85,35 @@ void round_to_bf16(float* x, size_t n) {
 size_t packed_bytes(size_t count, int bits) { return (count * size_t(bits) + 7) / 8; }
 
 int bits_for_ratio(double ratio) {
-  if (!(ratio >= 1.0) || !std::isfinite(ratio)) {
-    throw Error("compression ratio must be a finite number >= 1, got " + std::to_string(ratio));
-  }
+  check_ratio(ratio);
   const double budget = 16.0 / ratio;
-  for (int b : {8, 4, 3, 2}) {
+  for (int b : kRatioBits) {
     if (double(b) <= budget * (1 + 1e-9)) return b;
   }
   return 2;
+}
+
+bool QuantTarget::fits(size_t bytes) const { return double(bytes) <= budget; }
+
+size_t QuantTarget::max_rows() const {
+  size_t m = 0;
+  for (size_t r : rows) m = std::max(m, r);
+  return m;
+}
+
+QuantTarget quant_target(const KvSnapshot& kv, std::vector<size_t> rows, double ratio) {
+  check_ratio(ratio);
+  if (rows.size() != kv.layers * kv.kv_heads) {
+    throw Error("quant_target: " + std::to_string(rows.size()) + " row counts for " +
+                std::to_string(kv.layers * kv.kv_heads) + " (layer, KV head) pairs");
+  }
+  QuantTarget t;
+  t.rows = std::move(rows);
+  t.head_dim = kv.head_dim;
+  const double full = double(kv.layers * kv.kv_heads * kv.n_pos * kv.head_dim) * 2 * 2;
+  // A hair under the exact quotient, so that fits() implies the achieved ratio.
+  t.budget = full / (ratio * kRatioSlack) * (1 - 1e-12);
+  return t;
 }
 
 CompressionPlan keep_all_positions(const KvSnapshot& kv, QuantSpec quant) {
@@ -75,23 +139,30 @@ void QuantBits::set(std::string_view method, const std::string& name, double val
     throw Error(std::string(method) + ": parameter '" + name +
                 "' must be 0 (follow the ratio), 1..8 or 16, got " + std::to_string(b));
   }
-  int& over = name == "key_bits" ? key_override_ : value_override_;
-  std::atomic<int>& now = name == "key_bits" ? key_ : value_;
-  over = b;
-  if (b != 0) now = b;
+  (name == "key_bits" ? key_override_ : value_override_) = b;
 }
 
-QuantSpec QuantBits::follow(double ratio) const {
-  const int b = bits_for_ratio(ratio);
-  key_ = key_override_ != 0 ? key_override_ : b;
-  value_ = value_override_ != 0 ? value_override_ : b;
-  return QuantSpec{key_.load(), value_.load()};
+std::vector<QuantSpec> QuantBits::candidates() const {
+  if (key_override_ != 0 && value_override_ != 0) return {QuantSpec{key_override_, value_override_}};
+  std::vector<QuantSpec> out;
+  for (int b : kRatioBits) {
+    out.push_back(QuantSpec{key_override_ != 0 ? key_override_ : b,
+                            value_override_ != 0 ? value_override_ : b});
+  }
+  return out;
 }
 
 std::string QuantBits::help(bool key) {
   return std::string(key ? "key" : "value") +
-         " bits (16 = bf16); from the ratio unless set: 2x->8, 4x->4, 5x->3, 8x->2 "
-         "(largest of 8/4/3/2 <= 16/ratio); set 0 to follow the ratio again";
+         " bits (16 = bf16); unless set, the largest of 8/4/3/2 whose stored bytes (with "
+         "scales and full-precision rows) fit full/ratio; set 0 to follow the ratio again";
+}
+
+CompressionPlan Quantizer::plan(const CompressorInput& in) const {
+  const KvSnapshot& kv = in.kv;
+  const QuantSpec spec =
+      plan_rows(quant_target(kv, std::vector<size_t>(kv.layers * kv.kv_heads, kv.n_pos), in.ratio));
+  return keep_all_positions(kv, spec);
 }
 
 }  // namespace vc

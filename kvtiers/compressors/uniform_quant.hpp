@@ -1,13 +1,15 @@
 // Shared pieces of the KV quantizers (KIVI, KVQuant, RotateKV): asymmetric min/max
-// uniform quantization of a strided group of values with B-bit codes, whose scale
-// and zero-point are stored in fp16, the ratio -> bits mapping, packed-code sizes,
-// and the bit-width bookkeeping (set_param overrides, else the plan's ratio).
+// uniform quantization of a block of values with B-bit codes, whose scale and
+// zero-point are stored in fp16, packed-code sizes, the byte budget a ratio sets,
+// the bit-width overrides, and the Quantizer base whose plan() fits its settings
+// (bits, then full-precision rows / outliers / group overhead) into that budget.
 #pragma once
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvtiers/compressor.hpp"
 
@@ -28,17 +30,62 @@ struct GroupQuant {
 GroupQuant quantize_group(float* x, size_t count, size_t stride, int bits,
                           const uint8_t* skip = nullptr);
 
+/// The same for the rows x cols block x[r * ld + c] (r < rows, c < cols) as one
+/// group (skip laid out like x).
+GroupQuant quantize_block(float* x, size_t rows, size_t cols, size_t ld, int bits,
+                          const uint8_t* skip = nullptr);
+
+/// Shape of the quantization groups of an [n, d] matrix: blocks of `rows`
+/// consecutive rows by `cols` consecutive channels, tiled from (0, 0); the last
+/// blocks of each axis may be partial (a smaller group, with its own scale/zero).
+struct BlockShape {
+  size_t rows = 1, cols = 1;
+};
+
+/// Quantizes the row-major n x d matrix x block by block (bits >= 16: rounds it to
+/// bf16 instead). `skip` as in quantize_group, laid out like x.
+void quantize_blocks(float* x, size_t n, size_t d, BlockShape shape, int bits,
+                     const uint8_t* skip = nullptr);
+
+/// Bytes quantize_blocks stores for an n x d matrix: packed codes plus an fp16 scale
+/// and zero per block; 2 bytes per value (bf16) when bits >= 16.
+[[nodiscard]] size_t blocks_bytes(size_t n, size_t d, BlockShape shape, int bits);
+
 /// Rounds `n` values to bf16 in place.
 void round_to_bf16(float* x, size_t n);
 
 /// Bytes of `count` codes of `bits` bits, packed densely.
 [[nodiscard]] size_t packed_bytes(size_t count, int bits);
 
-/// Quantizer bits for a compression ratio: the largest of {8, 4, 3, 2} that is at
-/// most 16 / ratio (2x -> 8, 4x -> 4, 5x -> 3, 8x -> 2; anything above 8x -> 2);
-/// the fp16 scales and full-precision rows come on top ("roughly" the ratio).
+/// Nominal quantizer bits for a compression ratio, codes alone: the largest of
+/// {8, 4, 3, 2} that is at most 16 / ratio (2x -> 8, 4x -> 4, 5x -> 3, 8x -> 2;
+/// anything above 8x -> 2). The quantizers' plan() instead fits the whole stored
+/// size (codes, scales, full-precision rows) into the ratio's budget (QuantTarget).
 /// Throws vc::Error unless ratio >= 1.
 [[nodiscard]] int bits_for_ratio(double ratio);
+
+/// Bit widths a quantizer's plan() tries, best first, when following the ratio.
+inline constexpr int kRatioBits[] = {8, 4, 3, 2};
+
+/// A setting fits a ratio r when the achieved ratio (full bf16 bytes / stored
+/// bytes) is at least kRatioSlack * r.
+inline constexpr double kRatioSlack = 0.95;
+
+/// What a quantizer's plan() must fit: the rows it will store for each (layer, KV
+/// head), and the byte budget: the bf16 bytes of every snapshot position (kept or
+/// not) / (ratio * kRatioSlack).
+struct QuantTarget {
+  std::vector<size_t> rows;  // [layers * kv_heads]
+  size_t head_dim = 0;
+  double budget = 0;  // bytes
+  [[nodiscard]] bool fits(size_t bytes) const;
+  [[nodiscard]] size_t max_rows() const;
+};
+
+/// The target for storing rows[l * kv_heads + g] rows of each head of `kv` at
+/// `ratio`. Throws vc::Error unless ratio is finite and >= 1, or on a size mismatch.
+[[nodiscard]] QuantTarget quant_target(const KvSnapshot& kv, std::vector<size_t> rows,
+                                       double ratio);
 
 /// A plan keeping every position of every (layer, KV head), stored with `quant`.
 [[nodiscard]] CompressionPlan keep_all_positions(const KvSnapshot& kv, QuantSpec quant);
@@ -47,23 +94,55 @@ void round_to_bf16(float* x, size_t n);
 [[nodiscard]] int int_param(std::string_view method, const std::string& name, double value,
                             int lo, int hi);
 
-/// Key and value bit widths of a quantizer: an override from set_param ("key_bits",
-/// "value_bits"; 0 returns to the ratio mapping), else the bits of the ratio of the
-/// last plan() (4x until then). quantize() reads the widths in force.
+/// Key and value bit-width overrides of a quantizer ("key_bits", "value_bits"; 0
+/// returns to the ratio mapping).
 class QuantBits {
  public:
   /// Sets the key (or value) override; bits in {0 (follow the ratio), 1..8, 16}.
   void set(std::string_view method, const std::string& name, double value);
-  /// Records the ratio of a plan (a no-op for overridden sides); returns the widths.
-  QuantSpec follow(double ratio) const;
-  [[nodiscard]] int key() const { return key_.load(); }
-  [[nodiscard]] int value() const { return value_.load(); }
+  [[nodiscard]] int key_override() const { return key_override_; }
+  [[nodiscard]] int value_override() const { return value_override_; }
+  /// The widths to try, best first: kRatioBits for the sides that follow the ratio
+  /// (both the same), the override on the others.
+  [[nodiscard]] std::vector<QuantSpec> candidates() const;
   /// Help text of the key_bits / value_bits parameters.
   [[nodiscard]] static std::string help(bool key);
 
  private:
   int key_override_ = 0, value_override_ = 0;
-  mutable std::atomic<int> key_{4}, value_{4};
+};
+
+/// A value a const plan() records for later quantize() calls (guarded copy).
+template <class T>
+class Recorded {
+ public:
+  explicit Recorded(T v = T{}) : v_(std::move(v)) {}
+  [[nodiscard]] T get() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return v_;
+  }
+  void set(T v) const {
+    std::lock_guard<std::mutex> lock(m_);
+    v_ = std::move(v);
+  }
+
+ private:
+  mutable std::mutex m_;
+  mutable T v_;
+};
+
+/// Base of the quantizers: plan() keeps every position and chooses the settings
+/// with plan_rows() over all of them; a drop+quantize composition calls plan_rows()
+/// with the dropper's kept counts instead.
+class Quantizer : public Compressor {
+ public:
+  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override;
+  /// Chooses the settings that store target.rows within target.budget -- the
+  /// largest bits of kRatioBits that fit, then as little loss of full-precision
+  /// rows / outliers and group growth as needed -- or, when nothing fits, the
+  /// cheapest; set_param overrides are kept. Records them for quantize() and
+  /// params(); returns the bit widths.
+  virtual QuantSpec plan_rows(const QuantTarget& target) const = 0;
 };
 
 }  // namespace vc

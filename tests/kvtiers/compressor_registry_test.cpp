@@ -137,10 +137,13 @@ TEST(composition, streaming_llm_plus_kivi_at_8x_drops_to_one_over_sqrt_8_and_qua
   for (const char* n : {"drop_share", "streaming_llm.sinks", "kivi.key_bits", "kivi.group_size"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
   }
-  // quantize() delegates to KIVI at the plan's bits.
+  // quantize() delegates to KIVI at the plan's settings (bits, and the residual /
+  // group size the plan chose for the kept rows), reported as kivi.* parameters.
   auto kivi = make_kivi();
-  kivi->set_param("key_bits", 4);
-  kivi->set_param("value_bits", 4);
+  for (const CompressorParam& q : c->params()) {
+    if (q.name.rfind("kivi.", 0) == 0) kivi->set_param(q.name.substr(5), q.value);
+  }
+  EXPECT_EQ(kivi->params()[0].value, 4.0);
   std::vector<float> k1(kv.k.begin(), kv.k.begin() + 91 * 64), v1(kv.v.begin(), kv.v.begin() + 91 * 64);
   std::vector<float> k2 = k1, v2 = v1;
   const std::vector<int32_t> pos = iota_positions(91);

@@ -63,7 +63,9 @@ ModelFacts rope_model(size_t d, size_t n, int32_t offset) {
 }
 
 TEST(kivi, round_trip_error_is_within_its_bound_at_2_and_4_bits_and_residual_rows_are_exact_bf16) {
-  const size_t n = 100, d = 64, gs = 32;  // residual 32: keys 64 rows quantized, values 68
+  // Residual 32: 68 rows quantized; keys in token groups 0-31, 32-63 and the
+  // trailing partial group 64-67 (its own scales), values per token.
+  const size_t n = 100, d = 64, gs = 32, nq = 68;
   const std::vector<float> k0 = normal(n * d, 1), v0 = normal(n * d, 2, 2.0f);
   const std::vector<int32_t> pos = iota_positions(n);
   for (int bits : {2, 4}) {
@@ -72,19 +74,20 @@ TEST(kivi, round_trip_error_is_within_its_bound_at_2_and_4_bits_and_residual_row
     c->set_param("value_bits", bits);
     std::vector<float> k = k0, v = v0;
     (void)c->quantize(0, 0, pos.data(), n, d, ModelFacts{}, k.data(), v.data());
-    for (size_t t0 = 0; t0 < 64; t0 += gs) {  // keys: per channel, groups along tokens
+    for (size_t t0 = 0; t0 < nq; t0 += gs) {  // keys: per channel, groups along tokens
+      const size_t t1 = std::min(t0 + gs, nq);
       for (size_t ch = 0; ch < d; ++ch) {
         float m = INFINITY, M = -INFINITY;
         std::set<float> levels;
-        for (size_t r = t0; r < t0 + gs; ++r) m = std::min(m, k0[r * d + ch]), M = std::max(M, k0[r * d + ch]);
-        for (size_t r = t0; r < t0 + gs; ++r) {
+        for (size_t r = t0; r < t1; ++r) m = std::min(m, k0[r * d + ch]), M = std::max(M, k0[r * d + ch]);
+        for (size_t r = t0; r < t1; ++r) {
           EXPECT_LE(std::fabs(k[r * d + ch] - k0[r * d + ch]), group_bound(m, M, bits)) << bits << " key " << r;
           levels.insert(k[r * d + ch]);
         }
         EXPECT_LE(levels.size(), size_t(1) << bits);
       }
     }
-    for (size_t r = 0; r < 68; ++r) {  // values: per token, groups of channels
+    for (size_t r = 0; r < nq; ++r) {  // values: per token, groups of channels
       for (size_t c0 = 0; c0 < d; c0 += gs) {
         const auto b = v0.begin() + std::ptrdiff_t(r * d + c0);
         const float m = *std::min_element(b, b + gs), M = *std::max_element(b, b + gs);
@@ -93,8 +96,8 @@ TEST(kivi, round_trip_error_is_within_its_bound_at_2_and_4_bits_and_residual_row
         }
       }
     }
-    for (size_t i = 64 * d; i < n * d; ++i) EXPECT_EQ(k[i], bf16(k0[i]));
-    for (size_t i = 68 * d; i < n * d; ++i) EXPECT_EQ(v[i], bf16(v0[i]));
+    for (size_t i = nq * d; i < n * d; ++i) EXPECT_EQ(k[i], bf16(k0[i]));
+    for (size_t i = nq * d; i < n * d; ++i) EXPECT_EQ(v[i], bf16(v0[i]));
   }
 }
 
@@ -233,11 +236,13 @@ TEST(kivi, stored_bytes_at_4_bits_are_a_quarter_of_bf16_plus_scales_and_residual
   std::vector<float> k = normal(n * d, 9), v = normal(n * d, 10);
   const std::vector<int32_t> pos = iota_positions(n);
   const size_t bytes = c->quantize(0, 0, pos.data(), n, d, ModelFacts{}, k.data(), v.data());
-  const size_t nk = (n - res) / gs * gs, nv = n - res;  // 64 key rows, 68 value rows
-  const size_t key = nk * d * 2 / 4 + (nk / gs) * d * 4 + (n - nk) * d * 2;
-  const size_t value = nv * d * 2 / 4 + nv * (d / gs) * 4 + (n - nv) * d * 2;
+  // 68 rows quantized per side: keys in 3 token groups per channel (32 + 32 + a
+  // partial 4), values in 2 channel groups per row; 32 residual rows in bf16.
+  const size_t nq = n - res, key_groups = (nq + gs - 1) / gs;
+  const size_t key = nq * d * 4 / 8 + key_groups * d * 4 + res * d * 2;
+  const size_t value = nq * d * 4 / 8 + nq * (d / gs) * 4 + res * d * 2;
   EXPECT_EQ(bytes, key + value);
-  EXPECT_EQ(bytes, 13984u);
+  EXPECT_EQ(bytes, 13856u);
   // No residual, long sequence: a quarter of bf16 plus 2 fp16 per 32 elements.
   c->set_param("residual", 0);
   const size_t m = 1024;
@@ -246,6 +251,150 @@ TEST(kivi, stored_bytes_at_4_bits_are_a_quarter_of_bf16_plus_scales_and_residual
   const size_t b2 = c->quantize(0, 0, pos2.data(), m, d, ModelFacts{}, k2.data(), v2.data());
   EXPECT_EQ(b2, 2 * (m * d / 2 + m * d / gs * 4));
   EXPECT_NEAR(double(b2) / double(m * d * 4), 0.25 + 4.0 / 64.0, 1e-9);
+}
+
+/// Random KV (K and V uniform in [-1, 1) plus a few large channels), RoPE facts
+/// (KVQuant) and observation-window statistics (SnapKV) for a ratio check.
+struct RatioCase {
+  KvSnapshot kv;
+  PrefillStats stats;
+  ModelFacts model;
+  RatioCase(size_t layers, size_t kv_heads, size_t n, size_t d, uint32_t seed) {
+    kv = KvSnapshot{layers, kv_heads, d, n, normal(layers * kv_heads * n * d, seed),
+                    normal(layers * kv_heads * n * d, seed + 1, 0.5f)};
+    for (size_t i = 3; i < kv.k.size(); i += d) kv.k[i] *= 8.0f;  // an outlier channel
+    model = rope_model(d, n, 0);
+    const size_t window = std::min<size_t>(n, 16);
+    stats = PrefillStats{layers, model.heads, kv_heads, d, n, window, {}, {}, {}, {}};
+    std::mt19937 rng(seed + 2);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (size_t lg = 0; lg < layers * kv_heads; ++lg) {
+      for (size_t w = 0, q = n - window; w < window; ++w, ++q) {
+        for (size_t p = 0; p < n; ++p) stats.window_attention.push_back(p <= q ? u(rng) / float(q + 1) : 0.0f);
+      }
+    }
+  }
+};
+
+struct Achieved {
+  double ratio = 0;
+  QuantSpec quant;
+  size_t stored = 0;
+};
+
+/// Plans and builds the view as the runtime does; the achieved ratio is the view's
+/// full bytes over the stored bytes its codec reported.
+Achieved achieve(const Compressor& c, const RatioCase& rc, double ratio) {
+  const CompressionPlan plan = c.plan(CompressorInput{rc.kv, &rc.stats, rc.model, ratio});
+  const CompressedView view = CompressedView::build(rc.kv, plan, c, rc.model);
+  // The stored bytes are what the codec returns for the kept rows, measured again
+  // here head by head; and the rows really are quantized, not bf16.
+  size_t again = 0, moved = 0, kept = 0;
+  const size_t d = rc.kv.head_dim;
+  for (size_t l = 0; l < rc.kv.layers; ++l) {
+    for (size_t g = 0; g < rc.kv.kv_heads; ++g) {
+      const size_t n = view.count(l, g);
+      std::vector<float> k(n * d), v(n * d);
+      for (size_t i = 0; i < n; ++i) {
+        const size_t p = size_t(view.positions(l, g)[i]);
+        std::copy_n(rc.kv.k_at(l, g, p), d, &k[i * d]);
+        std::copy_n(rc.kv.v_at(l, g, p), d, &v[i * d]);
+        for (size_t j = 0; j < d; ++j) moved += view.v(l, g)[i * d + j] != bf16(v[i * d + j]);
+      }
+      kept += n;
+      if (n > 0) again += c.quantize(l, g, view.positions(l, g), n, d, rc.model, k.data(), v.data());
+    }
+  }
+  EXPECT_EQ(view.stored_bytes(), again) << c.name();
+  EXPECT_GT(double(moved), 0.5 * double(kept * d)) << c.name() << ": values not quantized";
+  return {double(view.full_bytes()) / double(view.stored_bytes()), plan.quant, view.stored_bytes()};
+}
+
+TEST(quantizers, planned_views_meet_the_ratio_with_every_byte_counted) {
+  for (size_t n : {size_t(64), size_t(257), size_t(901)}) {
+    const RatioCase rc(2, 2, n, 64, uint32_t(20 + n));
+    for (const char* name :
+         {"kivi", "kvquant", "rotate_kv", "streaming_llm+kivi", "snapkv+rotate_kv", "snapkv+kivi"}) {
+      auto c = make_compressor(name);
+      for (double ratio : {2.0, 4.0, 8.0}) {
+        const Achieved a = achieve(*c, rc, ratio);
+        EXPECT_GE(a.ratio, kRatioSlack * ratio) << name << " n_pos " << n << " ratio " << ratio;
+        EXPECT_TRUE(a.quant.quantized()) << name;
+        // Not wastefully past the ask either: the bits are the largest that fit.
+        if (a.quant.key_bits < 8) {
+          EXPECT_LT(a.ratio, 2.5 * ratio) << name << " n_pos " << n << " ratio " << ratio;
+        }
+      }
+    }
+  }
+}
+
+TEST(quantizers, pick_the_largest_bits_that_fit_and_shrink_the_overheads_first) {
+  const RatioCase rc(2, 2, 901, 64, 5);
+  for (const char* name : {"kivi", "kvquant", "rotate_kv"}) {
+    auto c = make_compressor(name);
+    for (auto [ratio, bits] : {std::pair{2.0, 8}, {4.0, 4}, {8.0, 2}}) {
+      const Achieved a = achieve(*c, rc, ratio);
+      EXPECT_EQ(a.quant.key_bits, bits) << name << " " << ratio;
+      EXPECT_EQ(a.quant.value_bits, bits) << name << " " << ratio;
+    }
+  }
+  // KIVI at 4x on a short prompt: 4 bits, with fewer than its 32 bf16 rows.
+  const RatioCase shorter(2, 2, 65, 64, 6);
+  auto kivi = make_kivi();
+  const Achieved a = achieve(*kivi, shorter, 4.0);
+  EXPECT_EQ(a.quant.key_bits, 4);
+  EXPECT_LT(kivi->params()[3].value, 32.0);
+  EXPECT_EQ(kivi->params()[3].name, "residual");
+  // KVQuant at 2x: 8 bits, with fewer outliers than its 1%.
+  auto kvq = make_kvquant();
+  EXPECT_EQ(achieve(*kvq, rc, 2.0).quant.key_bits, 8);
+  EXPECT_EQ(kvq->params()[2].name, "outlier_fraction");
+  EXPECT_LT(kvq->params()[2].value, 0.01);
+  // At 1.5x everything fits at 8 bits with the paper's defaults.
+  auto kvq2 = make_kvquant();
+  EXPECT_EQ(achieve(*kvq2, rc, 1.5).quant.key_bits, 8);
+  EXPECT_EQ(kvq2->params()[2].value, 0.01);
+}
+
+TEST(quantizers, an_unreachable_ratio_gets_the_cheapest_setting_and_says_so) {
+  const RatioCase rc(2, 2, 257, 64, 7);
+  for (const char* name : {"kivi", "kvquant", "rotate_kv"}) {
+    auto c = make_compressor(name);
+    const Achieved a = achieve(*c, rc, 16.0);
+    EXPECT_EQ(a.quant.key_bits, 2) << name;
+    EXPECT_LT(a.ratio, 16.0) << name;      // honest: below the ask
+    EXPECT_GT(a.ratio, 7.5) << name;       // but as far as 2 bits go
+    EXPECT_GE(a.ratio, achieve(*c, rc, 8.0).ratio) << name;
+  }
+  EXPECT_THROW((void)make_kivi()->plan(CompressorInput{rc.kv, nullptr, rc.model, 0.5}), Error);
+}
+
+TEST(quantizers, set_param_overrides_win_over_the_ratio_mapping) {
+  const RatioCase rc(2, 2, 257, 64, 8);
+  auto kivi = make_kivi();
+  kivi->set_param("key_bits", 4);
+  kivi->set_param("residual", 32);
+  const Achieved a = achieve(*kivi, rc, 8.0);
+  EXPECT_EQ(a.quant.key_bits, 4);
+  EXPECT_EQ(a.quant.value_bits, 2);  // follows the ratio, as low as it goes
+  EXPECT_EQ(kivi->params()[3].value, 32.0);
+  // The residual rows are the last 32, bf16-exact.
+  const CompressedView view = CompressedView::build(
+      rc.kv, kivi->plan(CompressorInput{rc.kv, nullptr, rc.model, 8.0}), *kivi, rc.model);
+  for (size_t p = 257 - 32; p < 257; ++p) {
+    for (size_t j = 0; j < 64; ++j) EXPECT_EQ(view.k(1, 1)[p * 64 + j], bf16(rc.kv.k_at(1, 1, p)[j]));
+  }
+  auto rot = make_rotate_kv();
+  rot->set_param("group_size", 32);
+  rot->set_param("value_bits", 8);
+  const Achieved b = achieve(*rot, rc, 4.0);
+  EXPECT_EQ(b.quant.value_bits, 8);
+  EXPECT_EQ(rot->params()[2].value, 32.0);
+  auto kvq = make_kvquant();
+  kvq->set_param("outlier_fraction", 0.05);
+  (void)achieve(*kvq, rc, 4.0);
+  EXPECT_EQ(kvq->params()[2].value, 0.05);
 }
 
 }  // namespace
