@@ -73,7 +73,8 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
   const size_t D = size_t(c.hidden_size), hd = size_t(c.head_dim);
   const size_t nh = size_t(c.num_heads), nkv = size_t(c.num_kv_heads);
   const size_t qd = nh * hd, kvd = nkv * hd, I = size_t(c.intermediate_size);
-  check_rows(rows, cache);
+  LayerKvProvider* provider = ws.provider;
+  if (provider == nullptr) check_rows(rows, cache);
 
   ws.x.resize(M * D);
   ws.h.resize(M * D);
@@ -111,8 +112,15 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     }
     cpu::rope(ws.q.data(), M, nh, hd, pos.data(), model.rope_inv_freq().data());
     cpu::rope(ws.k.data(), M, nkv, hd, pos.data(), model.rope_inv_freq().data());
-    for (size_t m = 0; m < M; ++m)
-      cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
+    if (provider != nullptr) {
+      provider->begin_layer(l);
+      for (size_t m = 0; m < M; ++m)
+        provider->write(l, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
+    } else {
+      for (size_t m = 0; m < M; ++m)
+        cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd,
+                    ws.v.data() + m * kvd);
+    }
 
     if (ws.stats != nullptr) ws.stats->observe(l, rows, ws.q.data(), cache);
 
@@ -123,7 +131,8 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
         const CompressedView* cv = rows[m].view;
         if (cv == nullptr) {
           // A lone row splits its KV heads across the pool (bit-identical either way).
-          cpu::attention_row(ws.q.data() + m * qd, nh, cache.view(l, *rows[m].seq),
+          cpu::attention_row(ws.q.data() + m * qd, nh,
+                             provider ? provider->view(l) : cache.view(l, *rows[m].seq),
                              size_t(pos[m]) + 1, scale, ws.attn.data() + m * qd,
                              M == 1 ? &ws.pool() : nullptr);
           continue;
@@ -137,6 +146,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     };
     if (M > 1) ws.pool().parallel_for(M, 1, attend);
     else attend(0, M);
+    if (provider != nullptr) provider->end_layer(l);
 
     linear(ws, ws.attn.data(), M, L.wo, ws.h.data());
     cpu::add_inplace(ws.x.data(), ws.h.data(), M * D);

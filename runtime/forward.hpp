@@ -16,6 +16,20 @@ namespace vc {
 
 class PrefillStatsCollector;
 
+/// Where a pass's KV lives when it is not a PagedKvCache: the verify pass attends
+/// over one layer at a time streamed in from a full tier. forward() calls, per layer,
+/// begin_layer (waits until the layer is staged), write for every row's new K/V,
+/// view for attention, then end_layer (the staging may be recycled).
+class LayerKvProvider {
+ public:
+  virtual ~LayerKvProvider() = default;
+  virtual void begin_layer(size_t layer) = 0;
+  /// k_row, v_row: [kv_heads, head_dim] fp32, stored with the tier's rounding.
+  virtual void write(size_t layer, size_t pos, const float* k_row, const float* v_row) = 0;
+  [[nodiscard]] virtual cpu::PagedKv view(size_t layer) const = 0;
+  virtual void end_layer(size_t layer) = 0;
+};
+
 /// One token to run. Rows of one sequence must be consecutive positions in
 /// increasing order; its earlier positions must already be in the cache.
 struct ForwardRow {
@@ -40,6 +54,9 @@ class Workspace {
   std::vector<float> x, h, q, k, v, attn, gate, up, tmp;
   /// When set, forward() reports every layer's queries to it (prefill statistics).
   PrefillStatsCollector* stats = nullptr;
+  /// When set, every row's KV goes to it and attention reads from it instead of the
+  /// cache (rows must then belong to one sequence; `seq` is ignored).
+  LayerKvProvider* provider = nullptr;
 
  private:
   std::unique_ptr<cpu::ThreadPool> pool_;

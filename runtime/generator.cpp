@@ -1,4 +1,6 @@
-// Prefill + token-by-token decode with stop conditions and timing.
+// One request end to end: validate, prefill (gathering statistics when the
+// compressor needs them), build the compressed view (lossy, vericache), then decode
+// step by step (full, lossy) or by draft-and-verify rounds (vericache_decode.cpp).
 #include "runtime/generator.hpp"
 
 #include <algorithm>
@@ -7,7 +9,10 @@
 #include <string>
 
 #include "kernels/error.hpp"
+#include "kvtiers/full_tier.hpp"
 #include "runtime/compression.hpp"
+#include "runtime/generator_request.hpp"
+#include "runtime/layer_streamer.hpp"
 #include "runtime/prefill_stats.hpp"
 
 namespace vc {
@@ -19,16 +24,36 @@ size_t context_limit(const Model& m, const GeneratorConfig& cfg) {
   return cfg.max_context > 0 ? std::min(cfg.max_context, model_max) : model_max;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}  // namespace
+
+DecodeMode parse_decode_mode(const std::string& s) {
+  if (s == "full") return DecodeMode::full;
+  if (s == "lossy") return DecodeMode::lossy;
+  if (s == "vericache") return DecodeMode::vericache;
+  throw Error("mode: '" + s + "' is not one of full, lossy, vericache");
 }
 
-}  // namespace
+const char* decode_mode_name(DecodeMode m) {
+  switch (m) {
+    case DecodeMode::full:
+      return "full";
+    case DecodeMode::lossy:
+      return "lossy";
+    case DecodeMode::vericache:
+      return "vericache";
+  }
+  return "?";
+}
 
 Generator::Generator(std::shared_ptr<const Model> model,
                      std::shared_ptr<const Tokenizer> tokenizer, const GeneratorConfig& cfg)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)), cfg_(cfg), ws_(cfg.threads),
-      cache_(model_->kv_config(context_limit(*model_, cfg), cfg.kv_dtype, cfg.block_tokens)) {}
+      cache_(model_->kv_config(context_limit(*model_, cfg), cfg.kv_dtype, cfg.block_tokens)) {
+  if (cfg.full_tier != "host" && cfg.full_tier != "disk")
+    throw Error("full tier: '" + cfg.full_tier + "' is not one of host, disk");
+}
+
+Generator::~Generator() = default;
 
 GenerateResult Generator::generate(const std::string& prompt, const GenerateOptions& opt,
                                    const TokenCallback& on_token) {
@@ -44,109 +69,75 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
   if (prompt_ids.empty()) throw Error("generate: the prompt has no tokens");
   if (opt.max_tokens < 0) throw Error("generate: max_tokens must be >= 0");
   if (!opt.stop.empty() && !tokenizer_) throw Error("generate: stop strings need a tokenizer");
+  if (opt.mode == DecodeMode::vericache && !opt.forced_output.empty())
+    throw Error("generate: teacher forcing is not available in vericache mode");
   const size_t limit = context_limit(*model_, cfg_);
   if (prompt_ids.size() + std::max(size_t(opt.max_tokens), opt.forced_output.size()) > limit)
     throw Error("generate: prompt (" + std::to_string(prompt_ids.size()) + " tokens) + max_tokens (" +
                 std::to_string(opt.max_tokens) + ") exceeds the context limit of " +
                 std::to_string(limit));
+  for (int32_t t : prompt_ids)
+    if (t < 0 || t >= c.vocab_size)
+      throw Error("generate: prompt token id " + std::to_string(t) +
+                  " is outside the vocabulary (" + std::to_string(c.vocab_size) + ")");
 
-  GenerateResult r;
-  r.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
-  r.finish_reason = "length";
-  KvSequence seq;
-  struct Release {  // the request's blocks go back to the pool on every exit path
-    PagedKvCache& cache;
-    KvSequence& seq;
-    ~Release() { cache.free(seq); }
-  } release{cache_, seq};
-
-  const int steps = opt.forced_output.empty() ? opt.max_tokens : int(opt.forced_output.size());
+  Request rq(*model_, tokenizer_.get(), cache_, prompt_ids, opt, on_token);
+  const bool compressed = opt.mode != DecodeMode::full;
   std::unique_ptr<Compressor> compressor;
   std::optional<PrefillStatsCollector> collector;
-  if (opt.mode == DecodeMode::lossy) {
+  if (compressed) {
     compressor = make_compressor(opt.compressor);  // a bad name fails before any work
     if (!(opt.ratio >= 1.0)) throw Error("generate: ratio must be >= 1");
-    if (compressor->needs_stats()) {
-      collector.emplace(c, prompt_ids.size(), opt.stats_window);
-      ws_.stats = &*collector;
-    }
+    if (compressor->needs_stats()) collector.emplace(c, prompt_ids.size(), opt.stats_window);
   }
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits;
-  try {
-    if (steps > 0) logits = prefill(*model_, prompt_ids, seq, cache_, ws_, opt.prefill_chunk);
-  } catch (...) {
-    ws_.stats = nullptr;
-    throw;
-  }
-  ws_.stats = nullptr;
-  r.stats.prefill_seconds = seconds_since(t0);
-  r.stats.prompt_tokens = prompt_ids.size();
 
-  std::optional<CompressedView> view;
-  if (compressor && steps > 0) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (rq.steps > 0) {
+    ws_.stats = collector ? &*collector : nullptr;
+    try {
+      rq.logits = prefill(*model_, prompt_ids, rq.seq, cache_, ws_, opt.prefill_chunk);
+    } catch (...) {
+      ws_.stats = nullptr;
+      throw;
+    }
+    ws_.stats = nullptr;
+  }
+  rq.result.stats.prefill_seconds = seconds_since(t0);
+  rq.result.stats.prompt_tokens = prompt_ids.size();
+
+  if (compressor && rq.steps > 0) {
     t0 = std::chrono::steady_clock::now();
     std::optional<PrefillStats> stats;
     if (collector) stats = collector->finish();
     const size_t n = prompt_ids.size();
-    view = compress(*compressor, snapshot_kv(cache_, seq, n), stats ? &*stats : nullptr,
-                    model_facts(*model_, n), opt.ratio);
-    r.stats.compress_seconds = seconds_since(t0);
-    r.stats.compressed_bytes = view->stored_bytes();
-    r.stats.compressed_full_bytes = view->full_bytes();
+    rq.view = compress(*compressor, snapshot_kv(cache_, rq.seq, n), stats ? &*stats : nullptr,
+                       model_facts(*model_, n), opt.ratio);
+    GenerateStats& s = rq.result.stats;
+    s.compress_seconds = seconds_since(t0);
+    s.compressed_bytes = rq.view->stored_bytes();
+    s.compressed_full_bytes = rq.view->full_bytes();
   }
 
   t0 = std::chrono::steady_clock::now();
-  std::vector<ForwardRow> row(1);
-  const auto is_eos = [&](int32_t t) {
-    for (int32_t e : opt.eos_token_ids)
-      if (e == t) return true;
-    if (!opt.eos_token_ids.empty()) return false;
-    for (int e : c.eos_token_ids)
-      if (e == t) return true;
-    return false;
-  };
-  for (int i = 0; i < steps; ++i) {
-    const int64_t position = int64_t(prompt_ids.size()) + i;
-    if (opt.keep_logits) r.step_logits.insert(r.step_logits.end(), logits.begin(), logits.end());
-    const int32_t tok = opt.forced_output.empty() ? sample_token(logits, opt.sampling, position)
-                                                  : opt.forced_output[size_t(i)];
-    r.output_ids.push_back(tok);
-    r.output_logprobs.push_back(token_logprob(logits, tok));
-    if (on_token && !on_token(tok)) {
-      r.finish_reason = "cancelled";
-      break;
-    }
-    if (opt.stop_at_eos && is_eos(tok)) {
-      r.finish_reason = "eos";
-      break;
-    }
-    if (!opt.stop.empty()) {
-      const std::string text = tokenizer_->decode(r.output_ids);
-      bool hit = false;
-      for (const auto& s : opt.stop) hit = hit || (!s.empty() && text.find(s) != std::string::npos);
-      if (hit) {
-        r.finish_reason = "stop";
-        break;
-      }
-    }
-    if (i + 1 == steps) break;
-    cache_.reserve(seq, size_t(position) + 1);
-    row[0] = ForwardRow{tok, int32_t(position), &seq, true, view ? &*view : nullptr};
-    forward(*model_, row, cache_, ws_, logits);
-  }
-  r.stats.decode_seconds = seconds_since(t0);
-  r.stats.output_tokens = r.output_ids.size();
-  r.stats.kv_bytes = cache_.bytes_of(seq);
+  if (opt.mode == DecodeMode::vericache && rq.steps > 0) decode_verified(rq);
+  else decode_stepwise(rq);
+  rq.result.stats.decode_seconds = seconds_since(t0);
+  rq.finish(cache_);
+  return std::move(rq.result);
+}
 
-  if (tokenizer_) {
-    r.text = tokenizer_->decode(r.output_ids, /*skip_special=*/true);
-    for (const auto& s : opt.stop) {
-      const size_t at = s.empty() ? std::string::npos : r.text.find(s);
-      if (at != std::string::npos) r.text.resize(at);
-    }
+void Generator::decode_stepwise(Request& rq) {
+  std::vector<ForwardRow> row(1);
+  for (int i = 0; i < rq.steps; ++i) {
+    const int64_t position = int64_t(rq.prompt_size) + i;
+    const int32_t tok = rq.choose(rq.logits, position, size_t(i));
+    if (rq.emit(tok, token_logprob(rq.logits, tok), rq.logits)) return;
+    if (i + 1 == rq.steps) return;
+    cache_.reserve(rq.seq, size_t(position) + 1);
+    row[0] = ForwardRow{tok, int32_t(position), &rq.seq, true, rq.view ? &*rq.view : nullptr};
+    forward(*model_, row, cache_, ws_, rq.logits);
+    if (rq.view) rq.result.stats.compressed_bytes_read += rq.draft_step_bytes(cache_);
   }
-  return r;
 }
 
 }  // namespace vc

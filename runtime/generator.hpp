@@ -15,17 +15,29 @@
 
 namespace vc {
 
+class FullTier;
+class LayerStreamer;
+
 /// How the decode steps see the KV cache.
 enum class DecodeMode {
-  full,   // every step attends over the full KV (the reference output)
-  lossy,  // every step attends over the compressed view alone (what published
-          // compressors do; drifts from `full`, exists for comparison)
+  full,       // every step attends over the full KV (the reference output)
+  lossy,      // every step attends over the compressed view alone (what published
+              // compressors do; drifts from `full`, exists for comparison)
+  vericache,  // draft over the compressed view, verify against the full KV streamed
+              // from the full tier: output bit-identical to `full`
 };
+
+/// "full", "lossy" or "vericache"; throws vc::Error otherwise.
+[[nodiscard]] DecodeMode parse_decode_mode(const std::string& s);
+[[nodiscard]] const char* decode_mode_name(DecodeMode m);
 
 struct GenerateOptions {
   DecodeMode mode = DecodeMode::full;
-  std::string compressor = "snapkv";  // lossy: a name from compressor_names()
-  double ratio = 4.0;                 // lossy: full prompt KV bytes / compressed bytes
+  std::string compressor = "snapkv";  // lossy/vericache: a name from compressor_names()
+  double ratio = 4.0;                 // lossy/vericache: full prompt KV bytes / compressed
+  size_t draft_length = 16;           // vericache: drafts per verification round
+  bool draft_auto = false;            // vericache: choose the length per round instead
+  size_t max_draft = 64;              // vericache: the adaptive policy's cap
   size_t stats_window = 32;           // observation window of the prefill statistics
   /// Teacher forcing (measurements): feed these tokens instead of the chosen ones;
   /// generation runs for their count.
@@ -48,6 +60,17 @@ struct GenerateStats {
   size_t compressed_bytes = 0;       // lossy: compressed view of the prompt, as stored
   size_t compressed_full_bytes = 0;  // lossy: the same positions at full precision
   double compress_seconds = 0;
+  // vericache:
+  size_t rounds = 0;                 // verification rounds
+  size_t drafted = 0;                // draft tokens proposed
+  size_t accepted = 0;               // drafts the verifier accepted
+  std::vector<size_t> accepted_histogram;  // [k]: rounds that accepted k drafts
+  double draft_seconds = 0, verify_seconds = 0, commit_seconds = 0;
+  double verify_wait_seconds = 0;    // verify time spent waiting for full-KV layers
+  size_t full_tier_bytes_read = 0;   // streamed by verify passes
+  size_t full_tier_bytes_written = 0;
+  size_t compressed_bytes_read = 0;  // read by draft steps (view + tail)
+  std::string full_tier;             // "host" or "disk"
 
   [[nodiscard]] double prefill_tokens_per_second() const {
     return prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0.0;
@@ -71,6 +94,9 @@ struct GenerateResult {
 
 struct GeneratorConfig {
   int threads = 0;               // 0: default_thread_count()
+  std::string full_tier = "host";  // vericache: "host" memory or "disk"
+  std::string disk_dir;            // disk tier directory ("" = a fresh temp dir)
+  double link_bandwidth = 0;       // bytes/s of the modelled link (0 = unthrottled)
   DType kv_dtype = DType::bf16;  // storage of the KV cache
   size_t max_context = 0;        // 0: the model's max_position_embeddings
   size_t block_tokens = 16;
@@ -84,6 +110,7 @@ class Generator {
  public:
   Generator(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
             const GeneratorConfig& cfg = {});
+  ~Generator();
 
   /// Greedy or seeded generation with full-KV decoding. Throws vc::Error for a bad
   /// request (empty prompt, too long, bad sampling settings).
@@ -99,11 +126,18 @@ class Generator {
   [[nodiscard]] PagedKvCache& cache() { return cache_; }
 
  private:
+  struct Request;
+  void decode_stepwise(Request& rq);
+  void decode_verified(Request& rq);
+
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   GeneratorConfig cfg_;
   Workspace ws_;
   PagedKvCache cache_;
+  std::unique_ptr<FullTier> full_tier_;
+  std::unique_ptr<LayerStreamer> streamer_;
+  uint64_t next_request_id_ = 1;
 };
 
 }  // namespace vc

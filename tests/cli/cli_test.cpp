@@ -66,3 +66,64 @@ TEST(cli, generate_without_a_prompt_explains_what_is_needed) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(cli, vericache_mode_prints_the_same_ids_and_logprobs_as_full_mode) {
+  const std::string base =
+      "generate --prompt '<|begin_of_text|>class Stack:\n    def push(self, item):' "
+      "--max-tokens 48 --json --logprobs --ignore-eos";
+  for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 11"}) {
+    const auto full = nlohmann::json::parse(run_cli(base + sampling).out);
+    for (const std::string vc : {" --mode vericache --compressor snapkv --ratio 4 --draft 30",
+                                 " --mode vericache --compressor kivi --ratio 8 --draft auto",
+                                 " --mode vericache --compressor h2o --draft 4 --full-tier disk"}) {
+      const auto r = run_cli(base + sampling + vc);
+      ASSERT_EQ(r.code, 0) << vc << r.out;
+      const auto j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(full["output_ids"], j["output_ids"]) << vc;
+      EXPECT_EQ(full["output_logprobs"].dump(), j["output_logprobs"].dump()) << vc;
+      const auto& s = j["stats"]["vericache"];
+      EXPECT_GT(s["rounds"].get<int>(), 0);
+      EXPECT_TRUE(s.contains("accepted_per_round_histogram"));
+      EXPECT_TRUE(s.contains("acceptance_rate"));
+      EXPECT_GT(s["bytes_read"]["full_tier"].get<double>(), 0);
+    }
+  }
+}
+
+TEST(cli, lossy_mode_reports_the_compression_it_applied) {
+  const auto r = run_cli(
+      "generate --prompt 'def add(a, b):\n    return a + b\n' --max-tokens 8 --json "
+      "--mode lossy --compressor streaming_llm --ratio 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["stats"]["mode"], "lossy");
+  EXPECT_GT(j["stats"]["compression"]["compressed_bytes"].get<double>(), 0);
+}
+
+TEST(cli, an_unknown_compressor_is_a_clear_error_listing_the_methods) {
+  const auto r = run_cli("generate --prompt x --mode lossy --compressor nope", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("nope"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("snapkv"), std::string::npos) << r.out;
+}
+
+TEST(cli, a_bad_draft_length_is_a_clear_error) {
+  const auto r = run_cli("generate --prompt x --mode vericache --draft many", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--draft"), std::string::npos) << r.out;
+}
+
+TEST(cli, compressors_json_lists_every_method_with_its_parameters) {
+  const auto r = run_cli("compressors --json");
+  ASSERT_EQ(r.code, 0);
+  const auto j = nlohmann::json::parse(r.out);
+  std::vector<std::string> names;
+  for (const auto& c : j) names.push_back(c["name"]);
+  for (const char* m : {"streaming_llm", "snapkv", "h2o", "expected_attention", "kvzip", "laprox",
+                        "kivi", "kvquant", "rotate_kv"})
+    EXPECT_NE(std::find(names.begin(), names.end(), m), names.end()) << m;
+}
+
+}  // namespace

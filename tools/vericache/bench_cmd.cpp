@@ -5,12 +5,14 @@ namespace vc::cli {
 
 void add_bench_decode_command(CLI::App& bench, Runner& run);
 void add_bench_divergence_command(CLI::App& bench, Runner& run);
+void add_bench_acceptance_command(CLI::App& bench, Runner& run);
 
 void add_bench_command(CLI::App& app, Runner& run) {
   CLI::App* bench = app.add_subcommand("bench", "Measure and print tables");
   bench->require_subcommand(1);
   add_bench_decode_command(*bench, run);
   add_bench_divergence_command(*bench, run);
+  add_bench_acceptance_command(*bench, run);
 }
 
 }  // namespace vc::cli

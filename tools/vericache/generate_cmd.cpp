@@ -34,6 +34,9 @@ struct GenerateArgs {
   std::string mode = "full";
   std::string compressor = "snapkv";
   double ratio = 4.0;
+  std::string draft = "16";
+  std::string full_tier = "host";
+  std::string disk_dir;
 };
 
 std::string read_prompt(const GenerateArgs& a) {
@@ -57,6 +60,8 @@ int run_generate(const GenerateArgs& a) {
   GeneratorConfig gc;
   gc.threads = a.threads;
   gc.kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
+  gc.full_tier = a.full_tier;
+  gc.disk_dir = a.disk_dir;
   Generator gen(model, tok, gc);
 
   GenerateOptions opt;
@@ -64,7 +69,19 @@ int run_generate(const GenerateArgs& a) {
   opt.sampling = SamplingParams{a.temperature, a.top_k, a.top_p, a.seed};
   opt.stop = a.stop;
   opt.stop_at_eos = !a.ignore_eos;
-  opt.mode = a.mode == "lossy" ? DecodeMode::lossy : DecodeMode::full;
+  opt.mode = parse_decode_mode(a.mode);
+  if (a.draft == "auto") {
+    opt.draft_auto = true;
+  } else {
+    try {
+      size_t used = 0;
+      const long v = std::stol(a.draft, &used);
+      if (used != a.draft.size() || v < 0 || v > 4096) throw std::invalid_argument("range");
+      opt.draft_length = size_t(v);
+    } catch (const std::exception&) {
+      throw Error("--draft: expected a length 0..4096 or 'auto', got '" + a.draft + "'");
+    }
+  }
   opt.compressor = a.compressor;
   opt.ratio = a.ratio;
   const GenerateResult r = gen.generate(prompt, opt);
@@ -92,7 +109,28 @@ int run_generate(const GenerateArgs& a) {
                   {"kv_dtype", a.kv_dtype},
                   {"threads", gen.workspace().threads()},
                   {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))}};
-    if (opt.mode == DecodeMode::lossy)
+    if (opt.mode == DecodeMode::vericache) {
+      nlohmann::json hist = s.accepted_histogram;
+      j["stats"]["vericache"] = {
+          {"draft", a.draft},
+          {"rounds", s.rounds},
+          {"drafted_tokens", s.drafted},
+          {"accepted_tokens", s.accepted},
+          {"accepted_per_round_mean", s.rounds ? double(s.accepted) / double(s.rounds) : 0.0},
+          {"emitted_per_round_mean",
+           s.rounds ? double(s.output_tokens - 1) / double(s.rounds) : 0.0},
+          {"accepted_per_round_histogram", hist},
+          {"acceptance_rate", s.drafted ? double(s.accepted) / double(s.drafted) : 0.0},
+          {"draft_seconds", s.draft_seconds},
+          {"verify_seconds", s.verify_seconds},
+          {"verify_wait_seconds", s.verify_wait_seconds},
+          {"commit_seconds", s.commit_seconds},
+          {"full_tier", s.full_tier},
+          {"bytes_read", {{"full_tier", s.full_tier_bytes_read},
+                          {"compressed_tier", s.compressed_bytes_read}}},
+          {"full_tier_bytes_written", s.full_tier_bytes_written}};
+    }
+    if (opt.mode != DecodeMode::full)
       j["stats"]["compression"] = {{"compressor", a.compressor},
                                    {"ratio", a.ratio},
                                    {"compressed_bytes", s.compressed_bytes},
@@ -142,8 +180,14 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--mode", a->mode, "full: full-KV decoding; lossy: decode over the "
-                  "compressed KV alone (drifts; for comparison)")
-      ->capture_default_str()->check(CLI::IsMember({"full", "lossy"}));
+                  "compressed KV alone (drifts; for comparison); vericache: draft over the "
+                  "compressed KV, verify against the full KV (exact)")
+      ->capture_default_str()->check(CLI::IsMember({"full", "lossy", "vericache"}));
+  cmd->add_option("--draft", a->draft, "vericache: drafts per round, or 'auto'")
+      ->capture_default_str();
+  cmd->add_option("--full-tier", a->full_tier, "vericache: where the full KV lives")
+      ->capture_default_str()->check(CLI::IsMember({"host", "disk"}));
+  cmd->add_option("--disk-dir", a->disk_dir, "vericache: directory of the disk tier");
   cmd->add_option("--compressor", a->compressor, "Compression method (see `vericache compressors`)")
       ->capture_default_str();
   cmd->add_option("--ratio", a->ratio, "Compression ratio: full KV bytes / compressed bytes")

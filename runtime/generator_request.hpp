@@ -1,0 +1,106 @@
+// Internal to the generator: one request's state while it decodes, and the one
+// place that emits tokens and decides when to stop (shared by every mode, so every
+// mode stops on exactly the same token).
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/generator.hpp"
+
+namespace vc {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Generator::Request {
+  const Model& model;
+  const Tokenizer* tokenizer;
+  const GenerateOptions& opt;
+  const TokenCallback& on_token;
+  PagedKvCache& cache;
+  size_t prompt_size;
+  int steps;  // tokens to emit at most
+  GenerateResult result;
+  KvSequence seq;                      // the full KV (full mode) or the draft tail
+  std::vector<float> logits;           // the next token's logits
+  std::optional<CompressedView> view;  // lossy and vericache
+  bool done = false;
+
+  Request(const Model& m, const Tokenizer* tok, PagedKvCache& c, std::span<const int32_t> prompt,
+          const GenerateOptions& o, const TokenCallback& cb)
+      : model(m), tokenizer(tok), opt(o), on_token(cb), cache(c), prompt_size(prompt.size()),
+        steps(o.forced_output.empty() ? o.max_tokens : int(o.forced_output.size())) {
+    result.prompt_ids.assign(prompt.begin(), prompt.end());
+    result.finish_reason = "length";
+  }
+  ~Request() { cache.free(seq); }  // blocks go back to the pool on every exit path
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  /// The token for output index i at absolute position `position`.
+  [[nodiscard]] int32_t choose(std::span<const float> lg, int64_t position, size_t i) const {
+    return opt.forced_output.empty() ? sample_token(lg, opt.sampling, position)
+                                     : opt.forced_output[i];
+  }
+
+  /// Appends one output token; returns true when generation must stop after it.
+  bool emit(int32_t tok, float logprob, std::span<const float> lg) {
+    if (opt.keep_logits) result.step_logits.insert(result.step_logits.end(), lg.begin(), lg.end());
+    result.output_ids.push_back(tok);
+    result.output_logprobs.push_back(logprob);
+    done = true;
+    if (on_token && !on_token(tok)) {
+      result.finish_reason = "cancelled";
+      return true;
+    }
+    if (opt.stop_at_eos && is_eos(tok)) {
+      result.finish_reason = "eos";
+      return true;
+    }
+    if (!opt.stop.empty()) {
+      const std::string text = tokenizer->decode(result.output_ids);
+      for (const auto& s : opt.stop)
+        if (!s.empty() && text.find(s) != std::string::npos) {
+          result.finish_reason = "stop";
+          return true;
+        }
+    }
+    done = int(result.output_ids.size()) >= steps;
+    return done;
+  }
+
+  [[nodiscard]] bool is_eos(int32_t t) const {
+    if (!opt.eos_token_ids.empty())
+      return std::find(opt.eos_token_ids.begin(), opt.eos_token_ids.end(), t) !=
+             opt.eos_token_ids.end();
+    const auto& e = model.config().eos_token_ids;
+    return std::find(e.begin(), e.end(), int(t)) != e.end();
+  }
+
+  /// Bytes one draft step reads from fast memory: the view and the paged tail.
+  [[nodiscard]] size_t draft_step_bytes(const PagedKvCache& c) const {
+    const size_t tail = seq.length > view->covered() ? seq.length - view->covered() : 0;
+    return view->stored_bytes() + tail * c.bytes_per_token();
+  }
+
+  /// Final stats and text.
+  void finish(const PagedKvCache& c) {
+    GenerateStats& s = result.stats;
+    s.output_tokens = result.output_ids.size();
+    s.kv_bytes = c.bytes_of(seq);
+    if (tokenizer != nullptr) {
+      result.text = tokenizer->decode(result.output_ids, /*skip_special=*/true);
+      for (const auto& st : opt.stop) {
+        const size_t at = st.empty() ? std::string::npos : result.text.find(st);
+        if (at != std::string::npos) result.text.resize(at);
+      }
+    }
+  }
+};
+
+}  // namespace vc

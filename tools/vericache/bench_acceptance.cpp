@@ -1,0 +1,158 @@
+// `vericache bench acceptance`: accepted tokens per verification round and the
+// acceptance rate of draft-and-verify decoding, per compressor, ratio and draft
+// length, on code prompts; plus the end-to-end tokens/s of each draft length so the
+// adaptive policy can be compared with the best static length on the same prompts.
+#include <iostream>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "kvtiers/compressor.hpp"
+#include "runtime/generator.hpp"
+#include "tools/vericache/commands.hpp"
+#include "tools/vericache/prompt_set.hpp"
+
+namespace vc::cli {
+
+namespace {
+
+struct AcceptanceArgs {
+  std::string model_dir = default_model_dir();
+  std::string prompts = default_prompt_file();
+  std::vector<std::string> compressors;  // empty: every registered method
+  std::vector<double> ratios = {2, 4, 8};
+  std::vector<std::string> drafts = {"4", "8", "16", "30", "64", "auto"};
+  size_t min_prompt_tokens = 256, max_prompt_tokens = 1000;
+  int steps = 256;
+  bool json = false;
+};
+
+int run_acceptance(const AcceptanceArgs& a) {
+  auto model = Model::load(a.model_dir);
+  auto tok = std::make_shared<const Tokenizer>(
+      Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& p : load_prompts(a.prompts)) {
+    auto ids = tok->encode(p.text);
+    if (ids.size() >= a.min_prompt_tokens && ids.size() <= a.max_prompt_tokens)
+      prompts.push_back(std::move(ids));
+  }
+  if (prompts.empty())
+    throw Error(fmt::format("bench acceptance: no prompt of {}-{} tokens in {}",
+                            a.min_prompt_tokens, a.max_prompt_tokens, a.prompts));
+  const auto names = a.compressors.empty() ? compressor_names() : a.compressors;
+  for (const auto& n : names) (void)make_compressor(n);
+  GeneratorConfig gc;
+  gc.max_context = a.max_prompt_tokens + size_t(a.steps) + 16;
+  Generator gen(model, tok, gc);
+
+  // Full-KV decoding of the same prompts: the reference speed (and output).
+  double full_seconds = 0;
+  size_t full_tokens = 0;
+  std::vector<std::vector<int32_t>> reference;
+  for (const auto& p : prompts) {
+    GenerateOptions o;
+    o.max_tokens = a.steps;
+    o.stop_at_eos = false;
+    const auto r = gen.generate(p, o);
+    full_seconds += r.stats.decode_seconds;
+    full_tokens += r.output_ids.size();
+    reference.push_back(r.output_ids);
+  }
+
+  nlohmann::json rows = nlohmann::json::array();
+  size_t mismatches = 0;
+  for (const auto& name : names)
+    for (double ratio : a.ratios)
+      for (const auto& d : a.drafts) {
+        size_t rounds = 0, drafted = 0, accepted = 0, emitted = 0;
+        double seconds = 0, draft_s = 0, verify_s = 0;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          GenerateOptions o;
+          o.max_tokens = a.steps;
+          o.stop_at_eos = false;
+          o.mode = DecodeMode::vericache;
+          o.compressor = name;
+          o.ratio = ratio;
+          o.draft_auto = d == "auto";
+          o.draft_length = o.draft_auto ? 0 : size_t(std::stoul(d));
+          const auto r = gen.generate(prompts[i], o);
+          mismatches += r.output_ids != reference[i];
+          rounds += r.stats.rounds;
+          drafted += r.stats.drafted;
+          accepted += r.stats.accepted;
+          emitted += r.output_ids.size() - 1;  // the first token comes from prefill
+          seconds += r.stats.decode_seconds;
+          draft_s += r.stats.draft_seconds;
+          verify_s += r.stats.verify_seconds;
+        }
+        rows.push_back({{"compressor", name},
+                        {"ratio", ratio},
+                        {"draft", d},
+                        {"rounds", rounds},
+                        {"tokens_per_round", double(emitted) / double(rounds)},
+                        {"accepted_per_round", double(accepted) / double(rounds)},
+                        {"acceptance_rate", drafted ? double(accepted) / double(drafted) : 0.0},
+                        {"tokens_per_second", double(emitted + prompts.size()) / seconds},
+                        {"draft_seconds", draft_s},
+                        {"verify_seconds", verify_s}});
+        spdlog::info("{} {}x L={}: {:.1f} tokens/round", name, ratio, d,
+                     rows.back()["tokens_per_round"].get<double>());
+      }
+
+  const double full_tps = double(full_tokens) / full_seconds;
+  if (a.json) {
+    std::cout << nlohmann::json{{"prompts", prompts.size()},
+                                {"steps", a.steps},
+                                {"full_kv_tokens_per_second", full_tps},
+                                {"outputs_differing_from_full", mismatches},
+                                {"rows", rows}}
+                     .dump(2)
+              << "\n";
+    return mismatches == 0 ? 0 : 3;
+  }
+  std::cout << fmt::format(
+      "bench acceptance: {} prompts of {}-{} tokens, {} greedy tokens each; full-KV decoding "
+      "{:.0f} tokens/s on this CPU\n\n",
+      prompts.size(), a.min_prompt_tokens, a.max_prompt_tokens, a.steps, full_tps);
+  std::cout << fmt::format("{:<26} {:>5} {:>5} {:>12} {:>14} {:>10} {:>9} {:>8}\n", "compressor",
+                           "ratio", "L", "tokens/round", "accepted/round", "accept %",
+                           "tok/s", "vs full");
+  for (const auto& r : rows)
+    std::cout << fmt::format("{:<26} {:>4g}x {:>5} {:>12.2f} {:>14.2f} {:>9.1f}% {:>9.0f} {:>7.2f}x\n",
+                             r["compressor"].get<std::string>(), r["ratio"].get<double>(),
+                             r["draft"].get<std::string>(), r["tokens_per_round"].get<double>(),
+                             r["accepted_per_round"].get<double>(),
+                             100 * r["acceptance_rate"].get<double>(),
+                             r["tokens_per_second"].get<double>(),
+                             r["tokens_per_second"].get<double>() / full_tps);
+  std::cout << fmt::format(
+      "\ntokens/round: emitted per verification (accepted drafts + the verifier's token).\n"
+      "tok/s here is CPU-only with the full KV in host RAM: no slow link, so it says little "
+      "about a GPU deployment (see bench throughput).\noutputs differing from full-KV "
+      "decoding: {}\n",
+      mismatches);
+  return mismatches == 0 ? 0 : 3;
+}
+
+}  // namespace
+
+void add_bench_acceptance_command(CLI::App& bench, Runner& run) {
+  auto a = std::make_shared<AcceptanceArgs>();
+  CLI::App* cmd = bench.add_subcommand("acceptance", "Accepted tokens per verification round");
+  cmd->add_option("--model", a->model_dir, "Model directory")->capture_default_str();
+  cmd->add_option("--prompts", a->prompts, "Golden JSON or JSONL prompt file")->capture_default_str();
+  cmd->add_option("--compressor", a->compressors, "Methods to measure (default: all)");
+  cmd->add_option("--ratios", a->ratios, "Compression ratios")->capture_default_str();
+  cmd->add_option("--drafts", a->drafts, "Draft lengths (numbers or auto)")->capture_default_str();
+  cmd->add_option("--min-prompt-tokens", a->min_prompt_tokens)->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens)->capture_default_str();
+  cmd->add_option("--steps", a->steps, "Tokens generated per prompt")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->callback([&run, a] { run = [a] { return run_acceptance(*a); }; });
+}
+
+}  // namespace vc::cli
