@@ -91,6 +91,7 @@ void FullTier::check_layer(uint64_t id, size_t layer, const char* op) const {
 }
 
 void FullTier::create(uint64_t id, size_t capacity_positions) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (contains(id)) throw Error(where(id) + ": create: the request already exists");
   std::unique_ptr<Slot> s = open_slot(id, blocks_for(capacity_positions));
   s->layer_length.assign(cfg_.num_layers, 0);
@@ -99,6 +100,7 @@ void FullTier::create(uint64_t id, size_t capacity_positions) {
 
 void FullTier::write(uint64_t id, size_t layer, size_t pos, const float* k_row,
                      const float* v_row) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   Slot& s = slot(id, "write");
   check_layer(id, layer, "write");
   if (pos > s.layer_length[layer])
@@ -120,6 +122,7 @@ void FullTier::write(uint64_t id, size_t layer, size_t pos, const float* k_row,
 
 void FullTier::copy_from(uint64_t id, const PagedKvCache& cache, const KvSequence& seq,
                          size_t first_pos, size_t n) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   Slot& s = slot(id, "copy_from");
   const KvCacheConfig& c = cache.config();
   if (c.num_layers != cfg_.num_layers || c.kv_heads != cfg_.kv_heads ||
@@ -167,6 +170,7 @@ size_t FullTier::staging_bytes(size_t n_pos) const {
 }
 
 void FullTier::read_layer(uint64_t id, size_t layer, size_t n_pos, void* k_out, void* v_out) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   Slot& s = slot(id, "read_layer");
   check_layer(id, layer, "read_layer");
   if (n_pos > s.layer_length[layer])
@@ -182,6 +186,7 @@ void FullTier::read_layer(uint64_t id, size_t layer, size_t n_pos, void* k_out, 
 }
 
 void FullTier::read_layer(uint64_t id, size_t layer, size_t n_pos, KvStaging& staging) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   staging.reserve(n_pos);
   const cpu::PagedKv v = staging.view();
   if (v.dtype != cfg_.dtype || v.block_tokens != cfg_.block_tokens || v.kv_heads != cfg_.kv_heads ||
@@ -191,6 +196,7 @@ void FullTier::read_layer(uint64_t id, size_t layer, size_t n_pos, KvStaging& st
 }
 
 void FullTier::truncate(uint64_t id, size_t length) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   Slot& s = slot(id, "truncate");
   if (length >= s.length) return;
   for (size_t& ll : s.layer_length) ll = std::min(ll, length);
@@ -199,6 +205,7 @@ void FullTier::truncate(uint64_t id, size_t length) {
 }
 
 void FullTier::release(uint64_t id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   auto it = slots_.find(id);
   if (it == slots_.end())
     throw Error(std::string(kind()) + " full tier: release: unknown request " + std::to_string(id));
@@ -207,21 +214,27 @@ void FullTier::release(uint64_t id) {
   close_slot(id, *s);
 }
 
-size_t FullTier::length(uint64_t id) const { return slot(id, "length").length; }
+size_t FullTier::length(uint64_t id) const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return slot(id, "length").length;
+}
 
 size_t FullTier::layer_length(uint64_t id, size_t layer) const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   const Slot& s = slot(id, "layer_length");
   check_layer(id, layer, "layer_length");
   return s.layer_length[layer];
 }
 
 size_t FullTier::bytes_held_total() const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   size_t n = 0;
   for (const auto& [id, s] : slots_) n += s->length;
   return n * bytes_per_token();
 }
 
 void FullTier::close_all() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   for (auto& [id, s] : slots_) {
     try {
       close_slot(id, *s);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -49,7 +50,8 @@ class KvStaging {
 /// Layout and rounding are those of PagedKvCache with the same config (num_blocks
 /// is ignored: a request grows as long as its storage allows). Positions of a
 /// layer are written without gaps (append or overwrite); length(id) is the longest
-/// layer. Not thread-safe: one owner (the scheduler) drives it.
+/// layer. Thread-safe: every public operation holds the tier's lock, so a mover
+/// can stream one request while another request's verified KV is committed.
 ///
 /// Byte accounting is logical: a position of one layer is 2 * kv_heads * head_dim *
 /// dtype_size bytes (K and V). held = length * bytes_per_token; written counts the
@@ -68,7 +70,10 @@ class FullTier {
   /// Starts request `id` with no positions; `capacity_positions` is a size hint.
   /// Throws vc::Error if `id` exists.
   void create(uint64_t id, size_t capacity_positions = 0);
-  [[nodiscard]] bool contains(uint64_t id) const { return slots_.count(id) != 0; }
+  [[nodiscard]] bool contains(uint64_t id) const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return slots_.count(id) != 0;
+  }
 
   /// Stores one position of one layer: k_row, v_row: [kv_heads, head_dim] fp32,
   /// rounded to the dtype exactly like PagedKvCache::write. `pos` must be at most
@@ -104,9 +109,18 @@ class FullTier {
   [[nodiscard]] size_t bytes_per_token() const { return 2 * cfg_.num_layers * row_bytes_; }
   [[nodiscard]] size_t bytes_held(uint64_t id) const { return length(id) * bytes_per_token(); }
   [[nodiscard]] size_t bytes_held_total() const;
-  [[nodiscard]] size_t bytes_read_total() const { return read_; }
-  [[nodiscard]] size_t bytes_written_total() const { return written_; }
-  [[nodiscard]] TierBytes bytes() const { return {bytes_held_total(), read_, written_}; }
+  [[nodiscard]] size_t bytes_read_total() const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return read_;
+  }
+  [[nodiscard]] size_t bytes_written_total() const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return written_;
+  }
+  [[nodiscard]] TierBytes bytes() const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return {bytes_held_total(), read_, written_};
+  }
 
  protected:
   explicit FullTier(const KvCacheConfig& cfg);
@@ -163,6 +177,7 @@ class FullTier {
 
   std::unordered_map<uint64_t, std::unique_ptr<Slot>> slots_;
   size_t read_ = 0, written_ = 0;
+  mutable std::recursive_mutex mu_;  // guards every public operation
 };
 
 /// Full tier in host memory: per request, chunks of `chunk_blocks` blocks, each one

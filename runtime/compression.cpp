@@ -53,3 +53,42 @@ CompressedView compress(const Compressor& compressor, const KvSnapshot& kv,
 }
 
 }  // namespace vc
+
+#include <chrono>
+#include <optional>
+
+#include "runtime/prefill_stats.hpp"
+
+namespace vc {
+
+PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> prompt,
+                                 KvSequence& seq, PagedKvCache& cache, Workspace& ws,
+                                 const Compressor* compressor, double ratio, size_t stats_window,
+                                 size_t prefill_chunk) {
+  using clock = std::chrono::steady_clock;
+  PrefilledRequest out;
+  std::optional<PrefillStatsCollector> collector;
+  if (compressor != nullptr && compressor->needs_stats())
+    collector.emplace(model.config(), prompt.size(), stats_window);
+  auto t0 = clock::now();
+  ws.stats = collector ? &*collector : nullptr;
+  try {
+    out.logits = prefill(model, prompt, seq, cache, ws, prefill_chunk);
+  } catch (...) {
+    ws.stats = nullptr;
+    throw;
+  }
+  ws.stats = nullptr;
+  out.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  if (compressor != nullptr) {
+    t0 = clock::now();
+    std::optional<PrefillStats> stats;
+    if (collector) stats = collector->finish();
+    out.view = compress(*compressor, snapshot_kv(cache, seq, prompt.size()),
+                        stats ? &*stats : nullptr, model_facts(model, prompt.size()), ratio);
+    out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  return out;
+}
+
+}  // namespace vc

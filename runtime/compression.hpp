@@ -24,3 +24,28 @@ namespace vc {
                                       double ratio);
 
 }  // namespace vc
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "runtime/forward.hpp"
+
+namespace vc {
+
+/// What prefill_request produces.
+struct PrefilledRequest {
+  std::vector<float> logits;           // of the last prompt position
+  std::optional<CompressedView> view;  // when a compressor was given
+  double prefill_seconds = 0, compress_seconds = 0;
+};
+
+/// Prefills `prompt` into `seq` (gathering the statistics `compressor` needs) and,
+/// when `compressor` is non-null, builds the prompt's compressed view at `ratio`.
+[[nodiscard]] PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> prompt,
+                                               KvSequence& seq, PagedKvCache& cache,
+                                               Workspace& ws, const Compressor* compressor,
+                                               double ratio, size_t stats_window,
+                                               size_t prefill_chunk);
+
+}  // namespace vc

@@ -13,7 +13,7 @@
 #include "runtime/compression.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/layer_streamer.hpp"
-#include "runtime/prefill_stats.hpp"
+#include "runtime/verifier.hpp"
 
 namespace vc {
 
@@ -82,43 +82,28 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
                   " is outside the vocabulary (" + std::to_string(c.vocab_size) + ")");
 
   Request rq(*model_, tokenizer_.get(), cache_, prompt_ids, opt, on_token);
-  const bool compressed = opt.mode != DecodeMode::full;
   std::unique_ptr<Compressor> compressor;
-  std::optional<PrefillStatsCollector> collector;
-  if (compressed) {
+  if (opt.mode != DecodeMode::full) {
     compressor = make_compressor(opt.compressor);  // a bad name fails before any work
     if (!(opt.ratio >= 1.0)) throw Error("generate: ratio must be >= 1");
-    if (compressor->needs_stats()) collector.emplace(c, prompt_ids.size(), opt.stats_window);
   }
-
-  auto t0 = std::chrono::steady_clock::now();
+  GenerateStats& s = rq.result.stats;
+  s.prompt_tokens = prompt_ids.size();
   if (rq.steps > 0) {
-    ws_.stats = collector ? &*collector : nullptr;
-    try {
-      rq.logits = prefill(*model_, prompt_ids, rq.seq, cache_, ws_, opt.prefill_chunk);
-    } catch (...) {
-      ws_.stats = nullptr;
-      throw;
+    PrefilledRequest p = prefill_request(*model_, prompt_ids, rq.seq, cache_, ws_,
+                                         compressor.get(), opt.ratio, opt.stats_window,
+                                         opt.prefill_chunk);
+    rq.logits = std::move(p.logits);
+    rq.view = std::move(p.view);
+    s.prefill_seconds = p.prefill_seconds;
+    s.compress_seconds = p.compress_seconds;
+    if (rq.view) {
+      s.compressed_bytes = rq.view->stored_bytes();
+      s.compressed_full_bytes = rq.view->full_bytes();
     }
-    ws_.stats = nullptr;
-  }
-  rq.result.stats.prefill_seconds = seconds_since(t0);
-  rq.result.stats.prompt_tokens = prompt_ids.size();
-
-  if (compressor && rq.steps > 0) {
-    t0 = std::chrono::steady_clock::now();
-    std::optional<PrefillStats> stats;
-    if (collector) stats = collector->finish();
-    const size_t n = prompt_ids.size();
-    rq.view = compress(*compressor, snapshot_kv(cache_, rq.seq, n), stats ? &*stats : nullptr,
-                       model_facts(*model_, n), opt.ratio);
-    GenerateStats& s = rq.result.stats;
-    s.compress_seconds = seconds_since(t0);
-    s.compressed_bytes = rq.view->stored_bytes();
-    s.compressed_full_bytes = rq.view->full_bytes();
   }
 
-  t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   if (opt.mode == DecodeMode::vericache && rq.steps > 0) decode_verified(rq);
   else decode_stepwise(rq);
   rq.result.stats.decode_seconds = seconds_since(t0);

@@ -17,6 +17,7 @@ namespace vc {
 
 class FullTier;
 class LayerStreamer;
+class Verifier;
 
 /// How the decode steps see the KV cache.
 enum class DecodeMode {
@@ -137,6 +138,7 @@ class Generator {
   PagedKvCache cache_;
   std::unique_ptr<FullTier> full_tier_;
   std::unique_ptr<LayerStreamer> streamer_;
+  std::unique_ptr<Verifier> verifier_;
   uint64_t next_request_id_ = 1;
 };
 

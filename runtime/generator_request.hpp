@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/generator.hpp"
+#include "runtime/stop_rule.hpp"
 
 namespace vc {
 
@@ -29,6 +30,7 @@ struct Generator::Request {
   KvSequence seq;                      // the full KV (full mode) or the draft tail
   std::vector<float> logits;           // the next token's logits
   std::optional<CompressedView> view;  // lossy and vericache
+  StopRule stop_rule;
   bool done = false;
 
   Request(const Model& m, const Tokenizer* tok, PagedKvCache& c, std::span<const int32_t> prompt,
@@ -37,6 +39,14 @@ struct Generator::Request {
         steps(o.forced_output.empty() ? o.max_tokens : int(o.forced_output.size())) {
     result.prompt_ids.assign(prompt.begin(), prompt.end());
     result.finish_reason = "length";
+    stop_rule.max_tokens = size_t(steps);
+    if (o.stop_at_eos) {
+      if (!o.eos_token_ids.empty()) stop_rule.eos_ids = o.eos_token_ids;
+      else
+        for (int e : m.config().eos_token_ids) stop_rule.eos_ids.push_back(e);
+    }
+    stop_rule.stop = o.stop;
+    stop_rule.tokenizer = tok;
   }
   ~Request() { cache.free(seq); }  // blocks go back to the pool on every exit path
   Request(const Request&) = delete;
@@ -53,33 +63,13 @@ struct Generator::Request {
     if (opt.keep_logits) result.step_logits.insert(result.step_logits.end(), lg.begin(), lg.end());
     result.output_ids.push_back(tok);
     result.output_logprobs.push_back(logprob);
-    done = true;
     if (on_token && !on_token(tok)) {
       result.finish_reason = "cancelled";
-      return true;
+      return done = true;
     }
-    if (opt.stop_at_eos && is_eos(tok)) {
-      result.finish_reason = "eos";
-      return true;
-    }
-    if (!opt.stop.empty()) {
-      const std::string text = tokenizer->decode(result.output_ids);
-      for (const auto& s : opt.stop)
-        if (!s.empty() && text.find(s) != std::string::npos) {
-          result.finish_reason = "stop";
-          return true;
-        }
-    }
-    done = int(result.output_ids.size()) >= steps;
-    return done;
-  }
-
-  [[nodiscard]] bool is_eos(int32_t t) const {
-    if (!opt.eos_token_ids.empty())
-      return std::find(opt.eos_token_ids.begin(), opt.eos_token_ids.end(), t) !=
-             opt.eos_token_ids.end();
-    const auto& e = model.config().eos_token_ids;
-    return std::find(e.begin(), e.end(), int(t)) != e.end();
+    const std::string reason = stop_rule.check(result.output_ids);
+    if (!reason.empty()) result.finish_reason = reason;
+    return done = !reason.empty();
   }
 
   /// Bytes one draft step reads from fast memory: the view and the paged tail.
@@ -94,11 +84,7 @@ struct Generator::Request {
     s.output_tokens = result.output_ids.size();
     s.kv_bytes = c.bytes_of(seq);
     if (tokenizer != nullptr) {
-      result.text = tokenizer->decode(result.output_ids, /*skip_special=*/true);
-      for (const auto& st : opt.stop) {
-        const size_t at = st.empty() ? std::string::npos : result.text.find(st);
-        if (at != std::string::npos) result.text.resize(at);
-      }
+      result.text = stop_rule.cut(tokenizer->decode(result.output_ids, /*skip_special=*/true));
     }
   }
 };

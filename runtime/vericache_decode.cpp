@@ -24,6 +24,7 @@
 #include "runtime/draft_length.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/layer_streamer.hpp"
+#include "runtime/verifier.hpp"
 
 namespace vc {
 
@@ -51,6 +52,7 @@ void Generator::decode_verified(Request& rq) {
     full_tier_ = make_full_tier(cfg_, cache_.config());
     streamer_ = std::make_unique<LayerStreamer>(*full_tier_);
     streamer_->set_link_bandwidth(cfg_.link_bandwidth);
+    verifier_ = std::make_unique<Verifier>(model_, cfg_.threads);
   }
   st.full_tier = std::string(full_tier_->kind());
   const size_t layers = cache_.config().num_layers;
@@ -79,13 +81,12 @@ void Generator::decode_verified(Request& rq) {
   std::vector<ForwardRow> rows;
   std::vector<int32_t> drafts;
   std::vector<float> lg;
-  const size_t V = size_t(model_->config().vocab_size);
   while (!rq.done) {
     const size_t remaining = size_t(rq.steps) - rq.result.output_ids.size();
     const size_t L = policy.next(remaining);
 
     // 1. Draft.
-    auto t = clock::now();
+    const auto td = clock::now();
     drafts.clear();
     cache_.reserve(rq.seq, p0 + L + 1);
     int32_t tok = t0;
@@ -96,46 +97,31 @@ void Generator::decode_verified(Request& rq) {
       tok = sample_token(lg, opt.sampling, int64_t(p0 + i + 1));
       drafts.push_back(tok);
     }
-    const double draft_s = seconds_since(t);
+    const double draft_s = seconds_since(td);
 
-    // 2. Verify: L + 1 rows against the full KV [0, p0) streamed from the tier.
-    t = clock::now();
-    rows.clear();
-    rows.push_back(ForwardRow{t0, int32_t(p0), nullptr, true});
-    for (size_t i = 0; i < L; ++i)
-      rows.push_back(ForwardRow{drafts[i], int32_t(p0 + 1 + i), nullptr, true});
+    // 2. Verify: L + 1 rows against the full KV [0, p0) streamed from the tier;
+    // 3. accept the verifier's draws up to the first mismatch.
     streamer_->start(id, p0, L + 1);
-    ws_.provider = streamer_.get();
-    try {
-      forward(*model_, rows, cache_, ws_, lg);
-    } catch (...) {
-      ws_.provider = nullptr;
-      throw;
-    }
-    ws_.provider = nullptr;
-    const double verify_s = seconds_since(t);
-
-    // 3. Accept: the verifier's draw at each position; stop at the first mismatch.
-    size_t n = 0;  // accepted drafts
-    bool stop = false;
-    for (size_t j = 0; j <= L && !stop; ++j) {
-      const std::span<const float> vj(&lg[j * V], V);
-      const int32_t v = sample_token(vj, opt.sampling, int64_t(p0 + 1 + j));
-      stop = rq.emit(v, token_logprob(vj, v), vj);
-      t0 = v;
-      if (j < L && v == drafts[j]) ++n;
-      else break;
+    const VerifyOutcome v =
+        verifier_->run(VerifyJob{id, t0, p0, drafts, opt.sampling}, *streamer_, opt.keep_logits);
+    const size_t n = v.accepted;
+    for (size_t j = 0; j < v.tokens.size(); ++j) {
+      const std::span<const float> vl =
+          opt.keep_logits ? std::span<const float>(v.logits[j]) : std::span<const float>();
+      t0 = v.tokens[j];
+      if (rq.emit(t0, v.logprobs[j], vl)) break;
     }
 
     // 4. Commit positions p0..p0+n (t0 and the accepted drafts), roll back the rest.
-    t = clock::now();
+    auto t = clock::now();
     for (size_t r = 0; r <= n; ++r)
       for (size_t l = 0; l < layers; ++l) {
-        full_tier_->write(id, l, p0 + r, streamer_->row_k(l, r), streamer_->row_v(l, r));
-        cache_.write(l, rq.seq, p0 + r, streamer_->row_k(l, r), streamer_->row_v(l, r));
+        full_tier_->write(id, l, p0 + r, v.k(l, r), v.v(l, r));
+        cache_.write(l, rq.seq, p0 + r, v.k(l, r), v.v(l, r));
       }
     cache_.truncate(rq.seq, p0 + n + 1);
     st.commit_seconds += seconds_since(t);
+    const double verify_s = v.seconds;
 
     st.rounds += 1;
     st.drafted += L;

@@ -1,0 +1,109 @@
+// The drafter's plain object: owns the fast-memory KV (prompt prefill, compressed
+// views, paged tails) of every admitted request and runs one batched decode step
+// over all requests that are drafting (continuous batching). The drafter actor
+// wraps it; tests drive it directly.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtiers/compressor.hpp"
+#include "kvtiers/full_tier.hpp"
+#include "runtime/compression.hpp"
+#include "runtime/forward.hpp"
+#include "runtime/generator.hpp"
+#include "runtime/verifier.hpp"
+
+namespace vc {
+
+/// A request as the drafter sees it.
+struct DraftSpec {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  DecodeMode mode = DecodeMode::vericache;
+  std::string compressor = "snapkv";
+  double ratio = 4.0;
+  size_t stats_window = 32;
+  size_t prefill_chunk = 256;
+  size_t max_new_tokens = 0;  // sizes the full tier's file / memory
+  SamplingParams sampling;
+};
+
+struct PrefillResult {
+  uint64_t id = 0;
+  int32_t token = 0;  // the first output token (from the prompt's last logits)
+  float logprob = 0;
+  size_t compressed_bytes = 0, compressed_full_bytes = 0;
+  double seconds = 0;
+};
+
+/// A finished block: drafts (vericache) or final tokens (full, lossy).
+struct DraftBlock {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // final tokens only
+  bool final = false;
+  double seconds = 0;           // this request's share of the batched steps
+};
+
+class DraftBatcher {
+ public:
+  /// capacity_tokens: positions of fast-memory KV for all requests together.
+  /// `tier` receives the prompt's full KV of vericache requests (may be null when
+  /// no request uses vericache).
+  DraftBatcher(std::shared_ptr<const Model> model, FullTier* tier, size_t capacity_tokens,
+               DType kv_dtype, int threads);
+
+  /// Prefill (+ statistics + compression + the full tier copy for vericache).
+  /// Throws vc::Error for a bad request; nothing of it is kept then.
+  [[nodiscard]] PrefillResult prefill(const DraftSpec& spec);
+  /// Starts a block of `n` tokens from the pending token (n may be 0: the block
+  /// completes at the next step()).
+  void start(uint64_t id, size_t n);
+  /// True when some request has a block in progress.
+  [[nodiscard]] bool busy() const { return !active_.empty(); }
+  /// One batched decode step over every request with a block in progress; returns
+  /// the blocks that completed.
+  [[nodiscard]] std::vector<DraftBlock> step();
+  /// vericache: the verified KV replaces the drafts' KV at p0..p0+accepted; the
+  /// rest is rolled back; the pending token becomes the verifier's last token.
+  void commit(uint64_t id, const VerifyOutcome& v);
+  /// Frees everything the request holds here (idempotent).
+  void release(uint64_t id);
+
+  /// The pending token and its position when the last block started (the verify
+  /// job's t0 and p0).
+  [[nodiscard]] std::pair<int32_t, size_t> pending(uint64_t id) const;
+  /// Fast-memory bytes the request holds: its compressed view + paged tail, or its
+  /// whole KV in full mode.
+  [[nodiscard]] size_t fast_bytes(uint64_t id) const;
+  [[nodiscard]] size_t requests() const { return reqs_.size(); }
+  [[nodiscard]] PagedKvCache& cache() { return cache_; }
+
+ private:
+  struct Req {
+    DraftSpec spec;
+    KvSequence seq;
+    std::optional<CompressedView> view;
+    int32_t cur = 0;     // the next input token
+    size_t pos = 0;      // its position
+    int32_t start_token = 0;  // the pending token when the block started (verify's t0)
+    size_t p0 = 0;            // its position
+    size_t want = 0;     // tokens this block still needs
+    DraftBlock block;
+  };
+  Req& get(uint64_t id, const char* op);
+  [[nodiscard]] const Req& get(uint64_t id, const char* op) const;
+
+  std::shared_ptr<const Model> model_;
+  FullTier* tier_;
+  Workspace ws_;
+  PagedKvCache cache_;
+  std::unordered_map<uint64_t, Req> reqs_;
+  std::vector<uint64_t> active_;  // requests with a block in progress, in start order
+};
+
+}  // namespace vc

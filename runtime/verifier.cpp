@@ -1,0 +1,56 @@
+// Verify pass + acceptance: the verifier's draw at each position, until the first
+// one that differs from the draft.
+#include "runtime/verifier.hpp"
+
+#include <chrono>
+
+namespace vc {
+
+Verifier::Verifier(std::shared_ptr<const Model> model, int threads)
+    : model_(std::move(model)), ws_(threads),
+      unused_cache_(model_->kv_config(16, DType::bf16)) {}
+
+VerifyOutcome Verifier::run(const VerifyJob& job, LayerStreamer& stream, bool keep_logits) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double wait0 = stream.wait_seconds();
+  const size_t L = job.drafts.size();
+  rows_.clear();
+  rows_.push_back(ForwardRow{job.t0, int32_t(job.p0), nullptr, true});
+  for (size_t i = 0; i < L; ++i)
+    rows_.push_back(ForwardRow{job.drafts[i], int32_t(job.p0 + 1 + i), nullptr, true});
+  ws_.provider = &stream;
+  try {
+    forward(*model_, rows_, unused_cache_, ws_, logits_);
+  } catch (...) {
+    ws_.provider = nullptr;
+    throw;
+  }
+  ws_.provider = nullptr;
+
+  VerifyOutcome out;
+  out.id = job.id;
+  const size_t V = size_t(model_->config().vocab_size);
+  for (size_t j = 0; j <= L; ++j) {
+    const std::span<const float> lg(&logits_[j * V], V);
+    const int32_t v = sample_token(lg, job.sampling, int64_t(job.p0 + 1 + j));
+    out.tokens.push_back(v);
+    out.logprobs.push_back(token_logprob(lg, v));
+    if (keep_logits) out.logits.emplace_back(lg.begin(), lg.end());
+    if (j < L && v == job.drafts[j]) ++out.accepted;
+    else break;
+  }
+  const size_t layers = size_t(model_->config().num_layers), n = out.accepted + 1;
+  out.row_floats = size_t(model_->config().num_kv_heads * model_->config().head_dim);
+  out.rows_k.resize(layers * n * out.row_floats);
+  out.rows_v.resize(out.rows_k.size());
+  for (size_t l = 0; l < layers; ++l)
+    for (size_t r = 0; r < n; ++r) {
+      std::copy_n(stream.row_k(l, r), out.row_floats, &out.rows_k[(l * n + r) * out.row_floats]);
+      std::copy_n(stream.row_v(l, r), out.row_floats, &out.rows_v[(l * n + r) * out.row_floats]);
+    }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.wait_seconds = stream.wait_seconds() - wait0;
+  return out;
+}
+
+}  // namespace vc

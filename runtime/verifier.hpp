@@ -1,0 +1,64 @@
+// The verify pass of one request and its acceptance rule, as a plain object (the
+// verifier actor and the single-request generator both use it).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/forward.hpp"
+#include "runtime/layer_streamer.hpp"
+#include "runtime/sampler.hpp"
+
+namespace vc {
+
+struct VerifyJob {
+  uint64_t id = 0;
+  int32_t t0 = 0;                // the pending token (emitted, KV not yet verified)
+  size_t p0 = 0;                 // its position; the full tier holds [0, p0)
+  std::vector<int32_t> drafts;   // L drafts for positions p0+1 .. p0+L
+  SamplingParams sampling;
+};
+
+struct VerifyOutcome {
+  uint64_t id = 0;
+  /// The verifier's tokens for positions p0+1 .. p0+accepted+1: the accepted drafts,
+  /// then the correction (or the bonus token when every draft matched).
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<float>> logits;  // per token, when kept
+  size_t accepted = 0;
+  /// Verified KV of positions p0 .. p0+accepted (t0 and the accepted drafts), fp32,
+  /// [layers][accepted + 1][kv_heads * head_dim] each.
+  std::vector<float> rows_k, rows_v;
+  size_t row_floats = 0;
+  double seconds = 0;
+  double wait_seconds = 0;  // of which waiting for full-KV layers
+
+  [[nodiscard]] const float* k(size_t layer, size_t r) const {
+    return &rows_k[(layer * (accepted + 1) + r) * row_floats];
+  }
+  [[nodiscard]] const float* v(size_t layer, size_t r) const {
+    return &rows_v[(layer * (accepted + 1) + r) * row_floats];
+  }
+};
+
+class Verifier {
+ public:
+  Verifier(std::shared_ptr<const Model> model, int threads);
+
+  /// One pass over rows t0, d1..dL attending over the full KV that `stream` brings
+  /// in layer by layer (already started for this job) and themselves; then the
+  /// greedy / Gumbel-coupled acceptance. Throws vc::Error when the full KV cannot
+  /// be read.
+  [[nodiscard]] VerifyOutcome run(const VerifyJob& job, LayerStreamer& stream,
+                                  bool keep_logits = false);
+
+ private:
+  std::shared_ptr<const Model> model_;
+  Workspace ws_;
+  PagedKvCache unused_cache_;  // forward() wants one; the provider replaces it
+  std::vector<ForwardRow> rows_;
+  std::vector<float> logits_;
+};
+
+}  // namespace vc
