@@ -85,6 +85,7 @@ std::vector<DraftBlock> DraftBatcher::step() {
     rows.push_back(ForwardRow{r.cur, int32_t(r.pos), &r.seq, true, r.view ? &*r.view : nullptr});
     stepping.push_back(id);
   }
+  last_ids_ = stepping;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<float> logits;
   if (!rows.empty()) forward(*model_, rows, cache_, ws_, logits);

@@ -81,6 +81,11 @@ class DraftBatcher {
   /// whole KV in full mode.
   [[nodiscard]] size_t fast_bytes(uint64_t id) const;
   [[nodiscard]] size_t requests() const { return reqs_.size(); }
+  /// Requests with a block in progress.
+  [[nodiscard]] const std::vector<uint64_t>& active() const { return active_; }
+  /// Rows and requests of the last step() (tracing).
+  [[nodiscard]] size_t last_step_rows() const { return last_ids_.size(); }
+  [[nodiscard]] const std::vector<uint64_t>& last_step_ids() const { return last_ids_; }
   [[nodiscard]] PagedKvCache& cache() { return cache_; }
 
  private:
@@ -104,6 +109,7 @@ class DraftBatcher {
   PagedKvCache cache_;
   std::unordered_map<uint64_t, Req> reqs_;
   std::vector<uint64_t> active_;  // requests with a block in progress, in start order
+  std::vector<uint64_t> last_ids_;
 };
 
 }  // namespace vc

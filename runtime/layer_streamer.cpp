@@ -70,8 +70,10 @@ void LayerStreamer::worker() {
     } catch (const std::exception& e) {
       err = e.what();
     }
+    const size_t layer_bytes = n * tier_.bytes_per_token() / cfg_.num_layers;
+    if (observer_) observer_(id, layer, t0, steady::now(), layer_bytes);
     lock.lock();
-    bytes_streamed_ += n * tier_.bytes_per_token() / cfg_.num_layers;
+    bytes_streamed_ += layer_bytes;
     ready_[layer % 2] = long(layer);
     if (!err.empty()) error_ = err;
     pending_ = -1;

@@ -4,7 +4,10 @@
 // CPU-only machine the "link" is host memory or the disk, optionally throttled to a
 // modelled bandwidth.
 #pragma once
+#include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <string>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -26,6 +29,11 @@ class LayerStreamer final : public LayerKvProvider {
   /// Models a slower link: each layer read takes at least bytes / bytes_per_second
   /// (0 = as fast as the tier delivers).
   void set_link_bandwidth(double bytes_per_second) { link_bps_ = bytes_per_second; }
+  /// Called on the copy thread after each layer lands (tracing).
+  using LayerObserver = std::function<void(uint64_t id, size_t layer,
+                                           std::chrono::steady_clock::time_point begin,
+                                           std::chrono::steady_clock::time_point end, size_t bytes)>;
+  void set_layer_observer(LayerObserver f) { observer_ = std::move(f); }
 
   /// Prepares a pass over request `id`: the tier holds positions [0, n_full); the
   /// pass writes rows at positions [n_full, n_full + n_rows). Starts reading layer 0.
@@ -58,6 +66,7 @@ class LayerStreamer final : public LayerKvProvider {
   uint64_t id_ = 0;
   size_t n_full_ = 0, n_rows_ = 0;
   double link_bps_ = 0;
+  LayerObserver observer_;
   double wait_seconds_ = 0;
   size_t bytes_streamed_ = 0;
 

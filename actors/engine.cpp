@@ -1,0 +1,201 @@
+// vericache::Engine: builds the shared resources, spawns one actor per resource and
+// talks to the scheduler. Shutdown order matters (DEPENDENCIES.md): every actor
+// handle is dropped before the actor system is destroyed, or its destructor hangs.
+#include "actors/vericache/engine.hpp"
+
+#include <atomic>
+#include <filesystem>
+#include <unistd.h>
+
+#include "actors/protocol.hpp"
+#include "actors/scheduler.hpp"
+#include "actors/workers.hpp"
+#include "kernels/error.hpp"
+#include "kvtiers/full_tier.hpp"
+#include "runtime/forward.hpp"
+#include "runtime/model.hpp"
+#include "runtime/model/tokenizer.hpp"
+
+
+namespace vericache {
+
+using namespace vc;
+
+struct Engine::Impl {
+  EngineConfig cfg;
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::unique_ptr<FullTier> tier;
+  std::shared_ptr<TraceRecorder> trace;
+  std::unique_ptr<caf::actor_system_config> sys_cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor sched, drafter, mover, verifier;
+  std::atomic<uint64_t> next_id{1};
+  TraceRecorder::time_point started = TraceRecorder::clock::now();
+};
+
+namespace {
+
+Result failed_result(uint64_t id, const std::string& error) {
+  Result r;
+  r.id = id;
+  r.ok = false;
+  r.finish_reason = "error";
+  r.error = error;
+  return r;
+}
+
+size_t parse_draft(const std::string& d, bool& is_auto) {
+  is_auto = d == "auto";
+  if (is_auto) return 0;
+  size_t used = 0;
+  long v = -1;
+  try {
+    v = std::stol(d, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != d.size() || v < 0 || v > 4096)
+    throw Error("draft: expected a length 0..4096 or 'auto', got '" + d + "'");
+  return size_t(v);
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.cfg = cfg;
+  if (cfg.kv_dtype != "bf16" && cfg.kv_dtype != "f32")
+    throw Error("EngineConfig.kv_dtype: expected bf16 or f32, got '" + cfg.kv_dtype + "'");
+  if (cfg.full_tier != "host" && cfg.full_tier != "disk")
+    throw Error("EngineConfig.full_tier: expected host or disk, got '" + cfg.full_tier + "'");
+  if (cfg.max_active == 0) throw Error("EngineConfig.max_active: must be at least 1");
+  m.model = Model::load(cfg.model_dir);
+  m.tokenizer = std::make_shared<const Tokenizer>(
+      Tokenizer::from_file(std::filesystem::path(cfg.model_dir) / "tokenizer.json"));
+  const DType kv = cfg.kv_dtype == "f32" ? DType::f32 : DType::bf16;
+  const KvCacheConfig kvc = m.model->kv_config(16, kv);
+  if (cfg.full_tier == "disk") {
+    const std::string dir = cfg.disk_dir.empty()
+                                ? (std::filesystem::temp_directory_path() /
+                                   ("vericache-engine-" + std::to_string(::getpid())))
+                                      .string()
+                                : cfg.disk_dir;
+    m.tier = std::make_unique<DiskFullTier>(kvc, dir);
+  } else {
+    m.tier = std::make_unique<HostFullTier>(kvc);
+  }
+  m.trace = std::make_shared<TraceRecorder>(cfg.trace);
+  auto batcher = std::make_shared<DraftBatcher>(m.model, m.tier.get(), cfg.fast_capacity_tokens,
+                                                kv, cfg.threads);
+  auto streamer = std::make_shared<LayerStreamer>(*m.tier);
+  streamer->set_link_bandwidth(cfg.link_bytes_per_second);
+  auto verifier = std::make_shared<Verifier>(m.model, cfg.threads);
+
+  m.sys_cfg = std::make_unique<caf::actor_system_config>();
+  m.sys_cfg->set("scheduler.max-threads", 2);
+  m.sys_cfg->set("logger.console", caf::atom("none"));
+  m.sys = std::make_unique<caf::actor_system>(*m.sys_cfg);
+  m.sched = m.sys->spawn(actors::scheduler, cfg.max_active, cfg.max_queue, cfg.lockstep,
+                         m.tokenizer.get());
+  m.drafter = m.sys->spawn<caf::detached>(actors::drafter, batcher, m.sched, m.trace);
+  m.mover = m.sys->spawn<caf::detached>(actors::mover, m.tier.get(), streamer, m.trace);
+  m.verifier = m.sys->spawn<caf::detached>(actors::verifier, verifier, m.mover, m.sched, m.trace);
+  caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover});
+}
+
+Engine::~Engine() {
+  Impl& m = *impl_;
+  if (!m.sys) return;
+  {
+    caf::scoped_actor self{*m.sys};
+    self->request(m.sched, std::chrono::seconds(30), actors::shutdown_msg{})
+        .receive([](bool) {}, [](caf::error&) {});
+    for (auto* a : {&m.sched, &m.drafter, &m.mover, &m.verifier})
+      self->send_exit(*a, caf::exit_reason::user_shutdown);
+  }
+  m.sched = m.drafter = m.mover = m.verifier = caf::actor{};
+  m.sys.reset();  // waits for every actor to finish
+}
+
+Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
+  Impl& m = *impl_;
+  auto ctx = std::make_shared<actors::RequestCtx>();
+  ctx->id = m.next_id++;
+  ctx->on_token = std::move(on_token);
+  Submission sub{ctx->id, ctx->promise.get_future()};
+  try {
+    DraftSpec& s = ctx->spec;
+    s.id = ctx->id;
+    s.prompt = r.prompt_ids.empty() ? m.tokenizer->encode(r.prompt) : r.prompt_ids;
+    if (s.prompt.empty()) throw Error("request: the prompt has no tokens");
+    for (int32_t t : s.prompt)
+      if (t < 0 || t >= m.model->config().vocab_size)
+        throw Error("request: prompt token id " + std::to_string(t) + " is outside the vocabulary");
+    if (r.max_tokens < 1) throw Error("request: max_tokens must be at least 1");
+    s.mode = parse_decode_mode(r.mode);
+    if (s.mode != DecodeMode::full) (void)make_compressor(r.compressor);
+    if (!(r.ratio >= 1.0)) throw Error("request: ratio must be >= 1");
+    s.compressor = r.compressor;
+    s.ratio = r.ratio;
+    s.max_new_tokens = size_t(r.max_tokens);
+    s.sampling = SamplingParams{r.temperature, r.top_k, r.top_p, r.seed};
+    validate(s.sampling);
+    const size_t need = s.prompt.size() + size_t(r.max_tokens) + 1;
+    if (need > size_t(m.model->config().max_position_embeddings))
+      throw Error("request: prompt + max_tokens exceeds the model's context (" +
+                  std::to_string(m.model->config().max_position_embeddings) + ")");
+    if (need > m.cfg.fast_capacity_tokens)
+      throw Error("request: prompt + max_tokens exceeds the engine's fast KV capacity (" +
+                  std::to_string(m.cfg.fast_capacity_tokens) + " tokens)");
+    bool is_auto = false;
+    const size_t L = parse_draft(r.draft, is_auto);
+    ctx->policy = is_auto ? DraftLengthPolicy::adaptive(64) : DraftLengthPolicy::fixed(L);
+    ctx->stop.max_tokens = size_t(r.max_tokens);
+    if (!r.ignore_eos)
+      for (int e : m.model->config().eos_token_ids) ctx->stop.eos_ids.push_back(e);
+    ctx->stop.stop = r.stop;
+    ctx->stop.tokenizer = m.tokenizer.get();
+    ctx->result.id = ctx->id;
+    ctx->result.prompt_ids = s.prompt;
+  } catch (const std::exception& e) {
+    ctx->promise.set_value(failed_result(ctx->id, e.what()));
+    return sub;
+  }
+  caf::anon_send(m.sched, actors::submit_msg{std::move(ctx)});
+  return sub;
+}
+
+void Engine::cancel(uint64_t id) { caf::anon_send(impl_->sched, actors::cancel_msg{id}); }
+
+EngineStats Engine::stats() {
+  Impl& m = *impl_;
+  EngineStats s;
+  caf::scoped_actor self{*m.sys};
+  self->request(m.sched, std::chrono::seconds(30), actors::stats_msg{})
+      .receive(
+          [&](const actors::SchedulerCounters& c) {
+            s.submitted = c.submitted;
+            s.completed = c.completed;
+            s.failed = c.failed;
+            s.cancelled = c.cancelled;
+            s.rejected = c.rejected;
+            s.tokens = c.tokens;
+          },
+          [](caf::error&) {});
+  const auto now = TraceRecorder::clock::now();
+  s.seconds = std::chrono::duration<double>(now - m.started).count();
+  s.busy_fraction = m.trace->busy_fraction(m.started, now);
+  const TierBytes b = m.tier->bytes();
+  s.full_tier_bytes_read = b.read;
+  s.full_tier_bytes_written = b.written;
+  s.full_tier_bytes_held = b.held;
+  return s;
+}
+
+void Engine::write_trace(const std::string& path) { impl_->trace->write_chrome_trace(path); }
+
+std::string Engine::decode(const std::vector<int32_t>& ids) const {
+  return impl_->tokenizer->decode(ids, true);
+}
+
+}  // namespace vericache

@@ -1,0 +1,110 @@
+// Every message that crosses an actor mailbox, with who sends it, who handles it and
+// how often. Per-token and per-layer work never goes through a mailbox: the drafter
+// batches steps internally, and layer-ready signals between the mover's copy thread
+// and the verifier are condition variables inside LayerStreamer (the CPU stand-in
+// for CUDA events).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "runtime/draft_batcher.hpp"
+#include "runtime/layer_streamer.hpp"
+#include "runtime/verifier.hpp"
+
+namespace vc::actors {
+
+struct RequestCtx;  // the scheduler's per-request state (scheduler.hpp)
+
+/// client -> scheduler, once per request: admit it (or answer "overloaded").
+struct submit_msg {
+  std::shared_ptr<RequestCtx> ctx;
+};
+/// client -> scheduler: cancel a request wherever it is.
+struct cancel_msg {
+  uint64_t id = 0;
+};
+/// scheduler -> drafter, once per request: prefill, compress, copy the full KV to
+/// the full tier. Answered by prefilled_msg or failed_msg.
+struct prefill_msg {
+  DraftSpec spec;
+};
+/// drafter -> scheduler, once per request.
+struct prefilled_msg {
+  PrefillResult result;
+};
+/// scheduler -> drafter, once per round: draft (or, in full/lossy mode, decode)
+/// `n` tokens from the pending token. Answered by drafted_msg when the block is done.
+struct draft_msg {
+  uint64_t id = 0;
+  size_t n = 0;
+};
+/// drafter -> scheduler, once per round.
+struct drafted_msg {
+  DraftBlock block;
+};
+/// scheduler -> verifier, once per round: verify the drafts against the full KV.
+/// Answered by verified_msg or failed_msg.
+struct verify_msg {
+  VerifyJob job;
+};
+/// verifier -> mover, once per verify pass: start streaming the full KV of a
+/// request, layer by layer, into the staging buffers; answered with the streamer.
+struct stream_msg {
+  uint64_t id = 0;
+  size_t n_full = 0, n_rows = 0;
+};
+/// verifier -> scheduler, once per round.
+struct verified_msg {
+  std::shared_ptr<const VerifyOutcome> outcome;
+};
+/// verifier -> mover and scheduler -> drafter, once per round: the verified KV of
+/// the accepted positions (the mover appends it to the full tier, the drafter puts
+/// it over the drafts' KV and rolls back the rest).
+struct commit_msg {
+  std::shared_ptr<const VerifyOutcome> outcome;
+  size_t p0 = 0;
+};
+/// scheduler -> drafter and mover, once per request: free everything it holds.
+struct release_msg {
+  uint64_t id = 0;
+};
+/// any worker -> scheduler: the request failed (its error, it alone).
+struct failed_msg {
+  uint64_t id = 0;
+  std::string error;
+};
+/// drafter -> itself after each batched step while requests are drafting, so other
+/// messages interleave with steps.
+struct step_msg {};
+/// engine -> scheduler: reply with a stats snapshot.
+struct stats_msg {};
+/// engine -> scheduler, once at the end: cancel everything, drop the worker
+/// handles; replies true.
+struct shutdown_msg {};
+/// engine -> scheduler, once at start: the worker actors (spawned after it).
+struct wire_msg {
+  caf::actor drafter, verifier, mover;
+};
+
+}  // namespace vc::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::submit_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::cancel_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::prefill_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::prefilled_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::draft_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::drafted_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::verify_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::stream_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::verified_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::commit_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::release_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::failed_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::step_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::stats_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::wire_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::shutdown_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::LayerStreamer>)

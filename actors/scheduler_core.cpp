@@ -1,0 +1,219 @@
+// Scheduler logic (see the header). Every handler tolerates messages about
+// requests that are already gone (cancelled or failed meanwhile).
+#include "actors/scheduler_core.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace vc::actors {
+
+namespace {
+constexpr size_t kFinalBlock = 16;  // full/lossy decode: tokens per drafter message
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+SchedulerCore::SchedulerCore(Outbox& out, size_t max_active, size_t max_queue, bool lockstep,
+                             const Tokenizer* tokenizer)
+    : out_(out), max_active_(std::max<size_t>(1, max_active)), max_queue_(max_queue),
+      lockstep_(lockstep), tokenizer_(tokenizer) {}
+
+std::shared_ptr<RequestCtx> SchedulerCore::find(uint64_t id) const {
+  auto it = active_.find(id);
+  return it == active_.end() ? nullptr : it->second;
+}
+
+void SchedulerCore::submit(std::shared_ptr<RequestCtx> ctx) {
+  ++counters_.submitted;
+  if (active_.size() >= max_active_ && queue_.size() >= max_queue_) {
+    ++counters_.rejected;
+    ctx->result.ok = false;
+    ctx->result.finish_reason = "error";
+    ctx->result.error = "overloaded: " + std::to_string(queue_.size()) +
+                        " requests already waiting (max_queue " + std::to_string(max_queue_) +
+                        "); retry later";
+    ctx->promise.set_value(std::move(ctx->result));
+    return;
+  }
+  ctx->submitted = std::chrono::steady_clock::now();
+  queue_.push_back(std::move(ctx));
+  admit();
+}
+
+void SchedulerCore::admit() {
+  while (active_.size() < max_active_ && !queue_.empty()) {
+    auto c = std::move(queue_.front());
+    queue_.pop_front();
+    c->started = std::chrono::steady_clock::now();
+    c->result.stats.queue_seconds = since(c->submitted);
+    c->phase = RequestCtx::Phase::prefill;
+    active_.emplace(c->id, c);
+    out_.prefill(c->spec);
+  }
+}
+
+size_t SchedulerCore::remaining(const RequestCtx& c) const {
+  return c.stop.max_tokens - c.result.output_ids.size();
+}
+
+size_t SchedulerCore::pending_position(const RequestCtx& c) const {
+  return c.spec.prompt.size() + c.result.output_ids.size() - 1;
+}
+
+bool SchedulerCore::emit(RequestCtx& c, int32_t tok, float logprob) {
+  c.result.output_ids.push_back(tok);
+  c.result.output_logprobs.push_back(logprob);
+  ++counters_.tokens;
+  if (c.on_token) c.on_token(c.id, tok);
+  const std::string reason = c.stop.check(c.result.output_ids);
+  if (reason.empty()) return false;
+  finish(c, reason);
+  return true;
+}
+
+void SchedulerCore::next_round(RequestCtx& c) {
+  c.phase = RequestCtx::Phase::draft;
+  if (lockstep_ && verifying_) {
+    held_for_draft_.push_back(c.id);
+    return;
+  }
+  if (c.spec.mode == DecodeMode::vericache) {
+    c.round_drafts = c.policy.next(remaining(c));
+    out_.draft(c.id, c.round_drafts);
+  } else {
+    out_.draft(c.id, std::min(kFinalBlock, remaining(c)));
+  }
+}
+
+void SchedulerCore::on_prefilled(const PrefillResult& r) {
+  auto c = find(r.id);
+  if (!c) return;
+  c->result.stats.prefill_seconds = r.seconds;
+  c->result.stats.compressed_bytes = r.compressed_bytes;
+  if (!emit(*c, r.token, r.logprob)) next_round(*c);
+  check_barriers();
+}
+
+void SchedulerCore::on_drafted(DraftBlock& b) {
+  auto c = find(b.id);
+  if (!c) return;
+  c->result.stats.draft_seconds += b.seconds;
+  if (b.final) {
+    for (size_t i = 0; i < b.tokens.size(); ++i)
+      if (emit(*c, b.tokens[i], b.logprobs[i])) return check_barriers();
+    next_round(*c);
+    return check_barriers();
+  }
+  c->drafts = std::move(b.tokens);
+  c->round_draft_seconds = b.seconds;
+  c->phase = RequestCtx::Phase::verify;
+  const size_t p0 = pending_position(*c);
+  const VerifyJob job{c->id, c->result.output_ids.back(), p0, c->drafts, c->spec.sampling};
+  if (lockstep_) held_for_verify_.push_back(c->id);
+  else out_.verify(job);
+  check_barriers();
+}
+
+void SchedulerCore::on_verified(std::shared_ptr<const VerifyOutcome> v) {
+  auto c = find(v->id);
+  if (!c) return;
+  const size_t p0 = pending_position(*c);
+  {
+    auto& s = c->result.stats;
+    s.rounds += 1;
+    s.drafted += c->drafts.size();
+    s.accepted += v->accepted;
+    if (s.accepted_histogram.size() <= v->accepted) s.accepted_histogram.resize(v->accepted + 1);
+    s.accepted_histogram[v->accepted] += 1;
+    s.verify_seconds += v->seconds;
+  }
+  c->policy.observe(c->drafts.size(), v->accepted, c->round_draft_seconds, v->seconds);
+  for (size_t j = 0; j < v->tokens.size(); ++j)
+    if (emit(*c, v->tokens[j], v->logprobs[j])) return check_barriers();
+  out_.commit_drafter(v, p0);  // before the next draft: the same mailbox keeps order
+  next_round(*c);
+  check_barriers();
+}
+
+void SchedulerCore::on_failed(uint64_t id, const std::string& error) {
+  auto c = find(id);
+  if (!c) return;
+  finish(*c, "error", error);
+  check_barriers();
+}
+
+void SchedulerCore::cancel(uint64_t id) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it)
+    if ((*it)->id == id) {
+      auto c = *it;
+      queue_.erase(it);
+      ++counters_.cancelled;
+      c->result.finish_reason = "cancelled";
+      c->result.ok = true;
+      c->phase = RequestCtx::Phase::done;
+      c->promise.set_value(std::move(c->result));
+      return;
+    }
+  if (auto c = find(id)) {
+    finish(*c, "cancelled");
+    check_barriers();
+  }
+}
+
+void SchedulerCore::cancel_all() {
+  while (!queue_.empty()) cancel(queue_.front()->id);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, c] : active_) ids.push_back(id);
+  for (uint64_t id : ids) cancel(id);
+}
+
+void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::string& error) {
+  auto keep = find(c.id);  // c lives in active_: hold it while erasing
+  c.phase = RequestCtx::Phase::done;
+  c.result.finish_reason = reason;
+  c.result.ok = error.empty();
+  c.result.error = error;
+  c.result.stats.prompt_tokens = c.spec.prompt.size();
+  c.result.stats.output_tokens = c.result.output_ids.size();
+  c.result.stats.total_seconds = since(c.submitted);
+  if (tokenizer_ != nullptr)
+    c.result.text = c.stop.cut(tokenizer_->decode(c.result.output_ids, /*skip_special=*/true));
+  if (!error.empty()) ++counters_.failed;
+  else if (reason == "cancelled") ++counters_.cancelled;
+  else ++counters_.completed;
+  out_.release(c.id, c.spec.mode == DecodeMode::vericache);
+  active_.erase(c.id);
+  held_for_draft_.erase(std::remove(held_for_draft_.begin(), held_for_draft_.end(), c.id),
+                        held_for_draft_.end());
+  held_for_verify_.erase(std::remove(held_for_verify_.begin(), held_for_verify_.end(), c.id),
+                         held_for_verify_.end());
+  keep->promise.set_value(std::move(c.result));
+  admit();
+}
+
+void SchedulerCore::check_barriers() {
+  if (!lockstep_) return;
+  auto any_in = [&](RequestCtx::Phase p, const std::vector<uint64_t>& held) {
+    for (const auto& [id, c] : active_)
+      if (c->phase == p && std::find(held.begin(), held.end(), id) == held.end()) return true;
+    return false;
+  };
+  if (!verifying_ && !held_for_verify_.empty() &&
+      !any_in(RequestCtx::Phase::draft, {}) && !any_in(RequestCtx::Phase::prefill, {})) {
+    verifying_ = true;  // everyone has drafted: everyone verifies
+    for (uint64_t id : std::exchange(held_for_verify_, {})) {
+      auto c = find(id);
+      const VerifyJob job{c->id, c->result.output_ids.back(), pending_position(*c), c->drafts,
+                          c->spec.sampling};
+      out_.verify(job);
+    }
+  }
+  if (verifying_ && !any_in(RequestCtx::Phase::verify, {})) {
+    verifying_ = false;  // everyone has verified: everyone drafts
+    for (uint64_t id : std::exchange(held_for_draft_, {}))
+      if (auto c = find(id)) next_round(*c);
+  }
+}
+
+}  // namespace vc::actors

@@ -1,0 +1,97 @@
+// The scheduler's logic as a plain object: admission with a bounded queue, each
+// request's state machine (queued -> prefill -> draft <-> verify -> done), the draft
+// length policy, lock-step barriers, and emission with the shared stop rule. It
+// talks to the workers through an Outbox, which the scheduler actor implements
+// with mailbox sends and tests implement with plain vectors.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/vericache/engine.hpp"
+#include "runtime/draft_batcher.hpp"
+#include "runtime/draft_length.hpp"
+#include "runtime/stop_rule.hpp"
+#include "runtime/verifier.hpp"
+
+namespace vc::actors {
+
+/// One request as the scheduler tracks it; shared with the client's submit call.
+struct RequestCtx {
+  enum class Phase { queued, prefill, draft, verify, done };
+  uint64_t id = 0;
+  DraftSpec spec;
+  StopRule stop;
+  DraftLengthPolicy policy = DraftLengthPolicy::fixed(16);
+  vericache::TokenCallback on_token;
+  std::promise<vericache::Result> promise;
+  vericache::Result result;
+  Phase phase = Phase::queued;
+  size_t round_drafts = 0;       // L of the round in flight
+  std::vector<int32_t> drafts;   // the round's drafts, once drafted
+  double round_draft_seconds = 0;
+  std::chrono::steady_clock::time_point submitted, started;
+};
+
+/// What the scheduler asks the workers to do.
+class Outbox {
+ public:
+  virtual ~Outbox() = default;
+  virtual void prefill(const DraftSpec& spec) = 0;
+  virtual void draft(uint64_t id, size_t n) = 0;
+  virtual void verify(const VerifyJob& job) = 0;
+  /// The drafter puts verified KV over its drafts (sent before the next draft).
+  virtual void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0) = 0;
+  virtual void release(uint64_t id, bool full_tier) = 0;
+};
+
+struct SchedulerCounters {
+  size_t submitted = 0, completed = 0, failed = 0, cancelled = 0, rejected = 0, tokens = 0;
+};
+
+class SchedulerCore {
+ public:
+  SchedulerCore(Outbox& out, size_t max_active, size_t max_queue, bool lockstep,
+                const Tokenizer* tokenizer);
+
+  void submit(std::shared_ptr<RequestCtx> ctx);
+  void cancel(uint64_t id);
+  void on_prefilled(const PrefillResult& r);
+  void on_drafted(DraftBlock& b);
+  void on_verified(std::shared_ptr<const VerifyOutcome> v);
+  void on_failed(uint64_t id, const std::string& error);
+  /// Cancels everything (engine shutdown).
+  void cancel_all();
+
+  [[nodiscard]] const SchedulerCounters& counters() const { return counters_; }
+  [[nodiscard]] size_t active() const { return active_.size(); }
+  [[nodiscard]] size_t queued() const { return queue_.size(); }
+
+ private:
+  std::shared_ptr<RequestCtx> find(uint64_t id) const;
+  void admit();
+  void next_round(RequestCtx& c);
+  bool emit(RequestCtx& c, int32_t tok, float logprob);  // true: stop
+  void finish(RequestCtx& c, const std::string& reason, const std::string& error = "");
+  void check_barriers();
+  [[nodiscard]] size_t remaining(const RequestCtx& c) const;
+  [[nodiscard]] size_t pending_position(const RequestCtx& c) const;
+
+  Outbox& out_;
+  size_t max_active_, max_queue_;
+  bool lockstep_;
+  const Tokenizer* tokenizer_;
+  std::deque<std::shared_ptr<RequestCtx>> queue_;
+  std::unordered_map<uint64_t, std::shared_ptr<RequestCtx>> active_;
+  // Lock-step only: requests waiting at the draft or the verify barrier.
+  bool verifying_ = false;
+  std::vector<uint64_t> held_for_draft_, held_for_verify_;
+  SchedulerCounters counters_;
+};
+
+}  // namespace vc::actors

@@ -1,0 +1,111 @@
+// VeriCache embedding API: the one header a front end needs. Create an engine from
+// a config, submit requests, receive tokens through a callback, cancel, read stats.
+// Behind it, one actor per resource (scheduler, drafter, mover, verifier) runs the
+// draft ⇄ verify rounds of many requests at once, staggered across requests.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace vericache {
+
+/// Engine-wide settings (validated by the constructor; bad values throw
+/// std::runtime_error naming the field).
+struct EngineConfig {
+  std::string model_dir;            ///< Hugging Face model directory
+  int threads = 0;                  ///< per compute actor; 0 = auto
+  std::string full_tier = "host";   ///< where full KV lives: "host" or "disk"
+  std::string disk_dir;             ///< disk tier directory ("" = a temp dir)
+  double link_bytes_per_second = 0; ///< modelled link to the full tier (0 = unthrottled)
+  size_t fast_capacity_tokens = 1 << 16;  ///< KV positions the drafter's fast memory holds
+  std::string kv_dtype = "bf16";    ///< "bf16" or "f32"
+  size_t max_active = 16;           ///< requests in flight (prefill/draft/verify) at once
+  size_t max_queue = 256;           ///< waiting requests; beyond it submit answers "overloaded"
+  bool lockstep = false;            ///< everyone drafts, then everyone verifies (comparison only)
+  bool trace = false;               ///< record slices for write_trace()
+};
+
+/// One request.
+struct Request {
+  std::string prompt;               ///< tokenized as written (special tokens recognised)
+  std::vector<int32_t> prompt_ids;  ///< used instead of `prompt` when non-empty
+  int max_tokens = 128;
+  std::string mode = "vericache";   ///< "full", "lossy" or "vericache"
+  std::string compressor = "snapkv";
+  double ratio = 4.0;
+  std::string draft = "16";         ///< a length, or "auto"
+  float temperature = 0.0f;         ///< 0 = greedy
+  int top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
+/// Per-request figures.
+struct RequestStats {
+  size_t prompt_tokens = 0, output_tokens = 0;
+  size_t rounds = 0, drafted = 0, accepted = 0;
+  std::vector<size_t> accepted_histogram;
+  double queue_seconds = 0, prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;
+  double total_seconds = 0;
+  size_t compressed_bytes = 0, fast_bytes_peak = 0;
+};
+
+struct Result {
+  uint64_t id = 0;
+  bool ok = false;
+  std::string error;                ///< why it failed ("overloaded: ...", a tier error, ...)
+  std::vector<int32_t> prompt_ids, output_ids;
+  std::vector<float> output_logprobs;
+  std::string text;
+  std::string finish_reason;        ///< eos, length, stop, cancelled, error
+  RequestStats stats;
+};
+
+/// Engine-wide figures.
+struct EngineStats {
+  size_t submitted = 0, completed = 0, failed = 0, cancelled = 0, rejected = 0;
+  size_t tokens = 0;
+  double seconds = 0;                          ///< since the engine started
+  std::map<std::string, double> busy_fraction; ///< per resource
+  size_t full_tier_bytes_read = 0, full_tier_bytes_written = 0;
+  size_t full_tier_bytes_held = 0;             ///< KV of requests still in the full tier
+};
+
+/// Called with each emitted token, on an engine thread; keep it short.
+using TokenCallback = std::function<void(uint64_t id, int32_t token)>;
+
+class Engine {
+ public:
+  explicit Engine(const EngineConfig& cfg);
+  ~Engine();  ///< cancels what is in flight and shuts the actors down cleanly
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  struct Submission {
+    uint64_t id = 0;
+    std::future<Result> result;
+  };
+  /// Queues a request. Never throws for a bad request: the future's Result says
+  /// what was wrong (ok = false).
+  Submission submit(const Request& r, TokenCallback on_token = {});
+  /// Cancels a request: its blocks are freed in every tier; its Result has
+  /// finish_reason "cancelled".
+  void cancel(uint64_t id);
+  [[nodiscard]] EngineStats stats();
+  /// Chrome trace-event JSON of everything so far (needs cfg.trace).
+  void write_trace(const std::string& path);
+  /// Decodes ids with the model's tokenizer.
+  [[nodiscard]] std::string decode(const std::vector<int32_t>& ids) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vericache

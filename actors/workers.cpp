@@ -1,0 +1,125 @@
+// Drafter, mover and verifier behaviors: each delegates to its plain object and
+// turns exceptions into failed_msg for the one request concerned.
+#include "actors/workers.hpp"
+
+#include <array>
+
+#include "actors/protocol.hpp"
+
+namespace vc::actors {
+
+caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher> batcher,
+                      caf::actor scheduler, std::shared_ptr<TraceRecorder> trace) {
+  const int track = trace->track("drafter");
+  auto stepping = std::make_shared<bool>(false);
+  auto kick = [=] {  // keep one step_msg in flight while anything drafts
+    if (!*stepping && batcher->busy()) {
+      *stepping = true;
+      self->send(self, step_msg{});
+    }
+  };
+  return {
+      [=](prefill_msg& m) {
+        try {
+          auto s = trace->scope(track, "prefill", m.spec.id);
+          self->send(scheduler, prefilled_msg{batcher->prefill(m.spec)});
+        } catch (const std::exception& e) {
+          self->send(scheduler, failed_msg{m.spec.id, e.what()});
+        }
+      },
+      [=](draft_msg& m) {
+        try {
+          batcher->start(m.id, m.n);
+          kick();
+        } catch (const std::exception& e) {
+          self->send(scheduler, failed_msg{m.id, e.what()});
+        }
+      },
+      [=](step_msg&) {
+        *stepping = false;
+        std::vector<uint64_t> ids;
+        const auto b = TraceRecorder::clock::now();
+        std::vector<DraftBlock> done;
+        try {
+          done = batcher->step();
+        } catch (const std::exception& e) {
+          // A step failure cannot be pinned on one row: fail every drafting request.
+          for (uint64_t id : batcher->active()) self->send(scheduler, failed_msg{id, e.what()});
+          return;
+        }
+        const size_t rows = batcher->last_step_rows();
+        if (rows > 0)
+          trace->slice(track, "draft step", batcher->last_step_ids(), b,
+                       TraceRecorder::clock::now(), {{"rows", double(rows)}});
+        for (auto& blk : done) self->send(scheduler, drafted_msg{std::move(blk)});
+        kick();
+      },
+      [=](commit_msg& m) {
+        try {
+          batcher->commit(m.outcome->id, *m.outcome);
+        } catch (const std::exception& e) {
+          self->send(scheduler, failed_msg{m.outcome->id, e.what()});
+        }
+      },
+      [=](release_msg& m) { batcher->release(m.id); },
+  };
+}
+
+caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
+                    std::shared_ptr<LayerStreamer> streamer, std::shared_ptr<TraceRecorder> trace) {
+  (void)self;
+  const int track = trace->track("mover");
+  streamer->set_layer_observer([trace, track](uint64_t id, size_t layer, auto b, auto e, size_t bytes) {
+    const std::array<uint64_t, 1> ids{id};
+    trace->slice(track, "layer " + std::to_string(layer) + " transfer", ids, b, e,
+                 {{"bytes", double(bytes)}});
+  });
+  return {
+      [=](stream_msg& m) -> std::shared_ptr<LayerStreamer> {
+        streamer->start(m.id, m.n_full, m.n_rows);
+        return streamer;
+      },
+      [=](commit_msg& m) {
+        const VerifyOutcome& v = *m.outcome;
+        auto s = trace->scope(track, "commit", v.id);
+        if (!tier->contains(v.id)) return;  // cancelled meanwhile
+        const size_t layers = tier->config().num_layers;
+        for (size_t r = 0; r <= v.accepted; ++r)
+          for (size_t l = 0; l < layers; ++l) tier->write(v.id, l, m.p0 + r, v.k(l, r), v.v(l, r));
+      },
+      [=](release_msg& m) {
+        if (tier->contains(m.id)) tier->release(m.id);
+      },
+  };
+}
+
+caf::behavior verifier(caf::event_based_actor* self, std::shared_ptr<Verifier> v,
+                       caf::actor mover, caf::actor scheduler,
+                       std::shared_ptr<TraceRecorder> trace) {
+  const int track = trace->track("verifier");
+  return {
+      [=](verify_msg& m) {
+        const VerifyJob job = m.job;
+        // Blocking request: this actor owns the verify compute and has nothing else
+        // to do until its pass can start.
+        self->request(mover, caf::infinite,
+                      stream_msg{job.id, job.p0, job.drafts.size() + 1})
+            .await(
+                [=](std::shared_ptr<LayerStreamer> stream) {
+                  try {
+                    auto s = trace->scope(track, "verify pass", job.id);
+                    auto out = std::make_shared<const VerifyOutcome>(v->run(job, *stream));
+                    self->send(mover, commit_msg{out, job.p0});
+                    self->send(scheduler, verified_msg{out});
+                  } catch (const std::exception& e) {
+                    self->send(scheduler, failed_msg{job.id, e.what()});
+                  }
+                },
+                [=](caf::error& err) {
+                  self->send(scheduler, failed_msg{job.id, "verify: mover: " + to_string(err)});
+                });
+      },
+  };
+}
+
+}  // namespace vc::actors

@@ -1,0 +1,32 @@
+// The resource actors: drafter (fast memory + compute for drafting), mover (the
+// link: full-tier reads and writes), verifier (compute for verify passes). Each is
+// a thin behavior over a plain object from runtime/; each runs detached (its own
+// thread), since each owns a resource that blocks while it works.
+#pragma once
+#include <memory>
+
+#include <caf/all.hpp>
+
+#include "runtime/draft_batcher.hpp"
+#include "runtime/layer_streamer.hpp"
+#include "runtime/trace.hpp"
+#include "runtime/verifier.hpp"
+
+namespace vc::actors {
+
+/// Handles prefill_msg, draft_msg, commit_msg, release_msg, step_msg; reports to
+/// `scheduler`.
+caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher> batcher,
+                      caf::actor scheduler, std::shared_ptr<TraceRecorder> trace);
+
+/// Handles stream_msg (replies with the streamer), commit_msg, release_msg.
+caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
+                    std::shared_ptr<LayerStreamer> streamer, std::shared_ptr<TraceRecorder> trace);
+
+/// Handles verify_msg: asks `mover` to stream, runs the pass, sends commit_msg to
+/// the mover and verified_msg (or failed_msg) to `scheduler`.
+caf::behavior verifier(caf::event_based_actor* self, std::shared_ptr<Verifier> v,
+                       caf::actor mover, caf::actor scheduler,
+                       std::shared_ptr<TraceRecorder> trace);
+
+}  // namespace vc::actors

@@ -1,0 +1,252 @@
+// The actor runtime through its public API: concurrent requests are bit-identical
+// to running each alone with full-KV decoding; cancellation, failure isolation and
+// shutdown.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <vericache/engine.hpp>
+
+#include "runtime/generator.hpp"
+#include "tests/runtime/test_support.hpp"
+
+namespace {
+
+using vericache::Engine;
+using vericache::EngineConfig;
+
+EngineConfig config(size_t max_active = 64) {
+  EngineConfig c;
+  c.model_dir = VC_MODEL_DIR;
+  c.fast_capacity_tokens = 1 << 16;
+  c.max_active = max_active;
+  c.trace = true;
+  return c;
+}
+
+struct Case {
+  vericache::Request req;
+  std::vector<int32_t> expected_ids;
+  std::vector<float> expected_logprobs;
+};
+
+// Mixed prompt lengths, compressors, ratios, draft lengths and sampling; the
+// expected output is plain full-KV decoding of the same request, alone.
+std::vector<Case> make_cases(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto model = vc::test::tinycode();
+  const auto& cfg = model->config();
+  vc::GeneratorConfig gc;
+  gc.max_context = 2048;
+  vc::Generator gen(model, vc::test::tinycode_tokenizer(), gc);
+  const char* methods[] = {"streaming_llm", "snapkv", "h2o", "expected_attention", "kvzip",
+                           "laprox", "kivi", "kvquant", "rotate_kv", "snapkv+kivi"};
+  const char* drafts[] = {"1", "4", "16", "30", "auto"};
+  std::vector<Case> cases(n);
+  for (size_t i = 0; i < n; ++i) {
+    Case& c = cases[i];
+    c.req.prompt_ids = vc::test::random_tokens(rng, 20 + rng() % 300, cfg.vocab_size, cfg.bos_token_id);
+    c.req.max_tokens = 16 + int(rng() % 40);
+    c.req.mode = i % 7 == 6 ? "full" : (i % 11 == 10 ? "lossy" : "vericache");
+    c.req.compressor = methods[rng() % 10];
+    c.req.ratio = double(2 << (rng() % 3));
+    c.req.draft = drafts[rng() % 5];
+    c.req.ignore_eos = true;
+    if (i % 2 == 1) {
+      c.req.temperature = 0.8f;
+      c.req.top_k = 50;
+      c.req.seed = rng();
+    }
+    vc::GenerateOptions o;
+    o.max_tokens = c.req.max_tokens;
+    o.stop_at_eos = false;
+    o.sampling = {c.req.temperature, c.req.top_k, c.req.top_p, c.req.seed};
+    if (c.req.mode == "lossy") {
+      o.mode = vc::DecodeMode::lossy;
+      o.compressor = c.req.compressor;
+      o.ratio = c.req.ratio;
+    }
+    const auto r = gen.generate(c.req.prompt_ids, o);
+    c.expected_ids = r.output_ids;
+    c.expected_logprobs = r.output_logprobs;
+  }
+  return cases;
+}
+
+void run_concurrently(size_t n) {
+  const auto cases = make_cases(n, uint32_t(1000 + n));
+  Engine engine(config(n));
+  std::vector<Engine::Submission> subs;
+  for (const auto& c : cases) subs.push_back(engine.submit(c.req));
+  for (size_t i = 0; i < n; ++i) {
+    const auto r = subs[i].result.get();
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.output_ids, cases[i].expected_ids)
+        << "request " << i << " mode " << cases[i].req.mode << " " << cases[i].req.compressor
+        << " draft " << cases[i].req.draft;
+    EXPECT_EQ(r.output_logprobs, cases[i].expected_logprobs) << "request " << i;
+  }
+  const auto s = engine.stats();
+  EXPECT_EQ(s.completed, n);
+  EXPECT_GT(s.busy_fraction.at("drafter"), 0.0);
+}
+
+TEST(engine, one_request_matches_full_decoding_bit_for_bit) { run_concurrently(1); }
+TEST(engine, four_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(4); }
+TEST(engine, sixteen_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(16); }
+TEST(engine, sixty_four_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(64); }
+
+TEST(engine, lockstep_gives_the_same_output_as_staggered) {
+  const auto cases = make_cases(6, 99);
+  auto cfg = config(6);
+  cfg.lockstep = true;
+  Engine engine(cfg);
+  std::vector<Engine::Submission> subs;
+  for (const auto& c : cases) subs.push_back(engine.submit(c.req));
+  for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(subs[i].result.get().output_ids, cases[i].expected_ids);
+}
+
+TEST(engine, streams_tokens_through_the_callback_in_order) {
+  Engine engine(config());
+  vericache::Request r;
+  r.prompt = "<|begin_of_text|>def main():\n";
+  r.max_tokens = 30;
+  r.ignore_eos = true;
+  std::vector<int32_t> seen;
+  auto sub = engine.submit(r, [&](uint64_t, int32_t t) { seen.push_back(t); });
+  const auto res = sub.result.get();
+  EXPECT_EQ(seen, res.output_ids);
+}
+
+TEST(engine, a_cancelled_request_frees_its_full_kv_and_the_others_finish) {
+  Engine engine(config());
+  vericache::Request slow;
+  slow.prompt = "<|begin_of_text|>import os\n";
+  slow.max_tokens = 1500;
+  slow.ignore_eos = true;
+  slow.draft = "4";
+  std::atomic<bool> started{false};
+  auto a = engine.submit(slow, [&](uint64_t, int32_t) { started = true; });
+  vericache::Request quick = slow;
+  quick.max_tokens = 20;
+  auto b = engine.submit(quick);
+  while (!started) std::this_thread::yield();
+  engine.cancel(a.id);
+  const auto ra = a.result.get();
+  EXPECT_EQ(ra.finish_reason, "cancelled");
+  EXPECT_LT(ra.output_ids.size(), 1500u);
+  EXPECT_EQ(b.result.get().output_ids.size(), 20u);
+  // Releases travel by message: give the mover a moment to free the full KV.
+  for (int i = 0; i < 200 && engine.stats().full_tier_bytes_held > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine.stats().full_tier_bytes_held, 0u);
+}
+
+TEST(engine, a_request_whose_full_kv_is_lost_fails_alone_with_its_error) {
+  const auto dir = std::filesystem::temp_directory_path() / "vericache-engine-test-fail";
+  std::filesystem::remove_all(dir);
+  auto cfg = config();
+  cfg.full_tier = "disk";
+  cfg.disk_dir = dir.string();
+  Engine engine(cfg);
+  vericache::Request victim;
+  victim.prompt = "<|begin_of_text|>class Foo:\n";
+  victim.max_tokens = 400;
+  victim.ignore_eos = true;
+  victim.draft = "8";
+  std::atomic<int> tokens{0};
+  uint64_t victim_id = 0;
+  auto v = engine.submit(victim, [&](uint64_t id, int32_t) {
+    if (++tokens == 3) {  // on the scheduler's thread: the file goes behind the tier's back
+      for (const auto& e : std::filesystem::directory_iterator(dir))
+        if (e.path().filename().string() == "req-" + std::to_string(id) + ".kv")
+          std::filesystem::remove(e.path());
+      victim_id = id;
+    }
+  });
+  const auto cases = make_cases(3, 5);
+  std::vector<Engine::Submission> others;
+  for (const auto& c : cases) others.push_back(engine.submit(c.req));
+  const auto rv = v.result.get();
+  EXPECT_FALSE(rv.ok);
+  EXPECT_NE(rv.error.find("req-" + std::to_string(victim_id) + ".kv"), std::string::npos) << rv.error;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto r = others[i].result.get();
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.output_ids, cases[i].expected_ids);
+  }
+}
+
+TEST(engine, rejects_a_bad_request_with_a_clear_error_and_serves_the_next) {
+  Engine engine(config());
+  vericache::Request bad;
+  bad.prompt = "x";
+  bad.compressor = "nope";
+  const auto r = engine.submit(bad).result.get();
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("nope"), std::string::npos) << r.error;
+  bad.compressor = "snapkv";
+  bad.draft = "lots";
+  EXPECT_NE(engine.submit(bad).result.get().error.find("draft"), std::string::npos);
+  vericache::Request good;
+  good.prompt = "def f(x):";
+  good.max_tokens = 5;
+  EXPECT_TRUE(engine.submit(good).result.get().ok);
+}
+
+TEST(engine, answers_overloaded_when_the_queue_is_full) {
+  auto cfg = config(1);
+  cfg.max_queue = 1;
+  Engine engine(cfg);
+  vericache::Request r;
+  r.prompt = "import sys\n";
+  r.max_tokens = 200;
+  r.ignore_eos = true;
+  std::vector<Engine::Submission> subs;
+  for (int i = 0; i < 4; ++i) subs.push_back(engine.submit(r));
+  size_t overloaded = 0;
+  for (auto& s : subs) {
+    const auto res = s.result.get();
+    overloaded += !res.ok && res.error.find("overloaded") != std::string::npos;
+  }
+  EXPECT_EQ(overloaded, 2u);
+}
+
+TEST(engine, shuts_down_cleanly_with_requests_in_flight) {
+  std::vector<Engine::Submission> subs;
+  {
+    Engine engine(config());
+    vericache::Request r;
+    r.prompt = "import sys\n";
+    r.max_tokens = 3000;
+    r.ignore_eos = true;
+    for (int i = 0; i < 3; ++i) subs.push_back(engine.submit(r));
+  }  // must not hang
+  for (auto& s : subs) EXPECT_EQ(s.result.get().finish_reason, "cancelled");
+}
+
+TEST(engine, writes_a_chrome_trace_with_a_track_per_resource) {
+  Engine engine(config());
+  vericache::Request r;
+  r.prompt = "def f(x):";
+  r.max_tokens = 24;
+  r.ignore_eos = true;
+  (void)engine.submit(r).result.get();
+  const auto path = std::filesystem::temp_directory_path() / "vericache-trace-test.json";
+  engine.write_trace(path.string());
+  const auto j = vc::test::read_json(path.string());
+  std::set<std::string> tracks, slices;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M") tracks.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] == "X") slices.insert(e["name"].get<std::string>());
+  }
+  for (const char* t : {"drafter", "mover", "verifier"}) EXPECT_TRUE(tracks.count(t)) << t;
+  for (const char* s : {"draft step", "verify pass", "layer 0 transfer"}) EXPECT_TRUE(slices.count(s)) << s;
+  std::filesystem::remove(path);
+}
+
+}  // namespace
