@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   vc::cli::add_generate_command(app, run);
   vc::cli::add_bench_command(app, run);
   vc::cli::add_compressors_command(app, run);
+  vc::cli::add_batch_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,244 @@
+// `vericache batch` as a user runs it: results match `generate --json --logprobs`
+// line for line, bad lines get per-line errors, output order is input order, and
+// --trace writes a Chrome trace.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct BatchRun {
+  int code;
+  std::string out;  // stdout and stderr
+};
+
+BatchRun run_batch_cli(const std::string& args) {
+  const std::string cmd = std::string(VC_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// A fresh temp dir per test, removed afterwards.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() /
+             ("vc-batch-test-" + std::to_string(::getpid()) + "-" + name)) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void write_lines(const fs::path& p, const std::vector<std::string>& lines) {
+  std::ofstream out(p);
+  for (const auto& l : lines) out << l << "\n";
+}
+
+std::vector<json> read_results(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<json> out;
+  std::string line;
+  while (std::getline(in, line)) out.push_back(json::parse(line));
+  return out;
+}
+
+std::string batch_args(const TempDir& d, const std::string& extra = "") {
+  return "batch --input " + quoted((d.path / "in.jsonl").string()) + " --output " +
+         quoted((d.path / "out.jsonl").string()) + extra;
+}
+
+// The `generate` command line equivalent to one batch input line.
+std::string generate_args(const json& line) {
+  std::string a = "generate --json --logprobs";
+  for (const auto& [k, v] : line.items()) {
+    if (k == "prompt") a += " --prompt " + quoted(v.get<std::string>());
+    else if (k == "max_tokens") a += " --max-tokens " + v.dump();
+    else if (k == "mode" || k == "compressor") a += " --" + k + " " + v.get<std::string>();
+    else if (k == "draft") a += " --draft " + (v.is_string() ? v.get<std::string>() : v.dump());
+    else if (k == "ratio" || k == "temperature" || k == "seed") a += " --" + k + " " + v.dump();
+    else if (k == "top_k") a += " --top-k " + v.dump();
+    else if (k == "top_p") a += " --top-p " + v.dump();
+    else if (k == "stop") a += " --stop " + quoted(v.get<std::string>());
+    else if (k == "ignore_eos" && v.get<bool>()) a += " --ignore-eos";
+  }
+  return a;
+}
+
+TEST(cli_batch, mixed_lines_match_generate_exactly) {
+  TempDir d("mixed");
+  const std::string p1 = "<|begin_of_text|>def add(a, b):";
+  const std::string p2 = "<|begin_of_text|>class Stack:\n    def push(self, item):";
+  const std::vector<json> lines = {
+      {{"prompt", p1}, {"max_tokens", 24}, {"mode", "full"}, {"logprobs", true},
+       {"ignore_eos", true}},
+      {{"prompt", p2}, {"max_tokens", 32}, {"mode", "vericache"}, {"compressor", "snapkv"},
+       {"ratio", 4}, {"draft", 8}, {"logprobs", true}, {"ignore_eos", true}},
+      {{"prompt", p2}, {"max_tokens", 32}, {"mode", "vericache"}, {"compressor", "kivi"},
+       {"ratio", 8}, {"draft", "auto"}, {"temperature", 0.7}, {"top_k", 40}, {"seed", 11},
+       {"logprobs", true}, {"ignore_eos", true}},
+      {{"prompt", p1}, {"max_tokens", 12}, {"mode", "lossy"}, {"compressor", "streaming_llm"},
+       {"ratio", 2}, {"ignore_eos", true}},
+      {{"prompt", p1}, {"max_tokens", 20}, {"mode", "full"}, {"temperature", 0.8},
+       {"top_p", 0.9}, {"seed", 3}, {"logprobs", true}, {"ignore_eos", true}},
+      {{"prompt", p1}, {"max_tokens", 28}, {"mode", "vericache"}, {"compressor", "h2o"},
+       {"draft", 4}, {"temperature", 0.9}, {"seed", 5}, {"logprobs", true},
+       {"ignore_eos", true}},
+      {{"id", "custom-7"}, {"prompt", p2}, {"max_tokens", 16}, {"mode", "vericache"},
+       {"draft", "16"}, {"ignore_eos", true}},
+      {{"prompt", p1}, {"max_tokens", 40}, {"mode", "vericache"}, {"stop", "return"},
+       {"logprobs", true}, {"ignore_eos", true}},
+  };
+  std::vector<std::string> text;
+  for (const auto& l : lines) text.push_back(l.dump());
+  // One more line, by token ids: the prompt ids `generate` reports for line 2.
+  const auto g2 = json::parse(run_batch_cli(generate_args(lines[1]) + " 2>/dev/null").out);
+  json by_ids = lines[1];
+  by_ids.erase("prompt");
+  by_ids["prompt_ids"] = g2["prompt_ids"];
+  text.push_back(by_ids.dump());
+  write_lines(d.path / "in.jsonl", text);
+
+  const auto r = run_batch_cli(batch_args(d, " --concurrency 4"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto res = read_results(d.path / "out.jsonl");
+  ASSERT_EQ(res.size(), lines.size() + 1);
+  for (size_t i = 0; i < res.size(); ++i) {
+    const json& in = i < lines.size() ? lines[i] : lines[1];
+    const json& got = res[i];
+    ASSERT_FALSE(got.contains("error")) << i << ": " << got.dump();
+    EXPECT_EQ(got["id"], i == 6 ? json("custom-7") : json(i + 1));
+    EXPECT_EQ(got["stats"]["mode"], in["mode"]);
+    EXPECT_TRUE(got["text"].is_string());
+    EXPECT_EQ(got.contains("output_logprobs"), in.value("logprobs", false)) << i;
+    if (in["mode"] == "lossy") {
+      EXPECT_EQ(got["output_ids"].size(), 12u);
+      EXPECT_GT(got["stats"]["compression"]["compressed_bytes"].get<double>(), 0);
+      continue;
+    }
+    const auto g = json::parse(run_batch_cli(generate_args(in) + " 2>/dev/null").out);
+    EXPECT_EQ(got["prompt_ids"], g["prompt_ids"]) << i;
+    EXPECT_EQ(got["output_ids"], g["output_ids"]) << i;
+    EXPECT_EQ(got["finish_reason"], g["finish_reason"]) << i;
+    EXPECT_EQ(got["text"], g["text"]) << i;
+    if (got.contains("output_logprobs")) {
+      EXPECT_EQ(got["output_logprobs"].dump(), g["output_logprobs"].dump()) << i;
+    }
+    if (in["mode"] == "vericache") {
+      EXPECT_GT(got["stats"]["vericache"]["rounds"].get<int>(), 0);
+    }
+  }
+  EXPECT_NE(r.out.find("9 requests, 9 ok, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("busy"), std::string::npos) << r.out;
+}
+
+TEST(cli_batch, bad_lines_get_their_own_errors_and_the_rest_still_run) {
+  TempDir d("bad");
+  write_lines(d.path / "in.jsonl",
+              {R"({"prompt": "def f():", "max_tokens": 6, "mode": "vericache"})",
+               R"({"prompt": "def f():", "max_tokens": 6,)",
+               R"({"prompt": "x", "max_tokens": "8"})",
+               R"({"prompt": "x", "colour": "blue"})",
+               R"({"max_tokens": 4})",
+               R"({"prompt": "x", "mode": "fast"})",
+               R"({"prompt": "x", "mode": "lossy", "compressor": "nope"})",
+               R"([1, 2, 3])",
+               R"({"prompt": "import os", "max_tokens": 5, "mode": "full"})"});
+  const auto r = run_batch_cli(batch_args(d));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto res = read_results(d.path / "out.jsonl");
+  ASSERT_EQ(res.size(), 9u);
+  for (size_t i = 0; i < res.size(); ++i) EXPECT_EQ(res[i]["id"], i + 1);
+  EXPECT_EQ(res[0]["output_ids"].size(), 6u);
+  EXPECT_EQ(res[8]["output_ids"].size(), 5u);
+  EXPECT_FALSE(res[0].contains("error"));
+  EXPECT_FALSE(res[8].contains("error"));
+  const std::vector<std::pair<size_t, std::string>> expect = {
+      {1, "JSON"}, {2, "max_tokens"}, {3, "colour"}, {4, "prompt"},
+      {5, "mode"}, {6, "nope"},       {7, "object"}};
+  for (const auto& [i, word] : expect) {
+    ASSERT_TRUE(res[i].contains("error")) << i << ": " << res[i].dump();
+    const std::string e = res[i]["error"];
+    EXPECT_NE(e.find("line " + std::to_string(i + 1)), std::string::npos) << e;
+    EXPECT_NE(e.find(word), std::string::npos) << e;
+    EXPECT_FALSE(res[i].contains("output_ids"));
+  }
+  EXPECT_NE(r.out.find("9 requests, 2 ok, 7 failed"), std::string::npos) << r.out;
+}
+
+TEST(cli_batch, trace_and_simulated_link_are_reported) {
+  TempDir d("trace");
+  std::vector<std::string> lines;
+  for (int i = 0; i < 4; ++i)
+    lines.push_back(json({{"prompt", "<|begin_of_text|>def f" + std::to_string(i) + "(x):"},
+                          {"max_tokens", 16}, {"mode", "vericache"}, {"draft", 4}})
+                        .dump());
+  write_lines(d.path / "in.jsonl", lines);
+  const fs::path trace = d.path / "trace.json";
+  const auto r = run_batch_cli(
+      batch_args(d, " --trace " + quoted(trace.string()) + " --link-gbps 2 --full-tier disk "
+                    "--disk-dir " + quoted((d.path / "tier").string())));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream in(trace);
+  ASSERT_TRUE(in.good());
+  const json t = json::parse(in);
+  ASSERT_TRUE(t.contains("traceEvents"));
+  EXPECT_FALSE(t["traceEvents"].empty());
+  EXPECT_NE(r.out.find("simulated link 2 GB/s"), std::string::npos) << r.out;
+  const auto res = read_results(d.path / "out.jsonl");
+  ASSERT_EQ(res.size(), 4u);
+  for (const auto& j : res) EXPECT_EQ(j["stats"]["vericache"]["full_tier"], "disk");
+}
+
+TEST(cli_batch, output_order_is_input_order) {
+  TempDir d("order");
+  std::vector<std::string> lines;
+  for (int i = 0; i < 12; ++i)  // long requests first: they finish last
+    lines.push_back(json({{"id", "req-" + std::to_string(i)},
+                          {"prompt", "<|begin_of_text|>import os" + std::string(i % 3, '\n')},
+                          {"max_tokens", 64 - 5 * i}, {"mode", i % 2 ? "full" : "vericache"},
+                          {"ignore_eos", true}})
+                        .dump());
+  write_lines(d.path / "in.jsonl", lines);
+  const auto r = run_batch_cli(batch_args(d, " --concurrency 6 --threads 1"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto res = read_results(d.path / "out.jsonl");
+  ASSERT_EQ(res.size(), 12u);
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(res[size_t(i)]["id"], "req-" + std::to_string(i));
+    EXPECT_EQ(res[size_t(i)]["output_ids"].size(), size_t(64 - 5 * i));
+  }
+}
+
+TEST(cli_batch, a_missing_input_file_is_a_clear_error) {
+  const auto r = run_batch_cli("batch --input /nonexistent/in.jsonl --output /tmp/x.jsonl");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/in.jsonl"), std::string::npos) << r.out;
+}
+
+}  // namespace
