@@ -35,12 +35,14 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     throw Error("drafter: vericache needs a full tier");
   Req r;
   r.spec = spec;
+  bool tier_created = false;  // the cleanup below must not drop an entry it did not make
   try {
     PrefilledRequest p = prefill_request(*model_, spec.prompt, r.seq, cache_, ws_, compressor.get(),
                                          spec.ratio, spec.stats_window, spec.prefill_chunk);
     r.view = std::move(p.view);
     if (spec.mode == DecodeMode::vericache) {
       tier_->create(spec.id, spec.prompt.size() + spec.max_new_tokens);
+      tier_created = true;
       tier_->copy_from(spec.id, cache_, r.seq, 0, spec.prompt.size());
     }
     r.pos = spec.prompt.size();
@@ -58,7 +60,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     return out;
   } catch (...) {
     cache_.free(r.seq);
-    if (tier_ != nullptr && tier_->contains(spec.id)) tier_->release(spec.id);
+    if (tier_created) tier_->release(spec.id);
     throw;
   }
 }
