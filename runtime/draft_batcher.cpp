@@ -132,6 +132,11 @@ void DraftBatcher::release(uint64_t id) {
   auto it = reqs_.find(id);
   if (it == reqs_.end()) return;
   cache_.free(it->second.seq);
+  // The full-tier entry was created here at prefill: free it too, so a request
+  // cancelled while its prefill was in flight (the mover's release then came
+  // first and found nothing) leaves nothing behind.
+  if (it->second.spec.mode == DecodeMode::vericache && tier_ != nullptr && tier_->contains(id))
+    tier_->release(id);
   reqs_.erase(it);
   active_.erase(std::remove(active_.begin(), active_.end(), id), active_.end());
 }

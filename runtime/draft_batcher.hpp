@@ -71,7 +71,7 @@ class DraftBatcher {
   /// vericache: the verified KV replaces the drafts' KV at p0..p0+accepted; the
   /// rest is rolled back; the pending token becomes the verifier's last token.
   void commit(uint64_t id, const VerifyOutcome& v);
-  /// Frees everything the request holds here (idempotent).
+  /// Frees everything the request holds here, and its full-tier entry (idempotent).
   void release(uint64_t id);
 
   /// The pending token and its position when the last block started (the verify

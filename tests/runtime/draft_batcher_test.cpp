@@ -312,7 +312,7 @@ TEST(draft_batcher, commit_keeps_the_verified_kv_and_rolls_back_the_rejected_dra
   EXPECT_EQ(vc.stats.accepted, accepted);
 }
 
-TEST(draft_batcher, release_frees_the_drafters_blocks_and_the_tier_keeps_its_copy) {
+TEST(draft_batcher, release_frees_the_drafters_blocks_and_the_requests_full_tier_entry) {
   auto tier = make_tier();
   auto b = make_batcher(tier.get());
   EXPECT_EQ(0u, b.cache().pool().used_blocks());
@@ -344,11 +344,10 @@ TEST(draft_batcher, release_frees_the_drafters_blocks_and_the_tier_keeps_its_cop
   EXPECT_THROW(b.start(1, 1), Error);
   EXPECT_THROW((void)b.pending(1), Error);
 
-  // The full tier is the mover's: it keeps the prompts until the mover releases.
-  EXPECT_EQ(70u, tier->length(1));
-  EXPECT_EQ(90u, tier->length(2));
-  tier->release(1);
-  tier->release(2);
+  // The drafter created the full-tier entries at prefill and frees them too (a
+  // request cancelled during its prefill must not leak its full KV).
+  EXPECT_FALSE(tier->contains(1));
+  EXPECT_FALSE(tier->contains(2));
   EXPECT_EQ(0u, tier->bytes_held_total());
 }
 
@@ -389,9 +388,10 @@ TEST(draft_batcher, a_refused_prefill_does_not_release_a_full_tier_entry_it_did_
   // (the tier refuses it): the drafter's cleanup must not drop the mover's copy.
   auto tier = make_tier();
   auto b = make_batcher(tier.get());
-  (void)b.prefill(make_spec(6, prompt(51, 40)));
-  b.release(6);
-  ASSERT_TRUE(tier->contains(6));
+  tier->create(6);  // someone else's entry under the same id
+  std::vector<float> row(size_t(tier->config().kv_heads * tier->config().head_dim), 0.5f);
+  for (size_t p = 0; p < 40; ++p)
+    for (size_t l = 0; l < tier->config().num_layers; ++l) tier->write(6, l, p, row.data(), row.data());
   EXPECT_THROW((void)b.prefill(make_spec(6, prompt(52, 30))), Error);
   EXPECT_EQ(0u, b.cache().pool().used_blocks());
   EXPECT_EQ(0u, b.requests());

@@ -1,0 +1,232 @@
+// `vericache bench throughput`: tokens/s of five ways to serve the same requests at
+// an EQUAL fast-memory budget for KV (a byte cap standing for GPU HBM), since that
+// budget is what bounds concurrency in real serving:
+//   (a) full-KV decoding, KV in fast memory: as many requests as their full KV fits;
+//   (b) full-KV decoding, KV behind the link: every token streams the whole KV
+//       (draft length 0: one verify pass per token);
+//   (c) lossy decoding over compressed views: as many requests as the views fit;
+//   (d) VeriCache lock-step: everyone drafts, then everyone verifies;
+//   (e) VeriCache staggered: drafting and verifying overlap across requests.
+// The link is modelled (no GPU here): the mover's reads are throttled to the
+// machine's measured memory bandwidth divided by the HBM:link ratio of the modelled
+// deployment (H200 HBM 4.8 TB/s against PCIe Gen5 x16 ~55 GB/s by default); every
+// figure that depends on it is labelled "simulated". Disk-tier figures (a real
+// disk, no throttling) are reported separately.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <mutex>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <vericache/engine.hpp>
+
+#include "runtime/model.hpp"
+#include "tools/vericache/commands.hpp"
+#include "tools/vericache/membw.hpp"
+
+namespace vc::cli {
+
+namespace {
+
+struct ThroughputArgs {
+  std::string model_dir = default_model_dir();
+  std::vector<size_t> contexts = {1024, 4096};
+  size_t base_requests = 4;  // (a)'s concurrency: the budget is sized to hold this many
+  int gen_tokens = 64;
+  std::string compressor = "snapkv";
+  double ratio = 4.0;
+  std::string draft = "30";
+  double hbm_gbps = 4800, link_gbps = 55;
+  bool disk = true;
+  bool json = false;
+};
+
+struct Config {
+  std::string label, mode, draft;
+  size_t concurrency;
+  bool lockstep, simulated, disk;
+};
+
+struct Outcome {
+  double tokens_per_second = 0;
+  size_t tokens = 0;
+  double seconds = 0;
+  std::map<std::string, double> busy;
+  double tokens_per_round = 0;
+  bool all_ok = true;
+};
+
+std::vector<int32_t> prompt_of(size_t n, int vocab, int bos, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, vocab - 3);
+  std::vector<int32_t> ids(n);
+  for (auto& t : ids) t = d(rng);
+  ids[0] = bos;
+  return ids;
+}
+
+// Runs `c` on fresh engine; decode throughput is measured over the window after
+// the last request produced its first token (all prefills done), so prefill cost
+// (the same in every configuration) does not blur the comparison.
+Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double link_bps,
+                   const ModelConfig& mc) {
+  vericache::EngineConfig ec;
+  ec.model_dir = a.model_dir;
+  ec.max_active = c.concurrency;
+  ec.max_queue = c.concurrency;
+  ec.lockstep = c.lockstep;
+  ec.link_bytes_per_second = c.simulated ? link_bps : 0;
+  ec.full_tier = c.disk ? "disk" : "host";
+  ec.fast_capacity_tokens = c.concurrency * (ctx + size_t(a.gen_tokens) + 32);
+  ec.trace = false;
+  vericache::Engine engine(ec);
+  using clock = std::chrono::steady_clock;
+  std::mutex mu;
+  std::vector<clock::time_point> first(c.concurrency), stamps;
+  std::vector<bool> has_first(c.concurrency, false);
+  std::vector<vericache::Engine::Submission> subs;
+  for (size_t i = 0; i < c.concurrency; ++i) {
+    vericache::Request r;
+    r.prompt_ids = prompt_of(ctx, mc.vocab_size, mc.bos_token_id, uint32_t(i + 1));
+    r.max_tokens = a.gen_tokens;
+    r.mode = c.mode;
+    r.compressor = a.compressor;
+    r.ratio = a.ratio;
+    r.draft = c.draft;
+    r.ignore_eos = true;
+    subs.push_back(engine.submit(r, [&, i](uint64_t, int32_t) {
+      std::lock_guard<std::mutex> lock(mu);
+      const auto now = clock::now();
+      if (!has_first[i]) {
+        has_first[i] = true;
+        first[i] = now;
+      } else {
+        stamps.push_back(now);
+      }
+    }));
+  }
+  Outcome o;
+  size_t rounds = 0, emitted = 0;
+  for (auto& s : subs) {
+    const auto r = s.result.get();
+    o.all_ok = o.all_ok && r.ok;
+    rounds += r.stats.rounds;
+    emitted += r.output_ids.size() > 0 ? r.output_ids.size() - 1 : 0;
+  }
+  const auto start = *std::max_element(first.begin(), first.end());
+  size_t n = 0;
+  clock::time_point end = start;
+  for (const auto& t : stamps)
+    if (t > start) {
+      ++n;
+      end = std::max(end, t);
+    }
+  o.tokens = n;
+  o.seconds = std::chrono::duration<double>(end - start).count();
+  o.tokens_per_second = o.seconds > 0 ? double(n) / o.seconds : 0;
+  o.busy = engine.stats().busy_fraction;
+  o.tokens_per_round = rounds ? double(emitted) / double(rounds) : 0;
+  return o;
+}
+
+int run_throughput(const ThroughputArgs& a) {
+  const auto model = Model::load(a.model_dir);
+  const ModelConfig& mc = model->config();
+  const double ram_bps = measure_read_bandwidth();
+  const double link_bps = ram_bps * a.link_gbps / a.hbm_gbps;
+  const size_t bpt = size_t(2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * 2);  // bf16
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t ctx : a.contexts) {
+    const size_t full_per_req = (ctx + size_t(a.gen_tokens)) * bpt;
+    const size_t budget = a.base_requests * full_per_req;
+    const size_t view_per_req = size_t(double(ctx) / a.ratio + double(a.gen_tokens)) * bpt;
+    const size_t n_fit = std::max<size_t>(1, budget / view_per_req);
+    std::vector<Config> configs = {
+        {"(a) full KV in fast memory", "full", "0", a.base_requests, false, false, false},
+        {"(b) full KV behind the link", "vericache", "0", a.base_requests, false, true, false},
+        {"(c) lossy (compressed only)", "lossy", "0", n_fit, false, false, false},
+        {"(d) VeriCache lock-step", "vericache", a.draft, n_fit, true, true, false},
+        {"(e) VeriCache staggered", "vericache", a.draft, n_fit, false, true, false}};
+    if (a.disk) configs.push_back({"(e) staggered, disk tier", "vericache", a.draft, n_fit, false, false, true});
+    double base = 0;
+    for (const auto& c : configs) {
+      spdlog::info("context {}: {} x{}", ctx, c.label, c.concurrency);
+      const Outcome o = run_config(a, c, ctx, link_bps, mc);
+      if (c.label[1] == 'a') base = o.tokens_per_second;
+      nlohmann::json busy = o.busy;
+      rows.push_back({{"context", ctx},
+                      {"config", c.label},
+                      {"concurrency", c.concurrency},
+                      {"fast_budget_bytes", budget},
+                      {"tokens_per_second", o.tokens_per_second},
+                      {"vs_a", base > 0 ? o.tokens_per_second / base : 0.0},
+                      {"tokens_per_round", o.tokens_per_round},
+                      {"busy_fraction", busy},
+                      {"simulated_link", c.simulated},
+                      {"disk_tier", c.disk},
+                      {"all_ok", o.all_ok}});
+    }
+  }
+  if (a.json) {
+    std::cout << nlohmann::json{{"ram_read_gb_per_second", ram_bps / 1e9},
+                                {"simulated_link_gb_per_second", link_bps / 1e9},
+                                {"modelled_hbm_gb_per_second", a.hbm_gbps},
+                                {"modelled_link_gb_per_second", a.link_gbps},
+                                {"rows", rows}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::cout << fmt::format(
+      "bench throughput: {} ({}x, draft {}), {} tokens per request, equal fast-memory KV budget "
+      "= {} full-KV requests\nfast memory: this machine's RAM, {:.1f} GB/s read; link: "
+      "SIMULATED at {:.2f} GB/s (RAM / {:.0f}, the ratio of {:.0f} GB/s HBM to {:.0f} GB/s "
+      "PCIe)\n\n",
+      a.compressor, a.ratio, a.draft, a.gen_tokens, a.base_requests, ram_bps / 1e9,
+      link_bps / 1e9, a.hbm_gbps / a.link_gbps, a.hbm_gbps, a.link_gbps);
+  std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8}  {}\n", "context",
+                           "configuration", "reqs", "tok/s", "vs (a)", "tok/rnd", "drafter",
+                           "mover", "verifier", "link");
+  for (const auto& r : rows) {
+    auto busy = [&](const char* k) {
+      const auto& b = r["busy_fraction"];
+      return b.contains(k) ? fmt::format("{:.0f}%", 100 * b[k].get<double>()) : std::string("-");
+    };
+    std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9.0f} {:>6.2f}x {:>8.1f} {:>8} {:>8} {:>8}  {}\n",
+                             r["context"].get<size_t>(), r["config"].get<std::string>(),
+                             r["concurrency"].get<size_t>(), r["tokens_per_second"].get<double>(),
+                             r["vs_a"].get<double>(), r["tokens_per_round"].get<double>(),
+                             busy("drafter"), busy("mover"), busy("verifier"),
+                             r["disk_tier"].get<bool>() ? "disk (real)"
+                             : r["simulated_link"].get<bool>() ? "simulated"
+                                                               : "-");
+  }
+  std::cout << "\ntok/s: decode tokens/s over all requests once every request has its first "
+               "token; busy: share of the engine's lifetime (prefill included).\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_throughput_command(CLI::App& bench, Runner& run) {
+  auto a = std::make_shared<ThroughputArgs>();
+  CLI::App* cmd = bench.add_subcommand("throughput", "Serving throughput at an equal fast-memory budget");
+  cmd->add_option("--model", a->model_dir, "Model directory")->capture_default_str();
+  cmd->add_option("--contexts", a->contexts, "Prompt lengths")->capture_default_str();
+  cmd->add_option("--base-requests", a->base_requests,
+                  "Requests whose full KV the budget holds (sets the budget)")->capture_default_str();
+  cmd->add_option("--gen-tokens", a->gen_tokens, "Tokens per request")->capture_default_str();
+  cmd->add_option("--compressor", a->compressor)->capture_default_str();
+  cmd->add_option("--ratio", a->ratio)->capture_default_str();
+  cmd->add_option("--draft", a->draft, "Draft length or auto")->capture_default_str();
+  cmd->add_option("--hbm-gbps", a->hbm_gbps, "Modelled fast-memory bandwidth")->capture_default_str();
+  cmd->add_option("--link-gbps", a->link_gbps, "Modelled link bandwidth")->capture_default_str();
+  cmd->add_flag("!--no-disk", a->disk, "Skip the disk-tier row");
+  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->callback([&run, a] { run = [a] { return run_throughput(*a); }; });
+}
+
+}  // namespace vc::cli
