@@ -138,6 +138,7 @@ Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
     s.compressor = r.compressor;
     s.ratio = r.ratio;
     s.max_new_tokens = size_t(r.max_tokens);
+    s.fold_every = r.fold_every;
     s.sampling = SamplingParams{r.temperature, r.top_k, r.top_p, r.seed};
     validate(s.sampling);
     const size_t need = s.prompt.size() + size_t(r.max_tokens) + 1;

@@ -35,6 +35,7 @@ struct RequestCtx {
   size_t round_drafts = 0;       // L of the round in flight
   std::vector<int32_t> drafts;   // the round's drafts, once drafted
   double round_draft_seconds = 0;
+  bool wants_stats = false;      // the round's verify gathers statistics for a fold
   std::chrono::steady_clock::time_point submitted, started;
 };
 

@@ -129,4 +129,29 @@ size_t kept_per_head(size_t n_pos, double ratio) {
   return std::clamp(size_t(k), size_t(1), n_pos);
 }
 
+std::vector<int32_t> select_positions(const std::vector<float>& scores, size_t budget,
+                            const std::vector<int32_t>& forced) {
+  std::vector<char> taken(scores.size(), 0);
+  std::vector<int32_t> keep;
+  for (int32_t p : forced) {
+    if (keep.size() >= budget) break;
+    if (!taken[size_t(p)]) {
+      taken[size_t(p)] = 1;
+      keep.push_back(p);
+    }
+  }
+  std::vector<float> rest;
+  std::vector<int32_t> where;
+  for (size_t p = 0; p < scores.size(); ++p) {
+    if (taken[p]) continue;
+    rest.push_back(std::isnan(scores[p]) ? std::numeric_limits<float>::lowest() : scores[p]);
+    where.push_back(int32_t(p));
+  }
+  if (budget > keep.size()) {
+    for (int32_t i : keep_top(rest, budget - keep.size())) keep.push_back(where[size_t(i)]);
+  }
+  std::sort(keep.begin(), keep.end());
+  return keep;
+}
+
 }  // namespace vc

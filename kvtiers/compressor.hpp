@@ -130,6 +130,13 @@ class Compressor {
 [[nodiscard]] std::vector<int32_t> keep_top(const std::vector<float>& scores, size_t budget,
                                             const std::vector<int32_t>& always = {});
 
+/// Keeps `forced` (in priority order, at most `budget` of them), then the best
+/// `scores` among the other positions up to `budget` in all (NaN ranks lowest);
+/// ascending.
+[[nodiscard]] std::vector<int32_t> select_positions(const std::vector<float>& scores,
+                                                    size_t budget,
+                                                    const std::vector<int32_t>& forced);
+
 /// Positions a token-dropping method keeps per head for `ratio` (bf16 storage).
 [[nodiscard]] size_t kept_per_head(size_t n_pos, double ratio);
 

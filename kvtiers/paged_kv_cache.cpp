@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -36,6 +37,8 @@ size_t PagedKvCache::slot_offset(const KvSequence& seq, size_t pos, size_t head)
   const size_t j = pos / cfg_.block_tokens;
   if (j >= seq.blocks.size())
     throw Error("PagedKvCache: position " + std::to_string(pos) + " is not reserved");
+  if (seq.blocks[j] < 0)
+    throw Error("PagedKvCache: position " + std::to_string(pos) + " was released");
   const size_t block = size_t(seq.blocks[j]);
   const size_t t = pos % cfg_.block_tokens;
   return (((block * cfg_.kv_heads + head) * cfg_.block_tokens + t) * cfg_.head_dim) *
@@ -69,14 +72,24 @@ void PagedKvCache::truncate(KvSequence& seq, size_t length) {
   if (length >= seq.length) return;
   const size_t keep = (length + cfg_.block_tokens - 1) / cfg_.block_tokens;
   while (seq.blocks.size() > keep) {
-    pool_.release(seq.blocks.back());
+    if (seq.blocks.back() >= 0) pool_.release(seq.blocks.back());
     seq.blocks.pop_back();
   }
   seq.length = length;
 }
 
+void PagedKvCache::release_prefix(KvSequence& seq, size_t upto) {
+  const size_t whole = std::min(upto / cfg_.block_tokens, seq.blocks.size());
+  for (size_t j = 0; j < whole; ++j)
+    if (seq.blocks[j] >= 0) {
+      pool_.release(seq.blocks[j]);
+      seq.blocks[j] = -1;
+    }
+}
+
 void PagedKvCache::free(KvSequence& seq) {
-  for (int32_t b : seq.blocks) pool_.release(b);
+  for (int32_t b : seq.blocks)
+    if (b >= 0) pool_.release(b);
   seq.blocks.clear();
   seq.length = 0;
 }

@@ -23,7 +23,7 @@ struct KvCacheConfig {
 
 /// One sequence's view of the cache: its block table and how many positions hold KV.
 struct KvSequence {
-  std::vector<int32_t> blocks;  // logical block j -> physical block
+  std::vector<int32_t> blocks;  // logical block j -> physical block (-1: released prefix)
   size_t length = 0;            // positions [0, length) are written
 };
 
@@ -51,6 +51,10 @@ class PagedKvCache {
   void truncate(KvSequence& seq, size_t length);
   /// Releases every block of `seq`.
   void free(KvSequence& seq);
+  /// Releases the blocks that lie wholly below position `upto` (their table entries
+  /// become -1): a drafter whose compressed view now covers them keeps only its tail.
+  /// Positions below `upto` must not be read or written afterwards.
+  void release_prefix(KvSequence& seq, size_t upto);
   /// Raw view of one layer for the attention kernel (valid until the table changes).
   [[nodiscard]] cpu::PagedKv view(size_t layer, const KvSequence& seq) const;
 

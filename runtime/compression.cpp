@@ -61,6 +61,36 @@ CompressedView compress(const Compressor& compressor, const KvSnapshot& kv,
 
 namespace vc {
 
+KvSnapshot snapshot_full_tier(FullTier& tier, uint64_t id, size_t n) {
+  const KvCacheConfig& c = tier.config();
+  KvSnapshot s;
+  s.layers = c.num_layers;
+  s.kv_heads = c.kv_heads;
+  s.head_dim = c.head_dim;
+  s.n_pos = n;
+  s.k.resize(s.layers * s.kv_heads * n * s.head_dim);
+  s.v.resize(s.k.size());
+  KvStaging staging(c);
+  const size_t bt = c.block_tokens, D = c.head_dim, esz = dtype_size(c.dtype);
+  for (size_t l = 0; l < s.layers; ++l) {
+    tier.read_layer(id, l, n, staging);
+    for (size_t g = 0; g < s.kv_heads; ++g)
+      for (size_t p = 0; p < n; ++p) {
+        const size_t off = (((p / bt) * c.kv_heads + g) * bt + p % bt) * D * esz;
+        to_f32(c.dtype, static_cast<const std::byte*>(staging.k()) + off, &s.k[s.index(l, g, p)], D);
+        to_f32(c.dtype, static_cast<const std::byte*>(staging.v()) + off, &s.v[s.index(l, g, p)], D);
+      }
+  }
+  return s;
+}
+
+std::optional<CompressedView> refold(const Compressor& compressor, FullTier& tier, uint64_t id,
+                                     size_t n, const PrefillStats* stats, const Model& model,
+                                     double ratio) {
+  if (compressor.needs_stats() && (stats == nullptr || stats->window == 0)) return std::nullopt;
+  return compress(compressor, snapshot_full_tier(tier, id, n), stats, model_facts(model, n), ratio);
+}
+
 PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> prompt,
                                  KvSequence& seq, PagedKvCache& cache, Workspace& ws,
                                  const Compressor* compressor, double ratio, size_t stats_window,

@@ -29,9 +29,23 @@ namespace vc {
 #include <span>
 #include <vector>
 
+#include "kvtiers/full_tier.hpp"
 #include "runtime/forward.hpp"
 
 namespace vc {
+
+/// The first n positions of request `id` in the full tier as dense fp32.
+[[nodiscard]] KvSnapshot snapshot_full_tier(FullTier& tier, uint64_t id, size_t n);
+
+/// When a request's uncompressed tail has grown to `fold_every` positions, its view
+/// is rebuilt over [0, n) from the full tier through its compressor, so the view
+/// keeps its budget (full bytes / ratio) as the request grows. `stats` (from the
+/// latest verify pass) is needed by methods that need statistics; returns nullopt
+/// when no fold is due or possible.
+[[nodiscard]] std::optional<CompressedView> refold(const Compressor& compressor, FullTier& tier,
+                                                   uint64_t id, size_t n,
+                                                   const PrefillStats* stats, const Model& model,
+                                                   double ratio);
 
 /// What prefill_request produces.
 struct PrefilledRequest {

@@ -31,15 +31,17 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   if (spec.prompt.empty()) throw Error("drafter: request " + std::to_string(spec.id) + " has an empty prompt");
   std::unique_ptr<Compressor> compressor;
   if (spec.mode != DecodeMode::full) compressor = make_compressor(spec.compressor);
+  const Compressor* planner = compressor.get();
   if (spec.mode == DecodeMode::vericache && tier_ == nullptr)
     throw Error("drafter: vericache needs a full tier");
   Req r;
   r.spec = spec;
   bool tier_created = false;  // the cleanup below must not drop an entry it did not make
   try {
-    PrefilledRequest p = prefill_request(*model_, spec.prompt, r.seq, cache_, ws_, compressor.get(),
+    PrefilledRequest p = prefill_request(*model_, spec.prompt, r.seq, cache_, ws_, planner,
                                          spec.ratio, spec.stats_window, spec.prefill_chunk);
     r.view = std::move(p.view);
+    r.compressor = std::move(compressor);
     if (spec.mode == DecodeMode::vericache) {
       tier_->create(spec.id, spec.prompt.size() + spec.max_new_tokens);
       tier_created = true;
@@ -73,6 +75,7 @@ void DraftBatcher::start(uint64_t id, size_t n) {
   r.block = DraftBlock{};
   r.block.id = id;
   r.block.final = r.spec.mode != DecodeMode::vericache;
+  r.block.wants_stats = !r.block.final && fold_due(r) && r.compressor->needs_stats();
   cache_.reserve(r.seq, r.pos + n + 1);
   if (std::find(active_.begin(), active_.end(), id) == active_.end()) active_.push_back(id);
 }
@@ -124,8 +127,20 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v) {
   for (size_t row = 0; row <= v.accepted; ++row)
     for (size_t l = 0; l < layers; ++l) cache_.write(l, r.seq, r.p0 + row, v.k(l, row), v.v(l, row));
   cache_.truncate(r.seq, r.p0 + v.accepted + 1);
+  if (fold_due(r) && tier_ != nullptr) {
+    if (auto nv = refold(*r.compressor, *tier_, id, r.p0, v.stats.get(), *model_, r.spec.ratio)) {
+      r.view = std::move(*nv);
+      cache_.release_prefix(r.seq, r.p0);
+      ++folds_;
+    }
+  }
   r.pos = r.p0 + v.accepted + 1;
   r.cur = v.tokens.back();
+}
+
+bool DraftBatcher::fold_due(const Req& r) const {
+  return r.spec.mode == DecodeMode::vericache && r.view && r.spec.fold_every > 0 &&
+         r.p0 >= r.view->covered() + r.spec.fold_every;
 }
 
 void DraftBatcher::release(uint64_t id) {

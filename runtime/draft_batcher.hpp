@@ -29,6 +29,7 @@ struct DraftSpec {
   size_t stats_window = 32;
   size_t prefill_chunk = 256;
   size_t max_new_tokens = 0;  // sizes the full tier's file / memory
+  size_t fold_every = 64;     // vericache: see GenerateOptions::fold_every
   SamplingParams sampling;
 };
 
@@ -47,6 +48,9 @@ struct DraftBlock {
   std::vector<float> logprobs;  // final tokens only
   bool final = false;
   double seconds = 0;           // this request's share of the batched steps
+  /// vericache: the view is due to be rebuilt at this round's commit, and its
+  /// compressor needs the verify pass's statistics (VerifyJob::collect_stats).
+  bool wants_stats = false;
 };
 
 class DraftBatcher {
@@ -69,7 +73,9 @@ class DraftBatcher {
   /// the blocks that completed.
   [[nodiscard]] std::vector<DraftBlock> step();
   /// vericache: the verified KV replaces the drafts' KV at p0..p0+accepted; the
-  /// rest is rolled back; the pending token becomes the verifier's last token.
+  /// rest is rolled back; the pending token becomes the verifier's last token. When
+  /// the tail has reached fold_every positions, the view is rebuilt over [0, p0)
+  /// from the full tier through the compressor (the tier holds [0, p0) by then).
   void commit(uint64_t id, const VerifyOutcome& v);
   /// Frees everything the request holds here, and its full-tier entry (idempotent).
   void release(uint64_t id);
@@ -81,6 +87,8 @@ class DraftBatcher {
   /// whole KV in full mode.
   [[nodiscard]] size_t fast_bytes(uint64_t id) const;
   [[nodiscard]] size_t requests() const { return reqs_.size(); }
+  /// View rebuilds so far (all requests).
+  [[nodiscard]] size_t folds() const { return folds_; }
   /// Requests with a block in progress.
   [[nodiscard]] const std::vector<uint64_t>& active() const { return active_; }
   /// Rows and requests of the last step() (tracing).
@@ -93,6 +101,7 @@ class DraftBatcher {
     DraftSpec spec;
     KvSequence seq;
     std::optional<CompressedView> view;
+    std::unique_ptr<Compressor> compressor;
     int32_t cur = 0;     // the next input token
     size_t pos = 0;      // its position
     int32_t start_token = 0;  // the pending token when the block started (verify's t0)
@@ -101,6 +110,7 @@ class DraftBatcher {
     DraftBlock block;
   };
   Req& get(uint64_t id, const char* op);
+  [[nodiscard]] bool fold_due(const Req& r) const;
   [[nodiscard]] const Req& get(uint64_t id, const char* op) const;
 
   std::shared_ptr<const Model> model_;
@@ -110,6 +120,7 @@ class DraftBatcher {
   std::unordered_map<uint64_t, Req> reqs_;
   std::vector<uint64_t> active_;  // requests with a block in progress, in start order
   std::vector<uint64_t> last_ids_;
+  size_t folds_ = 0;
 };
 
 }  // namespace vc

@@ -122,7 +122,9 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
                     ws.v.data() + m * kvd);
     }
 
-    if (ws.stats != nullptr) ws.stats->observe(l, rows, ws.q.data(), cache);
+    if (ws.stats != nullptr)
+      ws.stats->observe(l, rows, ws.q.data(),
+                        provider ? provider->view(l) : cache.view(l, *rows[0].seq));
 
     // Attention: rows are independent; split them across the pool.
     auto attend = [&](size_t begin, size_t end) {

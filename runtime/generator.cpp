@@ -82,7 +82,7 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
                   " is outside the vocabulary (" + std::to_string(c.vocab_size) + ")");
 
   Request rq(*model_, tokenizer_.get(), cache_, prompt_ids, opt, on_token);
-  std::unique_ptr<Compressor> compressor;
+  std::unique_ptr<Compressor>& compressor = rq.compressor;
   if (opt.mode != DecodeMode::full) {
     compressor = make_compressor(opt.compressor);  // a bad name fails before any work
     if (!(opt.ratio >= 1.0)) throw Error("generate: ratio must be >= 1");

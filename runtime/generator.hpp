@@ -39,6 +39,10 @@ struct GenerateOptions {
   size_t draft_length = 16;           // vericache: drafts per verification round
   bool draft_auto = false;            // vericache: choose the length per round instead
   size_t max_draft = 64;              // vericache: the adaptive policy's cap
+  /// vericache: once the uncompressed tail holds this many verified positions, the
+  /// view is rebuilt through the compressor over everything verified so far, so it
+  /// keeps its budget (0: never; the tail then grows at full precision).
+  size_t fold_every = 64;
   size_t stats_window = 32;           // observation window of the prefill statistics
   /// Teacher forcing (measurements): feed these tokens instead of the chosen ones;
   /// generation runs for their count.
@@ -71,6 +75,8 @@ struct GenerateStats {
   size_t full_tier_bytes_read = 0;   // streamed by verify passes
   size_t full_tier_bytes_written = 0;
   size_t compressed_bytes_read = 0;  // read by draft steps (view + tail)
+  size_t folds = 0;                  // view rebuilds (fold_every)
+  size_t fast_bytes_end = 0;         // view + tail at the end
   std::string full_tier;             // "host" or "disk"
 
   [[nodiscard]] double prefill_tokens_per_second() const {

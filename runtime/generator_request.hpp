@@ -30,6 +30,7 @@ struct Generator::Request {
   KvSequence seq;                      // the full KV (full mode) or the draft tail
   std::vector<float> logits;           // the next token's logits
   std::optional<CompressedView> view;  // lossy and vericache
+  std::unique_ptr<Compressor> compressor;
   StopRule stop_rule;
   bool done = false;
 

@@ -26,15 +26,20 @@ PrefillStatsCollector::PrefillStatsCollector(const ModelConfig& cfg, size_t n_po
 }
 
 void PrefillStatsCollector::observe(size_t layer, std::span<const ForwardRow> rows,
-                                    const float* q, const PagedKvCache& cache) {
+                                    const float* q, const cpu::PagedKv& kv) {
   const size_t D = s_.head_dim, H = s_.heads, G = s_.kv_heads, group = H / G, n = s_.n_pos;
   if (rows.empty()) return;
-  const KvSequence& seq = *rows[0].seq;
   size_t max_pos = 0;
   for (const auto& r : rows) max_pos = std::max(max_pos, size_t(r.position));
   // The layer's keys up to the last row, as fp32 [pos][kv_heads * D].
-  std::vector<float> keys((max_pos + 1) * G * D), vals(G * D);
-  for (size_t p = 0; p <= max_pos; ++p) cache.read(layer, seq, p, &keys[p * G * D], vals.data());
+  std::vector<float> keys((max_pos + 1) * G * D);
+  const size_t bt = kv.block_tokens, esz = dtype_size(kv.dtype);
+  for (size_t p = 0; p <= max_pos; ++p)
+    for (size_t g = 0; g < G; ++g) {
+      const size_t block = size_t(kv.block_table[p / bt]);
+      const size_t off = (((block * kv.kv_heads + g) * bt) + p % bt) * D * esz;
+      to_f32(kv.dtype, static_cast<const char*>(kv.k) + off, &keys[(p * G + g) * D], D);
+    }
 
   std::vector<float> w(max_pos + 1);
   for (size_t m = 0; m < rows.size(); ++m) {
@@ -75,6 +80,31 @@ PrefillStats PrefillStatsCollector::finish() {
   for (float& x : s_.query_mean) x *= inv;
   for (float& x : s_.query_sq_mean) x *= inv;
   return std::move(s_);
+}
+
+PrefillStats PrefillStatsCollector::trim(const PrefillStats& s, size_t query_limit,
+                                        size_t n_cols) {
+  PrefillStats t = s;
+  n_cols = std::min(n_cols, s.n_pos);
+  const size_t first_query = s.n_pos - s.window;  // query position of window row 0
+  const size_t kept_rows =
+      query_limit > first_query ? std::min(s.window, query_limit - first_query) : 0;
+  t.n_pos = n_cols;
+  t.window = kept_rows;
+  t.window_attention.assign(s.layers * s.kv_heads * kept_rows * n_cols, 0.f);
+  t.accumulated_attention.assign(s.layers * s.kv_heads * n_cols, 0.f);
+  for (size_t l = 0; l < s.layers; ++l)
+    for (size_t g = 0; g < s.kv_heads; ++g)
+      for (size_t w = 0; w < kept_rows; ++w) {
+        const float* src = s.window_row(l, g, w);
+        float* dst = &t.window_attention[((l * s.kv_heads + g) * kept_rows + w) * n_cols];
+        float* acc = &t.accumulated_attention[(l * s.kv_heads + g) * n_cols];
+        for (size_t p = 0; p < n_cols; ++p) {
+          dst[p] = src[p];
+          acc[p] += src[p];
+        }
+      }
+  return t;
 }
 
 }  // namespace vc

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "kvtiers/compressor.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
 #include "runtime/model/config.hpp"
 
@@ -20,13 +21,21 @@ class PrefillStatsCollector {
   /// window (the last `window` prompt positions).
   PrefillStatsCollector(const ModelConfig& cfg, size_t n_pos, size_t window);
 
-  /// Called by forward() for each layer once the rows' KV is in the cache; q holds
-  /// the rows' post-RoPE queries [rows, heads * head_dim].
+  /// Called by forward() for each layer once the rows' KV is stored; q holds the
+  /// rows' post-RoPE queries [rows, heads * head_dim]; `kv` is the layer's KV the
+  /// rows attend over (a sequence of the cache, or a verify pass's staging).
   void observe(size_t layer, std::span<const ForwardRow> rows, const float* q,
-               const PagedKvCache& cache);
+               const cpu::PagedKv& kv);
 
   /// The statistics, moments normalised (call after the whole prompt ran).
   [[nodiscard]] PrefillStats finish();
+
+  /// Statistics of a verify pass restricted for re-compressing positions
+  /// [0, n_cols): window rows of queries at positions >= query_limit (rejected
+  /// drafts) go, and so do columns >= n_cols; the accumulated attention is re-summed
+  /// over the kept window rows. Query moments keep every row.
+  [[nodiscard]] static PrefillStats trim(const PrefillStats& s, size_t query_limit,
+                                         size_t n_cols);
 
  private:
   PrefillStats s_;

@@ -21,6 +21,7 @@
 
 #include "kernels/error.hpp"
 #include "kvtiers/full_tier.hpp"
+#include "runtime/compression.hpp"
 #include "runtime/draft_length.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/layer_streamer.hpp"
@@ -101,9 +102,11 @@ void Generator::decode_verified(Request& rq) {
 
     // 2. Verify: L + 1 rows against the full KV [0, p0) streamed from the tier;
     // 3. accept the verifier's draws up to the first mismatch.
+    const bool fold_due = opt.fold_every > 0 && p0 - rq.view->covered() >= opt.fold_every;
     streamer_->start(id, p0, L + 1);
-    const VerifyOutcome v =
-        verifier_->run(VerifyJob{id, t0, p0, drafts, opt.sampling}, *streamer_, opt.keep_logits);
+    const VerifyOutcome v = verifier_->run(
+        VerifyJob{id, t0, p0, drafts, opt.sampling, fold_due && rq.compressor->needs_stats()},
+        *streamer_, opt.keep_logits);
     const size_t n = v.accepted;
     for (size_t j = 0; j < v.tokens.size(); ++j) {
       const std::span<const float> vl =
@@ -120,6 +123,13 @@ void Generator::decode_verified(Request& rq) {
         cache_.write(l, rq.seq, p0 + r, v.k(l, r), v.v(l, r));
       }
     cache_.truncate(rq.seq, p0 + n + 1);
+    if (fold_due) {  // the view takes over [0, p0): it keeps its budget as we grow
+      if (auto nv = refold(*rq.compressor, *full_tier_, id, p0, v.stats.get(), *model_, opt.ratio)) {
+        rq.view = std::move(*nv);
+        cache_.release_prefix(rq.seq, p0);
+        st.folds += 1;
+      }
+    }
     st.commit_seconds += seconds_since(t);
     const double verify_s = v.seconds;
 
@@ -137,6 +147,7 @@ void Generator::decode_verified(Request& rq) {
   st.full_tier_bytes_written = after.written - tier_before.written;
   st.verify_wait_seconds = streamer_->wait_seconds() - wait_before;
   st.kv_bytes = full_tier_->bytes_held(id);
+  st.fast_bytes_end = rq.draft_step_bytes(cache_);
 }
 
 }  // namespace vc

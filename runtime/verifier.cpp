@@ -3,6 +3,9 @@
 #include "runtime/verifier.hpp"
 
 #include <chrono>
+#include <optional>
+
+#include "runtime/prefill_stats.hpp"
 
 namespace vc {
 
@@ -18,14 +21,19 @@ VerifyOutcome Verifier::run(const VerifyJob& job, LayerStreamer& stream, bool ke
   rows_.push_back(ForwardRow{job.t0, int32_t(job.p0), nullptr, true});
   for (size_t i = 0; i < L; ++i)
     rows_.push_back(ForwardRow{job.drafts[i], int32_t(job.p0 + 1 + i), nullptr, true});
+  std::optional<PrefillStatsCollector> collector;
+  if (job.collect_stats) collector.emplace(model_->config(), job.p0 + L + 1, L + 1);
   ws_.provider = &stream;
+  ws_.stats = collector ? &*collector : nullptr;
   try {
     forward(*model_, rows_, unused_cache_, ws_, logits_);
   } catch (...) {
     ws_.provider = nullptr;
+    ws_.stats = nullptr;
     throw;
   }
   ws_.provider = nullptr;
+  ws_.stats = nullptr;
 
   VerifyOutcome out;
   out.id = job.id;
@@ -48,6 +56,9 @@ VerifyOutcome Verifier::run(const VerifyJob& job, LayerStreamer& stream, bool ke
       std::copy_n(stream.row_k(l, r), out.row_floats, &out.rows_k[(l * n + r) * out.row_floats]);
       std::copy_n(stream.row_v(l, r), out.row_floats, &out.rows_v[(l * n + r) * out.row_floats]);
     }
+  if (collector)
+    out.stats = std::make_shared<const PrefillStats>(
+        PrefillStatsCollector::trim(collector->finish(), job.p0 + out.accepted + 1, job.p0));
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.wait_seconds = stream.wait_seconds() - wait0;
   return out;

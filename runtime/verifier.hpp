@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/forward.hpp"
+#include "kvtiers/compressor.hpp"
 #include "runtime/layer_streamer.hpp"
 #include "runtime/sampler.hpp"
 
@@ -17,6 +18,8 @@ struct VerifyJob {
   size_t p0 = 0;                 // its position; the full tier holds [0, p0)
   std::vector<int32_t> drafts;   // L drafts for positions p0+1 .. p0+L
   SamplingParams sampling;
+  /// Gather the pass's attention statistics (for re-compressing the view).
+  bool collect_stats = false;
 };
 
 struct VerifyOutcome {
@@ -33,6 +36,9 @@ struct VerifyOutcome {
   size_t row_floats = 0;
   double seconds = 0;
   double wait_seconds = 0;  // of which waiting for full-KV layers
+  /// With collect_stats: the verified rows' attention to positions [0, p0), as
+  /// the statistics a compressor needs to re-compress [0, p0).
+  std::shared_ptr<const PrefillStats> stats;
 
   [[nodiscard]] const float* k(size_t layer, size_t r) const {
     return &rows_k[(layer * (accepted + 1) + r) * row_floats];

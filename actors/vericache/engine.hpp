@@ -38,6 +38,7 @@ struct Request {
   std::string compressor = "snapkv";
   double ratio = 4.0;
   std::string draft = "16";         ///< a length, or "auto"
+  size_t fold_every = 64;           ///< rebuild the compressed view after this many verified tokens (0 = never)
   float temperature = 0.0f;         ///< 0 = greedy
   int top_k = 0;
   float top_p = 1.0f;

@@ -20,33 +20,6 @@
 namespace vc {
 namespace {
 
-/// Keeps `forced` (priority order, at most `budget` of them), then the best `scores`
-/// among the other positions up to `budget`; ascending.
-std::vector<int32_t> select(const std::vector<float>& scores, size_t budget,
-                            const std::vector<int32_t>& forced) {
-  std::vector<char> taken(scores.size(), 0);
-  std::vector<int32_t> keep;
-  for (int32_t p : forced) {
-    if (keep.size() >= budget) break;
-    if (!taken[size_t(p)]) {
-      taken[size_t(p)] = 1;
-      keep.push_back(p);
-    }
-  }
-  std::vector<float> rest;
-  std::vector<int32_t> where;
-  for (size_t p = 0; p < scores.size(); ++p) {
-    if (taken[p]) continue;
-    rest.push_back(std::isnan(scores[p]) ? std::numeric_limits<float>::lowest() : scores[p]);
-    where.push_back(int32_t(p));
-  }
-  if (budget > keep.size()) {
-    for (int32_t i : keep_top(rest, budget - keep.size())) keep.push_back(where[size_t(i)]);
-  }
-  std::sort(keep.begin(), keep.end());
-  return keep;
-}
-
 /// H2O: recent window + heavy hitters by accumulated attention.
 class H2o final : public Compressor {
  public:
@@ -92,7 +65,7 @@ class H2o final : public Compressor {
     for (size_t l = 0; l < kv.layers; ++l) {
       for (size_t g = 0; g < kv.kv_heads; ++g) {
         const float* acc = s->accumulated(l, g);
-        plan.keep[l][g] = select(std::vector<float>(acc, acc + n), budget, forced);
+        plan.keep[l][g] = select_positions(std::vector<float>(acc, acc + n), budget, forced);
       }
     }
     return plan;

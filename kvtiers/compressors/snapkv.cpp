@@ -23,33 +23,6 @@
 namespace vc {
 namespace {
 
-/// Keeps `forced` (priority order, at most `budget` of them), then the best `scores`
-/// among the other positions up to `budget`; ascending.
-std::vector<int32_t> select(const std::vector<float>& scores, size_t budget,
-                            const std::vector<int32_t>& forced) {
-  std::vector<char> taken(scores.size(), 0);
-  std::vector<int32_t> keep;
-  for (int32_t p : forced) {
-    if (keep.size() >= budget) break;
-    if (!taken[size_t(p)]) {
-      taken[size_t(p)] = 1;
-      keep.push_back(p);
-    }
-  }
-  std::vector<float> rest;
-  std::vector<int32_t> where;
-  for (size_t p = 0; p < scores.size(); ++p) {
-    if (taken[p]) continue;
-    rest.push_back(std::isnan(scores[p]) ? std::numeric_limits<float>::lowest() : scores[p]);
-    where.push_back(int32_t(p));
-  }
-  if (budget > keep.size()) {
-    for (int32_t i : keep_top(rest, budget - keep.size())) keep.push_back(where[size_t(i)]);
-  }
-  std::sort(keep.begin(), keep.end());
-  return keep;
-}
-
 size_t count_param(const std::string& name, double value, double lo) {
   if (!std::isfinite(value) || value < lo || value != std::floor(value) || value > 1e9) {
     throw Error("snapkv: parameter '" + name + "' must be an integer >= " +
@@ -119,7 +92,7 @@ class SnapKv final : public Compressor {
           const size_t lo = p >= half ? p - half : 0, hi = std::min(prefix, p + half + 1);
           pooled[p] = *std::max_element(votes.begin() + long(lo), votes.begin() + long(hi));
         }
-        plan.keep[l][g] = select(pooled, budget, forced);
+        plan.keep[l][g] = select_positions(pooled, budget, forced);
       }
     }
     return plan;

@@ -56,6 +56,7 @@ std::vector<Case> make_cases(size_t n, uint32_t seed) {
     c.req.ratio = double(2 << (rng() % 3));
     c.req.draft = drafts[rng() % 5];
     c.req.ignore_eos = true;
+    c.req.fold_every = i % 3 == 0 ? 8 : 64;  // some requests rebuild their view often
     if (i % 2 == 1) {
       c.req.temperature = 0.8f;
       c.req.top_k = 50;

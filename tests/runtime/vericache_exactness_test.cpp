@@ -104,6 +104,54 @@ TEST(vericache_exactness, holds_over_many_prompts_golden_and_generated) {
     }
 }
 
+TEST(vericache_exactness, holds_while_the_view_is_rebuilt_through_the_compressor) {
+  auto gen = make_generator();
+  std::vector<std::string> methods = compressor_names();
+  methods.push_back("h2o+kivi");
+  const auto p = prompts(1, 0)[0];
+  for (const auto& setting : kSettings) {
+    const auto full = gen.generate(p, base_options(setting, 96));
+    for (const auto& m : methods)
+      for (int draft : {4, 16, -1}) {
+        GenerateOptions o = base_options(setting, 96);
+        o.mode = DecodeMode::vericache;
+        o.compressor = m;
+        o.ratio = 4.0;
+        o.fold_every = 8;
+        o.draft_auto = draft < 0;
+        o.draft_length = size_t(std::max(draft, 0));
+        const auto r = gen.generate(p, o);
+        expect_identical(full, r, std::string(setting.name) + " " + m + " folding, draft " +
+                                      std::to_string(draft));
+        EXPECT_GT(r.stats.folds, 0u) << m;
+      }
+  }
+}
+
+TEST(vericache_view, keeps_its_budget_as_the_request_grows) {
+  auto gen = make_generator();
+  const auto p = prompts(1, 0)[0];  // 65 tokens
+  const size_t bpt = gen.cache().bytes_per_token();
+  for (const char* m : {"snapkv", "streaming_llm", "kivi"}) {
+    GenerateOptions o = base_options(kSettings[0], 300);
+    o.mode = DecodeMode::vericache;
+    o.compressor = m;
+    o.ratio = 4.0;
+    o.draft_length = 8;
+    o.fold_every = 32;
+    const auto r = gen.generate(p, o);
+    const size_t total = p.size() + r.output_ids.size();
+    // View (a quarter of the full bytes, within rounding) + a tail shorter than
+    // fold_every + one round.
+    EXPECT_LE(r.stats.fast_bytes_end, size_t(1.1 * double(total * bpt) / 4.0) + (32 + 9) * bpt)
+        << m << ": " << r.stats.fast_bytes_end << " bytes for " << total << " positions";
+    o.fold_every = 0;  // never rebuilt: the tail grows at full precision
+    const auto grown = gen.generate(p, o);
+    EXPECT_GT(grown.stats.fast_bytes_end, r.stats.fast_bytes_end) << m;
+    EXPECT_EQ(grown.output_ids, r.output_ids);
+  }
+}
+
 TEST(vericache_exactness, holds_with_the_full_kv_on_disk) {
   auto gen = make_generator("disk");
   const auto p = prompts(1, 0)[0];

@@ -35,6 +35,7 @@ struct GenerateArgs {
   std::string compressor = "snapkv";
   double ratio = 4.0;
   std::string draft = "16";
+  size_t fold_every = 64;
   std::string full_tier = "host";
   std::string disk_dir;
 };
@@ -70,6 +71,7 @@ int run_generate(const GenerateArgs& a) {
   opt.stop = a.stop;
   opt.stop_at_eos = !a.ignore_eos;
   opt.mode = parse_decode_mode(a.mode);
+  opt.fold_every = a.fold_every;
   if (a.draft == "auto") {
     opt.draft_auto = true;
   } else {
@@ -128,7 +130,9 @@ int run_generate(const GenerateArgs& a) {
           {"full_tier", s.full_tier},
           {"bytes_read", {{"full_tier", s.full_tier_bytes_read},
                           {"compressed_tier", s.compressed_bytes_read}}},
-          {"full_tier_bytes_written", s.full_tier_bytes_written}};
+          {"full_tier_bytes_written", s.full_tier_bytes_written},
+          {"view_rebuilds", s.folds},
+          {"fast_bytes_at_end", s.fast_bytes_end}};
     }
     if (opt.mode != DecodeMode::full)
       j["stats"]["compression"] = {{"compressor", a.compressor},
@@ -184,6 +188,9 @@ void add_generate_command(CLI::App& app, Runner& run) {
                   "compressed KV, verify against the full KV (exact)")
       ->capture_default_str()->check(CLI::IsMember({"full", "lossy", "vericache"}));
   cmd->add_option("--draft", a->draft, "vericache: drafts per round, or 'auto'")
+      ->capture_default_str();
+  cmd->add_option("--fold-every", a->fold_every,
+                  "vericache: rebuild the compressed view after this many verified tokens (0 = never)")
       ->capture_default_str();
   cmd->add_option("--full-tier", a->full_tier, "vericache: where the full KV lives")
       ->capture_default_str()->check(CLI::IsMember({"host", "disk"}));
