@@ -61,7 +61,13 @@ caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher
           self->send(scheduler, failed_msg{m.outcome->id, e.what()});
         }
       },
-      [=](release_msg& m) { batcher->release(m.id); },
+      [=](release_msg& m) {
+        try {
+          batcher->release(m.id);
+        } catch (const std::exception&) {
+          // Freeing never fails for a known request; an unknown one is a no-op.
+        }
+      },
   };
 }
 
@@ -82,14 +88,17 @@ caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
       [=](commit_msg& m) {
         const VerifyOutcome& v = *m.outcome;
         auto s = trace->scope(track, "commit", v.id);
-        if (!tier->contains(v.id)) return;  // cancelled meanwhile
         const size_t layers = tier->config().num_layers;
-        for (size_t r = 0; r <= v.accepted; ++r)
-          for (size_t l = 0; l < layers; ++l) tier->write(v.id, l, m.p0 + r, v.k(l, r), v.v(l, r));
+        try {
+          for (size_t r = 0; r <= v.accepted; ++r)
+            for (size_t l = 0; l < layers; ++l)
+              tier->write(v.id, l, m.p0 + r, v.k(l, r), v.v(l, r));
+        } catch (const std::exception&) {
+          // The request was cancelled (released) meanwhile, or its tier failed: the
+          // next verify pass reports a failure for it alone.
+        }
       },
-      [=](release_msg& m) {
-        if (tier->contains(m.id)) tier->release(m.id);
-      },
+      [=](release_msg& m) { tier->release_if_present(m.id); },
   };
 }
 

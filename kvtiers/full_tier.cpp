@@ -204,6 +204,13 @@ void FullTier::truncate(uint64_t id, size_t length) {
   on_truncate(s, length);
 }
 
+bool FullTier::release_if_present(uint64_t id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (slots_.count(id) == 0) return false;
+  release(id);
+  return true;
+}
+
 void FullTier::release(uint64_t id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   auto it = slots_.find(id);

@@ -100,6 +100,9 @@ class FullTier {
   void truncate(uint64_t id, size_t length);
   /// Forgets request `id` and frees its storage.
   void release(uint64_t id);
+  /// As release(), but a no-op returning false when `id` is not held: safe when two
+  /// owners may both release (checked and done under one lock).
+  bool release_if_present(uint64_t id);
   /// Positions held (the longest layer).
   [[nodiscard]] size_t length(uint64_t id) const;
   /// Positions held by one layer.

@@ -150,8 +150,8 @@ void DraftBatcher::release(uint64_t id) {
   // The full-tier entry was created here at prefill: free it too, so a request
   // cancelled while its prefill was in flight (the mover's release then came
   // first and found nothing) leaves nothing behind.
-  if (it->second.spec.mode == DecodeMode::vericache && tier_ != nullptr && tier_->contains(id))
-    tier_->release(id);
+  if (it->second.spec.mode == DecodeMode::vericache && tier_ != nullptr)
+    tier_->release_if_present(id);  // the mover may release it at the same time
   reqs_.erase(it);
   active_.erase(std::remove(active_.begin(), active_.end(), id), active_.end());
 }

@@ -26,6 +26,7 @@ struct AcceptanceArgs {
   std::vector<std::string> drafts = {"4", "8", "16", "30", "64", "auto"};
   size_t min_prompt_tokens = 256, max_prompt_tokens = 1000;
   int steps = 256;
+  size_t fold_every = 0;  // 0: verified tokens keep exact KV (the published setting)
   bool json = false;
 };
 
@@ -78,6 +79,7 @@ int run_acceptance(const AcceptanceArgs& a) {
           o.ratio = ratio;
           o.draft_auto = d == "auto";
           o.draft_length = o.draft_auto ? 0 : size_t(std::stoul(d));
+          o.fold_every = a.fold_every;
           const auto r = gen.generate(prompts[i], o);
           mismatches += r.output_ids != reference[i];
           rounds += r.stats.rounds;
@@ -151,6 +153,9 @@ void add_bench_acceptance_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens)->capture_default_str();
   cmd->add_option("--steps", a->steps, "Tokens generated per prompt")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--fold-every", a->fold_every,
+                  "Rebuild the view every N verified tokens (0 = keep them exact)")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_acceptance(*a); }; });
 }

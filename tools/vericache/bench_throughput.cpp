@@ -40,6 +40,7 @@ struct ThroughputArgs {
   double ratio = 4.0;
   std::string draft = "30";
   double hbm_gbps = 4800, link_gbps = 55;
+  size_t fold_every = 64;
   bool disk = true;
   bool json = false;
 };
@@ -96,6 +97,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
     r.compressor = a.compressor;
     r.ratio = a.ratio;
     r.draft = c.draft;
+    r.fold_every = a.fold_every;
     r.ignore_eos = true;
     subs.push_back(engine.submit(r, [&, i](uint64_t, int32_t) {
       std::lock_guard<std::mutex> lock(mu);
@@ -224,6 +226,8 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--draft", a->draft, "Draft length or auto")->capture_default_str();
   cmd->add_option("--hbm-gbps", a->hbm_gbps, "Modelled fast-memory bandwidth")->capture_default_str();
   cmd->add_option("--link-gbps", a->link_gbps, "Modelled link bandwidth")->capture_default_str();
+  cmd->add_option("--fold-every", a->fold_every, "Rebuild views every N verified tokens")
+      ->capture_default_str();
   cmd->add_flag("!--no-disk", a->disk, "Skip the disk-tier row");
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_throughput(*a); }; });

@@ -1,0 +1,154 @@
+// Shared by the SchedulerCore tests: a fake Outbox that records what the scheduler
+// asks the workers to do, and helpers that build requests and play the workers.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/scheduler_core.hpp"
+
+namespace vc::actors {
+namespace {
+
+using Phase = RequestCtx::Phase;
+
+/// One Outbox call.
+struct Call {
+  enum Kind { prefill, draft, verify, commit, release } kind = prefill;
+  uint64_t id = 0;
+  size_t n = 0;           // draft: tokens; commit: p0
+  VerifyJob job;          // verify
+  std::shared_ptr<const VerifyOutcome> outcome;  // commit
+  bool full_tier = false;  // release
+  DraftSpec spec;          // prefill
+};
+
+class FakeOutbox final : public Outbox {
+ public:
+  void prefill(const DraftSpec& spec) override {
+    Call c;
+    c.kind = Call::prefill;
+    c.id = spec.id;
+    c.spec = spec;
+    calls.push_back(c);
+  }
+  void draft(uint64_t id, size_t n) override {
+    Call c;
+    c.kind = Call::draft;
+    c.id = id;
+    c.n = n;
+    calls.push_back(c);
+  }
+  void verify(const VerifyJob& job) override {
+    Call c;
+    c.kind = Call::verify;
+    c.id = job.id;
+    c.job = job;
+    calls.push_back(c);
+  }
+  void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0) override {
+    Call c;
+    c.kind = Call::commit;
+    c.id = v->id;
+    c.n = p0;
+    c.outcome = std::move(v);
+    calls.push_back(c);
+  }
+  void release(uint64_t id, bool full_tier) override {
+    Call c;
+    c.kind = Call::release;
+    c.id = id;
+    c.full_tier = full_tier;
+    calls.push_back(c);
+  }
+
+  /// The calls since the last take(), which forgets them.
+  std::vector<Call> take() { return std::exchange(calls, {}); }
+
+  std::vector<Call> calls;
+};
+
+struct Submitted {
+  std::shared_ptr<RequestCtx> ctx;
+  std::future<vericache::Result> result;
+};
+
+Submitted make_request(uint64_t id, size_t prompt_size, size_t max_tokens, size_t L = 4,
+                       DecodeMode mode = DecodeMode::vericache) {
+  Submitted s;
+  s.ctx = std::make_shared<RequestCtx>();
+  s.ctx->id = id;
+  s.ctx->spec.id = id;
+  s.ctx->spec.mode = mode;
+  for (size_t i = 0; i < prompt_size; ++i) s.ctx->spec.prompt.push_back(int32_t(1000 + i));
+  s.ctx->spec.max_new_tokens = max_tokens;
+  s.ctx->stop.max_tokens = max_tokens;
+  s.ctx->policy = DraftLengthPolicy::fixed(L);
+  s.ctx->result.id = id;
+  s.result = s.ctx->promise.get_future();
+  return s;
+}
+
+bool ready(const std::future<vericache::Result>& f) {
+  return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+PrefillResult prefilled(uint64_t id, int32_t token) {
+  PrefillResult r;
+  r.id = id;
+  r.token = token;
+  r.logprob = -0.5f;
+  return r;
+}
+
+DraftBlock drafts(uint64_t id, std::vector<int32_t> tokens) {
+  DraftBlock b;
+  b.id = id;
+  b.tokens = std::move(tokens);
+  b.seconds = 0.001;
+  return b;
+}
+
+DraftBlock final_block(uint64_t id, std::vector<int32_t> tokens) {
+  DraftBlock b;
+  b.id = id;
+  b.logprobs.assign(tokens.size(), -1.0f);
+  b.tokens = std::move(tokens);
+  b.final = true;
+  return b;
+}
+
+std::shared_ptr<const VerifyOutcome> verified(uint64_t id, std::vector<int32_t> tokens,
+                                              size_t accepted) {
+  auto v = std::make_shared<VerifyOutcome>();
+  v->id = id;
+  v->logprobs.assign(tokens.size(), -0.25f);
+  v->tokens = std::move(tokens);
+  v->accepted = accepted;
+  v->seconds = 0.002;
+  return v;
+}
+
+std::vector<Call::Kind> kinds(const std::vector<Call>& calls) {
+  std::vector<Call::Kind> k;
+  for (const auto& c : calls) k.push_back(c.kind);
+  return k;
+}
+
+std::vector<uint64_t> ids_of(const std::vector<Call>& calls, Call::Kind kind) {
+  std::vector<uint64_t> ids;
+  for (const auto& c : calls)
+    if (c.kind == kind) ids.push_back(c.id);
+  return ids;
+}
+
+// ---------------------------------------------------------------------------------
+
+}  // namespace
+}  // namespace vc::actors
