@@ -1,24 +1,38 @@
-// Snapshot, model facts and compression of a request's prompt KV.
+// Snapshots of a request's KV (from the cache or the full tier), model facts, and
+// building or rebuilding its compressed view.
 #include "runtime/compression.hpp"
 
+#include <chrono>
+#include <optional>
 #include <string>
 
 #include "kernels/error.hpp"
+#include "runtime/prefill_stats.hpp"
 
 namespace vc {
+
+namespace {
+
+// An empty snapshot of n positions shaped like `c`.
+KvSnapshot make_snapshot(const KvCacheConfig& c, size_t n) {
+  KvSnapshot s;
+  s.layers = c.num_layers;
+  s.kv_heads = c.kv_heads;
+  s.head_dim = c.head_dim;
+  s.n_pos = n;
+  s.k.resize(s.layers * s.kv_heads * n * s.head_dim);
+  s.v.resize(s.k.size());
+  return s;
+}
+
+}  // namespace
 
 KvSnapshot snapshot_kv(const PagedKvCache& cache, const KvSequence& seq, size_t n_pos) {
   const KvCacheConfig& c = cache.config();
   if (n_pos > seq.length)
     throw Error("snapshot_kv: " + std::to_string(n_pos) + " positions asked, the sequence holds " +
                 std::to_string(seq.length));
-  KvSnapshot s;
-  s.layers = c.num_layers;
-  s.kv_heads = c.kv_heads;
-  s.head_dim = c.head_dim;
-  s.n_pos = n_pos;
-  s.k.resize(s.layers * s.kv_heads * n_pos * s.head_dim);
-  s.v.resize(s.k.size());
+  KvSnapshot s = make_snapshot(c, n_pos);
   std::vector<float> k(c.kv_heads * c.head_dim), v(k.size());
   for (size_t l = 0; l < s.layers; ++l)
     for (size_t p = 0; p < n_pos; ++p) {
@@ -52,24 +66,11 @@ CompressedView compress(const Compressor& compressor, const KvSnapshot& kv,
   return CompressedView::build(kv, plan, compressor, facts);
 }
 
-}  // namespace vc
 
-#include <chrono>
-#include <optional>
-
-#include "runtime/prefill_stats.hpp"
-
-namespace vc {
 
 KvSnapshot snapshot_full_tier(FullTier& tier, uint64_t id, size_t n) {
   const KvCacheConfig& c = tier.config();
-  KvSnapshot s;
-  s.layers = c.num_layers;
-  s.kv_heads = c.kv_heads;
-  s.head_dim = c.head_dim;
-  s.n_pos = n;
-  s.k.resize(s.layers * s.kv_heads * n * s.head_dim);
-  s.v.resize(s.k.size());
+  KvSnapshot s = make_snapshot(c, n);
   KvStaging staging(c);
   const size_t bt = c.block_tokens, D = c.head_dim, esz = dtype_size(c.dtype);
   for (size_t l = 0; l < s.layers; ++l) {

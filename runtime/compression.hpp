@@ -1,11 +1,16 @@
-// Building a request's compressed view from its full KV: the glue between the
-// forward pass (runtime) and the compressors and tiers (kvtiers).
+// Building and rebuilding a request's compressed view from its full KV: the glue
+// between the forward pass (runtime) and the compressors and tiers (kvtiers).
 #pragma once
 #include <cstddef>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/compressor.hpp"
+#include "kvtiers/full_tier.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
+#include "runtime/forward.hpp"
 #include "runtime/model.hpp"
 
 namespace vc {
@@ -23,16 +28,6 @@ namespace vc {
                                       const PrefillStats* stats, const ModelFacts& facts,
                                       double ratio);
 
-}  // namespace vc
-
-#include <optional>
-#include <span>
-#include <vector>
-
-#include "kvtiers/full_tier.hpp"
-#include "runtime/forward.hpp"
-
-namespace vc {
 
 /// The first n positions of request `id` in the full tier as dense fp32.
 [[nodiscard]] KvSnapshot snapshot_full_tier(FullTier& tier, uint64_t id, size_t n);

@@ -174,9 +174,6 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
   linear(ws, ws.h.data(), n_out, W.lm_head, logits.data());
 }
 
-}  // namespace vc
-
-namespace vc {
 
 std::vector<float> prefill(const Model& model, std::span<const int32_t> ids, KvSequence& seq,
                            PagedKvCache& cache, Workspace& ws, size_t chunk) {

@@ -75,9 +75,6 @@ class Workspace {
 void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache& cache,
              Workspace& ws, std::vector<float>& logits);
 
-}  // namespace vc
-
-namespace vc {
 
 /// Runs `ids` into `seq` (which may already hold a prefix) in chunks of at most
 /// `chunk` positions, reserving KV as needed; returns the logits of the last
