@@ -72,7 +72,7 @@ void PagedKvCache::truncate(KvSequence& seq, size_t length) {
   if (length >= seq.length) return;
   const size_t keep = (length + cfg_.block_tokens - 1) / cfg_.block_tokens;
   while (seq.blocks.size() > keep) {
-    if (seq.blocks.back() >= 0) pool_.release(seq.blocks.back());
+    if (seq.blocks.back() >= 0) release_block(seq.blocks.back());
     seq.blocks.pop_back();
   }
   seq.length = length;
@@ -82,16 +82,84 @@ void PagedKvCache::release_prefix(KvSequence& seq, size_t upto) {
   const size_t whole = std::min(upto / cfg_.block_tokens, seq.blocks.size());
   for (size_t j = 0; j < whole; ++j)
     if (seq.blocks[j] >= 0) {
-      pool_.release(seq.blocks[j]);
+      release_block(seq.blocks[j]);
       seq.blocks[j] = -1;
     }
 }
 
 void PagedKvCache::free(KvSequence& seq) {
   for (int32_t b : seq.blocks)
-    if (b >= 0) pool_.release(b);
+    if (b >= 0) release_block(b);
   seq.blocks.clear();
   seq.length = 0;
+}
+
+void PagedKvCache::release_block(int32_t block) {
+  pool_.release(block);
+  if (pool_.refcount(block) > 0) return;
+  auto it = published_.find(block);
+  if (it == published_.end()) return;
+  auto range = prefix_index_.equal_range(it->second.key);
+  for (auto e = range.first; e != range.second; ++e)
+    if (e->second == block) {
+      prefix_index_.erase(e);
+      break;
+    }
+  published_.erase(it);
+}
+
+uint64_t PagedKvCache::prefix_key(int32_t parent, std::span<const int32_t> tokens) {
+  auto mix = [](uint64_t x) {  // splitmix64
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  uint64_t h = mix(uint64_t(int64_t(parent)) + 1);
+  for (int32_t t : tokens) h = mix(h ^ uint64_t(uint32_t(t)));
+  return h;
+}
+
+size_t PagedKvCache::share_prefix(KvSequence& seq, std::span<const int32_t> tokens,
+                                  size_t limit) {
+  if (!cfg_.prefix_sharing || seq.length != 0 || !seq.blocks.empty()) return 0;
+  const size_t bt = cfg_.block_tokens;
+  const size_t max_blocks = std::min(tokens.size(), limit) / bt;
+  int32_t parent = -1;
+  for (size_t j = 0; j < max_blocks; ++j) {
+    const auto blk = tokens.subspan(j * bt, bt);
+    int32_t found = -1;
+    auto range = prefix_index_.equal_range(prefix_key(parent, blk));
+    for (auto e = range.first; e != range.second && found < 0; ++e) {
+      const Published& p = published_.at(e->second);
+      if (p.parent == parent && std::equal(p.tokens.begin(), p.tokens.end(), blk.begin()))
+        found = e->second;
+    }
+    if (found < 0) break;
+    pool_.retain(found);
+    seq.blocks.push_back(found);
+    parent = found;
+  }
+  seq.length = seq.blocks.size() * bt;
+  return seq.length;
+}
+
+void PagedKvCache::publish_prefix(const KvSequence& seq, std::span<const int32_t> tokens) {
+  if (!cfg_.prefix_sharing) return;
+  const size_t bt = cfg_.block_tokens;
+  const size_t full = std::min(tokens.size(), seq.length) / bt;
+  int32_t parent = -1;
+  for (size_t j = 0; j < full && j < seq.blocks.size(); ++j) {
+    const int32_t b = seq.blocks[j];
+    if (b < 0) return;
+    if (!published_.count(b)) {
+      const auto blk = tokens.subspan(j * bt, bt);
+      Published p{parent, std::vector<int32_t>(blk.begin(), blk.end()), prefix_key(parent, blk)};
+      prefix_index_.emplace(p.key, b);
+      published_.emplace(b, std::move(p));
+    }
+    parent = b;
+  }
 }
 
 cpu::PagedKv PagedKvCache::view(size_t layer, const KvSequence& seq) const {

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/attention.hpp"
@@ -19,6 +21,7 @@ struct KvCacheConfig {
   size_t block_tokens = 16;
   size_t num_blocks = 0;       // capacity in blocks (shared by all sequences)
   DType dtype = DType::bf16;   // storage type of K and V (bf16 default, f32 selectable)
+  bool prefix_sharing = true;  // sequences with a common prompt prefix share its blocks
 };
 
 /// One sequence's view of the cache: its block table and how many positions hold KV.
@@ -55,6 +58,17 @@ class PagedKvCache {
   /// become -1): a drafter whose compressed view now covers them keeps only its tail.
   /// Positions below `upto` must not be read or written afterwards.
   void release_prefix(KvSequence& seq, size_t upto);
+  /// Prefix sharing. Maps into the empty `seq` the leading full blocks of `tokens`
+  /// that a live sequence already published (the same tokens at the same positions:
+  /// the same KV bits, since prefill is batch invariant), taking a reference on each;
+  /// at most `limit` positions. Returns the positions shared (whole blocks). Shared
+  /// blocks are never written: sequences only write past their prompt.
+  size_t share_prefix(KvSequence& seq, std::span<const int32_t> tokens, size_t limit);
+  /// Publishes the full blocks of `seq` that hold `tokens` (its first positions).
+  void publish_prefix(const KvSequence& seq, std::span<const int32_t> tokens);
+  /// Blocks currently published for sharing.
+  [[nodiscard]] size_t published_blocks() const { return published_.size(); }
+
   /// Raw view of one layer for the attention kernel (valid until the table changes).
   [[nodiscard]] cpu::PagedKv view(size_t layer, const KvSequence& seq) const;
 
@@ -65,6 +79,17 @@ class PagedKvCache {
 
  private:
   [[nodiscard]] size_t slot_offset(const KvSequence& seq, size_t pos, size_t head) const;
+  /// Drops one reference; a block that becomes free leaves the prefix index.
+  void release_block(int32_t block);
+  [[nodiscard]] static uint64_t prefix_key(int32_t parent, std::span<const int32_t> tokens);
+
+  struct Published {
+    int32_t parent = -1;          // the block before it in its sequence (-1: first)
+    std::vector<int32_t> tokens;  // the tokens it holds
+    uint64_t key = 0;
+  };
+  std::unordered_map<int32_t, Published> published_;       // block -> what it holds
+  std::unordered_multimap<uint64_t, int32_t> prefix_index_;  // key(parent, tokens) -> block
   KvCacheConfig cfg_;
   BlockPool pool_;
   size_t layer_bytes_ = 0;  // bytes of K (or V) for one layer

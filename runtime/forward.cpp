@@ -179,17 +179,29 @@ std::vector<float> prefill(const Model& model, std::span<const int32_t> ids, KvS
                            PagedKvCache& cache, Workspace& ws, size_t chunk) {
   if (ids.empty()) throw Error("prefill: the prompt has no tokens");
   if (chunk == 0) chunk = ids.size();
+  const bool fresh = seq.length == 0 && seq.blocks.empty();
+  // A fresh sequence reuses the blocks of a live sequence with the same leading
+  // tokens; the last position is always computed (its logits are the result), and
+  // the positions whose queries the statistics need stay computed too.
+  size_t shared = 0;
+  if (fresh) {
+    size_t limit = ids.size() - 1;
+    if (ws.stats != nullptr) limit = ids.size() > ws.stats->window() ? ids.size() - ws.stats->window() : 0;
+    shared = cache.share_prefix(seq, ids, limit);
+  }
   const size_t start = seq.length;
-  cache.reserve(seq, start + ids.size());
+  const std::span<const int32_t> rest = ids.subspan(shared);
+  cache.reserve(seq, start + rest.size());
   std::vector<ForwardRow> rows;
   std::vector<float> logits;
-  for (size_t b = 0; b < ids.size(); b += chunk) {
-    const size_t e = std::min(ids.size(), b + chunk);
+  for (size_t b = 0; b < rest.size(); b += chunk) {
+    const size_t e = std::min(rest.size(), b + chunk);
     rows.clear();
     for (size_t i = b; i < e; ++i)
-      rows.push_back(ForwardRow{ids[i], int32_t(start + i), &seq, i + 1 == ids.size()});
+      rows.push_back(ForwardRow{rest[i], int32_t(start + i), &seq, i + 1 == rest.size()});
     forward(model, rows, cache, ws, logits);
   }
+  if (fresh) cache.publish_prefix(seq, ids);
   return logits;
 }
 

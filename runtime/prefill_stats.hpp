@@ -27,6 +27,9 @@ class PrefillStatsCollector {
   void observe(size_t layer, std::span<const ForwardRow> rows, const float* q,
                const cpu::PagedKv& kv);
 
+  /// The observation window (prompt positions whose attention rows are kept).
+  [[nodiscard]] size_t window() const { return s_.window; }
+
   /// The statistics, moments normalised (call after the whole prompt ran).
   [[nodiscard]] PrefillStats finish();
 

@@ -36,7 +36,7 @@ struct Case {
 
 // Mixed prompt lengths, compressors, ratios, draft lengths and sampling; the
 // expected output is plain full-KV decoding of the same request, alone.
-std::vector<Case> make_cases(size_t n, uint32_t seed) {
+std::vector<Case> make_cases(size_t n, uint32_t seed, size_t common_prefix = 0) {
   std::mt19937 rng(seed);
   const auto model = vc::test::tinycode();
   const auto& cfg = model->config();
@@ -50,6 +50,11 @@ std::vector<Case> make_cases(size_t n, uint32_t seed) {
   for (size_t i = 0; i < n; ++i) {
     Case& c = cases[i];
     c.req.prompt_ids = vc::test::random_tokens(rng, 20 + rng() % 300, cfg.vocab_size, cfg.bos_token_id);
+    if (common_prefix > 0) {  // every request starts with the same system prompt
+      std::mt19937 same(seed + 1);
+      auto head = vc::test::random_tokens(same, common_prefix, cfg.vocab_size, cfg.bos_token_id);
+      c.req.prompt_ids.insert(c.req.prompt_ids.begin(), head.begin(), head.end());
+    }
     c.req.max_tokens = 16 + int(rng() % 40);
     c.req.mode = i % 7 == 6 ? "full" : (i % 11 == 10 ? "lossy" : "vericache");
     c.req.compressor = methods[rng() % 10];
@@ -100,6 +105,19 @@ TEST(engine, one_request_matches_full_decoding_bit_for_bit) { run_concurrently(1
 TEST(engine, four_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(4); }
 TEST(engine, sixteen_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(16); }
 TEST(engine, sixty_four_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(64); }
+
+TEST(engine, requests_sharing_a_prompt_prefix_share_its_blocks_and_match_full_decoding) {
+  const auto cases = make_cases(8, 4242, 160);
+  Engine engine(config(8));
+  std::vector<Engine::Submission> subs;
+  for (const auto& c : cases) subs.push_back(engine.submit(c.req));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto r = subs[i].result.get();
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.output_ids, cases[i].expected_ids) << "request " << i;
+    EXPECT_EQ(r.output_logprobs, cases[i].expected_logprobs) << "request " << i;
+  }
+}
 
 TEST(engine, lockstep_gives_the_same_output_as_staggered) {
   const auto cases = make_cases(6, 99);
