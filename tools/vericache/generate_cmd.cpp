@@ -146,13 +146,25 @@ int run_generate(const GenerateArgs& a) {
                                    {"compress_seconds", s.compress_seconds}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
-    std::cout << prompt << r.text << "\n";
+    std::cout << prompt << r.text << std::endl;  // flushed before the stats on stderr
     std::cerr << fmt::format(
         "--\nprompt {} tokens, prefill {:.1f} tok/s | output {} tokens ({}), decode {:.1f} "
         "tok/s | KV {} KiB ({}) | {} threads, {}\n",
         s.prompt_tokens, s.prefill_tokens_per_second(), s.output_tokens, r.finish_reason,
         s.decode_tokens_per_second(), s.kv_bytes / 1024, a.kv_dtype, gen.workspace().threads(),
         cpu::simd_path_name(cpu::active_simd_path()));
+    if (opt.mode != DecodeMode::full)
+      std::cerr << fmt::format("{} {} at {}x: compressed view {} KiB of {} KiB\n", a.mode,
+                               a.compressor, a.ratio, s.compressed_bytes / 1024,
+                               s.compressed_full_bytes / 1024);
+    if (opt.mode == DecodeMode::vericache)
+      std::cerr << fmt::format(
+          "vericache: {} rounds, {:.2f} tokens/round, {} of {} drafts accepted ({:.0f}%), "
+          "draft {:.3f} s, verify {:.3f} s, full tier ({}) read {} KiB, view rebuilt {} "
+          "times (ids and logprobs are those of --mode full)\n",
+          s.rounds, s.rounds ? double(s.output_tokens - 1) / double(s.rounds) : 0.0, s.accepted,
+          s.drafted, s.drafted ? 100.0 * double(s.accepted) / double(s.drafted) : 0.0,
+          s.draft_seconds, s.verify_seconds, s.full_tier, s.full_tier_bytes_read / 1024, s.folds);
   }
   return 0;
 }
