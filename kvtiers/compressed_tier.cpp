@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 
 namespace vc {
@@ -51,6 +52,20 @@ void validate(const KvSnapshot& kv, const CompressionPlan& plan, const ModelFact
   }
 }
 
+// Holds the values `x` of a codec that did not describe its storage: as bf16 when
+// that is exact for every value, else as fp32.
+void hold_undescribed(PackedSide& side, const std::vector<float>& x) {
+  side = PackedSide{};
+  for (float e : x) {
+    const float b = bf16_to_f32(f32_to_bf16(e));
+    if (std::memcmp(&b, &e, sizeof(float)) != 0) {
+      side.raw = x;
+      return;
+    }
+  }
+  pack_bf16(side, x.data(), x.size());
+}
+
 }  // namespace
 
 CompressedView CompressedView::build(const KvSnapshot& kv, const CompressionPlan& plan,
@@ -65,27 +80,56 @@ CompressedView CompressedView::build(const KvSnapshot& kv, const CompressionPlan
   view.heads_.resize(kv.layers * kv.kv_heads);
   const size_t d = kv.head_dim;
   std::vector<int32_t> abs_pos;
+  std::vector<float> k, v;
   for (size_t l = 0; l < kv.layers; ++l) {
     for (size_t g = 0; g < kv.kv_heads; ++g) {
       Head& head = view.heads_[l * kv.kv_heads + g];
       head.positions = plan.keep[l][g];
       const size_t n = head.positions.size();
-      head.k.resize(n * d);
-      head.v.resize(n * d);
+      // A head that keeps nothing stores nothing: the codec is not asked.
+      if (n == 0) continue;
+      k.resize(n * d);
+      v.resize(n * d);
       abs_pos.resize(n);
       for (size_t i = 0; i < n; ++i) {
         const size_t p = size_t(head.positions[i]);
-        std::memcpy(&head.k[i * d], kv.k_at(l, g, p), d * sizeof(float));
-        std::memcpy(&head.v[i * d], kv.v_at(l, g, p), d * sizeof(float));
+        std::memcpy(&k[i * d], kv.k_at(l, g, p), d * sizeof(float));
+        std::memcpy(&v[i * d], kv.v_at(l, g, p), d * sizeof(float));
         abs_pos[i] = model.positions.empty() ? int32_t(p) : model.positions[p];
       }
-      // A head that keeps nothing stores nothing: the codec is not asked.
-      if (n > 0)
-        view.stored_bytes_ +=
-            codec.quantize(l, g, abs_pos.data(), n, d, model, head.k.data(), head.v.data());
+      view.stored_bytes_ +=
+          codec.quantize(l, g, abs_pos.data(), n, d, model, k.data(), v.data(), &head.packed);
+      if (!head.packed.described) {
+        hold_undescribed(head.packed.k, k);
+        hold_undescribed(head.packed.v, v);
+        head.packed.described = true;
+      }
+      if (head.packed.k.transform == PackedTransform::rope ||
+          head.packed.v.transform == PackedTransform::rope) {
+        if (view.rope_inv_freq_.empty()) view.rope_inv_freq_ = model.rope_inv_freq;
+        if (abs_pos != head.positions) head.abs_positions = abs_pos;
+      }
     }
   }
   return view;
+}
+
+void CompressedView::decode(size_t l, size_t g, float* k, float* v) const {
+  const Head& head = heads_[l * kv_heads_ + g];
+  const size_t n = head.positions.size();
+  if (n == 0) return;
+  const int32_t* pos = head.abs_positions.empty() ? head.positions.data() : head.abs_positions.data();
+  head.packed.k.decode(k, n, head_dim_, pos, rope_inv_freq_.data());
+  head.packed.v.decode(v, n, head_dim_, pos, rope_inv_freq_.data());
+}
+
+size_t CompressedView::held_bytes() const {
+  size_t bytes = rope_inv_freq_.size() * sizeof(float);
+  for (const Head& head : heads_) {
+    bytes += (head.positions.size() + head.abs_positions.size()) * sizeof(int32_t) +
+             head.packed.k.held_bytes() + head.packed.v.held_bytes();
+  }
+  return bytes;
 }
 
 }  // namespace vc

@@ -8,10 +8,14 @@
 
 namespace vc {
 
-/// Kept rows of every (layer, KV head), as the compressor's plan and codec left them.
-/// Values are held dequantized in fp32 for the CPU draft attention; stored_bytes()
-/// counts what the tier stores at the plan's precision (codes + scales), which is
-/// what a GPU deployment keeps in HBM and what every budget is charged.
+/// Kept rows of every (layer, KV head), held at the plan's precision: what the
+/// codec describes (PackedHead: packed codes, fp16 scales and zeros, bf16
+/// full-precision rows and outliers, and the transform to re-apply), or, from a
+/// codec that does not describe its storage, bf16 rows when its values are all bf16
+/// and fp32 rows otherwise. decode() gives back exactly the fp32 values the codec's
+/// quantize() wrote, for the CPU draft attention. stored_bytes() counts what the
+/// codec reports it stores (what every budget is charged); held_bytes() what this
+/// view actually holds.
 class CompressedView {
  public:
   /// Applies `plan` to `kv` (quantizing kept rows through `codec.quantize`).
@@ -27,23 +31,29 @@ class CompressedView {
 
   [[nodiscard]] size_t count(size_t l, size_t g) const { return heads_[l * kv_heads_ + g].positions.size(); }
   [[nodiscard]] const int32_t* positions(size_t l, size_t g) const { return heads_[l * kv_heads_ + g].positions.data(); }
-  /// [count, head_dim] fp32.
-  [[nodiscard]] const float* k(size_t l, size_t g) const { return heads_[l * kv_heads_ + g].k.data(); }
-  [[nodiscard]] const float* v(size_t l, size_t g) const { return heads_[l * kv_heads_ + g].v.data(); }
+  /// Writes the kept K and V rows of layer l, KV head g, dequantized, into k and v
+  /// ([count(l, g), head_dim] fp32 each).
+  void decode(size_t l, size_t g, float* k, float* v) const;
 
   /// Bytes stored at the plan's precision.
   [[nodiscard]] size_t stored_bytes() const { return stored_bytes_; }
+  /// Bytes this view holds for its KV: packed codes, scales and zeros,
+  /// full-precision rows and outliers, kept positions (and absolute positions and
+  /// RoPE frequencies where keys are stored pre-RoPE).
+  [[nodiscard]] size_t held_bytes() const;
   /// Bytes of the same positions in the full tier (bf16).
   [[nodiscard]] size_t full_bytes() const { return covered_ * layers_ * kv_heads_ * head_dim_ * 2 * 2; }
   [[nodiscard]] const QuantSpec& quant() const { return quant_; }
 
  private:
   struct Head {
-    std::vector<int32_t> positions;
-    std::vector<float> k, v;
+    std::vector<int32_t> positions;      // snapshot indices
+    std::vector<int32_t> abs_positions;  // for RoPE, only when they differ from positions
+    PackedHead packed;
   };
   size_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0, covered_ = 0, stored_bytes_ = 0;
   QuantSpec quant_;
+  std::vector<float> rope_inv_freq_;  // held only when a side is stored pre-RoPE
   std::vector<Head> heads_;  // [layers * kv_heads]
 };
 

@@ -48,11 +48,17 @@ std::string valid_names() {
 }  // namespace
 
 size_t Compressor::quantize(size_t /*l*/, size_t /*g*/, const int32_t* /*positions*/, size_t n,
-                            size_t head_dim, const ModelFacts& /*model*/, float* k, float* v) const {
+                            size_t head_dim, const ModelFacts& /*model*/, float* k, float* v,
+                            PackedHead* packed) const {
   const size_t count = n * head_dim;
   for (size_t i = 0; i < count; ++i) {
     k[i] = bf16_to_f32(f32_to_bf16(k[i]));
     v[i] = bf16_to_f32(f32_to_bf16(v[i]));
+  }
+  if (packed) {
+    pack_bf16(packed->k, k, count);
+    pack_bf16(packed->v, v, count);
+    packed->described = true;
   }
   return count * 2 * 2;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/dtype.hpp"
+#include "kvtiers/packed_kv.hpp"
 
 namespace vc {
 
@@ -114,9 +115,13 @@ class Compressor {
 
   /// Replaces k, v ([n, head_dim] each, rows at absolute `positions`) of layer l, KV
   /// head g by what the method stores, dequantized; returns the stored bytes
-  /// (codes + scales + any full-precision rows). The default stores bf16.
+  /// (codes + scales + any full-precision rows). The default stores bf16. When
+  /// `packed` is given, a codec that can describes there what it stores (and sets
+  /// packed->described), such that PackedSide::decode gives back exactly the values
+  /// written to k and v; the compressed tier holds that.
   virtual size_t quantize(size_t l, size_t g, const int32_t* positions, size_t n,
-                          size_t head_dim, const ModelFacts& model, float* k, float* v) const;
+                          size_t head_dim, const ModelFacts& model, float* k, float* v,
+                          PackedHead* packed = nullptr) const;
 };
 
 /// Every registered method, by name: streaming_llm, snapkv, h2o, expected_attention,

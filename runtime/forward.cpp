@@ -139,8 +139,20 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
                              M == 1 ? &ws.pool() : nullptr);
           continue;
         }
+        // The view holds its rows packed: decode each KV head into scratch.
+        thread_local std::vector<float> scratch;
+        size_t total = 0;
+        for (size_t g = 0; g < nkv; ++g) total += cv->count(l, g) * hd * 2;
+        if (scratch.size() < total) scratch.resize(total);
         prefix.resize(nkv);
-        for (size_t g = 0; g < nkv; ++g) prefix[g] = {cv->k(l, g), cv->v(l, g), cv->count(l, g)};
+        for (size_t g = 0, at = 0; g < nkv; ++g) {
+          const size_t n = cv->count(l, g);
+          float* k = scratch.data() + at;
+          float* v = k + n * hd;
+          cv->decode(l, g, k, v);
+          prefix[g] = {k, v, n};
+          at += 2 * n * hd;
+        }
         cpu::attention_row_mixed(ws.q.data() + m * qd, nh, prefix.data(),
                                  cache.view(l, *rows[m].seq), cv->covered(), size_t(pos[m]) + 1,
                                  scale, ws.attn.data() + m * qd);

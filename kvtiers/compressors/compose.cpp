@@ -84,8 +84,9 @@ class Composition final : public Compressor {
   }
 
   size_t quantize(size_t l, size_t g, const int32_t* positions, size_t n, size_t head_dim,
-                  const ModelFacts& model, float* k, float* v) const override {
-    return quantizer_->quantize(l, g, positions, n, head_dim, model, k, v);
+                  const ModelFacts& model, float* k, float* v,
+                  PackedHead* packed = nullptr) const override {
+    return quantizer_->quantize(l, g, positions, n, head_dim, model, k, v, packed);
   }
 
  private:

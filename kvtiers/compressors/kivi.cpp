@@ -122,18 +122,20 @@ class Kivi final : public Quantizer {
   }
 
   size_t quantize(size_t /*l*/, size_t /*g*/, const int32_t* /*positions*/, size_t n,
-                  size_t head_dim, const ModelFacts& /*model*/, float* k,
-                  float* v) const override {
+                  size_t head_dim, const ModelFacts& /*model*/, float* k, float* v,
+                  PackedHead* packed = nullptr) const override {
     const KiviSettings s = now_.get();
     const size_t d = head_dim, r = std::min(s.residual, n), nq = n - r;
     // Keys per channel, values per token; the residual rows (and a side at 16
     // bits) in bf16.
-    for (auto [x, bits, shape] : {std::tuple{k, s.key_bits, key_shape(s.group, nq, d)},
-                                  std::tuple{v, s.value_bits, value_shape(s.group, nq, d)}}) {
+    for (auto [x, bits, shape, side] :
+         {std::tuple{k, s.key_bits, key_shape(s.group, nq, d), packed ? &packed->k : nullptr},
+          std::tuple{v, s.value_bits, value_shape(s.group, nq, d), packed ? &packed->v : nullptr}}) {
       const size_t q = bits >= 16 ? 0 : nq;
-      quantize_blocks(x, q, d, shape, bits);
-      round_to_bf16(x + q * d, (n - q) * d);
+      if (q > 0) quantize_blocks(x, q, d, shape, bits, nullptr, side);
+      round_to_bf16(x + q * d, (n - q) * d, side);
     }
+    if (packed) packed->described = true;
     return head_bytes(s, n, d);
   }
 

@@ -28,6 +28,7 @@
 #include <numeric>
 #include <string>
 
+#include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 #include "kvtiers/compressors/factories.hpp"
 #include "kvtiers/compressors/uniform_quant.hpp"
@@ -37,14 +38,7 @@ namespace {
 
 /// Rotate-half RoPE of one row at position `pos`; sign -1 undoes it.
 void rope_row(float* x, size_t d, const float* inv_freq, double pos, double sign) {
-  const size_t h = d / 2;
-  for (size_t i = 0; i < h; ++i) {
-    const double a = sign * pos * double(inv_freq[i]);
-    const double c = std::cos(a), s = std::sin(a);
-    const double x1 = x[i], x2 = x[i + h];
-    x[i] = float(x1 * c - x2 * s);
-    x[i + h] = float(x2 * c + x1 * s);
-  }
+  rope_rotate_half(x, d, inv_freq, pos, sign);
 }
 
 struct KvQuantSettings {
@@ -158,7 +152,8 @@ class KvQuant final : public Quantizer {
   }
 
   size_t quantize(size_t /*l*/, size_t /*g*/, const int32_t* positions, size_t n, size_t head_dim,
-                  const ModelFacts& model, float* k, float* v) const override {
+                  const ModelFacts& model, float* k, float* v,
+                  PackedHead* packed = nullptr) const override {
     const size_t d = head_dim;
     if (d % 2 != 0 || model.rope_inv_freq.size() != d / 2) {
       throw Error("kvquant: needs ModelFacts::rope_inv_freq of head_dim / 2 = " + std::to_string(d / 2) +
@@ -167,9 +162,13 @@ class KvQuant final : public Quantizer {
     const KvQuantSettings s = now_.get();
     const float* inv = model.rope_inv_freq.data();
     for (size_t r = 0; r < n; ++r) rope_row(k + r * d, d, inv, double(positions[r]), -1.0);
-    side(s, k, n, d, s.key_bits, /*per_channel=*/true);
+    side(s, k, n, d, s.key_bits, /*per_channel=*/true, packed ? &packed->k : nullptr);
     for (size_t r = 0; r < n; ++r) rope_row(k + r * d, d, inv, double(positions[r]), 1.0);
-    side(s, v, n, d, s.value_bits, /*per_channel=*/false);
+    side(s, v, n, d, s.value_bits, /*per_channel=*/false, packed ? &packed->v : nullptr);
+    if (packed) {
+      packed->k.transform = PackedTransform::rope;  // keys were quantized pre-RoPE
+      packed->described = true;
+    }
     return head_bytes(s, n, d);
   }
 
@@ -180,10 +179,12 @@ class KvQuant final : public Quantizer {
   }
 
   /// Dense-and-sparse quantization of the n x d matrix x (side_bytes() bytes).
-  static void side(const KvQuantSettings& s, float* x, size_t n, size_t d, int bits, bool per_channel) {
+  /// Records what is stored in `packed` when given.
+  static void side(const KvQuantSettings& s, float* x, size_t n, size_t d, int bits, bool per_channel,
+                   PackedSide* packed) {
     const size_t total = n * d;
     if (bits >= 16) {
-      round_to_bf16(x, total);
+      round_to_bf16(x, total, packed);
       return;
     }
     const size_t outliers = outlier_count(s.outlier_fraction, total);
@@ -200,8 +201,15 @@ class KvQuant final : public Quantizer {
         skip[idx[i]] = 1;
         round_to_bf16(x + idx[i], 1);
       }
+      if (packed) {
+        std::sort(idx.begin(), idx.begin() + std::ptrdiff_t(outliers));
+        for (size_t i = 0; i < outliers; ++i) {
+          packed->outlier_index.push_back(uint32_t(idx[i]));
+          packed->outlier_value.push_back(f32_to_bf16(x[idx[i]]));
+        }
+      }
     }
-    quantize_blocks(x, n, d, side_shape(s.span, n, d, per_channel), bits, skip.data());
+    quantize_blocks(x, n, d, side_shape(s.span, n, d, per_channel), bits, skip.data(), packed);
   }
 
   QuantBits bits_;

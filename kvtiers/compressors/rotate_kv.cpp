@@ -98,12 +98,13 @@ class RotateKv final : public Quantizer {
   }
 
   size_t quantize(size_t /*l*/, size_t /*g*/, const int32_t* /*positions*/, size_t n,
-                  size_t head_dim, const ModelFacts& /*model*/, float* k,
-                  float* v) const override {
+                  size_t head_dim, const ModelFacts& /*model*/, float* k, float* v,
+                  PackedHead* packed = nullptr) const override {
     check_head_dim(head_dim);
     const RotateSettings s = now_.get();
-    side(k, n, head_dim, s.key_bits, group_shape(s.group, n, head_dim));
-    side(v, n, head_dim, s.value_bits, group_shape(s.group, n, head_dim));
+    side(k, n, head_dim, s.key_bits, group_shape(s.group, n, head_dim), packed ? &packed->k : nullptr);
+    side(v, n, head_dim, s.value_bits, group_shape(s.group, n, head_dim), packed ? &packed->v : nullptr);
+    if (packed) packed->described = true;
     return head_bytes(s, n, head_dim);
   }
 
@@ -115,15 +116,17 @@ class RotateKv final : public Quantizer {
     }
   }
 
-  /// Rotates, quantizes and rotates back the n rows of x.
-  static void side(float* x, size_t n, size_t d, int bits, BlockShape shape) {
+  /// Rotates, quantizes and rotates back the n rows of x (recording the rotated
+  /// codes and the inverse rotation in `packed` when given).
+  static void side(float* x, size_t n, size_t d, int bits, BlockShape shape, PackedSide* packed) {
     if (bits >= 16) {
-      round_to_bf16(x, n * d);
+      round_to_bf16(x, n * d, packed);
       return;
     }
     for (size_t r = 0; r < n; ++r) hadamard_inplace(x + r * d, d);
-    quantize_blocks(x, n, d, shape, bits);
+    quantize_blocks(x, n, d, shape, bits, nullptr, packed);
     for (size_t r = 0; r < n; ++r) hadamard_inplace(x + r * d, d);
+    if (packed) packed->transform = PackedTransform::hadamard;
   }
 
   QuantSpec record(const RotateSettings& s) const {

@@ -22,7 +22,7 @@ void check_ratio(double ratio) {
 }  // namespace
 
 GroupQuant quantize_block(float* x, size_t rows, size_t cols, size_t ld, int bits,
-                          const uint8_t* skip) {
+                          const uint8_t* skip, uint16_t* codes) {
   if (bits < 1 || bits > 16) throw Error("quantize_group: bits must be in 1..16, got " + std::to_string(bits));
   float lo = std::numeric_limits<float>::infinity();
   float hi = -lo;
@@ -46,29 +46,38 @@ GroupQuant quantize_block(float* x, size_t rows, size_t cols, size_t ld, int bit
       float& e = x[i];
       float code = 0;
       if (q.scale > 0) code = std::clamp(std::nearbyint((e - q.zero) / q.scale), 0.0f, levels);
-      e = q.zero + code * q.scale;
+      e = dequantize_code(q.zero, q.scale, code);
+      if (codes) codes[i] = uint16_t(code);
     }
   }
   return q;
 }
 
-GroupQuant quantize_group(float* x, size_t count, size_t stride, int bits, const uint8_t* skip) {
-  return quantize_block(x, count, 1, stride, bits, skip);
+GroupQuant quantize_group(float* x, size_t count, size_t stride, int bits, const uint8_t* skip,
+                          uint16_t* codes) {
+  return quantize_block(x, count, 1, stride, bits, skip, codes);
 }
 
-void quantize_blocks(float* x, size_t n, size_t d, BlockShape shape, int bits, const uint8_t* skip) {
+void quantize_blocks(float* x, size_t n, size_t d, BlockShape shape, int bits, const uint8_t* skip,
+                     PackedSide* packed) {
   if (bits >= 16) {
-    round_to_bf16(x, n * d);
+    round_to_bf16(x, n * d, packed);
     return;
   }
   const size_t br = std::max<size_t>(shape.rows, 1), bc = std::max<size_t>(shape.cols, 1);
+  std::vector<uint16_t> codes(packed ? n * d : 0, 0);
+  std::vector<float> scale_zero;
   for (size_t r0 = 0; r0 < n; r0 += br) {
     for (size_t c0 = 0; c0 < d; c0 += bc) {
       const size_t off = r0 * d + c0;
-      (void)quantize_block(x + off, std::min(br, n - r0), std::min(bc, d - c0), d, bits,
-                           skip ? skip + off : nullptr);
+      const GroupQuant q = quantize_block(x + off, std::min(br, n - r0), std::min(bc, d - c0), d,
+                                          bits, skip ? skip + off : nullptr,
+                                          packed ? codes.data() + off : nullptr);
+      scale_zero.push_back(q.scale);
+      scale_zero.push_back(q.zero);
     }
   }
+  if (packed) pack_quantized(*packed, n, d, {br, bc}, bits, codes, scale_zero);
 }
 
 size_t blocks_bytes(size_t n, size_t d, BlockShape shape, int bits) {
@@ -78,8 +87,9 @@ size_t blocks_bytes(size_t n, size_t d, BlockShape shape, int bits) {
   return packed_bytes(n * d, bits) + blocks * 2 * 2;
 }
 
-void round_to_bf16(float* x, size_t n) {
+void round_to_bf16(float* x, size_t n, PackedSide* packed) {
   for (size_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  if (packed) pack_bf16(*packed, x, n);
 }
 
 size_t packed_bytes(size_t count, int bits) { return (count * size_t(bits) + 7) / 8; }

@@ -26,33 +26,29 @@ struct GroupQuant {
 /// code = clamp(round((x - zero) / scale), 0, 2^bits - 1), and replaces each value
 /// by zero + code * scale (what a real store gives back). Entries with
 /// skip[i * stride] != 0 (when `skip` is given) are ignored: neither part of the
-/// range nor modified. Returns the stored scale and zero.
+/// range nor modified. Returns the stored scale and zero. When `codes` is given,
+/// each quantized value's code is written at the value's index (codes[i * stride]).
 GroupQuant quantize_group(float* x, size_t count, size_t stride, int bits,
-                          const uint8_t* skip = nullptr);
+                          const uint8_t* skip = nullptr, uint16_t* codes = nullptr);
 
 /// The same for the rows x cols block x[r * ld + c] (r < rows, c < cols) as one
-/// group (skip laid out like x).
+/// group (skip and codes laid out like x).
 GroupQuant quantize_block(float* x, size_t rows, size_t cols, size_t ld, int bits,
-                          const uint8_t* skip = nullptr);
-
-/// Shape of the quantization groups of an [n, d] matrix: blocks of `rows`
-/// consecutive rows by `cols` consecutive channels, tiled from (0, 0); the last
-/// blocks of each axis may be partial (a smaller group, with its own scale/zero).
-struct BlockShape {
-  size_t rows = 1, cols = 1;
-};
+                          const uint8_t* skip = nullptr, uint16_t* codes = nullptr);
 
 /// Quantizes the row-major n x d matrix x block by block (bits >= 16: rounds it to
-/// bf16 instead). `skip` as in quantize_group, laid out like x.
+/// bf16 instead). `skip` as in quantize_group, laid out like x. When `packed` is
+/// given, appends what is stored to it: the codes, scales and zeros
+/// (pack_quantized; skipped entries get code 0), or at 16 bits the bf16 rows.
 void quantize_blocks(float* x, size_t n, size_t d, BlockShape shape, int bits,
-                     const uint8_t* skip = nullptr);
+                     const uint8_t* skip = nullptr, PackedSide* packed = nullptr);
 
 /// Bytes quantize_blocks stores for an n x d matrix: packed codes plus an fp16 scale
 /// and zero per block; 2 bytes per value (bf16) when bits >= 16.
 [[nodiscard]] size_t blocks_bytes(size_t n, size_t d, BlockShape shape, int bits);
 
-/// Rounds `n` values to bf16 in place.
-void round_to_bf16(float* x, size_t n);
+/// Rounds `n` values to bf16 in place; appends them to packed->full when given.
+void round_to_bf16(float* x, size_t n, PackedSide* packed = nullptr);
 
 /// Bytes of `count` codes of `bits` bits, packed densely.
 [[nodiscard]] size_t packed_bytes(size_t count, int bits);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <numeric>
 #include <random>
 #include <set>
@@ -212,7 +214,9 @@ TEST(kvquant, undoes_and_redoes_rope_correctly) {
   const CompressedView view =
       CompressedView::build(kv, c->plan(CompressorInput{kv, nullptr, model, 4.0}), *c, model);
   EXPECT_EQ(view.stored_bytes(), n * d * 2 * 2);
-  for (size_t i = 0; i < n * d; ++i) EXPECT_NEAR(view.k(0, 0)[i], k0[i], 1e-5) << i;
+  std::vector<float> vk(n * d), vv(n * d);
+  view.decode(0, 0, vk.data(), vv.data());
+  for (size_t i = 0; i < n * d; ++i) EXPECT_NEAR(vk[i], k0[i], 1e-5) << i;
   // 2 bits on pre-RoPE keys that sit on the 2-bit grid {-1.5, -0.5, 0.5, 1.5} of
   // every channel: exact only if quantization happens before RoPE.
   std::mt19937 rng(8);
@@ -294,18 +298,27 @@ Achieved achieve(const Compressor& c, const RatioCase& rc, double ratio) {
   for (size_t l = 0; l < rc.kv.layers; ++l) {
     for (size_t g = 0; g < rc.kv.kv_heads; ++g) {
       const size_t n = view.count(l, g);
-      std::vector<float> k(n * d), v(n * d);
+      std::vector<float> k(n * d), v(n * d), dk(n * d), dv(n * d);
+      view.decode(l, g, dk.data(), dv.data());
       for (size_t i = 0; i < n; ++i) {
         const size_t p = size_t(view.positions(l, g)[i]);
         std::copy_n(rc.kv.k_at(l, g, p), d, &k[i * d]);
         std::copy_n(rc.kv.v_at(l, g, p), d, &v[i * d]);
-        for (size_t j = 0; j < d; ++j) moved += view.v(l, g)[i * d + j] != bf16(v[i * d + j]);
+        for (size_t j = 0; j < d; ++j) moved += dv[i * d + j] != bf16(v[i * d + j]);
       }
       kept += n;
       if (n > 0) again += c.quantize(l, g, view.positions(l, g), n, d, rc.model, k.data(), v.data());
+      // The view holds them packed and decodes them exactly (positions == absolute
+      // positions here).
+      EXPECT_EQ(std::memcmp(dk.data(), k.data(), k.size() * sizeof(float)), 0) << c.name();
+      EXPECT_EQ(std::memcmp(dv.data(), v.data(), v.size() * sizeof(float)), 0) << c.name();
     }
   }
   EXPECT_EQ(view.stored_bytes(), again) << c.name();
+  // What the view holds is what the codec counts, plus the kept positions (and
+  // KVQuant's RoPE frequencies).
+  const bool rope = std::string(c.name()).find("kvquant") != std::string::npos;
+  EXPECT_EQ(view.held_bytes(), again + kept * 4 + (rope ? d / 2 * 4 : 0)) << c.name();
   EXPECT_GT(double(moved), 0.5 * double(kept * d)) << c.name() << ": values not quantized";
   return {double(view.full_bytes()) / double(view.stored_bytes()), plan.quant, view.stored_bytes()};
 }
@@ -382,8 +395,10 @@ TEST(quantizers, set_param_overrides_win_over_the_ratio_mapping) {
   // The residual rows are the last 32, bf16-exact.
   const CompressedView view = CompressedView::build(
       rc.kv, kivi->plan(CompressorInput{rc.kv, nullptr, rc.model, 8.0}), *kivi, rc.model);
+  std::vector<float> vk(257 * 64), vv(257 * 64);
+  view.decode(1, 1, vk.data(), vv.data());
   for (size_t p = 257 - 32; p < 257; ++p) {
-    for (size_t j = 0; j < 64; ++j) EXPECT_EQ(view.k(1, 1)[p * 64 + j], bf16(rc.kv.k_at(1, 1, p)[j]));
+    for (size_t j = 0; j < 64; ++j) EXPECT_EQ(vk[p * 64 + j], bf16(rc.kv.k_at(1, 1, p)[j]));
   }
   auto rot = make_rotate_kv();
   rot->set_param("group_size", 32);

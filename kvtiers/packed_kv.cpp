@@ -1,0 +1,112 @@
+// Packing and decoding of the compressed tier's held KV (see packed_kv.hpp).
+#include "kvtiers/packed_kv.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/dtype.hpp"
+#include "kernels/error.hpp"
+#include "kvtiers/compressors/hadamard.hpp"
+
+namespace vc {
+
+namespace {
+
+uint32_t code_at(const uint8_t* codes, size_t i, int bits) {
+  const size_t bit = i * size_t(bits);
+  uint32_t out = 0;
+  for (int b = 0; b < bits; ++b) {
+    const size_t at = bit + size_t(b);
+    out |= uint32_t((codes[at / 8] >> (at % 8)) & 1u) << b;
+  }
+  return out;
+}
+
+}  // namespace
+
+float dequantize_code(float zero, float scale, float code) { return zero + code * scale; }
+
+void rope_rotate_half(float* x, size_t d, const float* inv_freq, double pos, double sign) {
+  const size_t h = d / 2;
+  for (size_t i = 0; i < h; ++i) {
+    const double a = sign * pos * double(inv_freq[i]);
+    const double c = std::cos(a), s = std::sin(a);
+    const double x1 = x[i], x2 = x[i + h];
+    x[i] = float(x1 * c - x2 * s);
+    x[i + h] = float(x2 * c + x1 * s);
+  }
+}
+
+void pack_quantized(PackedSide& side, size_t n, size_t d, BlockShape block, int bits,
+                    const std::vector<uint16_t>& codes, const std::vector<float>& scale_zero) {
+  if (bits < 1 || bits > 16) throw Error("pack_quantized: bits must be in 1..16, got " + std::to_string(bits));
+  side.bits = bits;
+  side.quant_rows = n;
+  side.block = {std::max<size_t>(block.rows, 1), std::max<size_t>(block.cols, 1)};
+  side.codes.assign((n * d * size_t(bits) + 7) / 8, 0);
+  for (size_t i = 0; i < n * d; ++i) {
+    const size_t bit = i * size_t(bits);
+    for (int b = 0; b < bits; ++b) {
+      if ((codes[i] >> b) & 1u) side.codes[(bit + size_t(b)) / 8] |= uint8_t(1u << ((bit + size_t(b)) % 8));
+    }
+  }
+  const size_t blocks = scale_zero.size() / 2;
+  side.scale.resize(blocks);
+  side.zero.resize(blocks);
+  for (size_t b = 0; b < blocks; ++b) {
+    side.scale[b] = f32_to_f16(scale_zero[2 * b]);
+    side.zero[b] = f32_to_f16(scale_zero[2 * b + 1]);
+  }
+}
+
+void pack_bf16(PackedSide& side, const float* x, size_t count) {
+  const size_t at = side.full.size();
+  side.full.resize(at + count);
+  for (size_t i = 0; i < count; ++i) side.full[at + i] = f32_to_bf16(x[i]);
+}
+
+void PackedSide::decode(float* out, size_t n, size_t d, const int32_t* positions,
+                        const float* inv_freq) const {
+  if (!raw.empty()) {
+    std::memcpy(out, raw.data(), n * d * sizeof(float));
+  } else {
+    const size_t q = std::min(quant_rows, n);
+    if (q > 0) {
+      const size_t br = block.rows, bc = block.cols;
+      size_t b = 0;
+      for (size_t r0 = 0; r0 < q; r0 += br) {
+        for (size_t c0 = 0; c0 < d; c0 += bc, ++b) {
+          const float s = f16_to_f32(scale[b]), z = f16_to_f32(zero[b]);
+          for (size_t r = r0; r < std::min(r0 + br, q); ++r) {
+            for (size_t c = c0; c < std::min(c0 + bc, d); ++c) {
+              const size_t i = r * d + c;
+              out[i] = dequantize_code(z, s, float(code_at(codes.data(), i, bits)));
+            }
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < (n - q) * d; ++i) out[q * d + i] = bf16_to_f32(full[i]);
+    for (size_t i = 0; i < outlier_index.size(); ++i)
+      out[outlier_index[i]] = bf16_to_f32(outlier_value[i]);
+  }
+  switch (transform) {
+    case PackedTransform::none:
+      break;
+    case PackedTransform::hadamard:
+      for (size_t r = 0; r < n; ++r) hadamard_inplace(out + r * d, d);
+      break;
+    case PackedTransform::rope:
+      for (size_t r = 0; r < n; ++r) rope_rotate_half(out + r * d, d, inv_freq, double(positions[r]), 1.0);
+      break;
+  }
+}
+
+size_t PackedSide::held_bytes() const {
+  return (scale.size() + zero.size() + full.size() + outlier_value.size()) * 2 + codes.size() +
+         outlier_index.size() * 4 + raw.size() * 4;
+}
+
+}  // namespace vc
