@@ -69,7 +69,9 @@ void pack_quantized(PackedSide& side, size_t n, size_t d, BlockShape block, int 
 void pack_bf16(PackedSide& side, const float* x, size_t count);
 
 /// value = zero + code * scale: the dequantization every codec and decode() share.
-[[nodiscard]] float dequantize_code(float zero, float scale, float code);
+[[nodiscard]] inline float dequantize_code(float zero, float scale, float code) {
+  return zero + code * scale;  // baseline x86-64 build: no FMA contraction
+}
 
 /// Rotate-half RoPE of one row of d values at position `pos` (angles in double);
 /// sign -1 undoes it.
