@@ -133,7 +133,8 @@ Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
         throw Error("request: prompt token id " + std::to_string(t) + " is outside the vocabulary");
     if (r.max_tokens < 1) throw Error("request: max_tokens must be at least 1");
     s.mode = parse_decode_mode(r.mode);
-    if (s.mode != DecodeMode::full) (void)make_compressor(r.compressor);
+    if (s.mode != DecodeMode::full) (void)make_compressor(r.compressor, r.compressor_params);
+    s.compressor_params = r.compressor_params;
     if (!(r.ratio >= 1.0)) throw Error("request: ratio must be >= 1");
     s.compressor = r.compressor;
     s.ratio = r.ratio;

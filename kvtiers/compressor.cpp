@@ -160,4 +160,34 @@ std::vector<int32_t> select_positions(const std::vector<float>& scores, size_t b
   return keep;
 }
 
+std::unique_ptr<Compressor> make_compressor(const std::string& name,
+                                            const CompressorSettings& settings) {
+  auto c = make_compressor(name);
+  for (const auto& [param, value] : settings) {
+    try {
+      c->set_param(param, value);
+    } catch (const Error& e) {
+      throw Error("compressor '" + name + "': " + e.what());
+    }
+  }
+  return c;
+}
+
+std::pair<std::string, double> parse_compressor_setting(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw Error("compressor parameter '" + text + "': expected NAME=VALUE");
+  const std::string value = text.substr(eq + 1);
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size())
+    throw Error("compressor parameter '" + text + "': '" + value + "' is not a number");
+  return {text.substr(0, eq), v};
+}
+
 }  // namespace vc

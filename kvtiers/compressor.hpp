@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kernels/dtype.hpp"
@@ -128,6 +129,14 @@ class Compressor {
 /// kvzip, laprox, kivi, kvquant, rotate_kv; and "DROP+QUANT" compositions
 /// (e.g. "snapkv+kivi"). Throws vc::Error listing the names when unknown.
 [[nodiscard]] std::unique_ptr<Compressor> make_compressor(const std::string& name);
+/// A compressor's own parameters, as set by a user (name, value), in order.
+using CompressorSettings = std::vector<std::pair<std::string, double>>;
+/// make_compressor, then set_param for each setting (errors name the method and
+/// the parameter).
+[[nodiscard]] std::unique_ptr<Compressor> make_compressor(const std::string& name,
+                                                          const CompressorSettings& settings);
+/// Parses "name=value" (CLI and batch files); vc::Error naming the text otherwise.
+[[nodiscard]] std::pair<std::string, double> parse_compressor_setting(const std::string& text);
 [[nodiscard]] std::vector<std::string> compressor_names();
 
 /// Keeps the `budget` highest-scoring positions of `scores` plus every position in

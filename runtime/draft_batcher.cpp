@@ -30,7 +30,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   if (reqs_.count(spec.id)) throw Error("drafter: request " + std::to_string(spec.id) + " exists");
   if (spec.prompt.empty()) throw Error("drafter: request " + std::to_string(spec.id) + " has an empty prompt");
   std::unique_ptr<Compressor> compressor;
-  if (spec.mode != DecodeMode::full) compressor = make_compressor(spec.compressor);
+  if (spec.mode != DecodeMode::full) compressor = make_compressor(spec.compressor, spec.compressor_params);
   const Compressor* planner = compressor.get();
   if (spec.mode == DecodeMode::vericache && tier_ == nullptr)
     throw Error("drafter: vericache needs a full tier");

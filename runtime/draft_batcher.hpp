@@ -25,6 +25,7 @@ struct DraftSpec {
   std::vector<int32_t> prompt;
   DecodeMode mode = DecodeMode::vericache;
   std::string compressor = "snapkv";
+  CompressorSettings compressor_params;
   double ratio = 4.0;
   size_t stats_window = 32;
   size_t prefill_chunk = 256;

@@ -84,7 +84,8 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
   Request rq(*model_, tokenizer_.get(), cache_, prompt_ids, opt, on_token);
   std::unique_ptr<Compressor>& compressor = rq.compressor;
   if (opt.mode != DecodeMode::full) {
-    compressor = make_compressor(opt.compressor);  // a bad name fails before any work
+    // A bad name or parameter fails before any work.
+    compressor = make_compressor(opt.compressor, opt.compressor_params);
     if (!(opt.ratio >= 1.0)) throw Error("generate: ratio must be >= 1");
   }
   GenerateStats& s = rq.result.stats;

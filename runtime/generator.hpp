@@ -35,6 +35,7 @@ enum class DecodeMode {
 struct GenerateOptions {
   DecodeMode mode = DecodeMode::full;
   std::string compressor = "snapkv";  // lossy/vericache: a name from compressor_names()
+  CompressorSettings compressor_params;  // the method's own parameters (set_param)
   double ratio = 4.0;                 // lossy/vericache: full prompt KV bytes / compressed
   size_t draft_length = 16;           // vericache: drafts per verification round
   bool draft_auto = false;            // vericache: choose the length per round instead

@@ -36,6 +36,7 @@ struct Request {
   int max_tokens = 128;
   std::string mode = "vericache";   ///< "full", "lossy" or "vericache"
   std::string compressor = "snapkv";
+  std::vector<std::pair<std::string, double>> compressor_params;  ///< e.g. {"window", 16}
   double ratio = 4.0;
   std::string draft = "16";         ///< a length, or "auto"
   size_t fold_every = 64;           ///< rebuild the compressed view after this many verified tokens (0 = never)

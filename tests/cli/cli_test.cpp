@@ -109,6 +109,20 @@ TEST(cli, an_unknown_compressor_is_a_clear_error_listing_the_methods) {
   EXPECT_NE(r.out.find("snapkv"), std::string::npos) << r.out;
 }
 
+TEST(cli, compressor_parameters_can_be_set_and_a_bad_one_is_named) {
+  const std::string base =
+      "generate --prompt 'import os\nimport sys\n' --max-tokens 4 --json --mode lossy "
+      "--compressor streaming_llm --ratio 2";
+  const auto ok = run_cli(base + " --compressor-param sinks=1");
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  const auto bad = run_cli(base + " --compressor-param nope=3", true);
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.out.find("nope"), std::string::npos) << bad.out;
+  const auto malformed = run_cli(base + " --compressor-param sinks", true);
+  EXPECT_EQ(malformed.code, 1);
+  EXPECT_NE(malformed.out.find("NAME=VALUE"), std::string::npos) << malformed.out;
+}
+
 TEST(cli, a_bad_draft_length_is_a_clear_error) {
   const auto r = run_cli("generate --prompt x --mode vericache --draft many", true);
   EXPECT_EQ(r.code, 1);

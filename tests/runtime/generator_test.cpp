@@ -72,6 +72,30 @@ TEST(generator, a_seed_gives_the_same_text_with_any_thread_count) {
   EXPECT_NE(a.output_ids, c.output_ids);
 }
 
+TEST(generator, a_compressor_parameter_changes_what_the_view_keeps) {
+  auto g = make();
+  GenerateOptions o;
+  o.max_tokens = 2;  // step 0 comes from the prefill; step 1 from the compressed view
+  o.stop_at_eos = false;
+  o.keep_logits = true;
+  o.mode = DecodeMode::lossy;
+  o.compressor = "streaming_llm";
+  o.ratio = 4.0;
+  o.compressor_params = {{"sinks", 1}};  // the first token + the most recent ones
+  const auto recent = g.generate(kPrompt, o);
+  o.compressor_params = {{"sinks", 64}};  // sinks only: the first tokens
+  const auto first = g.generate(kPrompt, o);
+  EXPECT_EQ(recent.stats.compressed_bytes, first.stats.compressed_bytes);
+  EXPECT_NE(recent.step_logits, first.step_logits) << "other positions kept, other logits";
+  o.compressor_params = {{"no_such_param", 1}};
+  try {
+    (void)g.generate(kPrompt, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_param"), std::string::npos) << e.what();
+  }
+}
+
 TEST(generator, rejects_a_request_longer_than_the_context_naming_the_limit) {
   auto g = make();
   GenerateOptions o;

@@ -117,6 +117,9 @@ void apply_field(const std::string& key, const json& v, BatchLine& b) {
       bad_field(key, "\"full\", \"lossy\" or \"vericache\"", v);
   } else if (key == "compressor") {
     r.compressor = as_string(key, v);
+  } else if (key == "compressor_params") {
+    if (!v.is_object()) bad_field(key, "an object of parameter names to numbers", v);
+    for (const auto& [name, value] : v.items()) r.compressor_params.emplace_back(name, as_number(key, value));
   } else if (key == "ratio") {
     r.ratio = as_number(key, v);
   } else if (key == "draft") {

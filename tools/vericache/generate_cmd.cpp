@@ -35,6 +35,7 @@ struct GenerateArgs {
   std::string compressor = "snapkv";
   double ratio = 4.0;
   std::string draft = "16";
+  std::vector<std::string> compressor_params;
   size_t fold_every = 64;
   std::string full_tier = "host";
   std::string disk_dir;
@@ -85,6 +86,7 @@ int run_generate(const GenerateArgs& a) {
     }
   }
   opt.compressor = a.compressor;
+  for (const auto& p : a.compressor_params) opt.compressor_params.push_back(parse_compressor_setting(p));
   opt.ratio = a.ratio;
   const GenerateResult r = gen.generate(prompt, opt);
 
@@ -209,6 +211,8 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--disk-dir", a->disk_dir, "vericache: directory of the disk tier");
   cmd->add_option("--compressor", a->compressor, "Compression method (see `vericache compressors`)")
       ->capture_default_str();
+  cmd->add_option("--compressor-param", a->compressor_params,
+                  "A method parameter NAME=VALUE (repeatable; see `vericache compressors`)");
   cmd->add_option("--ratio", a->ratio, "Compression ratio: full KV bytes / compressed bytes")
       ->capture_default_str()->check(CLI::Range(1.0, 1000.0));
   cmd->callback([&run, a, p, pf] {
