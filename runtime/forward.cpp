@@ -31,12 +31,11 @@ constexpr size_t kParallelMinMacs = size_t(1) << 17;
 
 void linear(Workspace& ws, const float* x, size_t M, const Weight& w, const Weight& bias,
             float* y) {
-  std::vector<float> b;
   const float* bias_f = nullptr;
-  if (bias.present()) {
-    b.resize(bias.cols);
-    to_f32(bias.dtype, bias.data, b.data(), bias.cols);
-    bias_f = b.data();
+  if (bias.present()) {  // converted into the workspace: no allocation per call
+    ws.bias.resize(bias.cols);
+    to_f32(bias.dtype, bias.data, ws.bias.data(), bias.cols);
+    bias_f = ws.bias.data();
   }
   cpu::ThreadPool* pool = M * w.rows * w.cols >= kParallelMinMacs ? &ws.pool() : nullptr;
   cpu::matmul(x, M, w.cols, w.data, w.dtype, w.rows, bias_f, y, pool);
@@ -84,7 +83,8 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
   ws.attn.resize(M * qd);
   ws.gate.resize(M * I);
   ws.up.resize(M * I);
-  std::vector<int32_t> pos(M);
+  std::vector<int32_t>& pos = ws.positions;
+  pos.resize(M);
   for (size_t m = 0; m < M; ++m) {
     const int32_t t = rows[m].token;
     if (t < 0 || t >= c.vocab_size)
@@ -128,7 +128,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
 
     // Attention: rows are independent; split them across the pool.
     auto attend = [&](size_t begin, size_t end) {
-      std::vector<cpu::DenseKvHead> prefix;
+      thread_local std::vector<cpu::DenseKvHead> prefix;  // reused across steps
       for (size_t m = begin; m < end; ++m) {
         const CompressedView* cv = rows[m].view;
         if (cv == nullptr) {

@@ -51,7 +51,8 @@ class Workspace {
   [[nodiscard]] cpu::ThreadPool& pool() { return *pool_; }
   [[nodiscard]] int threads() const { return pool_->threads(); }
 
-  std::vector<float> x, h, q, k, v, attn, gate, up, tmp;
+  std::vector<float> x, h, q, k, v, attn, gate, up, bias;
+  std::vector<int32_t> positions;
   /// When set, forward() reports every layer's queries to it (prefill statistics).
   PrefillStatsCollector* stats = nullptr;
   /// When set, every row's KV goes to it and attention reads from it instead of the

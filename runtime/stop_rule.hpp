@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,15 @@ struct StopRule {
     if (!out.empty() && std::find(eos_ids.begin(), eos_ids.end(), out.back()) != eos_ids.end())
       return "eos";
     if (!stop.empty() && tokenizer != nullptr) {
-      const std::string text = tokenizer->decode(out);
+      // An occurrence that the newest token completes spans at most as many tokens
+      // as the longest stop string has bytes (every token decodes to >= 1 byte);
+      // earlier occurrences would have stopped earlier. So decode only that tail:
+      // checking stays O(stop length) per token instead of O(output length).
+      size_t longest = 0;
+      for (const auto& s : stop) longest = std::max(longest, s.size());
+      const size_t from = out.size() > longest + 1 ? out.size() - longest - 1 : 0;
+      const std::string text = tokenizer->decode(
+          std::span<const int32_t>(out.data() + from, out.size() - from));
       for (const auto& s : stop)
         if (!s.empty() && text.find(s) != std::string::npos) return "stop";
     }

@@ -56,6 +56,24 @@ TEST(generator, stops_at_a_stop_string_and_cuts_the_text_before_it) {
   EXPECT_EQ(r.text, full.text.substr(0, full.text.find(stop)));
 }
 
+TEST(generator, finds_a_long_stop_string_spanning_many_tokens) {
+  auto g = make();
+  GenerateOptions o;
+  o.max_tokens = 48;
+  o.stop_at_eos = false;
+  const auto full = g.generate(kPrompt, o);
+  ASSERT_GT(full.text.size(), 30u);
+  const std::string stop = full.text.substr(6, 20);  // many tokens long
+  o.stop = {stop};
+  const auto r = g.generate(kPrompt, o);
+  EXPECT_EQ(r.finish_reason, "stop");
+  EXPECT_EQ(r.text, full.text.substr(0, full.text.find(stop)));
+  // It stops on the token that completes the string, not later.
+  const auto upto = std::vector<int32_t>(full.output_ids.begin(),
+                                         full.output_ids.begin() + ptrdiff_t(r.output_ids.size()) - 1);
+  EXPECT_EQ(test::tinycode_tokenizer()->decode(upto).find(stop), std::string::npos);
+}
+
 TEST(generator, a_seed_gives_the_same_text_with_any_thread_count) {
   GenerateOptions o;
   o.max_tokens = 24;
