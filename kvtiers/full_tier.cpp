@@ -180,9 +180,28 @@ void FullTier::read_layer(uint64_t id, size_t layer, size_t n_pos, void* k_out, 
   if (n_pos == 0) return;
   if (k_out == nullptr || v_out == nullptr)
     throw Error(where(id) + ": read_layer: null staging buffer");
-  read_blocks(id, s, layer, blocks_for(n_pos), static_cast<std::byte*>(k_out),
+  read_blocks(id, s, layer, 0, blocks_for(n_pos), static_cast<std::byte*>(k_out),
               static_cast<std::byte*>(v_out));
   read_ += n_pos * 2 * row_bytes_;
+}
+
+void FullTier::read_blocks(uint64_t id, size_t layer, size_t first_block, size_t n_blocks,
+                           void* k_out, void* v_out) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Slot& s = slot(id, "read_blocks");
+  check_layer(id, layer, "read_blocks");
+  const size_t held = s.layer_length[layer];
+  if (n_blocks == 0) return;
+  if (first_block + n_blocks > blocks_for(held))
+    throw Error(where(id) + ": read past the end: layer " + std::to_string(layer) + " holds " +
+                std::to_string(held) + " positions, asked for blocks " +
+                std::to_string(first_block) + ".." + std::to_string(first_block + n_blocks - 1));
+  if (k_out == nullptr || v_out == nullptr)
+    throw Error(where(id) + ": read_blocks: null staging buffer");
+  read_blocks(id, s, layer, first_block, n_blocks, static_cast<std::byte*>(k_out),
+              static_cast<std::byte*>(v_out));
+  const size_t first_pos = first_block * cfg_.block_tokens;
+  read_ += (std::min(held, (first_block + n_blocks) * cfg_.block_tokens) - first_pos) * 2 * row_bytes_;
 }
 
 void FullTier::read_layer(uint64_t id, size_t layer, size_t n_pos, KvStaging& staging) {
@@ -289,14 +308,17 @@ FullTier::BlockRef HostFullTier::block_for_write(uint64_t /*id*/, Slot& s, size_
   return {k, k + region_bytes()};
 }
 
-void HostFullTier::read_blocks(uint64_t /*id*/, Slot& s, size_t layer, size_t n_blocks,
-                               std::byte* k, std::byte* v) {
+void HostFullTier::read_blocks(uint64_t /*id*/, Slot& s, size_t layer, size_t first_block,
+                               size_t n_blocks, std::byte* k, std::byte* v) {
   auto& h = static_cast<HostSlot&>(s);
-  for (size_t c = 0; c * chunk_blocks_ < n_blocks; ++c) {
-    const size_t nb = std::min(chunk_blocks_, n_blocks - c * chunk_blocks_);
-    const std::byte* src = h.chunks[c].get() + 2 * layer * region_bytes();
-    std::memcpy(k + c * region_bytes(), src, nb * block_bytes());
-    std::memcpy(v + c * region_bytes(), src + region_bytes(), nb * block_bytes());
+  const size_t bb = block_bytes();
+  for (size_t j = first_block, end = first_block + n_blocks; j < end;) {
+    const size_t c = j / chunk_blocks_, in = j % chunk_blocks_;
+    const size_t nb = std::min(chunk_blocks_ - in, end - j);  // contiguous in chunk c
+    const std::byte* src = h.chunks[c].get() + 2 * layer * region_bytes() + in * bb;
+    std::memcpy(k + (j - first_block) * bb, src, nb * bb);
+    std::memcpy(v + (j - first_block) * bb, src + region_bytes(), nb * bb);
+    j += nb;
   }
 }
 

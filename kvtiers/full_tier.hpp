@@ -95,6 +95,14 @@ class FullTier {
   void read_layer(uint64_t id, size_t layer, size_t n_pos, void* k_out, void* v_out);
   /// As above into `staging` (grown to n_pos positions).
   void read_layer(uint64_t id, size_t layer, size_t n_pos, KvStaging& staging);
+  /// Copies blocks [first_block, first_block + n_blocks) of layer `layer` into k_out
+  /// and v_out (block j at offset (j - first_block) * block bytes; each buffer
+  /// staging_bytes(n_blocks * block_tokens) bytes): one chunk of a verify or prefill
+  /// pass's staging. Every block must hold at least one written position; slots
+  /// past the layer's length hold unspecified values. Counts the positions held in
+  /// those blocks as read.
+  void read_blocks(uint64_t id, size_t layer, size_t first_block, size_t n_blocks, void* k_out,
+                   void* v_out);
 
   /// Drops positions >= `length` in every layer (rollback); no-op if not shorter.
   void truncate(uint64_t id, size_t length);
@@ -148,9 +156,10 @@ class FullTier {
   /// each, holding what was written there), valid until the next call on `s`.
   [[nodiscard]] virtual BlockRef block_for_write(uint64_t id, Slot& s, size_t layer,
                                                  size_t block) = 0;
-  /// Copies layer `layer`'s blocks [0, n_blocks) into k and v (staging_bytes each).
-  virtual void read_blocks(uint64_t id, Slot& s, size_t layer, size_t n_blocks, std::byte* k,
-                           std::byte* v) = 0;
+  /// Copies layer `layer`'s blocks [first_block, first_block + n_blocks) into k and
+  /// v (block j at (j - first_block) * block bytes).
+  virtual void read_blocks(uint64_t id, Slot& s, size_t layer, size_t first_block,
+                           size_t n_blocks, std::byte* k, std::byte* v) = 0;
   /// Called after the lengths of `s` dropped to `length`.
   virtual void on_truncate(Slot& s, size_t length) {
     (void)s;
@@ -198,8 +207,8 @@ class HostFullTier final : public FullTier {
   std::unique_ptr<Slot> open_slot(uint64_t id, size_t capacity_blocks) override;
   void ensure_blocks(uint64_t id, Slot& s, size_t n_blocks) override;
   BlockRef block_for_write(uint64_t id, Slot& s, size_t layer, size_t block) override;
-  void read_blocks(uint64_t id, Slot& s, size_t layer, size_t n_blocks, std::byte* k,
-                   std::byte* v) override;
+  void read_blocks(uint64_t id, Slot& s, size_t layer, size_t first_block, size_t n_blocks,
+                   std::byte* k, std::byte* v) override;
   void on_truncate(Slot& s, size_t length) override;
   void close_slot(uint64_t id, Slot& s) override;
   [[nodiscard]] size_t chunk_bytes() const { return 2 * cfg_.num_layers * region_bytes(); }
@@ -248,8 +257,8 @@ class DiskFullTier final : public FullTier {
   std::unique_ptr<Slot> open_slot(uint64_t id, size_t capacity_blocks) override;
   void ensure_blocks(uint64_t id, Slot& s, size_t n_blocks) override;
   BlockRef block_for_write(uint64_t id, Slot& s, size_t layer, size_t block) override;
-  void read_blocks(uint64_t id, Slot& s, size_t layer, size_t n_blocks, std::byte* k,
-                   std::byte* v) override;
+  void read_blocks(uint64_t id, Slot& s, size_t layer, size_t first_block, size_t n_blocks,
+                   std::byte* k, std::byte* v) override;
   void close_slot(uint64_t id, Slot& s) override;
   [[nodiscard]] std::string where(uint64_t id) const override;
 

@@ -227,13 +227,18 @@ int DiskFullTier::open_for_read(uint64_t id, bool aligned, bool& direct) {
   throw Error(where(id) + ": cannot open the KV file " + path + ": " + errno_text());
 }
 
-void DiskFullTier::read_blocks(uint64_t id, Slot& s, size_t layer, size_t n_blocks, std::byte* k,
-                               std::byte* v) {
+void DiskFullTier::read_blocks(uint64_t id, Slot& s, size_t layer, size_t first_block,
+                               size_t n_blocks, std::byte* k, std::byte* v) {
   auto& d = static_cast<DiskSlot&>(s);
-  const size_t bytes = round_up(n_blocks * block_bytes(), kTierAlign);
+  const size_t bb = block_bytes();
+  const size_t start = first_block * bb;  // within the layer's K (or V) region
+  // O_DIRECT needs page-aligned buffers, offsets and sizes: whole layers and chunks
+  // of a multiple of 4 KiB always are; anything else is read buffered, exactly.
   const bool aligned = reinterpret_cast<uintptr_t>(k) % kTierAlign == 0 &&
-                       reinterpret_cast<uintptr_t>(v) % kTierAlign == 0;
-  const size_t k_off = 2 * layer * d.region, v_off = k_off + d.region;
+                       reinterpret_cast<uintptr_t>(v) % kTierAlign == 0 &&
+                       start % kTierAlign == 0;
+  const size_t bytes = aligned ? round_up(n_blocks * bb, kTierAlign) : n_blocks * bb;
+  const size_t k_off = 2 * layer * d.region + start, v_off = (2 * layer + 1) * d.region + start;
   for (;;) {
     bool direct = false;
     FdGuard fd{open_for_read(id, aligned, direct)};
@@ -258,10 +263,10 @@ void DiskFullTier::read_blocks(uint64_t id, Slot& s, size_t layer, size_t n_bloc
   }
   io_read_ += 2 * bytes;
   // The layer's buffered block is newer than the file.
-  const size_t pb = d.pending_block[layer], bb = block_bytes();
-  if (pb < n_blocks) {
-    std::memcpy(k + pb * bb, d.pending.data() + 2 * layer * bb, bb);
-    std::memcpy(v + pb * bb, d.pending.data() + (2 * layer + 1) * bb, bb);
+  const size_t pb = d.pending_block[layer];
+  if (pb != kNoBlock && pb >= first_block && pb < first_block + n_blocks) {
+    std::memcpy(k + (pb - first_block) * bb, d.pending.data() + 2 * layer * bb, bb);
+    std::memcpy(v + (pb - first_block) * bb, d.pending.data() + (2 * layer + 1) * bb, bb);
   }
 }
 

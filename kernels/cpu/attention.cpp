@@ -3,6 +3,7 @@
 // active SIMD path (attention_kernel.hpp holds the arithmetic).
 #include "kernels/cpu/attention.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,9 +34,8 @@ AttnFn attention_fn(SimdPath p) {
 // Below this many positions one thread finishes before a hand-off would pay off.
 constexpr size_t kMinParallelPositions = 512;
 
-// Throws vc::Error for shapes or block tables the kernels cannot use; returns false
-// when there is nothing to compute (n_ctx == 0, out zeroed).
-bool validate(size_t n_heads, const PagedKv& kv, size_t n_ctx, float* out) {
+// Throws vc::Error for shapes the kernels cannot use.
+void check_shape(size_t n_heads, const PagedKv& kv) {
   if (kv.kv_heads == 0 || kv.head_dim == 0 || kv.block_tokens == 0 || n_heads == 0 ||
       n_heads % kv.kv_heads != 0) {
     throw Error("attention_row: bad shape: n_heads=" + std::to_string(n_heads) +
@@ -44,6 +44,12 @@ bool validate(size_t n_heads, const PagedKv& kv, size_t n_ctx, float* out) {
                 std::to_string(kv.block_tokens) +
                 " (need all > 0 and n_heads a multiple of kv_heads)");
   }
+}
+
+// Throws vc::Error for shapes or block tables the kernels cannot use; returns false
+// when there is nothing to compute (n_ctx == 0, out zeroed).
+bool validate(size_t n_heads, const PagedKv& kv, size_t n_ctx, float* out) {
+  check_shape(n_heads, kv);
   if (n_ctx == 0) {  // nothing to attend to: an empty sum
     std::memset(out, 0, n_heads * kv.head_dim * sizeof(float));
     return false;
@@ -98,6 +104,93 @@ void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_c
   }
   const Call* cp = &c;  // one pointer: the std::function stays allocation-free
   pool->parallel_for(kv.kv_heads, 1, [cp](size_t g0, size_t g1) { run_heads(*cp, g0, g1); });
+}
+
+// ---- AttentionRowState ---------------------------------------------------------
+
+namespace {
+
+AttnBlocksFn blocks_fn(SimdPath p) {
+  switch (p) {
+    case SimdPath::avx512:
+      return attention_blocks_avx512;
+    case SimdPath::avx2:
+      return attention_blocks_avx2;
+    case SimdPath::scalar:
+      break;
+  }
+  return attention_blocks_scalar;
+}
+
+AttnFinishFn finish_fn(SimdPath p) {
+  switch (p) {
+    case SimdPath::avx512:
+      return attention_finish_avx512;
+    case SimdPath::avx2:
+      return attention_finish_avx2;
+    case SimdPath::scalar:
+      break;
+  }
+  return attention_finish_scalar;
+}
+
+}  // namespace
+
+void AttentionRowState::begin(const float* q, size_t n_heads, const PagedKv& shape, size_t n_ctx,
+                              float scale) {
+  check_shape(n_heads, shape);
+  n_heads_ = n_heads;
+  kv_heads_ = shape.kv_heads;
+  head_dim_ = shape.head_dim;
+  block_tokens_ = shape.block_tokens;
+  n_ctx_ = n_ctx;
+  n_blocks_ = (n_ctx + block_tokens_ - 1) / block_tokens_;
+  next_block_ = 0;
+  state_.resize(attention_state_floats(n_heads, head_dim_));
+  attention_state_init(q, n_heads, kv_heads_, head_dim_, scale, state_.data(), 0, kv_heads_);
+}
+
+void AttentionRowState::add(const PagedKv& kv, size_t block_begin, size_t block_end,
+                            ThreadPool* pool) {
+  if (kv.kv_heads != kv_heads_ || kv.head_dim != head_dim_ || kv.block_tokens != block_tokens_)
+    throw Error("AttentionRowState::add: the KV's shape differs from the one begin() saw");
+  if (block_begin != next_block_ && block_begin < n_blocks_)
+    throw Error("AttentionRowState::add: blocks must come in order: expected block " +
+                std::to_string(next_block_) + ", got " + std::to_string(block_begin));
+  block_end = std::min(block_end, n_blocks_);
+  if (block_begin >= block_end) return;
+  if (kv.k == nullptr || kv.v == nullptr || kv.block_table == nullptr)
+    throw Error("AttentionRowState::add: null K, V or block table");
+  for (size_t j = block_begin; j < block_end; ++j)
+    if (kv.block_table[j] < 0)
+      throw Error("AttentionRowState::add: block_table[" + std::to_string(j) + "] = " +
+                  std::to_string(kv.block_table[j]) + " (negative)");
+  const AttnBlocksFn fn = blocks_fn(active_simd_path());
+  auto run = [&](size_t g0, size_t g1) {
+    thread_local std::vector<float> sc;
+    const size_t need = kAttentionMaxHeadsPerPass * ((block_tokens_ + 15) / 16 * 16);
+    if (sc.size() < need) sc.resize(need);
+    fn(n_heads_, kv, n_ctx_, block_begin, block_end, state_.data(), sc.data(), g0, g1);
+  };
+  const size_t positions = (block_end - block_begin) * block_tokens_;
+  if (pool == nullptr || pool->threads() == 1 || kv_heads_ == 1 ||
+      positions < kMinParallelPositions) {
+    run(0, kv_heads_);
+  } else {
+    pool->parallel_for(kv_heads_, 1, run);
+  }
+  next_block_ = block_end;
+}
+
+void AttentionRowState::finish(float* out) const {
+  if (n_ctx_ == 0) {
+    std::memset(out, 0, n_heads_ * head_dim_ * sizeof(float));
+    return;
+  }
+  if (next_block_ < n_blocks_)
+    throw Error("AttentionRowState::finish: blocks " + std::to_string(next_block_) + ".." +
+                std::to_string(n_blocks_ - 1) + " were never added");
+  finish_fn(active_simd_path())(n_heads_, kv_heads_, head_dim_, state_.data(), out, 0, kv_heads_);
 }
 
 }  // namespace vc::cpu

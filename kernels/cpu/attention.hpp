@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/dtype.hpp"
@@ -38,5 +39,31 @@ void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_c
 /// to the single-threaded call. `pool` may be nullptr.
 void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
                    float scale, float* out, ThreadPool* pool);
+
+/// attention_row split over calls, for KV that arrives in chunks of blocks (a verify
+/// or prefill pass staging the full KV a chunk at a time): begin(), then add() for
+/// consecutive block ranges in ascending order starting at block 0, then finish().
+/// The result is bit-identical to attention_row over the union of the ranges: every
+/// block's arithmetic and the merge order depend only on the block's position.
+/// Each add() may see a different PagedKv (another staging buffer) as long as the
+/// shape is the same and its block table maps the added blocks.
+class AttentionRowState {
+ public:
+  /// q: [n_heads, head_dim]; n_ctx: positions the row attends to (its position + 1).
+  void begin(const float* q, size_t n_heads, const PagedKv& shape, size_t n_ctx, float scale);
+  /// Merges blocks [block_begin, block_end) of `kv` (clipped to the row's context).
+  /// block_begin must be where the previous add() ended (0 first). With `pool`, the
+  /// KV heads are split across its threads (bit-identical either way).
+  void add(const PagedKv& kv, size_t block_begin, size_t block_end, ThreadPool* pool = nullptr);
+  /// out: [n_heads, head_dim]. Every block of the context must have been added.
+  void finish(float* out) const;
+  /// Blocks the row attends to: ceil(n_ctx / block_tokens).
+  [[nodiscard]] size_t blocks() const { return n_blocks_; }
+
+ private:
+  std::vector<float> state_;
+  size_t n_heads_ = 0, kv_heads_ = 0, head_dim_ = 0, block_tokens_ = 0, n_ctx_ = 0;
+  size_t n_blocks_ = 0, next_block_ = 0;
+};
 
 }  // namespace vc::cpu

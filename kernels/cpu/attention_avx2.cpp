@@ -11,4 +11,14 @@ void attention_avx2(const float* q, size_t n_heads, const PagedKv& kv, size_t n_
   attention_path<Avx2Simd>(q, n_heads, kv, n_ctx, scale, out, scratch, g_begin, g_end);
 }
 
+void attention_blocks_avx2(size_t n_heads, const PagedKv& kv, size_t n_ctx, size_t j_begin,
+                       size_t j_end, float* state, float* sc, size_t g_begin, size_t g_end) {
+  attention_blocks_path<Avx2Simd>(n_heads, kv, n_ctx, j_begin, j_end, state, sc, g_begin, g_end);
+}
+
+void attention_finish_avx2(size_t n_heads, size_t kv_heads, size_t head_dim, const float* state,
+                       float* out, size_t g_begin, size_t g_end) {
+  attention_finish_typed<Avx2Simd>(n_heads, kv_heads, head_dim, state, out, g_begin, g_end);
+}
+
 }  // namespace vc::cpu

@@ -208,40 +208,33 @@ void attend_block_n(int hb, const PagedKv& kv, size_t g, size_t h0, size_t j, si
   }
 }
 
-/// KV heads [g_begin, g_end) with all their query heads. Blocks are the outer loop
-/// so the K/V of all these KV heads in one block (adjacent in memory) are read
-/// together, and scattered blocks are requested kPrefetchAhead blocks ahead.
+/// Blocks [j_begin, j_end) (those below ceil(n_ctx / bt)) for KV heads [g_begin,
+/// g_end) with all their query heads, merged into the running `state` ([n_heads]
+/// scaled queries, [n_heads] running outputs, [n_heads] (max, sum); see
+/// attention_state_floats). Blocks are the outer loop so the K/V of all these KV
+/// heads in one block (adjacent in memory) are read together, and scattered blocks
+/// are requested kPrefetchAhead blocks ahead. Calling it over consecutive block
+/// ranges in ascending order gives the bits of one call over their union: each
+/// block's arithmetic and the merge order depend only on the block's position.
 template <class T, DType KT, bool kTail>
-void attention_typed(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
-                     float scale, float* out, float* scratch, size_t g_begin, size_t g_end) {
-  using V = typename T::V;
-  constexpr size_t W = T::W;
+void attention_blocks_typed(size_t n_heads, const PagedKv& kv, size_t n_ctx, size_t j_begin,
+                            size_t j_end, float* state, float* sc, size_t g_begin, size_t g_end) {
   const size_t D = kv.head_dim, bt = kv.block_tokens, esz = sizeof(WElem<KT>);
   const size_t group = n_heads / kv.kv_heads;
   const size_t dp = (D + 15) / 16 * 16, bp = (bt + 15) / 16 * 16;
-  const AttnBuffers b{scratch, scratch + n_heads * dp, scratch + 2 * n_heads * dp,
-                      scratch + 2 * n_heads * dp + 2 * n_heads, dp, bp};
-  const size_t h_begin = g_begin * group, h_end = g_end * group;
-  for (size_t h = h_begin; h < h_end; ++h) {
-    for (size_t d = 0; d < dp; ++d) {
-      b.qs[h * dp + d] = d < D ? q[h * D + d] * scale : 0.f;
-      b.o[h * dp + d] = 0.f;
-    }
-    b.stats[2 * h] = -std::numeric_limits<float>::infinity();
-    b.stats[2 * h + 1] = 0.f;
-  }
-
+  const AttnBuffers b{state, state + n_heads * dp, state + 2 * n_heads * dp, sc, dp, bp};
   const size_t nblocks = (n_ctx + bt - 1) / bt;
+  if (j_end > nblocks) j_end = nblocks;
   const size_t span = (g_end - g_begin) * bt * D * esz;  // bytes of our heads per block
   const bool partial_heads = g_end - g_begin < kv.kv_heads;
-  for (size_t j = 0; j < nblocks; ++j) {
+  for (size_t j = j_begin; j < j_end; ++j) {
     // The hardware prefetchers follow a contiguous stream (consecutive physical
     // blocks, all KV heads of a block) but lose it at a jump to a scattered block
     // or when this thread reads only some heads of each block (strided): then
     // request the K and V of the next block while this one is computed, so that
     // long contexts (DRAM-bound) keep enough reads in flight.
     const size_t jp = j + kPrefetchAhead;
-    if (jp < nblocks && (partial_heads || kv.block_table[jp] != kv.block_table[jp - 1] + 1)) {
+    if (jp < j_end && (partial_heads || kv.block_table[jp] != kv.block_table[jp - 1] + 1)) {
       const size_t poff = (size_t(kv.block_table[jp]) * kv.kv_heads + g_begin) * bt * D * esz;
       const char* pk = static_cast<const char*>(kv.k) + poff;
       const char* pv = static_cast<const char*>(kv.v) + poff;
@@ -257,11 +250,22 @@ void attention_typed(const float* q, size_t n_heads, const PagedKv& kv, size_t n
       }
     }
   }
+}
 
-  for (size_t h = h_begin; h < h_end; ++h) {
-    const V l = T::set1(b.stats[2 * h + 1]);
+/// out[h] = running output / running sum for the query heads of KV heads
+/// [g_begin, g_end).
+template <class T>
+void attention_finish_typed(size_t n_heads, size_t kv_heads, size_t D, const float* state,
+                            float* out, size_t g_begin, size_t g_end) {
+  using V = typename T::V;
+  constexpr size_t W = T::W;
+  const size_t dp = (D + 15) / 16 * 16, group = n_heads / kv_heads;
+  const float* o = state + n_heads * dp;
+  const float* stats = state + 2 * n_heads * dp;
+  for (size_t h = g_begin * group; h < g_end * group; ++h) {
+    const V l = T::set1(stats[2 * h + 1]);
     for (size_t d = 0; d < D; d += W) {
-      const V r = T::div(T::load(b.o + h * dp + d), l);
+      const V r = T::div(T::load(o + h * dp + d), l);
       if (D - d >= W) {
         T::store(out + h * D + d, r);
       } else {
@@ -269,6 +273,18 @@ void attention_typed(const float* q, size_t n_heads, const PagedKv& kv, size_t n
       }
     }
   }
+}
+
+/// The whole row: a fresh state, every block, the division.
+template <class T, DType KT, bool kTail>
+void attention_typed(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
+                     float scale, float* out, float* scratch, size_t g_begin, size_t g_end) {
+  const size_t D = kv.head_dim;
+  attention_state_init(q, n_heads, kv.kv_heads, D, scale, scratch, g_begin, g_end);
+  float* sc = scratch + attention_state_floats(n_heads, D);
+  attention_blocks_typed<T, KT, kTail>(n_heads, kv, n_ctx, 0, (n_ctx + kv.block_tokens - 1) / kv.block_tokens,
+                                       scratch, sc, g_begin, g_end);
+  attention_finish_typed<T>(n_heads, kv.kv_heads, D, scratch, out, g_begin, g_end);
 }
 
 template <class T>
@@ -281,6 +297,24 @@ void attention_path(const float* q, size_t n_heads, const PagedKv& kv, size_t n_
                                                g_begin, g_end)                            \
                 : attention_typed<T, dt, false>(q, n_heads, kv, n_ctx, scale, out, scratch, \
                                                 g_begin, g_end);
+  switch (kv.dtype) {
+    VC_ATTN_CASE(DType::f32)
+    VC_ATTN_CASE(DType::bf16)
+    VC_ATTN_CASE(DType::f16)
+  }
+#undef VC_ATTN_CASE
+}
+
+template <class T>
+void attention_blocks_path(size_t n_heads, const PagedKv& kv, size_t n_ctx, size_t j_begin,
+                           size_t j_end, float* state, float* sc, size_t g_begin, size_t g_end) {
+  const bool tail = kv.head_dim % T::W != 0;
+#define VC_ATTN_CASE(dt)                                                                    \
+  case dt:                                                                                  \
+    return tail ? attention_blocks_typed<T, dt, true>(n_heads, kv, n_ctx, j_begin, j_end,   \
+                                                      state, sc, g_begin, g_end)            \
+                : attention_blocks_typed<T, dt, false>(n_heads, kv, n_ctx, j_begin, j_end,  \
+                                                       state, sc, g_begin, g_end);
   switch (kv.dtype) {
     VC_ATTN_CASE(DType::f32)
     VC_ATTN_CASE(DType::bf16)

@@ -19,6 +19,30 @@ constexpr size_t kAttentionMaxHeadsPerPass = 4;
   return n_heads * (2 * dp + 2) + kAttentionMaxHeadsPerPass * bp;
 }
 
+/// Floats of one row's running state: per query head a zero-padded scaled query, a
+/// running output and (max, sum).
+[[nodiscard]] constexpr size_t attention_state_floats(size_t n_heads, size_t head_dim) {
+  return n_heads * (2 * ((head_dim + 15) / 16 * 16) + 2);
+}
+
+/// A fresh state for the query heads of KV heads [g_begin, g_end): scaled,
+/// zero-padded queries, zero outputs, max -inf, sum 0.
+inline void attention_state_init(const float* q, size_t n_heads, size_t kv_heads, size_t head_dim,
+                                 float scale, float* state, size_t g_begin, size_t g_end) {
+  const size_t dp = (head_dim + 15) / 16 * 16, group = n_heads / kv_heads;
+  float* qs = state;
+  float* o = state + n_heads * dp;
+  float* stats = state + 2 * n_heads * dp;
+  for (size_t h = g_begin * group; h < g_end * group; ++h) {
+    for (size_t d = 0; d < dp; ++d) {
+      qs[h * dp + d] = d < head_dim ? q[h * head_dim + d] * scale : 0.f;
+      o[h * dp + d] = 0.f;
+    }
+    stats[2 * h] = -__builtin_inff();
+    stats[2 * h + 1] = 0.f;
+  }
+}
+
 /// attention_row for one path, KV heads [g_begin, g_end) (with all their query
 /// heads); arguments already validated, n_ctx > 0.
 void attention_scalar(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
@@ -27,5 +51,19 @@ void attention_avx2(const float* q, size_t n_heads, const PagedKv& kv, size_t n_
                     float scale, float* out, float* scratch, size_t g_begin, size_t g_end);
 void attention_avx512(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
                       float scale, float* out, float* scratch, size_t g_begin, size_t g_end);
+
+/// One path's pieces of a row split over calls (AttentionRowState): merge blocks
+/// [j_begin, j_end) into `state`; `sc`: kAttentionMaxHeadsPerPass * padded
+/// block_tokens floats of scratch. Then the division into `out`.
+using AttnBlocksFn = void (*)(size_t n_heads, const PagedKv& kv, size_t n_ctx, size_t j_begin,
+                              size_t j_end, float* state, float* sc, size_t g_begin, size_t g_end);
+using AttnFinishFn = void (*)(size_t n_heads, size_t kv_heads, size_t head_dim,
+                              const float* state, float* out, size_t g_begin, size_t g_end);
+void attention_blocks_scalar(size_t, const PagedKv&, size_t, size_t, size_t, float*, float*, size_t, size_t);
+void attention_blocks_avx2(size_t, const PagedKv&, size_t, size_t, size_t, float*, float*, size_t, size_t);
+void attention_blocks_avx512(size_t, const PagedKv&, size_t, size_t, size_t, float*, float*, size_t, size_t);
+void attention_finish_scalar(size_t, size_t, size_t, const float*, float*, size_t, size_t);
+void attention_finish_avx2(size_t, size_t, size_t, const float*, float*, size_t, size_t);
+void attention_finish_avx512(size_t, size_t, size_t, const float*, float*, size_t, size_t);
 
 }  // namespace vc::cpu
