@@ -55,6 +55,7 @@ struct verify_msg {
 struct stream_msg {
   uint64_t id = 0;
   size_t n_full = 0, n_rows = 0;
+  bool whole_layers = false;  // the pass gathers statistics that read whole layers
 };
 /// verifier -> scheduler, once per round.
 struct verified_msg {

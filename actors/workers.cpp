@@ -82,7 +82,7 @@ caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
   });
   return {
       [=](stream_msg& m) -> std::shared_ptr<LayerStreamer> {
-        streamer->start(m.id, m.n_full, m.n_rows);
+        streamer->start(m.id, m.n_full, m.n_rows, m.whole_layers);
         return streamer;
       },
       [=](commit_msg& m) {
@@ -112,7 +112,7 @@ caf::behavior verifier(caf::event_based_actor* self, std::shared_ptr<Verifier> v
         // Blocking request: this actor owns the verify compute and has nothing else
         // to do until its pass can start.
         self->request(mover, caf::infinite,
-                      stream_msg{job.id, job.p0, job.drafts.size() + 1})
+                      stream_msg{job.id, job.p0, job.drafts.size() + 1, job.collect_stats})
             .await(
                 [=](std::shared_ptr<LayerStreamer> stream) {
                   try {

@@ -62,6 +62,80 @@ void check_rows(std::span<const ForwardRow> rows, const PagedKvCache& cache) {
   }
 }
 
+
+// Attention of every row over the cache (and the compressed views of draft rows):
+// rows are independent; split them across the pool.
+void attend_cached(const PagedKvCache& cache, size_t l, std::span<const ForwardRow> rows,
+                   float scale, Workspace& ws) {
+  const size_t M = rows.size();
+  const size_t nh = ws.nh, nkv = ws.nkv, hd = ws.hd, qd = nh * hd;
+  const std::vector<int32_t>& pos = ws.positions;
+  auto attend = [&](size_t begin, size_t end) {
+    thread_local std::vector<cpu::DenseKvHead> prefix;  // reused across steps
+    for (size_t m = begin; m < end; ++m) {
+      const CompressedView* cv = rows[m].view;
+      if (cv == nullptr) {
+        // A lone row splits its KV heads across the pool (bit-identical either way).
+        cpu::attention_row(ws.q.data() + m * qd, nh, cache.view(l, *rows[m].seq),
+                           size_t(pos[m]) + 1, scale, ws.attn.data() + m * qd,
+                           M == 1 ? &ws.pool() : nullptr);
+        continue;
+      }
+      // The view holds its rows packed: decode each KV head into scratch.
+      thread_local std::vector<float> scratch;
+      size_t total = 0;
+      for (size_t g = 0; g < nkv; ++g) total += cv->count(l, g) * hd * 2;
+      if (scratch.size() < total) scratch.resize(total);
+      prefix.resize(nkv);
+      for (size_t g = 0, at = 0; g < nkv; ++g) {
+        const size_t n = cv->count(l, g);
+        float* k = scratch.data() + at;
+        float* v = k + n * hd;
+        cv->decode(l, g, k, v);
+        prefix[g] = {k, v, n};
+        at += 2 * n * hd;
+      }
+      cpu::attention_row_mixed(ws.q.data() + m * qd, nh, prefix.data(),
+                               cache.view(l, *rows[m].seq), cv->covered(), size_t(pos[m]) + 1,
+                               scale, ws.attn.data() + m * qd);
+    }
+  };
+  if (M > 1) ws.pool().parallel_for(M, 1, attend);
+  else attend(0, M);
+}
+
+// Attention of every row over KV streamed in by `provider`, chunk by chunk in
+// position order: each row's state merges the chunks as attention_row would merge
+// the same blocks, so the bits equal a pass over a cache holding the same KV.
+void attend_streamed(LayerKvProvider& provider, size_t l, std::span<const ForwardRow> rows,
+                     float scale, Workspace& ws) {
+  const size_t M = rows.size(), nh = ws.nh, qd = nh * ws.hd;
+  const std::vector<int32_t>& pos = ws.positions;
+  if (ws.attn_states.size() < M) ws.attn_states.resize(M);
+  const cpu::PagedKv shape = provider.shape();
+  for (size_t m = 0; m < M; ++m)
+    ws.attn_states[m].begin(ws.q.data() + m * qd, nh, shape, size_t(pos[m]) + 1, scale);
+  const size_t chunks = provider.chunks();
+  for (size_t c = 0; c < chunks; ++c) {
+    const KvChunk ch = provider.acquire(l, c);
+    if (ws.stats != nullptr) {
+      // The statistics read the layer's keys: they need it staged whole.
+      if (chunks != 1)
+        throw Error("forward: prefill statistics need whole layers staged (chunk positions 0)");
+      ws.stats->observe(l, rows, ws.q.data(), ch.kv);
+    }
+    if (M == 1) {
+      ws.attn_states[0].add(ch.kv, ch.block_begin, ch.block_end, &ws.pool());
+    } else {
+      ws.pool().parallel_for(M, 1, [&](size_t b, size_t e) {
+        for (size_t m = b; m < e; ++m) ws.attn_states[m].add(ch.kv, ch.block_begin, ch.block_end);
+      });
+    }
+    provider.release(l, c);
+  }
+  for (size_t m = 0; m < M; ++m) ws.attn_states[m].finish(ws.attn.data() + m * qd);
+}
+
 }  // namespace
 
 void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache& cache,
@@ -96,6 +170,9 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     pos[m] = rows[m].position;
   }
 
+  ws.nh = nh;
+  ws.nkv = nkv;
+  ws.hd = hd;
   const float scale = float(1.0 / std::sqrt(double(hd)));
   for (size_t l = 0; l < W.layers.size(); ++l) {
     const LayerWeights& L = W.layers[l];
@@ -113,54 +190,16 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     cpu::rope(ws.q.data(), M, nh, hd, pos.data(), model.rope_inv_freq().data());
     cpu::rope(ws.k.data(), M, nkv, hd, pos.data(), model.rope_inv_freq().data());
     if (provider != nullptr) {
-      provider->begin_layer(l);
       for (size_t m = 0; m < M; ++m)
         provider->write(l, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
+      attend_streamed(*provider, l, rows, scale, ws);
     } else {
       for (size_t m = 0; m < M; ++m)
         cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd,
                     ws.v.data() + m * kvd);
+      if (ws.stats != nullptr) ws.stats->observe(l, rows, ws.q.data(), cache.view(l, *rows[0].seq));
+      attend_cached(cache, l, rows, scale, ws);
     }
-
-    if (ws.stats != nullptr)
-      ws.stats->observe(l, rows, ws.q.data(),
-                        provider ? provider->view(l) : cache.view(l, *rows[0].seq));
-
-    // Attention: rows are independent; split them across the pool.
-    auto attend = [&](size_t begin, size_t end) {
-      thread_local std::vector<cpu::DenseKvHead> prefix;  // reused across steps
-      for (size_t m = begin; m < end; ++m) {
-        const CompressedView* cv = rows[m].view;
-        if (cv == nullptr) {
-          // A lone row splits its KV heads across the pool (bit-identical either way).
-          cpu::attention_row(ws.q.data() + m * qd, nh,
-                             provider ? provider->view(l) : cache.view(l, *rows[m].seq),
-                             size_t(pos[m]) + 1, scale, ws.attn.data() + m * qd,
-                             M == 1 ? &ws.pool() : nullptr);
-          continue;
-        }
-        // The view holds its rows packed: decode each KV head into scratch.
-        thread_local std::vector<float> scratch;
-        size_t total = 0;
-        for (size_t g = 0; g < nkv; ++g) total += cv->count(l, g) * hd * 2;
-        if (scratch.size() < total) scratch.resize(total);
-        prefix.resize(nkv);
-        for (size_t g = 0, at = 0; g < nkv; ++g) {
-          const size_t n = cv->count(l, g);
-          float* k = scratch.data() + at;
-          float* v = k + n * hd;
-          cv->decode(l, g, k, v);
-          prefix[g] = {k, v, n};
-          at += 2 * n * hd;
-        }
-        cpu::attention_row_mixed(ws.q.data() + m * qd, nh, prefix.data(),
-                                 cache.view(l, *rows[m].seq), cv->covered(), size_t(pos[m]) + 1,
-                                 scale, ws.attn.data() + m * qd);
-      }
-    };
-    if (M > 1) ws.pool().parallel_for(M, 1, attend);
-    else attend(0, M);
-    if (provider != nullptr) provider->end_layer(l);
 
     linear(ws, ws.attn.data(), M, L.wo, ws.h.data());
     cpu::add_inplace(ws.x.data(), ws.h.data(), M * D);

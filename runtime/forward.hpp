@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
@@ -16,18 +17,32 @@ namespace vc {
 
 class PrefillStatsCollector;
 
-/// Where a pass's KV lives when it is not a PagedKvCache: the verify pass attends
-/// over one layer at a time streamed in from a full tier. forward() calls, per layer,
-/// begin_layer (waits until the layer is staged), write for every row's new K/V,
-/// view for attention, then end_layer (the staging may be recycled).
+/// One staged chunk of a layer's KV: blocks [block_begin, block_end) addressed by
+/// absolute block index through kv.block_table.
+struct KvChunk {
+  cpu::PagedKv kv;
+  size_t block_begin = 0, block_end = 0;
+};
+
+/// Where a pass's KV lives when it is not a PagedKvCache: a verify (or streamed
+/// prefill) pass attends over the full KV streamed in from a full tier, one chunk
+/// of blocks at a time. forward() calls, per layer: write for every row's new K/V,
+/// then acquire / release for chunks 0 .. chunks()-1 in order, attending over each.
+/// Chunks cover every block up to the last row's position; the rows' own K/V
+/// appear in the chunks that hold their positions.
 class LayerKvProvider {
  public:
   virtual ~LayerKvProvider() = default;
-  virtual void begin_layer(size_t layer) = 0;
   /// k_row, v_row: [kv_heads, head_dim] fp32, stored with the tier's rounding.
   virtual void write(size_t layer, size_t pos, const float* k_row, const float* v_row) = 0;
-  [[nodiscard]] virtual cpu::PagedKv view(size_t layer) const = 0;
-  virtual void end_layer(size_t layer) = 0;
+  /// Chunks per layer of the current pass.
+  [[nodiscard]] virtual size_t chunks() const = 0;
+  /// Waits until chunk c of `layer` is staged and returns it.
+  [[nodiscard]] virtual KvChunk acquire(size_t layer, size_t c) = 0;
+  /// The pass is done with chunk c of `layer` (its buffer may be reused).
+  virtual void release(size_t layer, size_t c) = 0;
+  /// The KV's shape (dtype, block_tokens, kv_heads, head_dim; no data).
+  [[nodiscard]] virtual cpu::PagedKv shape() const = 0;
 };
 
 /// One token to run. Rows of one sequence must be consecutive positions in
@@ -53,6 +68,8 @@ class Workspace {
 
   std::vector<float> x, h, q, k, v, attn, gate, up, bias;
   std::vector<int32_t> positions;
+  std::vector<cpu::AttentionRowState> attn_states;  // per row, passes over a provider
+  size_t nh = 0, nkv = 0, hd = 0;  // heads, KV heads, head_dim of the current pass
   /// When set, forward() reports every layer's queries to it (prefill statistics).
   PrefillStatsCollector* stats = nullptr;
   /// When set, every row's KV goes to it and attention reads from it instead of the

@@ -1,6 +1,9 @@
-// Double-buffered layer streaming from a full tier on one worker thread.
+// Double-buffered, chunked streaming from a full tier on one worker thread. Steps
+// (layer * chunks + chunk) are read in order into buffer step % 2 once the pass has
+// released what that buffer held; the pass acquires them in the same order.
 #include "runtime/layer_streamer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -10,8 +13,9 @@ namespace vc {
 
 using steady = std::chrono::steady_clock;
 
-LayerStreamer::LayerStreamer(FullTier& tier)
-    : tier_(tier), cfg_(tier.config()), staging_{KvStaging(cfg_), KvStaging(cfg_)},
+LayerStreamer::LayerStreamer(FullTier& tier, size_t chunk_positions)
+    : tier_(tier), cfg_(tier.config()), chunk_positions_(chunk_positions),
+      buf_{Buffer{KvStaging(cfg_), {}, -1, true}, Buffer{KvStaging(cfg_), {}, -1, true}},
       row_floats_(cfg_.kv_heads * cfg_.head_dim), thread_([this] { worker(); }) {}
 
 LayerStreamer::~LayerStreamer() {
@@ -23,95 +27,156 @@ LayerStreamer::~LayerStreamer() {
   thread_.join();
 }
 
-void LayerStreamer::start(uint64_t id, size_t n_full, size_t n_rows) {
+size_t LayerStreamer::staging_bytes_for(size_t n_pos) const {
+  const size_t bt = cfg_.block_tokens;
+  const size_t blocks = (n_pos + bt - 1) / bt;
+  const size_t per = chunk_positions_ == 0 ? blocks : std::min(blocks, (chunk_positions_ + bt - 1) / bt);
+  return 2 * 2 * tier_.staging_bytes(per * bt);  // two buffers of K and V
+}
+
+void LayerStreamer::start(uint64_t id, size_t n_full, size_t n_rows, bool whole_layers) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return pending_ < 0; });  // a previous read still in flight
+  cv_.wait(lock, [&] { return !reading_; });  // a read of an earlier pass still in flight
+  const size_t bt = cfg_.block_tokens;
   id_ = id;
   n_full_ = n_full;
   n_rows_ = n_rows;
-  staging_[0].reserve(n_full + n_rows);
-  staging_[1].reserve(n_full + n_rows);
+  n_blocks_ = (n_full + n_rows + bt - 1) / bt;
+  chunk_blocks_ = chunk_positions_ == 0 || whole_layers ? std::max<size_t>(1, n_blocks_)
+                                        : std::max<size_t>(1, (chunk_positions_ + bt - 1) / bt);
+  n_chunks_ = (n_blocks_ + chunk_blocks_ - 1) / chunk_blocks_;
+  size_t bytes = 0;
+  for (Buffer& b : buf_) {
+    b.staging.reserve(std::min(chunk_blocks_, n_blocks_) * bt);
+    b.table.assign(n_blocks_, -1);
+    b.step = -1;
+    b.consumed = true;
+    bytes += 2 * tier_.staging_bytes(b.staging.capacity());
+  }
+  staging_bytes_ = bytes;
   rows_k_.assign(cfg_.num_layers * n_rows * row_floats_, 0.f);
   rows_v_.assign(rows_k_.size(), 0.f);
-  ready_[0] = ready_[1] = -1;
   error_.clear();
-  pending_ = 0;
+  ++generation_;
+  next_read_ = 0;
+  total_steps_ = long(cfg_.num_layers * n_chunks_);
   lock.unlock();
   cv_.notify_all();
 }
 
-void LayerStreamer::request_read(size_t layer) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_ = long(layer);
-  }
-  cv_.notify_all();
+std::pair<size_t, size_t> LayerStreamer::chunk_blocks(size_t c) const {
+  const size_t b = c * chunk_blocks_;
+  return {b, std::min(n_blocks_, b + chunk_blocks_)};
 }
 
 void LayerStreamer::worker() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || pending_ >= 0; });
+    // The next step's buffer must hold nothing the pass still uses.
+    cv_.wait(lock, [&] {
+      if (stop_) return true;
+      if (next_read_ >= total_steps_) return false;
+      const Buffer& b = buf_[next_read_ % 2];
+      return b.step < 0 || b.consumed;
+    });
     if (stop_) return;
-    const size_t layer = size_t(pending_);
-    KvStaging& buf = staging_[layer % 2];
+    const long step = next_read_;
+    Buffer& buf = buf_[step % 2];
+    const size_t layer = size_t(step) / n_chunks_, c = size_t(step) % n_chunks_;
+    const auto [bb, be] = chunk_blocks(c);
+    const size_t held_blocks = (n_full_ + cfg_.block_tokens - 1) / cfg_.block_tokens;
+    const size_t read_end = std::min(be, held_blocks);
     const uint64_t id = id_;
-    const size_t n = n_full_;
+    const size_t n_full = n_full_;
+    buf.step = -1;
+    reading_ = true;
     lock.unlock();
+
     std::string err;
     const auto t0 = steady::now();
+    size_t bytes = 0;
     try {
-      if (n > 0) tier_.read_layer(id, layer, n, buf.k(), buf.v());
-      const double bytes = double(n) * double(tier_.bytes_per_token()) / double(cfg_.num_layers);
-      if (link_bps_ > 0) {  // modelled link: a layer takes at least bytes / bandwidth
-        const auto until = t0 + std::chrono::duration<double>(bytes / link_bps_);
-        std::this_thread::sleep_until(until);
+      if (read_end > bb) {
+        tier_.read_blocks(id, layer, bb, read_end - bb, buf.staging.k(), buf.staging.v());
+        const size_t positions = std::min(n_full, read_end * cfg_.block_tokens) - bb * cfg_.block_tokens;
+        bytes = positions * tier_.bytes_per_token() / cfg_.num_layers;
+      }
+      if (link_bps_ > 0 && bytes > 0) {  // modelled link: a chunk takes at least bytes / bandwidth
+        std::this_thread::sleep_until(t0 + std::chrono::duration<double>(double(bytes) / link_bps_));
       }
     } catch (const std::exception& e) {
       err = e.what();
     }
-    const size_t layer_bytes = n * tier_.bytes_per_token() / cfg_.num_layers;
-    if (observer_) observer_(id, layer, t0, steady::now(), layer_bytes);
+    if (observer_ && bytes > 0) observer_(id, layer, t0, steady::now(), bytes);
+
     lock.lock();
-    bytes_streamed_ += layer_bytes;
-    ready_[layer % 2] = long(layer);
+    std::fill(buf.table.begin(), buf.table.end(), -1);
+    for (size_t j = bb; j < be; ++j) buf.table[j] = int32_t(j - bb);
+    bytes_streamed_ += bytes;
     if (!err.empty()) error_ = err;
-    pending_ = -1;
+    buf.step = step;
+    buf.consumed = false;
+    reading_ = false;
+    ++next_read_;
     cv_.notify_all();
   }
 }
 
-void LayerStreamer::begin_layer(size_t layer) {
+void LayerStreamer::overlay_rows(Buffer& b, size_t layer, size_t c) {
+  const auto [bb, be] = chunk_blocks(c);
+  const size_t bt = cfg_.block_tokens, D = cfg_.head_dim, esz = dtype_size(cfg_.dtype);
+  const size_t first = std::max(n_full_, bb * bt), last = std::min(n_full_ + n_rows_, be * bt);
+  for (size_t pos = first; pos < last; ++pos) {
+    const float* k = row_k(layer, pos - n_full_);
+    const float* v = row_v(layer, pos - n_full_);
+    for (size_t h = 0; h < cfg_.kv_heads; ++h) {
+      const size_t off = (((pos / bt - bb) * cfg_.kv_heads + h) * bt + pos % bt) * D * esz;
+      from_f32(cfg_.dtype, k + h * D, static_cast<std::byte*>(b.staging.k()) + off, D);
+      from_f32(cfg_.dtype, v + h * D, static_cast<std::byte*>(b.staging.v()) + off, D);
+    }
+  }
+}
+
+KvChunk LayerStreamer::acquire(size_t layer, size_t c) {
+  const long step = long(layer * n_chunks_ + c);
   const auto t0 = steady::now();
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return ready_[layer % 2] == long(layer) && pending_ < 0; });
+  if (c >= n_chunks_ || step >= total_steps_)
+    throw Error("verify: chunk " + std::to_string(c) + " of layer " + std::to_string(layer) +
+                " is outside the pass");
+  Buffer& b = buf_[step % 2];
+  cv_.wait(lock, [&] { return b.step == step; });
   wait_seconds_ += std::chrono::duration<double>(steady::now() - t0).count();
   if (!error_.empty()) throw Error("verify: reading the full KV failed: " + error_);
-  if (layer + 1 < cfg_.num_layers) {
-    pending_ = long(layer + 1);  // prefetch the next layer into the other buffer
-    lock.unlock();
-    cv_.notify_all();
+  lock.unlock();
+  overlay_rows(b, layer, c);
+  const auto [bb, be] = chunk_blocks(c);
+  cpu::PagedKv kv = b.staging.view();
+  kv.block_table = b.table.data();
+  return KvChunk{kv, bb, be};
+}
+
+void LayerStreamer::release(size_t layer, size_t c) {
+  const long step = long(layer * n_chunks_ + c);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Buffer& b = buf_[step % 2];
+    if (b.step == step) b.consumed = true;
   }
+  cv_.notify_all();
+}
+
+cpu::PagedKv LayerStreamer::shape() const {
+  return cpu::PagedKv{nullptr, nullptr, cfg_.dtype, cfg_.block_tokens, cfg_.kv_heads, cfg_.head_dim, nullptr};
 }
 
 void LayerStreamer::write(size_t layer, size_t pos, const float* k_row, const float* v_row) {
   if (pos < n_full_ || pos >= n_full_ + n_rows_)
     throw Error("verify: row position " + std::to_string(pos) + " is outside the pass");
-  KvStaging& buf = staging_[layer % 2];
-  const size_t bt = cfg_.block_tokens, D = cfg_.head_dim, esz = dtype_size(cfg_.dtype);
-  for (size_t h = 0; h < cfg_.kv_heads; ++h) {
-    const size_t off = (((pos / bt) * cfg_.kv_heads + h) * bt + pos % bt) * D * esz;
-    from_f32(cfg_.dtype, k_row + h * D, static_cast<std::byte*>(buf.k()) + off, D);
-    from_f32(cfg_.dtype, v_row + h * D, static_cast<std::byte*>(buf.v()) + off, D);
-  }
   const size_t r = pos - n_full_;
   std::memcpy(&rows_k_[(layer * n_rows_ + r) * row_floats_], k_row, row_floats_ * sizeof(float));
   std::memcpy(&rows_v_[(layer * n_rows_ + r) * row_floats_], v_row, row_floats_ * sizeof(float));
 }
-
-cpu::PagedKv LayerStreamer::view(size_t layer) const { return staging_[layer % 2].view(); }
-
-void LayerStreamer::end_layer(size_t layer) { (void)layer; }
 
 const float* LayerStreamer::row_k(size_t layer, size_t r) const {
   return &rows_k_[(layer * n_rows_ + r) * row_floats_];

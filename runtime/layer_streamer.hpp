@@ -1,16 +1,19 @@
-// Streams a request's full KV from a full tier, one layer at a time, into two
-// staging buffers (double buffering): while the verify pass computes layer l, a
-// worker thread reads layer l+1. This is the PCIe pattern of the GPU path; on a
-// CPU-only machine the "link" is host memory or the disk, optionally throttled to a
-// modelled bandwidth.
+// Streams a request's full KV from a full tier into two staging buffers (double
+// buffering), layer by layer and, within a layer, in chunks of a fixed number of KV
+// blocks: while a pass computes one chunk, a worker thread reads the next (the next
+// layer's first chunk after a layer's last). Staging memory is two chunks whatever
+// the context; attention merges the chunks in position order (AttentionRowState),
+// so a chunked pass gives the bits of a pass over whole layers. This is the PCIe
+// pattern of the GPU path; on a CPU-only machine the "link" is host memory or the
+// disk, optionally throttled to a modelled bandwidth.
 #pragma once
 #include <chrono>
 #include <condition_variable>
-#include <functional>
-#include <string>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,60 +24,84 @@ namespace vc {
 
 class LayerStreamer final : public LayerKvProvider {
  public:
-  explicit LayerStreamer(FullTier& tier);
+  /// chunk_positions: KV positions staged per chunk (rounded up to whole blocks);
+  /// 0 stages whole layers.
+  explicit LayerStreamer(FullTier& tier, size_t chunk_positions = kDefaultChunkPositions);
   ~LayerStreamer() override;
   LayerStreamer(const LayerStreamer&) = delete;
   LayerStreamer& operator=(const LayerStreamer&) = delete;
 
-  /// Models a slower link: each layer read takes at least bytes / bytes_per_second
+  static constexpr size_t kDefaultChunkPositions = 1024;
+
+  /// Models a slower link: each chunk read takes at least bytes / bytes_per_second
   /// (0 = as fast as the tier delivers).
   void set_link_bandwidth(double bytes_per_second) { link_bps_ = bytes_per_second; }
-  /// Called on the copy thread after each layer lands (tracing).
+  /// Positions per chunk for the passes started from now on (0: whole layers).
+  void set_chunk_positions(size_t n) { chunk_positions_ = n; }
+  [[nodiscard]] size_t chunk_positions() const { return chunk_positions_; }
+  /// Called on the copy thread after each chunk lands (tracing).
   using LayerObserver = std::function<void(uint64_t id, size_t layer,
                                            std::chrono::steady_clock::time_point begin,
                                            std::chrono::steady_clock::time_point end, size_t bytes)>;
   void set_layer_observer(LayerObserver f) { observer_ = std::move(f); }
 
   /// Prepares a pass over request `id`: the tier holds positions [0, n_full); the
-  /// pass writes rows at positions [n_full, n_full + n_rows). Starts reading layer 0.
-  void start(uint64_t id, size_t n_full, size_t n_rows);
+  /// pass writes rows at positions [n_full, n_full + n_rows). Starts reading.
+  /// whole_layers: stage each layer in one chunk (a pass whose statistics read the
+  /// layer's keys).
+  void start(uint64_t id, size_t n_full, size_t n_rows, bool whole_layers = false);
 
-  void begin_layer(size_t layer) override;
   void write(size_t layer, size_t pos, const float* k_row, const float* v_row) override;
-  [[nodiscard]] cpu::PagedKv view(size_t layer) const override;
-  void end_layer(size_t layer) override;
+  [[nodiscard]] size_t chunks() const override { return n_chunks_; }
+  [[nodiscard]] KvChunk acquire(size_t layer, size_t c) override;
+  void release(size_t layer, size_t c) override;
+  [[nodiscard]] cpu::PagedKv shape() const override;
 
   /// The K and V the pass wrote for row r (position n_full + r) of `layer`, fp32
   /// ([kv_heads, head_dim] each), for committing to the tiers.
   [[nodiscard]] const float* row_k(size_t layer, size_t r) const;
   [[nodiscard]] const float* row_v(size_t layer, size_t r) const;
 
-  /// Seconds the pass spent waiting for layers to land, and bytes read, since
+  /// Seconds passes spent waiting for chunks to land, and bytes read, since
   /// construction.
   [[nodiscard]] double wait_seconds() const { return wait_seconds_; }
   [[nodiscard]] size_t bytes_streamed() const { return bytes_streamed_; }
+  /// Bytes of the two staging buffers now (K and V of both).
+  [[nodiscard]] size_t staging_bytes() const { return staging_bytes_; }
+  /// Bytes the two staging buffers of one pass need for a context of `n_pos`
+  /// positions (at most two chunks, whatever the context, unless whole layers).
+  [[nodiscard]] size_t staging_bytes_for(size_t n_pos) const;
 
  private:
+  struct Buffer {
+    KvStaging staging;
+    std::vector<int32_t> table;  // absolute block j -> slot j - first (else -1)
+    long step = -1;              // (layer * n_chunks + chunk) staged here, -1: none
+    bool consumed = true;        // the pass released `step`: the buffer may be refilled
+  };
   void worker();
-  void request_read(size_t layer);
+  [[nodiscard]] std::pair<size_t, size_t> chunk_blocks(size_t c) const;  // [begin, end)
+  void overlay_rows(Buffer& b, size_t layer, size_t c);
 
   FullTier& tier_;
   KvCacheConfig cfg_;
-  KvStaging staging_[2];
+  size_t chunk_positions_;
+  Buffer buf_[2];
   size_t row_floats_ = 0;
   std::vector<float> rows_k_, rows_v_;  // [layers][n_rows][kv_heads * head_dim]
   uint64_t id_ = 0;
-  size_t n_full_ = 0, n_rows_ = 0;
+  size_t n_full_ = 0, n_rows_ = 0, n_blocks_ = 0, chunk_blocks_ = 0, n_chunks_ = 0;
   double link_bps_ = 0;
   LayerObserver observer_;
   double wait_seconds_ = 0;
-  size_t bytes_streamed_ = 0;
+  size_t bytes_streamed_ = 0, staging_bytes_ = 0;
 
   std::mutex mu_;
   std::condition_variable cv_;
-  long pending_ = -1;     // layer the worker should read next (-1: none)
-  long ready_[2] = {-1, -1};  // layer staged in each buffer
-  std::string error_;     // a read failure, rethrown on the computing thread
+  long next_read_ = 0, total_steps_ = 0;  // the worker reads steps in order
+  bool reading_ = false;
+  uint64_t generation_ = 0;               // start() begins a new pass
+  std::string error_;                     // a read failure, rethrown on the computing thread
   bool stop_ = false;
   std::thread thread_;
 };

@@ -1,0 +1,31 @@
+// Prefill straight into a full tier: the prompt's KV never occupies fast memory.
+// Chunks of prompt positions run as passes over the tier's KV, staged a chunk of
+// positions at a time by a LayerStreamer (exactly as a verify pass reads it), and
+// each chunk's KV is appended to the tier. Every op is batch invariant and the
+// attention merges the staged blocks in position order, so the KV and logits are
+// bit-identical to prefilling into a PagedKvCache.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvtiers/full_tier.hpp"
+#include "runtime/forward.hpp"
+#include "runtime/layer_streamer.hpp"
+#include "runtime/model.hpp"
+
+namespace vc {
+
+/// Appends the KV of `prompt` to request `id` of `tier` (which must hold exactly
+/// positions [0, already) of the same sequence; usually 0) in chunks of `chunk`
+/// rows, reading earlier positions through `stream` (a streamer over `tier`).
+/// `scratch` is any cache of the model's shape (forward() takes one; it is not
+/// written). ws.stats, when set, observes every row (layers staged whole then).
+/// Returns the logits of the last position ([vocab]).
+[[nodiscard]] std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> prompt,
+                                                 uint64_t id, FullTier& tier, LayerStreamer& stream,
+                                                 PagedKvCache& scratch, Workspace& ws,
+                                                 size_t chunk = 256);
+
+}  // namespace vc
