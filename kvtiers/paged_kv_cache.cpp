@@ -87,6 +87,13 @@ void PagedKvCache::release_prefix(KvSequence& seq, size_t upto) {
     }
 }
 
+void PagedKvCache::start_at(KvSequence& seq, size_t n) {
+  if (seq.length != 0 || !seq.blocks.empty())
+    throw Error("PagedKvCache::start_at: the sequence is not empty");
+  seq.blocks.assign(n / cfg_.block_tokens, -1);
+  seq.length = n;
+}
+
 void PagedKvCache::free(KvSequence& seq) {
   for (int32_t b : seq.blocks)
     if (b >= 0) release_block(b);

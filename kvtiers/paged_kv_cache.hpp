@@ -58,6 +58,10 @@ class PagedKvCache {
   /// become -1): a drafter whose compressed view now covers them keeps only its tail.
   /// Positions below `upto` must not be read or written afterwards.
   void release_prefix(KvSequence& seq, size_t upto);
+  /// Starts the empty `seq` at position `n`: positions [0, n) are held elsewhere
+  /// (a compressed view over a full tier) and are never read or written here; the
+  /// blocks wholly below n are -1 and the next reserve() allocates from n on.
+  void start_at(KvSequence& seq, size_t n);
   /// Prefix sharing. Maps into the empty `seq` the leading full blocks of `tokens`
   /// that a live sequence already published (the same tokens at the same positions:
   /// the same KV bits, since prefill is batch invariant), taking a reference on each;

@@ -13,6 +13,7 @@
 #include "runtime/compression.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/layer_streamer.hpp"
+#include "runtime/streamed_prefill.hpp"
 #include "runtime/verifier.hpp"
 
 namespace vc {
@@ -91,9 +92,25 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
   GenerateStats& s = rq.result.stats;
   s.prompt_tokens = prompt_ids.size();
   if (rq.steps > 0) {
-    PrefilledRequest p = prefill_request(*model_, prompt_ids, rq.seq, cache_, ws_,
-                                         compressor.get(), opt.ratio, opt.stats_window,
-                                         opt.prefill_chunk);
+    PrefilledRequest p;
+    if (opt.mode == DecodeMode::full) {
+      p = prefill_request(*model_, prompt_ids, rq.seq, cache_, ws_, nullptr, opt.ratio,
+                          opt.stats_window, opt.prefill_chunk);
+    } else {
+      // The prompt's KV goes to the full tier, never to fast memory; lossy mode
+      // drops it once the view is built.
+      ensure_full_tier();
+      rq.tier_id = next_request_id_++;
+      full_tier_->create(rq.tier_id, prompt_ids.size() + size_t(rq.steps));
+      rq.tier = full_tier_.get();
+      p = prefill_compressed(*model_, prompt_ids, rq.seq, cache_, ws_, *compressor, opt.ratio,
+                             opt.stats_window, opt.prefill_chunk, *full_tier_, *streamer_,
+                             rq.tier_id);
+      if (opt.mode == DecodeMode::lossy) {
+        full_tier_->release(rq.tier_id);
+        rq.tier = nullptr;
+      }
+    }
     rq.logits = std::move(p.logits);
     rq.view = std::move(p.view);
     s.prefill_seconds = p.prefill_seconds;

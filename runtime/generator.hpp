@@ -108,6 +108,8 @@ struct GeneratorConfig {
   DType kv_dtype = DType::bf16;  // storage of the KV cache
   size_t max_context = 0;        // 0: the model's max_position_embeddings
   size_t block_tokens = 16;
+  /// KV positions per chunk when a pass stages the full KV (0: whole layers).
+  size_t stage_positions = 1024;
 };
 
 /// Called with each emitted token id; return false to stop.
@@ -137,6 +139,8 @@ class Generator {
   struct Request;
   void decode_stepwise(Request& rq);
   void decode_verified(Request& rq);
+  /// Creates the full tier, its streamer and the verifier on first use.
+  void ensure_full_tier();
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtiers/full_tier.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/stop_rule.hpp"
 
@@ -33,6 +34,8 @@ struct Generator::Request {
   std::unique_ptr<Compressor> compressor;
   StopRule stop_rule;
   bool done = false;
+  FullTier* tier = nullptr;  // holds the request's full KV (vericache) while set
+  uint64_t tier_id = 0;
 
   Request(const Model& m, const Tokenizer* tok, PagedKvCache& c, std::span<const int32_t> prompt,
           const GenerateOptions& o, const TokenCallback& cb)
@@ -49,7 +52,10 @@ struct Generator::Request {
     stop_rule.stop = o.stop;
     stop_rule.tokenizer = tok;
   }
-  ~Request() { cache.free(seq); }  // blocks go back to the pool on every exit path
+  ~Request() {  // blocks go back to the pool, and the tier entry, on every exit path
+    cache.free(seq);
+    if (tier != nullptr) tier->release_if_present(tier_id);
+  }
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
 

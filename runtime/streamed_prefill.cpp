@@ -2,8 +2,12 @@
 #include "runtime/streamed_prefill.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
 
 #include "kernels/error.hpp"
+#include "runtime/prefill_stats.hpp"
 
 namespace vc {
 
@@ -34,6 +38,38 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
         tier.write(id, l, start + b + r, stream.row_k(l, r), stream.row_v(l, r));
   }
   return logits;
+}
+
+PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t> prompt,
+                                    KvSequence& seq, PagedKvCache& cache, Workspace& ws,
+                                    const Compressor& compressor, double ratio,
+                                    size_t stats_window, size_t prefill_chunk, FullTier& tier,
+                                    LayerStreamer& stream, uint64_t id) {
+  using clock = std::chrono::steady_clock;
+  PrefilledRequest out;
+  std::optional<PrefillStatsCollector> collector;
+  if (compressor.needs_stats()) collector.emplace(model.config(), prompt.size(), stats_window);
+  auto t0 = clock::now();
+  ws.stats = collector ? &*collector : nullptr;
+  try {
+    out.logits = prefill_to_tier(model, prompt, id, tier, stream, cache, ws, prefill_chunk);
+  } catch (...) {
+    ws.stats = nullptr;
+    throw;
+  }
+  ws.stats = nullptr;
+  out.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  t0 = clock::now();
+  std::optional<PrefillStats> stats;
+  if (collector) stats = collector->finish();
+  auto view = refold(compressor, tier, id, prompt.size(), stats ? &*stats : nullptr, model, ratio);
+  if (!view)
+    throw Error("compressor '" + std::string(compressor.name()) +
+                "': no statistics to build the prompt's view from");
+  out.view = std::move(*view);
+  out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  cache.start_at(seq, prompt.size());
+  return out;
 }
 
 }  // namespace vc

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvtiers/full_tier.hpp"
+#include "runtime/compression.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/layer_streamer.hpp"
 #include "runtime/model.hpp"
@@ -27,5 +28,18 @@ namespace vc {
                                                  uint64_t id, FullTier& tier, LayerStreamer& stream,
                                                  PagedKvCache& scratch, Workspace& ws,
                                                  size_t chunk = 256);
+
+/// Prefill of a lossy or vericache request: the prompt goes to request `id` of
+/// `tier` (created by the caller, empty) through prefill_to_tier, gathering the
+/// statistics `compressor` needs; the view is built from the tier; `seq` (empty)
+/// starts after the prompt (cache.start_at), so fast memory holds the view and,
+/// later, the tail. A lossy caller releases the tier entry afterwards.
+[[nodiscard]] PrefilledRequest prefill_compressed(const Model& model,
+                                                  std::span<const int32_t> prompt,
+                                                  KvSequence& seq, PagedKvCache& cache,
+                                                  Workspace& ws, const Compressor& compressor,
+                                                  double ratio, size_t stats_window,
+                                                  size_t prefill_chunk, FullTier& tier,
+                                                  LayerStreamer& stream, uint64_t id);
 
 }  // namespace vc

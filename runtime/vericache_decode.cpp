@@ -45,30 +45,27 @@ std::unique_ptr<FullTier> make_full_tier(const GeneratorConfig& cfg, const KvCac
 
 }  // namespace
 
+void Generator::ensure_full_tier() {
+  if (full_tier_) return;
+  full_tier_ = make_full_tier(cfg_, cache_.config());
+  streamer_ = std::make_unique<LayerStreamer>(*full_tier_, cfg_.stage_positions);
+  streamer_->set_link_bandwidth(cfg_.link_bandwidth);
+  verifier_ = std::make_unique<Verifier>(model_, cfg_.threads);
+}
+
 void Generator::decode_verified(Request& rq) {
   using clock = std::chrono::steady_clock;
   const GenerateOptions& opt = rq.opt;
   GenerateStats& st = rq.result.stats;
-  if (!full_tier_) {
-    full_tier_ = make_full_tier(cfg_, cache_.config());
-    streamer_ = std::make_unique<LayerStreamer>(*full_tier_);
-    streamer_->set_link_bandwidth(cfg_.link_bandwidth);
-    verifier_ = std::make_unique<Verifier>(model_, cfg_.threads);
-  }
+  ensure_full_tier();
   st.full_tier = std::string(full_tier_->kind());
   const size_t layers = cache_.config().num_layers;
   const TierBytes tier_before = full_tier_->bytes();
   const double wait_before = streamer_->wait_seconds();
 
-  // The prompt's full KV moves to the full tier; the drafter keeps the view + tail.
-  const uint64_t id = next_request_id_++;
-  full_tier_->create(id, rq.prompt_size + size_t(rq.steps));
-  struct ReleaseTier {
-    FullTier& tier;
-    uint64_t id;
-    ~ReleaseTier() { tier.release(id); }
-  } release_tier{*full_tier_, id};
-  full_tier_->copy_from(id, cache_, rq.seq, 0, rq.prompt_size);
+  // The prompt's full KV is in the full tier (prefill_compressed); the drafter
+  // holds the view and its tail.
+  const uint64_t id = rq.tier_id;
 
   DraftLengthPolicy policy = opt.draft_auto ? DraftLengthPolicy::adaptive(opt.max_draft)
                                             : DraftLengthPolicy::fixed(opt.draft_length);
