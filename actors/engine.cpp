@@ -3,7 +3,9 @@
 // handle is dropped before the actor system is destroyed, or its destructor hangs.
 #include "actors/vericache/engine.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include "runtime/forward.hpp"
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
+#include "runtime/request_validation.hpp"
 
 
 namespace vericache {
@@ -31,6 +34,7 @@ struct Engine::Impl {
   std::unique_ptr<caf::actor_system> sys;
   caf::actor sched, drafter, mover, verifier;
   std::atomic<uint64_t> next_id{1};
+  std::shared_ptr<actors::LiveCounters> counters = std::make_shared<actors::LiveCounters>();
   TraceRecorder::time_point started = TraceRecorder::clock::now();
 };
 
@@ -45,18 +49,25 @@ Result failed_result(uint64_t id, const std::string& error) {
   return r;
 }
 
-size_t parse_draft(const std::string& d, bool& is_auto) {
-  is_auto = d == "auto";
-  if (is_auto) return 0;
-  size_t used = 0;
-  long v = -1;
-  try {
-    v = std::stol(d, &used);
-  } catch (const std::exception&) {
-  }
-  if (used != d.size() || v < 0 || v > 4096)
-    throw Error("draft: expected a length 0..4096 or 'auto', got '" + d + "'");
-  return size_t(v);
+// The embedding API's request, as the shared validation layer reads it.
+RequestInput to_input(const Request& r) {
+  RequestInput in;
+  in.prompt = r.prompt;
+  in.prompt_ids = r.prompt_ids;
+  in.max_tokens = r.max_tokens;
+  in.mode = r.mode;
+  in.compressor = r.compressor;
+  in.compressor_params = r.compressor_params;
+  in.ratio = r.ratio;
+  in.draft = r.draft;
+  in.fold_every = int64_t(std::min<size_t>(r.fold_every, size_t(INT64_MAX)));
+  in.temperature = r.temperature;
+  in.top_k = r.top_k;
+  in.top_p = r.top_p;
+  in.seed = r.seed;
+  in.stop = r.stop;
+  in.ignore_eos = r.ignore_eos;
+  return in;
 }
 
 }  // namespace
@@ -96,7 +107,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.sys_cfg->set("logger.console", caf::atom("none"));
   m.sys = std::make_unique<caf::actor_system>(*m.sys_cfg);
   m.sched = m.sys->spawn(actors::scheduler, cfg.max_active, cfg.max_queue, cfg.lockstep,
-                         m.tokenizer.get());
+                         m.tokenizer.get(), m.counters);
   m.drafter = m.sys->spawn<caf::detached>(actors::drafter, batcher, m.sched, m.trace);
   m.mover = m.sys->spawn<caf::detached>(actors::mover, m.tier.get(), streamer, m.trace);
   m.verifier = m.sys->spawn<caf::detached>(actors::verifier, verifier, m.mover, m.sched, m.trace);
@@ -126,36 +137,28 @@ Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
   try {
     DraftSpec& s = ctx->spec;
     s.id = ctx->id;
-    s.prompt = r.prompt_ids.empty() ? m.tokenizer->encode(r.prompt) : r.prompt_ids;
-    if (s.prompt.empty()) throw Error("request: the prompt has no tokens");
-    for (int32_t t : s.prompt)
-      if (t < 0 || t >= m.model->config().vocab_size)
-        throw Error("request: prompt token id " + std::to_string(t) + " is outside the vocabulary");
-    if (r.max_tokens < 1) throw Error("request: max_tokens must be at least 1");
-    s.mode = parse_decode_mode(r.mode);
-    if (s.mode != DecodeMode::full) (void)make_compressor(r.compressor, r.compressor_params);
-    s.compressor_params = r.compressor_params;
-    if (!(r.ratio >= 1.0)) throw Error("request: ratio must be >= 1");
-    s.compressor = r.compressor;
-    s.ratio = r.ratio;
-    s.max_new_tokens = size_t(r.max_tokens);
-    s.fold_every = r.fold_every;
-    s.sampling = SamplingParams{r.temperature, r.top_k, r.top_p, r.seed};
-    validate(s.sampling);
-    const size_t need = s.prompt.size() + size_t(r.max_tokens) + 1;
-    if (need > size_t(m.model->config().max_position_embeddings))
-      throw Error("request: prompt + max_tokens exceeds the model's context (" +
-                  std::to_string(m.model->config().max_position_embeddings) + ")");
+    // Every check of the request is the shared one (runtime/request_validation.hpp).
+    const ValidRequest v =
+        validate_request(to_input(r), RequestLimits::of(m.model->config()), m.tokenizer.get());
+    const GenerateOptions& o = v.options;
+    s.prompt = v.prompt_ids;
+    const size_t need = s.prompt.size() + size_t(o.max_tokens) + 1;
     if (need > m.cfg.fast_capacity_tokens)
-      throw Error("request: prompt + max_tokens exceeds the engine's fast KV capacity (" +
-                  std::to_string(m.cfg.fast_capacity_tokens) + " tokens)");
-    bool is_auto = false;
-    const size_t L = parse_draft(r.draft, is_auto);
-    ctx->policy = is_auto ? DraftLengthPolicy::adaptive(64) : DraftLengthPolicy::fixed(L);
-    ctx->stop.max_tokens = size_t(r.max_tokens);
-    if (!r.ignore_eos)
+      throw FieldError("max_tokens", "prompt + max_tokens exceeds the engine's fast KV capacity (" +
+                                         std::to_string(m.cfg.fast_capacity_tokens) + " tokens)");
+    s.mode = o.mode;
+    s.compressor = o.compressor;
+    s.compressor_params = o.compressor_params;
+    s.ratio = o.ratio;
+    s.max_new_tokens = size_t(o.max_tokens);
+    s.fold_every = o.fold_every;
+    s.sampling = o.sampling;
+    ctx->policy = o.draft_auto ? DraftLengthPolicy::adaptive(64)
+                               : DraftLengthPolicy::fixed(o.draft_length);
+    ctx->stop.max_tokens = size_t(o.max_tokens);
+    if (o.stop_at_eos)
       for (int e : m.model->config().eos_token_ids) ctx->stop.eos_ids.push_back(e);
-    ctx->stop.stop = r.stop;
+    ctx->stop.stop = o.stop;
     ctx->stop.tokenizer = m.tokenizer.get();
     ctx->result.id = ctx->id;
     ctx->result.prompt_ids = s.prompt;
@@ -170,20 +173,17 @@ Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
 void Engine::cancel(uint64_t id) { caf::anon_send(impl_->sched, actors::cancel_msg{id}); }
 
 EngineStats Engine::stats() {
+  // No message to the scheduler: the counters are atomics it updates, so this
+  // answers at once from any thread, token callbacks (the scheduler thread) included.
   Impl& m = *impl_;
   EngineStats s;
-  caf::scoped_actor self{*m.sys};
-  self->request(m.sched, std::chrono::seconds(30), actors::stats_msg{})
-      .receive(
-          [&](const actors::SchedulerCounters& c) {
-            s.submitted = c.submitted;
-            s.completed = c.completed;
-            s.failed = c.failed;
-            s.cancelled = c.cancelled;
-            s.rejected = c.rejected;
-            s.tokens = c.tokens;
-          },
-          [](caf::error&) {});
+  const actors::SchedulerCounters c = m.counters->snapshot();
+  s.submitted = c.submitted;
+  s.completed = c.completed;
+  s.failed = c.failed;
+  s.cancelled = c.cancelled;
+  s.rejected = c.rejected;
+  s.tokens = c.tokens;
   const auto now = TraceRecorder::clock::now();
   s.seconds = std::chrono::duration<double>(now - m.started).count();
   s.busy_fraction = m.trace->busy_fraction(m.started, now);

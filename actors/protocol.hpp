@@ -80,8 +80,6 @@ struct failed_msg {
 /// drafter -> itself after each batched step while requests are drafting, so other
 /// messages interleave with steps.
 struct step_msg {};
-/// engine -> scheduler: reply with a stats snapshot.
-struct stats_msg {};
 /// engine -> scheduler, once at the end: cancel everything, drop the worker
 /// handles; replies true.
 struct shutdown_msg {};
@@ -105,7 +103,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::commit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::release_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::failed_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::step_msg)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::stats_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::wire_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::shutdown_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::LayerStreamer>)

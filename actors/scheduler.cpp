@@ -18,10 +18,11 @@ void ActorOutbox::release(uint64_t id, bool full_tier) {
 }
 
 caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_active,
-                        size_t max_queue, bool lockstep, const Tokenizer* tokenizer) {
+                        size_t max_queue, bool lockstep, const Tokenizer* tokenizer,
+                        std::shared_ptr<LiveCounters> counters) {
   self->state.out = std::make_unique<ActorOutbox>(self);
-  self->state.core =
-      std::make_unique<SchedulerCore>(*self->state.out, max_active, max_queue, lockstep, tokenizer);
+  self->state.core = std::make_unique<SchedulerCore>(*self->state.out, max_active, max_queue,
+                                                     lockstep, tokenizer, std::move(counters));
   auto& core = *self->state.core;
   return {
       [self](wire_msg& w) { self->state.out->wire(w); },
@@ -31,7 +32,6 @@ caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_ac
       [&core](drafted_msg& m) { core.on_drafted(m.block); },
       [&core](verified_msg& m) { core.on_verified(std::move(m.outcome)); },
       [&core](failed_msg& m) { core.on_failed(m.id, m.error); },
-      [&core](stats_msg&) { return core.counters(); },
       [self, &core](shutdown_msg&) {
         // Every request still in flight resolves as cancelled; the worker handles
         // are dropped so that the actor system can end.

@@ -34,11 +34,12 @@ struct SchedulerState {
 };
 
 /// Handles wire_msg (once), submit_msg, cancel_msg, prefilled_msg, drafted_msg,
-/// verified_msg, failed_msg, stats_msg (replies SchedulerCounters) and
-/// shutdown_msg (cancels everything still in flight).
+/// verified_msg, failed_msg and shutdown_msg (cancels everything still in flight).
+/// Its counts go to `counters`, which any thread reads without a message.
 caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_active,
-                        size_t max_queue, bool lockstep, const Tokenizer* tokenizer);
+                        size_t max_queue, bool lockstep, const Tokenizer* tokenizer,
+                        std::shared_ptr<LiveCounters> counters);
 
 }  // namespace vc::actors
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::SchedulerCounters)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::actors::LiveCounters>)

@@ -15,9 +15,10 @@ double since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 SchedulerCore::SchedulerCore(Outbox& out, size_t max_active, size_t max_queue, bool lockstep,
-                             const Tokenizer* tokenizer)
+                             const Tokenizer* tokenizer, std::shared_ptr<LiveCounters> counters)
     : out_(out), max_active_(std::max<size_t>(1, max_active)), max_queue_(max_queue),
-      lockstep_(lockstep), tokenizer_(tokenizer) {}
+      lockstep_(lockstep), tokenizer_(tokenizer),
+      counters_(counters ? std::move(counters) : std::make_shared<LiveCounters>()) {}
 
 std::shared_ptr<RequestCtx> SchedulerCore::find(uint64_t id) const {
   auto it = active_.find(id);
@@ -25,9 +26,9 @@ std::shared_ptr<RequestCtx> SchedulerCore::find(uint64_t id) const {
 }
 
 void SchedulerCore::submit(std::shared_ptr<RequestCtx> ctx) {
-  ++counters_.submitted;
+  ++counters_->submitted;
   if (active_.size() >= max_active_ && queue_.size() >= max_queue_) {
-    ++counters_.rejected;
+    ++counters_->rejected;
     ctx->result.ok = false;
     ctx->result.finish_reason = "error";
     ctx->result.error = "overloaded: " + std::to_string(queue_.size()) +
@@ -64,7 +65,7 @@ size_t SchedulerCore::pending_position(const RequestCtx& c) const {
 bool SchedulerCore::emit(RequestCtx& c, int32_t tok, float logprob) {
   c.result.output_ids.push_back(tok);
   c.result.output_logprobs.push_back(logprob);
-  ++counters_.tokens;
+  ++counters_->tokens;
   if (c.on_token) c.on_token(c.id, tok);
   const std::string reason = c.stop.check(c.result.output_ids);
   if (reason.empty()) return false;
@@ -150,7 +151,7 @@ void SchedulerCore::cancel(uint64_t id) {
     if ((*it)->id == id) {
       auto c = *it;
       queue_.erase(it);
-      ++counters_.cancelled;
+      ++counters_->cancelled;
       c->result.finish_reason = "cancelled";
       c->result.ok = true;
       c->phase = RequestCtx::Phase::done;
@@ -181,9 +182,9 @@ void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::
   c.result.stats.total_seconds = since(c.submitted);
   if (tokenizer_ != nullptr)
     c.result.text = c.stop.cut(tokenizer_->decode(c.result.output_ids, /*skip_special=*/true));
-  if (!error.empty()) ++counters_.failed;
-  else if (reason == "cancelled") ++counters_.cancelled;
-  else ++counters_.completed;
+  if (!error.empty()) ++counters_->failed;
+  else if (reason == "cancelled") ++counters_->cancelled;
+  else ++counters_->completed;
   out_.release(c.id, c.spec.mode == DecodeMode::vericache);
   active_.erase(c.id);
   held_for_draft_.erase(std::remove(held_for_draft_.begin(), held_for_draft_.end(), c.id),

@@ -4,6 +4,7 @@
 // talks to the workers through an Outbox, which the scheduler actor implements
 // with mailbox sends and tests implement with plain vectors.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -51,14 +52,30 @@ class Outbox {
   virtual void release(uint64_t id, bool full_tier) = 0;
 };
 
+/// Requests by outcome and tokens emitted: a snapshot.
 struct SchedulerCounters {
   size_t submitted = 0, completed = 0, failed = 0, cancelled = 0, rejected = 0, tokens = 0;
 };
 
+/// The live counters: written by the scheduler thread only, read from any thread
+/// without a message to the scheduler (Engine::stats(), even from a token callback,
+/// which runs on the scheduler thread). Each count is exact; a snapshot taken while
+/// the scheduler runs may mix counts from either side of one event.
+struct LiveCounters {
+  std::atomic<size_t> submitted{0}, completed{0}, failed{0}, cancelled{0}, rejected{0}, tokens{0};
+  [[nodiscard]] SchedulerCounters snapshot() const {
+    constexpr auto r = std::memory_order_relaxed;
+    return {submitted.load(r), completed.load(r), failed.load(r),
+            cancelled.load(r), rejected.load(r), tokens.load(r)};
+  }
+};
+
 class SchedulerCore {
  public:
+  /// `counters`: where the counts go (shared with readers on other threads);
+  /// null: the core keeps its own.
   SchedulerCore(Outbox& out, size_t max_active, size_t max_queue, bool lockstep,
-                const Tokenizer* tokenizer);
+                const Tokenizer* tokenizer, std::shared_ptr<LiveCounters> counters = nullptr);
 
   void submit(std::shared_ptr<RequestCtx> ctx);
   void cancel(uint64_t id);
@@ -69,7 +86,7 @@ class SchedulerCore {
   /// Cancels everything (engine shutdown).
   void cancel_all();
 
-  [[nodiscard]] const SchedulerCounters& counters() const { return counters_; }
+  [[nodiscard]] SchedulerCounters counters() const { return counters_->snapshot(); }
   [[nodiscard]] size_t active() const { return active_.size(); }
   [[nodiscard]] size_t queued() const { return queue_.size(); }
 
@@ -92,7 +109,7 @@ class SchedulerCore {
   // Lock-step only: requests waiting at the draft or the verify barrier.
   bool verifying_ = false;
   std::vector<uint64_t> held_for_draft_, held_for_verify_;
-  SchedulerCounters counters_;
+  std::shared_ptr<LiveCounters> counters_;
 };
 
 }  // namespace vc::actors

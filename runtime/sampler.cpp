@@ -83,6 +83,9 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
       best = i;
     }
   }
+  if (best < 0)
+    throw Error("sampling: no candidate has a finite score at position " +
+                std::to_string(position) + " (the model's logits are NaN)");
   return best;
 }
 

@@ -79,7 +79,11 @@ struct EngineStats {
   size_t full_tier_bytes_held = 0;             ///< KV of requests still in the full tier
 };
 
-/// Called with each emitted token, on an engine thread; keep it short.
+/// Called with each emitted token, in order per request, on the engine's scheduler
+/// thread (a CAF worker thread, never the thread that called submit()). While it
+/// runs no other request makes progress, so keep it short and never block in it:
+/// do not wait on a Submission's future there. stats(), cancel() and submit() may be
+/// called from it (none of them waits for the scheduler).
 using TokenCallback = std::function<void(uint64_t id, int32_t token)>;
 
 class Engine {
@@ -94,11 +98,14 @@ class Engine {
     std::future<Result> result;
   };
   /// Queues a request. Never throws for a bad request: the future's Result says
-  /// what was wrong (ok = false).
+  /// what was wrong (ok = false; error names the field, as "field 'ratio': ...").
+  /// Checks are those of every front end (runtime/request_validation.hpp).
   Submission submit(const Request& r, TokenCallback on_token = {});
   /// Cancels a request: its blocks are freed in every tier; its Result has
   /// finish_reason "cancelled".
   void cancel(uint64_t id);
+  /// Engine-wide figures, read without a round trip to the scheduler: answers at
+  /// once from any thread, a token callback included.
   [[nodiscard]] EngineStats stats();
   /// Chrome trace-event JSON of everything so far (needs cfg.trace).
   void write_trace(const std::string& path);

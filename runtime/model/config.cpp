@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
+#include "runtime/model/bounded_input.hpp"
 
 namespace vc {
 namespace {
@@ -191,6 +192,18 @@ void parse_dtype(const FieldReader& r, ModelConfig& c) {
   c.dtype_given = true;
 }
 
+// The forward pass implements SwiGLU: the MLP activation must be SiLU.
+void parse_hidden_act(const FieldReader& r) {
+  const json* v = r.find("hidden_act");
+  if (!v) return;  // Hugging Face's default for these architectures is "silu"
+  if (!v->is_string())
+    r.fail("hidden_act", "expected \"silu\", found " + FieldReader::describe(*v));
+  const std::string act = v->get<std::string>();
+  if (act != "silu" && act != "swish")
+    r.fail("hidden_act", "unsupported activation '" + act +
+                             "'; this runtime implements \"silu\" (also called \"swish\") only");
+}
+
 }  // namespace
 
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
@@ -235,7 +248,17 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
     c.bos_token_id = int(id);
   }
   c.eos_token_ids = parse_eos(r);
+  // Ids the model can never produce would make end-of-text undetectable.
+  if (c.bos_token_id >= c.vocab_size)
+    r.fail("bos_token_id", "expected a token id below vocab_size (" +
+                               std::to_string(c.vocab_size) + "), found " +
+                               std::to_string(c.bos_token_id));
+  for (int id : c.eos_token_ids)
+    if (id >= c.vocab_size)
+      r.fail("eos_token_id", "expected token ids below vocab_size (" +
+                                 std::to_string(c.vocab_size) + "), found " + std::to_string(id));
   parse_dtype(r, c);
+  parse_hidden_act(r);
 
   switch (c.arch) {
     case Arch::qwen2:
@@ -256,15 +279,8 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
 }
 
 ModelConfig load_model_config(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open config file");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(path.string() + ": not valid JSON: " + e.what());
-  }
-  return parse_model_config(j, path.string());
+  const std::string text = read_file_bounded(path, kMaxTextFileBytes, path.string());
+  return parse_model_config(parse_json_bounded(text, path.string()), path.string());
 }
 
 std::vector<float> ModelConfig::rope_inv_freq() const {

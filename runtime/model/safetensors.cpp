@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
+#include "runtime/model/bounded_input.hpp"
 
 namespace vc {
 namespace {
@@ -129,10 +130,12 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
                 std::to_string(header_len) + " needs " + std::to_string(header_len) +
                 " bytes after the first 8, but the file is " + std::to_string(size) + " bytes");
 
+  const std::string_view header_text(reinterpret_cast<const char*>(bytes + 8), header_len);
+  if (json_nesting_depth(header_text, 64) > 64)
+    throw Error(file + ": safetensors header is nested deeper than 64 levels");
   json header;
   try {
-    const char* h = reinterpret_cast<const char*>(bytes + 8);
-    header = json::parse(h, h + header_len);
+    header = json::parse(header_text);
   } catch (const json::exception& e) {
     throw Error(file + ": safetensors header is not valid JSON: " + e.what());
   }
@@ -183,14 +186,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& model_dir) {
   const fs::path single_path = model_dir / "model.safetensors";
   if (fs::exists(index_path, ec)) {
     const std::string idx = index_path.string();
-    std::ifstream in(index_path, std::ios::binary);
-    if (!in) throw Error(idx + ": cannot open index file");
-    json j;
-    try {
-      j = json::parse(in);
-    } catch (const json::exception& e) {
-      throw Error(idx + ": not valid JSON: " + e.what());
-    }
+    const json j = parse_json_bounded(read_file_bounded(index_path, kMaxModelJsonBytes, idx), idx);
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw Error(idx + ": field 'weight_map': missing; expected an object {tensor: shard file}");
     std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;

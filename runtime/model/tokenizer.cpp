@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "kernels/error.hpp"
+#include "runtime/model/bounded_input.hpp"
 #include "runtime/model/tokenizer_internal.hpp"
 
 namespace vc {
@@ -130,15 +131,9 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open tokenizer file");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(path.string() + ": not valid JSON: " + e.what());
-  }
-  return from_json(j, path.string());
+  const std::string text = read_file_bounded(path, kMaxModelJsonBytes, path.string());
+  return from_json(parse_json_bounded(text, path.string(), {kMaxModelJsonBytes, 64}),
+                   path.string());
 }
 
 Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& source) {
@@ -192,7 +187,11 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
       if (!(skip_special && a.special)) tokens.push_back({a.content, true});
     } else if (const std::string* t = impl_->model.token_of(id)) {
       tokens.push_back({*t, false});
-    }  // ids with no token are skipped, as Hugging Face does
+    } else {
+      // An id the tokenizer lacks (a model whose vocabulary is larger than its
+      // tokenizer's) is shown, not dropped: U+FFFD, the Unicode replacement character.
+      tokens.push_back({std::string(kUnknownTokenText), true});
+    }
   }
   return tok::run_decoders(impl_->decoder, std::move(tokens));
 }

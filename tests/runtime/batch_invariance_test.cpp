@@ -20,8 +20,15 @@ struct Fixture {
   std::vector<KvSequence> seqs;
   std::vector<int32_t> next;  // the token each sequence feeds next
 
+  // Prefix sharing off: with it, sequences whose random prompts share a prefix would
+  // share its blocks, and the KV check would compare a block with itself.
+  static KvCacheConfig unshared(KvCacheConfig c) {
+    c.prefix_sharing = false;
+    return c;
+  }
+
   Fixture(DType kv, size_t n_seqs, std::mt19937& rng)
-      : cache(model->kv_config(n_seqs * 160, kv)) {
+      : cache(unshared(model->kv_config(n_seqs * 160, kv))) {
     Workspace ws(1);
     const ModelConfig& c = model->config();
     std::uniform_int_distribution<size_t> len(1, 90);

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iostream>
-#include <limits>
+#include <filesystem>
 #include <optional>
 
 #include <fmt/format.h>
@@ -17,7 +17,12 @@
 #include <vericache/engine.hpp>
 
 #include "kernels/error.hpp"
+#include "runtime/model/bounded_input.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/model/tokenizer.hpp"
+#include "runtime/request_validation.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/options.hpp"
 
 namespace vc::cli {
 
@@ -40,148 +45,67 @@ struct BatchArgs {
   std::string kv_dtype = "bf16";
 };
 
-/// One input line, parsed: the request, or why it could not be made.
+constexpr size_t kMaxLineBytes = size_t(16) << 20;
+
+// 9 significant digits, exactly as `generate --json --logprobs` prints them.
+double nine_digits(float v) { return std::stod(fmt::format("{:.9g}", v)); }
+
+/// One input line: the request as received, then validated, or why it failed.
 struct BatchLine {
   size_t line = 0;
   json id;
+  RequestInput input;
   vericache::Request req;
   bool logprobs = false;
   std::string error;
 };
 
-// 9 significant digits, exactly as `generate --json --logprobs` prints them.
-double nine_digits(float v) { return std::stod(fmt::format("{:.9g}", v)); }
-
-std::string shown(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return std::string(v.type_name()) + " " + s;
-}
-
-[[noreturn]] void bad_field(const std::string& key, const std::string& expected, const json& v) {
-  throw Error("field '" + key + "': expected " + expected + ", got " + shown(v));
-}
-
-int64_t as_int64(const std::string& key, const json& v, const std::string& expected) {
-  if (!v.is_number_integer()) bad_field(key, expected, v);
-  if (v.is_number_unsigned()) {
-    const auto u = v.get<uint64_t>();
-    if (u > uint64_t(std::numeric_limits<int64_t>::max())) bad_field(key, expected, v);
-    return int64_t(u);
-  }
-  return v.get<int64_t>();
-}
-
-int as_int(const std::string& key, const json& v) {
-  const int64_t x = as_int64(key, v, "an integer");
-  if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
-    bad_field(key, "an integer in the int range", v);
-  return int(x);
-}
-
-double as_number(const std::string& key, const json& v) {
-  if (!v.is_number()) bad_field(key, "a number", v);
-  return v.get<double>();
-}
-
-std::string as_string(const std::string& key, const json& v) {
-  if (!v.is_string()) bad_field(key, "a string", v);
-  return v.get<std::string>();
-}
-
-bool as_bool(const std::string& key, const json& v) {
-  if (!v.is_boolean()) bad_field(key, "true or false", v);
-  return v.get<bool>();
-}
-
-void apply_field(const std::string& key, const json& v, BatchLine& b) {
-  vericache::Request& r = b.req;
-  if (key == "id") {
-    if (!v.is_string() && !v.is_number()) bad_field(key, "a string or a number", v);
-    b.id = v;
-  } else if (key == "prompt") {
-    r.prompt = as_string(key, v);
-  } else if (key == "prompt_ids") {
-    if (!v.is_array()) bad_field(key, "an array of token ids", v);
-    for (const json& t : v) {
-      if (!t.is_number_integer()) bad_field(key, "an array of token ids (integers)", t);
-      const int64_t x = as_int64(key, t, "a token id");
-      if (x < 0 || x > std::numeric_limits<int32_t>::max()) bad_field(key, "a token id >= 0", t);
-      r.prompt_ids.push_back(int32_t(x));
-    }
-  } else if (key == "max_tokens") {
-    r.max_tokens = as_int(key, v);
-  } else if (key == "mode") {
-    r.mode = as_string(key, v);
-    if (r.mode != "full" && r.mode != "lossy" && r.mode != "vericache")
-      bad_field(key, "\"full\", \"lossy\" or \"vericache\"", v);
-  } else if (key == "compressor") {
-    r.compressor = as_string(key, v);
-  } else if (key == "compressor_params") {
-    if (!v.is_object()) bad_field(key, "an object of parameter names to numbers", v);
-    for (const auto& [name, value] : v.items()) r.compressor_params.emplace_back(name, as_number(key, value));
-  } else if (key == "ratio") {
-    r.ratio = as_number(key, v);
-  } else if (key == "draft") {
-    if (v.is_number_integer())
-      r.draft = std::to_string(as_int64(key, v, "a length or \"auto\""));
-    else if (v.is_string())
-      r.draft = v.get<std::string>();
-    else
-      bad_field(key, "a length or \"auto\"", v);
-  } else if (key == "temperature") {
-    r.temperature = float(as_number(key, v));
-  } else if (key == "top_k") {
-    r.top_k = as_int(key, v);
-  } else if (key == "top_p") {
-    r.top_p = float(as_number(key, v));
-  } else if (key == "seed") {
-    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
-      bad_field(key, "an integer >= 0", v);
-    r.seed = v.get<uint64_t>();
-  } else if (key == "stop") {
-    if (v.is_string()) {
-      r.stop = {v.get<std::string>()};
-    } else if (v.is_array()) {
-      for (const json& s : v) {
-        if (!s.is_string()) bad_field(key, "a string or an array of strings", s);
-        r.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      bad_field(key, "a string or an array of strings", v);
-    }
-  } else if (key == "ignore_eos") {
-    r.ignore_eos = as_bool(key, v);
-  } else if (key == "logprobs") {
-    b.logprobs = as_bool(key, v);
-  } else {
-    throw Error("unknown field '" + key +
-                "' (known: id, prompt, prompt_ids, max_tokens, mode, compressor, ratio, draft, "
-                "temperature, top_k, top_p, seed, stop, ignore_eos, logprobs)");
-  }
-}
-
+// Reads the JSON of one line into `b.input` (types and names only; ranges come
+// with validate()).
 BatchLine parse_line(const std::string& text, size_t line) {
   BatchLine b;
   b.line = line;
   b.id = line;
   try {
-    json j;
-    try {
-      j = json::parse(text);
-    } catch (const json::parse_error& e) {
-      throw Error(std::string("not valid JSON: ") + e.what());
+    const json j = parse_json_bounded(text, "", {kMaxLineBytes, 64});
+    if (j.is_object() && j.contains("id")) {  // errors below carry the id
+      const json& id = j["id"];
+      if (!id.is_string() && !id.is_number())
+        throw FieldError("id", "expected a string or a number, got " + std::string(id.type_name()));
+      b.id = id;
     }
-    if (!j.is_object()) throw Error("expected a JSON object, got " + shown(j));
-    if (j.contains("id")) apply_field("id", j["id"], b);  // errors below carry the id
-    for (const auto& [key, v] : j.items()) apply_field(key, v, b);
-    const bool has_text = j.contains("prompt"), has_ids = j.contains("prompt_ids");
-    if (!has_text && !has_ids) throw Error("needs 'prompt' (a string) or 'prompt_ids' (an array)");
-    if (has_text && has_ids) throw Error("give 'prompt' or 'prompt_ids', not both");
+    b.input = request_from_json(j, {"id"});
   } catch (const std::exception& e) {
     b.error = fmt::format("line {}: {}", line, e.what());
   }
   return b;
+}
+
+// The shared checks (the same as `generate`'s), then the engine's request.
+void validate(BatchLine& b, const RequestLimits& limits, const Tokenizer& tok) {
+  if (!b.error.empty()) return;
+  try {
+    const ValidRequest v = validate_request(b.input, limits, &tok);
+    const RequestInput& in = b.input;
+    vericache::Request& r = b.req;
+    r.prompt_ids = v.prompt_ids;
+    r.max_tokens = v.options.max_tokens;
+    r.mode = in.mode;
+    r.compressor = in.compressor;
+    r.compressor_params = in.compressor_params;
+    r.ratio = in.ratio;
+    r.draft = in.draft;
+    r.fold_every = v.options.fold_every;
+    r.temperature = v.options.sampling.temperature;
+    r.top_k = v.options.sampling.top_k;
+    r.top_p = v.options.sampling.top_p;
+    r.seed = v.options.sampling.seed;
+    r.stop = in.stop;
+    r.ignore_eos = in.ignore_eos;
+    b.logprobs = v.logprobs;
+  } catch (const std::exception& e) {
+    b.error = fmt::format("line {}: {}", b.line, e.what());
+  }
 }
 
 json stats_json(const vericache::Request& q, const vericache::RequestStats& s,
@@ -247,15 +171,18 @@ json result_json(const BatchLine& b, const vericache::Result& r, const BatchArgs
 }
 
 std::vector<BatchLine> read_lines(const std::string& path) {
+  const std::string what = "--input '" + path + "'";
+  require_readable_file(path, what);
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("--input: cannot open '" + path + "'");
+  if (!in) throw Error(what + ": cannot open");
   std::vector<BatchLine> lines;
-  std::string text;
-  for (size_t n = 1; std::getline(in, text); ++n) {
-    if (!text.empty() && text.back() == '\r') text.pop_back();
-    if (text.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
-    lines.push_back(parse_line(text, n));
+  for (size_t n = 1;; ++n) {
+    const std::optional<std::string> text = read_line_bounded(in, kMaxLineBytes, n, what);
+    if (!text) break;
+    if (text->find_first_not_of(" \t") == std::string::npos) continue;  // blank line
+    lines.push_back(parse_line(*text, n));
   }
+  if (in.bad()) throw Error(what + ": read failed");
   return lines;
 }
 
@@ -280,7 +207,11 @@ int run_batch(const BatchArgs& a) {
   using clock = std::chrono::steady_clock;
   std::vector<BatchLine> lines = read_lines(a.input);
   std::ofstream out(a.output, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error("--output: cannot open '" + a.output + "' for writing");
+  if (!out) throw Error("--output '" + a.output + "': cannot open for writing");
+  if (!a.trace.empty()) {  // an unwritable trace path fails now, not after the work
+    std::ofstream probe(a.trace, std::ios::binary | std::ios::trunc);
+    if (!probe) throw Error("--trace '" + a.trace + "': cannot open for writing");
+  }
 
   vericache::EngineConfig cfg;
   cfg.model_dir = a.model_dir;
@@ -302,20 +233,29 @@ int run_batch(const BatchArgs& a) {
   } catch (const std::exception& e) {
     throw Error(e.what());
   }
+  {
+    // Every line is checked before any runs, with generate's checks and the model's limits.
+    const ModelConfig mc = load_model_config(std::filesystem::path(a.model_dir) / "config.json");
+    const Tokenizer tok =
+        Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json");
+    for (BatchLine& b : lines) validate(b, RequestLimits::of(mc), tok);
+  }
   const auto start = clock::now();
   const double load = std::chrono::duration<double>(start - load_start).count();
 
+  // At most max_active + max_queue requests are in the engine at once: an offline
+  // batch waits for room instead of having lines answered "overloaded".
+  const size_t window = cfg.max_active + cfg.max_queue;
   std::vector<std::optional<vericache::Engine::Submission>> subs(lines.size());
-  for (size_t i = 0; i < lines.size(); ++i)
-    if (lines[i].error.empty()) subs[i] = engine->submit(lines[i].req);
-
-  size_t ok = 0, tokens = 0;
-  for (size_t i = 0; i < lines.size(); ++i) {
+  size_t ok = 0, tokens = 0, written = 0, in_flight = 0;
+  auto write_next = [&] {
+    const size_t i = written++;
     json j;
     if (!subs[i]) {
       j = {{"id", lines[i].id}, {"error", lines[i].error}, {"finish_reason", "error"}};
     } else {
       const vericache::Result r = subs[i]->result.get();
+      --in_flight;
       j = result_json(lines[i], r, a);
       if (r.ok) {
         ++ok;
@@ -325,16 +265,23 @@ int run_batch(const BatchArgs& a) {
     if (j.contains("error")) spdlog::warn("{}", j["error"].get<std::string>());
     out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     out.flush();
+  };
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (!lines[i].error.empty()) continue;
+    while (in_flight >= window) write_next();
+    subs[i] = engine->submit(lines[i].req);
+    ++in_flight;
   }
+  while (written < lines.size()) write_next();
   const double wall = std::chrono::duration<double>(clock::now() - start).count();
-  if (!out) throw Error("--output: writing '" + a.output + "' failed");
+  if (!out) throw Error("--output '" + a.output + "': writing failed");
 
   const vericache::EngineStats st = engine->stats();
   if (!a.trace.empty()) {
     try {
       engine->write_trace(a.trace);
     } catch (const std::exception& e) {
-      throw Error(std::string("--trace: ") + e.what());
+      throw Error("--trace '" + a.trace + "': " + e.what());
     }
   }
   print_summary(a, lines.size(), ok, tokens, wall, load, st);
@@ -351,7 +298,7 @@ void add_batch_command(CLI::App& app, Runner& run) {
   cmd->add_option("--output", a->output, "Results, one JSON object per line, in input order")
       ->required();
   cmd->add_option("--concurrency", a->concurrency, "Requests in flight at once (max_active)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(integer_in(1, 4096));
   cmd->add_option("--model", a->model_dir, "Model directory (Hugging Face layout)")
       ->capture_default_str();
   cmd->add_option("--full-tier", a->full_tier, "Where the full KV lives")
@@ -359,14 +306,16 @@ void add_batch_command(CLI::App& app, Runner& run) {
   cmd->add_option("--disk-dir", a->disk_dir, "Directory of the disk tier (default: a temp dir)");
   cmd->add_option("--link-gbps", a->link_gbps,
                   "Modelled link bandwidth to the full tier in GB/s (0 = unthrottled)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(number_in(0.0));
   cmd->add_flag("--lockstep", a->lockstep,
                 "Everyone drafts, then everyone verifies (for comparison)");
   cmd->add_option("--trace", a->trace, "Write a Chrome trace-event JSON file");
   cmd->add_option("--threads", a->threads, "Worker threads per compute actor (0 = auto)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-queue", a->max_queue, "Waiting requests at most (default: every line)")
-      ->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(integer_in(0, 1024));
+  cmd->add_option("--max-queue", a->max_queue,
+                  "Requests waiting in the engine at most; more lines wait their turn "
+                  "(default: every line)")
+      ->check(integer_in(1));
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->callback([&run, a] { run = [a] { return run_batch(*a); }; });

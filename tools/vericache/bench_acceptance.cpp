@@ -11,7 +11,9 @@
 
 #include "kvtiers/compressor.hpp"
 #include "runtime/generator.hpp"
+#include "runtime/request_validation.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/options.hpp"
 #include "tools/vericache/prompt_set.hpp"
 
 namespace vc::cli {
@@ -31,7 +33,14 @@ struct AcceptanceArgs {
 };
 
 int run_acceptance(const AcceptanceArgs& a) {
+  if (a.min_prompt_tokens > a.max_prompt_tokens)
+    throw Error(fmt::format("--min-prompt-tokens: {} is above --max-prompt-tokens ({})",
+                            a.min_prompt_tokens, a.max_prompt_tokens));
   auto model = Model::load(a.model_dir);
+  if (const size_t ctx = size_t(model->config().max_position_embeddings);
+      a.max_prompt_tokens + size_t(a.steps) + 16 > ctx)
+    throw Error(fmt::format("--max-prompt-tokens: {} + --steps {} exceeds the model's context of "
+                            "{} tokens", a.max_prompt_tokens, a.steps, ctx));
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
   std::vector<std::vector<int32_t>> prompts;
@@ -147,15 +156,19 @@ void add_bench_acceptance_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--model", a->model_dir, "Model directory")->capture_default_str();
   cmd->add_option("--prompts", a->prompts, "Golden JSON or JSONL prompt file")->capture_default_str();
   cmd->add_option("--compressor", a->compressors, "Methods to measure (default: all)");
-  cmd->add_option("--ratios", a->ratios, "Compression ratios")->capture_default_str();
-  cmd->add_option("--drafts", a->drafts, "Draft lengths (numbers or auto)")->capture_default_str();
-  cmd->add_option("--min-prompt-tokens", a->min_prompt_tokens)->capture_default_str();
-  cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens)->capture_default_str();
+  cmd->add_option("--ratios", a->ratios, "Compression ratios")->capture_default_str()
+      ->check(number_in(1.0, kMaxRatio));
+  cmd->add_option("--drafts", a->drafts, "Draft lengths (0..4096 or auto)")->capture_default_str()
+      ->check(draft_value());
+  cmd->add_option("--min-prompt-tokens", a->min_prompt_tokens)->capture_default_str()
+      ->check(integer_in(1));
+  cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens)->capture_default_str()
+      ->check(integer_in(1));
   cmd->add_option("--steps", a->steps, "Tokens generated per prompt")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1, 1 << 20));
   cmd->add_option("--fold-every", a->fold_every,
                   "Rebuild the view every N verified tokens (0 = keep them exact)")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_acceptance(*a); }; });
 }

@@ -11,9 +11,11 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/error.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/sampler.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/options.hpp"
 #include "tools/vericache/membw.hpp"
 
 namespace vc::cli {
@@ -71,6 +73,13 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   const ModelConfig& c = model->config();
   const DType kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   const size_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
+  const size_t model_ctx = size_t(c.max_position_embeddings);
+  if (max_ctx + a.decode_tokens > model_ctx)
+    throw Error(fmt::format("--contexts: {} + --decode-tokens {} exceeds the model's context of {} "
+                            "tokens (max_position_embeddings)", max_ctx, a.decode_tokens, model_ctx));
+  if (a.prefill_tokens > model_ctx)
+    throw Error(fmt::format("--prefill-tokens: {} exceeds the model's context of {} tokens",
+                            a.prefill_tokens, model_ctx));
   PagedKvCache cache(model->kv_config(std::max(max_ctx, a.prefill_tokens) + a.decode_tokens + 16,
                                       kv_dtype));
   const double bw = measure_read_bandwidth();
@@ -153,14 +162,15 @@ void add_bench_decode_command(CLI::App& bench, Runner& run) {
   CLI::App* cmd = bench.add_subcommand("decode", "Prefill and decode tokens/s (full KV)");
   cmd->add_option("--model", a->model_dir, "Model directory")->capture_default_str();
   cmd->add_option("--contexts", a->contexts, "Context lengths to decode after")
-      ->capture_default_str();
-  cmd->add_option("--threads", a->threads, "Thread counts to measure")->capture_default_str();
+      ->capture_default_str()->check(integer_in(0));
+  cmd->add_option("--threads", a->threads, "Thread counts to measure (0 = auto)")
+      ->capture_default_str()->check(integer_in(0, 1024));
   cmd->add_option("--prefill-tokens", a->prefill_tokens, "Prompt length for prefill speed")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(integer_in(1));
   cmd->add_option("--decode-tokens", a->decode_tokens, "Tokens decoded per measurement")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(integer_in(1));
   cmd->add_option("--repeats", a->repeats, "Measurements per figure (median)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(integer_in(1, 1000));
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_flag("--json", a->json, "Print JSON");

@@ -14,7 +14,9 @@
 #include "kvtiers/compressor.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/sampler.hpp"
+#include "runtime/request_validation.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/options.hpp"
 #include "tools/vericache/prompt_set.hpp"
 
 namespace vc::cli {
@@ -62,6 +64,11 @@ int run_divergence(const DivergenceArgs& a) {
   for (const auto& n : names) (void)make_compressor(n);  // unknown names fail first
   GeneratorConfig gc;
   gc.max_context = 4096;
+  for (const auto& p : prompts)
+    if (const size_t n = tok->encode(p.text).size(); n + size_t(a.steps) > gc.max_context)
+      throw Error(fmt::format("--steps: prompt '{}' ({} tokens) + {} steps exceeds the bench's "
+                              "context of {} tokens",
+                              p.name, n, a.steps, gc.max_context));
   Generator gen(model, tok, gc);
   const size_t V = size_t(model->config().vocab_size);
 
@@ -164,10 +171,12 @@ void add_bench_divergence_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--model", a->model_dir, "Model directory")->capture_default_str();
   cmd->add_option("--prompts", a->prompts, "Golden JSON or JSONL prompt file")->capture_default_str();
   cmd->add_option("--compressor", a->compressors, "Methods to measure (default: all)");
-  cmd->add_option("--ratios", a->ratios, "Compression ratios")->capture_default_str();
+  cmd->add_option("--ratios", a->ratios, "Compression ratios")->capture_default_str()
+      ->check(number_in(1.0, kMaxRatio));
   cmd->add_option("--steps", a->steps, "Greedy steps per prompt")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-prompts", a->max_prompts, "Use the first N prompts (0 = all)");
+      ->check(integer_in(1, 1 << 20));
+  cmd->add_option("--max-prompts", a->max_prompts, "Use the first N prompts (0 = all)")
+      ->check(integer_in(0));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_divergence(*a); }; });
 }

@@ -23,8 +23,11 @@
 #include <spdlog/spdlog.h>
 #include <vericache/engine.hpp>
 
+#include "kvtiers/compressor.hpp"
 #include "runtime/model.hpp"
+#include "runtime/request_validation.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/options.hpp"
 #include "tools/vericache/membw.hpp"
 
 namespace vc::cli {
@@ -137,6 +140,12 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
 int run_throughput(const ThroughputArgs& a) {
   const auto model = Model::load(a.model_dir);
   const ModelConfig& mc = model->config();
+  (void)make_compressor(a.compressor);  // an unknown name fails before any work
+  for (size_t ctx : a.contexts)
+    if (ctx + size_t(a.gen_tokens) > size_t(mc.max_position_embeddings))
+      throw Error(fmt::format("--contexts: {} + --gen-tokens {} exceeds the model's context of {} "
+                              "tokens (max_position_embeddings)",
+                              ctx, a.gen_tokens, mc.max_position_embeddings));
   const double ram_bps = measure_read_bandwidth();
   const double link_bps = ram_bps * a.link_gbps / a.hbm_gbps;
   const size_t bpt = size_t(2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * 2);  // bf16
@@ -217,17 +226,23 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
   auto a = std::make_shared<ThroughputArgs>();
   CLI::App* cmd = bench.add_subcommand("throughput", "Serving throughput at an equal fast-memory budget");
   cmd->add_option("--model", a->model_dir, "Model directory")->capture_default_str();
-  cmd->add_option("--contexts", a->contexts, "Prompt lengths")->capture_default_str();
+  cmd->add_option("--contexts", a->contexts, "Prompt lengths")->capture_default_str()
+      ->check(integer_in(1));
   cmd->add_option("--base-requests", a->base_requests,
-                  "Requests whose full KV the budget holds (sets the budget)")->capture_default_str();
-  cmd->add_option("--gen-tokens", a->gen_tokens, "Tokens per request")->capture_default_str();
+                  "Requests whose full KV the budget holds (sets the budget)")->capture_default_str()
+      ->check(integer_in(1, 4096));
+  cmd->add_option("--gen-tokens", a->gen_tokens, "Tokens per request")->capture_default_str()
+      ->check(integer_in(1, 1 << 20));
   cmd->add_option("--compressor", a->compressor)->capture_default_str();
-  cmd->add_option("--ratio", a->ratio)->capture_default_str();
-  cmd->add_option("--draft", a->draft, "Draft length or auto")->capture_default_str();
-  cmd->add_option("--hbm-gbps", a->hbm_gbps, "Modelled fast-memory bandwidth")->capture_default_str();
-  cmd->add_option("--link-gbps", a->link_gbps, "Modelled link bandwidth")->capture_default_str();
+  cmd->add_option("--ratio", a->ratio)->capture_default_str()->check(number_in(1.0, kMaxRatio));
+  cmd->add_option("--draft", a->draft, "Draft length or auto")->capture_default_str()
+      ->check(draft_value());
+  cmd->add_option("--hbm-gbps", a->hbm_gbps, "Modelled fast-memory bandwidth")->capture_default_str()
+      ->check(number_in(0.0, 1e9, /*lo_open=*/true));
+  cmd->add_option("--link-gbps", a->link_gbps, "Modelled link bandwidth")->capture_default_str()
+      ->check(number_in(0.0, 1e9, /*lo_open=*/true));
   cmd->add_option("--fold-every", a->fold_every, "Rebuild views every N verified tokens")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd->add_flag("!--no-disk", a->disk, "Skip the disk-tier row");
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_throughput(*a); }; });

@@ -1,12 +1,19 @@
-// vericache: command-line entry point (generate, bench).
+// vericache: command-line entry point (generate, batch, bench, compressors).
+//
+// Exit codes: 0 success; 1 bad input (an option, a config file, a model file, a
+// request), always with exactly one "error: ..." line on stderr; 2 an internal error.
 #include <cstdlib>
 #include <exception>
+#include <iostream>
+#include <new>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "kernels/error.hpp"
+#include "runtime/model/bounded_input.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/options.hpp"
 
 namespace vc::cli {
 
@@ -17,6 +24,25 @@ std::string default_model_dir() {
 
 }  // namespace vc::cli
 
+namespace {
+
+constexpr int kExitBadInput = 1;
+constexpr int kExitInternal = 2;
+
+// CLI11 reports a --config directory as "not readable (missing?)": check first.
+void check_config_path(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    std::string path;
+    if (arg == "--config" && i + 1 < argc) path = argv[i + 1];
+    else if (arg.starts_with("--config=")) path = arg.substr(9);
+    else continue;
+    vc::require_readable_file(path, "--config '" + path + "'");
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("vericache");
   spdlog::set_default_logger(logger);
@@ -24,7 +50,10 @@ int main(int argc, char** argv) {
 
   CLI::App app{"VeriCache: lossless KV-cache compression by draft-and-verify decoding"};
   app.require_subcommand(1);
-  app.set_config("--config", "", "Read options from a config file (see configs/defaults.conf)");
+  CLI::Option* config_option =
+      app.set_config("--config", "", "Read options from a config file (see configs/defaults.conf)");
+  auto config = std::make_shared<vc::cli::StrictConfig>(app, config_option);
+  app.config_formatter(config);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
@@ -34,18 +63,32 @@ int main(int argc, char** argv) {
   vc::cli::add_compressors_command(app, run);
   vc::cli::add_batch_command(app, run);
   try {
+    check_config_path(argc, argv);
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    vc::cli::report_error(e.what(), config.get());
+    return kExitBadInput;
+  } catch (const vc::Error& e) {
+    vc::cli::report_error(e.what(), config.get());
+    return kExitBadInput;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
     return run();
   } catch (const vc::Error& e) {
-    spdlog::error("{}", e.what());
-    return 1;
+    vc::cli::report_error(e.what(), config.get());
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    vc::cli::report_error("internal error: out of memory", nullptr);
+    return kExitInternal;
   } catch (const std::exception& e) {
-    spdlog::error("unexpected failure: {}", e.what());
-    return 2;
+    vc::cli::report_error(std::string("internal error: ") + e.what(), nullptr);
+    return kExitInternal;
   }
 }

@@ -1,13 +1,14 @@
 // Prompt sets for benchmarks: the golden prompts shipped in tests/data, or a JSONL
 // file of {"prompt": "..."} lines.
 #pragma once
-#include <fstream>
+#include <string_view>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
+#include "runtime/model/bounded_input.hpp"
 
 namespace vc::cli {
 
@@ -19,32 +20,44 @@ struct BenchPrompt {
 /// The bundled code prompts (held-out Python files, 65-901 tokens).
 inline std::string default_prompt_file() { return VC_DEFAULT_PROMPTS; }
 
+/// Reads a prompt set; every error names the file (and line or case) and what was
+/// expected.
 inline std::vector<BenchPrompt> load_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("prompts: cannot open '" + path + "'");
+  const std::string what = "--prompts '" + path + "'";
+  const std::string text = read_file_bounded(path, kMaxModelJsonBytes, what);
   std::vector<BenchPrompt> out;
   if (path.size() >= 6 && path.substr(path.size() - 6) == ".jsonl") {
-    std::string line;
-    for (size_t n = 1; std::getline(in, line); ++n) {
-      if (line.empty()) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const std::exception& e) {
-        throw Error("prompts: " + path + ":" + std::to_string(n) + " is not JSON: " + e.what());
-      }
-      if (!j.contains("prompt") || !j["prompt"].is_string())
-        throw Error("prompts: " + path + ":" + std::to_string(n) + " has no string \"prompt\"");
-      out.push_back({j.value("name", "line " + std::to_string(n)), j["prompt"]});
+    size_t begin = 0;
+    for (size_t n = 1; begin < text.size(); ++n) {
+      size_t end = text.find('\n', begin);
+      if (end == std::string::npos) end = text.size();
+      const std::string_view line(text.data() + begin, end - begin);
+      begin = end + 1;
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      const std::string where = what + " line " + std::to_string(n);
+      const nlohmann::json j = parse_json_bounded(line, where);
+      if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
+        throw Error(where + ": expected an object with a string \"prompt\"");
+      std::string name = "line " + std::to_string(n);
+      if (j.contains("name") && j["name"].is_string()) name = j["name"].get<std::string>();
+      out.push_back({name, j["prompt"].get<std::string>()});
     }
   } else {
-    const auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.contains("cases"))
-      throw Error("prompts: " + path + " is neither JSONL nor a golden file with \"cases\"");
-    for (const auto& c : j["cases"])
-      out.push_back({c["name"], "<|begin_of_text|>" + c["prompt_text"].get<std::string>()});
+    const nlohmann::json j = parse_json_bounded(text, what);
+    if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array())
+      throw Error(what + ": expected JSONL (a .jsonl file) or a golden file: an object with an "
+                         "array \"cases\"");
+    for (size_t i = 0; i < j["cases"].size(); ++i) {
+      const nlohmann::json& c = j["cases"][i];
+      if (!c.is_object() || !c.contains("name") || !c["name"].is_string() ||
+          !c.contains("prompt_text") || !c["prompt_text"].is_string())
+        throw Error(what + ": cases[" + std::to_string(i) +
+                    "]: expected an object with strings \"name\" and \"prompt_text\"");
+      out.push_back({c["name"].get<std::string>(),
+                     "<|begin_of_text|>" + c["prompt_text"].get<std::string>()});
+    }
   }
-  if (out.empty()) throw Error("prompts: " + path + " holds no prompt");
+  if (out.empty()) throw Error(what + ": holds no prompt");
   return out;
 }
 

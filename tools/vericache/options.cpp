@@ -1,0 +1,194 @@
+// Option validators, the strict --config reader and the one-line error report.
+#include "tools/vericache/options.hpp"
+
+#include <algorithm>
+#include <iostream>
+#include <sys/stat.h>
+
+#include "runtime/model/bounded_input.hpp"
+#include "runtime/request_validation.hpp"
+
+namespace vc::cli {
+
+namespace {
+
+constexpr size_t kMaxConfigBytes = size_t(1) << 20;
+
+// A validator whose check throws FieldError; CLI11 prefixes the option's name.
+template <typename Check>
+CLI::Validator checked(std::string description, Check check) {
+  return CLI::Validator(
+      [check](std::string& text) -> std::string {
+        try {
+          check(text);
+          return {};
+        } catch (const FieldError& e) {
+          return e.message();
+        }
+      },
+      std::move(description));
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+}  // namespace
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  return checked("INT", [lo, hi](const std::string& s) {
+    check_integer_range("", parse_integer("", s), lo, hi);
+  });
+}
+
+CLI::Validator number_in(double lo, double hi, bool lo_open) {
+  return checked("NUMBER", [lo, hi, lo_open](const std::string& s) {
+    check_number_range("", parse_number("", s), lo, hi, lo_open);
+  });
+}
+
+CLI::Validator seed_value() {
+  return checked("0..2^64-1", [](const std::string& s) { (void)parse_seed("", s); });
+}
+
+CLI::Validator draft_value() {
+  return checked("L|auto", [](const std::string& s) { (void)parse_draft("", s); });
+}
+
+std::string option_of_field(const std::string& field) {
+  std::string o = field;
+  std::replace(o.begin(), o.end(), '_', '-');
+  return "--" + o;
+}
+
+std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& in) const {
+  const std::string file =
+      config_option_ && !config_option_->results().empty() ? config_option_->results().back()
+                                                           : std::string("--config");
+  auto fail = [&](size_t line, const std::string& what) -> void {
+    throw CLI::ConfigError(file + (line ? ":" + std::to_string(line) : "") + ": " + what);
+  };
+  // The whole file, capped: /dev/zero or a wrong file stops at the cap.
+  std::string text;
+  {
+    char buf[1 << 14];
+    while (in) {
+      in.read(buf, sizeof buf);
+      text.append(buf, size_t(in.gcount()));
+      if (text.size() > kMaxConfigBytes) fail(0, "larger than the limit of 1 MiB; is it a config file?");
+    }
+  }
+  if (text.find('\0') != std::string::npos) fail(0, "holds binary data (a NUL byte); expected a text config file");
+
+  std::vector<CLI::ConfigItem> items;
+  std::vector<std::string> section;  // subcommand path
+  CLI::App* sub = nullptr;
+  size_t line_no = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    // Strip a comment (# or ;) outside quotes.
+    bool quoted = false;
+    char quote = 0;
+    for (size_t i = 0; i < line.size(); ++i) {
+      const char c = line[i];
+      if (quoted) {
+        if (c == '\\') ++i;
+        else if (c == quote) quoted = false;
+      } else if (c == '"' || c == '\'') {
+        quoted = true;
+        quote = c;
+      } else if (c == '#' || c == ';') {
+        line.resize(i);
+        break;
+      }
+    }
+    line = trim(line);
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      if (line.back() != ']') fail(line_no, "unterminated section header '" + line + "'; expected [name]");
+      const std::string name = trim(line.substr(1, line.size() - 2));
+      section.clear();
+      sub = &app_;
+      for (const auto& part : CLI::detail::split(name, '.')) {
+        CLI::App* next = nullptr;
+        for (CLI::App* s : sub->get_subcommands([](CLI::App*) { return true; }))
+          if (s->get_name() == trim(part)) next = s;
+        if (next == nullptr) {
+          std::string known;
+          for (CLI::App* s : sub->get_subcommands([](CLI::App*) { return true; })) known += (known.empty() ? "" : ", ") + s->get_name();
+          fail(line_no, "unknown section [" + name + "] (known: " + known + ")");
+        }
+        section.push_back(trim(part));
+        sub = next;
+      }
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) fail(line_no, "expected 'key = value' or '[section]', got '" + line.substr(0, 40) + "'");
+    const std::string key = trim(line.substr(0, eq));
+    const std::string raw = trim(line.substr(eq + 1));
+    CLI::App* owner = sub != nullptr ? sub : &app_;
+    CLI::Option* op = key.empty() ? nullptr : owner->get_option_no_throw("--" + key);
+    if (op == nullptr || op == config_option_) {
+      if (sub == nullptr)
+        fail(line_no, "key '" + key + "' before any [section] (options of a subcommand go under "
+                      "[generate], [batch], [bench.decode], ...)");
+      fail(line_no, "unknown key '" + key + "' in [" + CLI::detail::join(section, ".") + "]");
+    }
+    // The value: "string", 'string', [a, b, ...] or a bare word.
+    std::vector<std::string> values;
+    auto unquote = [&](std::string v) {
+      v = trim(v);
+      if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'')) {
+        if (v.back() != v.front()) fail(line_no, "unterminated string in '" + key + "'");
+        return v.substr(1, v.size() - 2);
+      }
+      if (!v.empty() && (v.front() == '"' || v.front() == '\''))
+        fail(line_no, "unterminated string in '" + key + "'");
+      return v;
+    };
+    if (!raw.empty() && raw.front() == '[') {
+      if (raw.back() != ']') fail(line_no, "unterminated list in '" + key + "'");
+      for (const auto& v : CLI::detail::split(raw.substr(1, raw.size() - 2), ','))
+        if (!trim(v).empty()) values.push_back(unquote(v));
+    } else {
+      if (raw.empty()) fail(line_no, "no value for '" + key + "'");
+      values.push_back(unquote(raw));
+    }
+    CLI::ConfigItem item;
+    item.parents = section;
+    item.name = key;
+    item.inputs = values;
+    items.push_back(item);
+    // Applied when the command line did not set it and its subcommand runs.
+    const bool runs = sub == nullptr || sub->parsed();
+    if (runs && op->count() == 0) origins_[op->get_name()] = file + ":" + std::to_string(line_no);
+  }
+  return items;
+}
+
+std::string StrictConfig::origin_of(const std::string& option) const {
+  auto it = origins_.find(option);
+  return it == origins_.end() ? std::string() : it->second;
+}
+
+void report_error(const std::string& message, const StrictConfig* config) {
+  std::string prefix;
+  if (config != nullptr && message.starts_with("--")) {
+    const std::string option = message.substr(0, message.find(':'));
+    const std::string origin = config->origin_of(option);
+    if (!origin.empty()) prefix = origin + ": ";
+  }
+  std::string line = message;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  std::cerr << "error: " << prefix << line << std::endl;
+}
+
+}  // namespace vc::cli

@@ -1,0 +1,56 @@
+// Option checking for the `vericache` CLI: validators whose messages come from the
+// shared request validation layer (runtime/request_validation.hpp), the strict
+// reader of `--config FILE`, and the one-line error report every failure ends in.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace vc::cli {
+
+/// An integer in [lo, hi] ("expected an integer >= 0, got '-2'").
+[[nodiscard]] CLI::Validator integer_in(int64_t lo,
+                                        int64_t hi = std::numeric_limits<int64_t>::max());
+/// A finite number in [lo, hi] (or (lo, hi] with lo_open).
+[[nodiscard]] CLI::Validator number_in(double lo,
+                                       double hi = std::numeric_limits<double>::infinity(),
+                                       bool lo_open = false);
+/// A seed: an integer 0..2^64-1.
+[[nodiscard]] CLI::Validator seed_value();
+/// A draft length 0..4096 or "auto".
+[[nodiscard]] CLI::Validator draft_value();
+
+/// The option a request field is set by: "max_tokens" -> "--max-tokens".
+[[nodiscard]] std::string option_of_field(const std::string& field);
+
+/// Reads `--config FILE` strictly (the format of configs/defaults.conf): sections
+/// [subcommand] or [bench.decode], `key = value` lines with long option names,
+/// "strings", numbers, true/false and [lists]. Unknown sections and keys, keys
+/// before any section, malformed lines and binary data are errors naming the file
+/// and line; the file is read up to 1 MiB. Remembers which option each applied
+/// line set, so that a later error about that option can name the file and line.
+class StrictConfig : public CLI::Config {
+ public:
+  StrictConfig(CLI::App& app, CLI::Option*& config_option)
+      : app_(app), config_option_(config_option) {}
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override { return ""; }
+  std::vector<CLI::ConfigItem> from_config(std::istream& in) const override;
+  /// "FILE:LINE" of the config line that set `option` ("--threads"), or "".
+  [[nodiscard]] std::string origin_of(const std::string& option) const;
+
+ private:
+  CLI::App& app_;
+  CLI::Option*& config_option_;
+  mutable std::map<std::string, std::string> origins_;
+};
+
+/// Prints "error: <message>" as one line on stderr (whatever --log-level says),
+/// prefixed with the config file and line when the message starts with an option
+/// that a config line set.
+void report_error(const std::string& message, const StrictConfig* config);
+
+}  // namespace vc::cli
