@@ -1,4 +1,4 @@
-// vericache: command-line entry point (generate, bench).
+// vericache: command-line entry point (generate, bench, batch, compressors).
 #include <cstdlib>
 #include <exception>
 
@@ -7,6 +7,7 @@
 
 #include "kernels/error.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/interrupt.hpp"
 
 namespace vc::cli {
 
@@ -40,6 +41,8 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
+    // SIGINT, SIGTERM, SIGHUP: delete the disk tier's scratch, exit 128 + signo.
+    vc::cli::install_interrupt_handlers();
     return run();
   } catch (const vc::Error& e) {
     spdlog::error("{}", e.what());
