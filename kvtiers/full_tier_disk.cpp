@@ -1,7 +1,7 @@
 // The disk full tier: one file per request in per-layer regions of fixed capacity
-// (layout in full_tier.hpp), in a private mkdtemp directory per tier, one block per layer buffered for writes, and reads of
-// a whole layer's K (and V) with one 4 KiB-aligned pread each, O_DIRECT when the
-// filesystem allows it.
+// (layout in full_tier.hpp), in a private mkdtemp directory per tier, one block per
+// layer buffered for writes, and reads of a whole layer's K (and V) with one 4 KiB-
+// aligned pread each, O_DIRECT when the filesystem allows it.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -121,8 +121,8 @@ DiskFullTier::DiskFullTier(const KvCacheConfig& cfg, std::string dir, bool direc
 }
 
 DiskFullTier::~DiskFullTier() {
-  close_all();              // unlinks every file this tier created
-  ::rmdir(dir_.c_str());    // only if empty: never removes anything else
+  close_all();            // unlinks every file this tier created
+  ::rmdir(dir_.c_str());  // only if empty: never removes anything else
   unregister_scratch_dir(scratch_slot_);
 }
 

@@ -208,6 +208,10 @@ TEST(engine, a_cancelled_request_frees_its_full_kv_and_the_others_finish) {
 TEST(engine, a_request_whose_full_kv_is_lost_fails_alone_with_its_error) {
   const auto dir = std::filesystem::temp_directory_path() / "vericache-engine-test-fail";
   std::filesystem::remove_all(dir);
+  struct RemoveAfter {  // the tier keeps the directory it is given; destroyed after `engine`
+    std::filesystem::path p;
+    ~RemoveAfter() { std::filesystem::remove_all(p); }
+  } remove_after{dir};
   auto cfg = config();
   cfg.full_tier = "disk";
   cfg.disk_dir = dir.string();
