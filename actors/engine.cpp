@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
-#include <unistd.h>
 
 #include "actors/protocol.hpp"
 #include "actors/scheduler.hpp"
@@ -86,12 +85,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   const DType kv = cfg.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   const KvCacheConfig kvc = m.model->kv_config(16, kv);
   if (cfg.full_tier == "disk") {
-    const std::string dir = cfg.disk_dir.empty()
-                                ? (std::filesystem::temp_directory_path() /
-                                   ("vericache-engine-" + std::to_string(::getpid())))
-                                      .string()
-                                : cfg.disk_dir;
-    m.tier = std::make_unique<DiskFullTier>(kvc, dir);
+    m.tier = std::make_unique<DiskFullTier>(kvc, cfg.disk_dir);  // private dir under it
   } else {
     m.tier = std::make_unique<HostFullTier>(kvc);
   }

@@ -218,7 +218,16 @@ class HostFullTier final : public FullTier {
   size_t allocated_ = 0;
 };
 
-/// Full tier on disk: one file per request, `<dir>/req-<id>.kv`.
+/// Full tier on disk: one file per request, `<private dir>/req-<id>.kv`, where the
+/// private dir is made by this instance with mkdtemp (`vericache-kv-XXXXXX`) under
+/// the given directory. Two tiers (in one process or in two) sharing a directory
+/// therefore never see each other's files, and nothing already in the directory is
+/// ever opened, replaced or deleted: files are created with O_CREAT | O_EXCL, the
+/// re-layout rename stays inside the private dir, and cleanup unlinks only the files
+/// this tier created, then rmdirs its private dir. The given directory is created if
+/// missing and never removed. The private dir is listed in the scratch registry
+/// (kvtiers/scratch_registry.hpp) while the tier lives, so a signal handler can
+/// delete it with remove_all_scratch().
 ///
 /// File layout: 2 * num_layers regions of equal, fixed capacity, in the order
 /// layer 0 K, layer 0 V, layer 1 K, ...; each region is `capacity_blocks` blocks
@@ -227,8 +236,8 @@ class HostFullTier final : public FullTier {
 /// aligned pread. When a request outgrows its capacity the file is re-laid out
 /// (capacity at least doubled) into a new file renamed over the old one. The file is
 /// sized with ftruncate at creation (sparse), so a shorter file means it was
-/// truncated. Files are scratch space of this process: no header, deleted on
-/// release and destruction.
+/// truncated. Files are scratch space of this tier: no header, deleted on release
+/// and destruction.
 ///
 /// Writes go through one buffered descriptor per request, with one block per layer
 /// held in memory until a write moves that layer to another block (decode writes a
@@ -237,12 +246,17 @@ class HostFullTier final : public FullTier {
 /// (EINVAL: buffered reads from then on).
 class DiskFullTier final : public FullTier {
  public:
-  /// Creates `dir` if missing; throws vc::Error naming it if it cannot be created or
-  /// written. `direct_io`: try O_DIRECT for reads.
+  /// Makes a private directory under `dir` (created if missing; "" = $TMPDIR, else
+  /// /tmp). Throws vc::Error naming the directory if it cannot be created or written,
+  /// or naming TMPDIR if that is not an existing directory. `direct_io`: try O_DIRECT
+  /// for reads.
   DiskFullTier(const KvCacheConfig& cfg, std::string dir, bool direct_io = true);
   ~DiskFullTier() override;
   [[nodiscard]] std::string_view kind() const override { return "disk"; }
 
+  /// The directory given (or the temp dir) that holds the private dir.
+  [[nodiscard]] const std::string& parent_dir() const { return parent_; }
+  /// This tier's private directory, where its files live.
   [[nodiscard]] const std::string& dir() const { return dir_; }
   /// The KV file of request `id` (whether or not it exists).
   [[nodiscard]] std::string file_path(uint64_t id) const;
@@ -267,8 +281,9 @@ class DiskFullTier final : public FullTier {
   void relayout(uint64_t id, DiskSlot& d, size_t capacity_blocks);
   [[nodiscard]] int open_for_read(uint64_t id, bool aligned, bool& direct);
 
-  std::string dir_;
-  bool created_dir_ = false;
+  std::string parent_;     // given directory (kept)
+  std::string dir_;        // private directory (mkdtemp), removed on destruction
+  int scratch_slot_ = -1;  // in the scratch registry
   bool direct_io_;
   size_t io_read_ = 0, io_written_ = 0;
 };

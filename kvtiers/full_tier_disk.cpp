@@ -1,13 +1,14 @@
 // The disk full tier: one file per request in per-layer regions of fixed capacity
-// (layout in full_tier.hpp), one block per layer buffered for writes, and reads of
-// a whole layer's K (and V) with one 4 KiB-aligned pread each, O_DIRECT when the
-// filesystem allows it.
+// (layout in full_tier.hpp), in a private mkdtemp directory per tier, one block per
+// layer buffered for writes, and reads of a whole layer's K (and V) with one 4 KiB-
+// aligned pread each, O_DIRECT when the filesystem allows it.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -17,6 +18,7 @@
 
 #include "kernels/error.hpp"
 #include "kvtiers/full_tier.hpp"
+#include "kvtiers/scratch_registry.hpp"
 
 namespace vc {
 
@@ -29,6 +31,18 @@ constexpr size_t kCopyChunk = size_t(8) << 20;  // re-layout copies in 8 MiB pie
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 std::string errno_text() { return std::strerror(errno); }
+
+// $TMPDIR if set (it must name a directory), else /tmp.
+std::string temp_dir() {
+  const char* env = std::getenv("TMPDIR");
+  if (env == nullptr || *env == '\0') return "/tmp";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(env, ec))
+    throw Error("DiskFullTier: TMPDIR is '" + std::string(env) +
+                "', which is not an existing directory; set TMPDIR to one or give the disk "
+                "tier a directory (--disk-dir)");
+  return env;
+}
 
 // Closes a descriptor on scope exit unless released.
 struct FdGuard {
@@ -78,29 +92,38 @@ struct DiskFullTier::DiskSlot : Slot {
 };
 
 DiskFullTier::DiskFullTier(const KvCacheConfig& cfg, std::string dir, bool direct_io)
-    : FullTier(cfg), dir_(std::move(dir)), direct_io_(direct_io) {
+    : FullTier(cfg), parent_(std::move(dir)), direct_io_(direct_io) {
   namespace fs = std::filesystem;
-  if (dir_.empty()) throw Error("DiskFullTier: the directory name is empty");
+  if (parent_.empty()) parent_ = temp_dir();
+  while (parent_.size() > 1 && parent_.back() == '/') parent_.pop_back();
   std::error_code ec;
-  const fs::file_status st = fs::status(dir_, ec);
+  const fs::file_status st = fs::status(parent_, ec);
   if (!fs::exists(st)) {
-    created_dir_ = fs::create_directories(dir_, ec);
-    if (ec) throw Error("DiskFullTier: cannot create directory " + dir_ + ": " + ec.message());
+    fs::create_directories(parent_, ec);  // kept afterwards: others may share it
+    if (ec) throw Error("DiskFullTier: cannot create directory " + parent_ + ": " + ec.message());
   } else if (!fs::is_directory(st)) {
-    throw Error("DiskFullTier: " + dir_ + " is not a directory");
+    throw Error("DiskFullTier: " + parent_ + " is not a directory");
   }
-  // Writability: create and delete a probe file (access(W_OK) is wrong for root
-  // and for read-only mounts).
-  const std::string probe = dir_ + "/.vericache-probe-" + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error("DiskFullTier: directory " + dir_ + " is not writable: " + errno_text());
-  ::close(fd);
-  ::unlink(probe.c_str());
+  // A private directory per tier: names cannot clash with another tier, another
+  // process or the user's files, and creating it checks that `parent_` is writable
+  // (access(W_OK) is wrong for root and for read-only mounts).
+  std::string tmpl = parent_ + "/vericache-kv-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    throw Error("DiskFullTier: directory " + parent_ +
+                " is not writable (cannot create a private directory in it): " + errno_text());
+  dir_ = std::move(tmpl);
+  try {
+    scratch_slot_ = register_scratch_dir(dir_);
+  } catch (...) {
+    ::rmdir(dir_.c_str());
+    throw;
+  }
 }
 
 DiskFullTier::~DiskFullTier() {
-  close_all();
-  if (created_dir_) ::rmdir(dir_.c_str());  // only if empty: never removes others' files
+  close_all();            // unlinks every file this tier created
+  ::rmdir(dir_.c_str());  // only if empty: never removes anything else
+  unregister_scratch_dir(scratch_slot_);
 }
 
 std::string DiskFullTier::file_path(uint64_t id) const {
@@ -120,7 +143,7 @@ std::unique_ptr<FullTier::Slot> DiskFullTier::open_slot(uint64_t id, size_t capa
   d->path = file_path(id);
   d->capacity_blocks = capacity_blocks > 0 ? capacity_blocks : kDefaultBlocks;
   d->region = region_bytes(d->capacity_blocks);
-  FdGuard fd{::open(d->path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+  FdGuard fd{::open(d->path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)};
   if (fd.fd < 0) throw Error(where(id) + ": cannot create the KV file: " + errno_text());
   if (::ftruncate(fd.fd, off_t(2 * cfg_.num_layers * d->region)) != 0) {
     const std::string why = errno_text();
@@ -142,9 +165,9 @@ void DiskFullTier::ensure_blocks(uint64_t id, Slot& s, size_t n_blocks) {
 void DiskFullTier::relayout(uint64_t id, DiskSlot& d, size_t capacity_blocks) {
   const std::string tmp = d.path + ".grow";
   const size_t region = region_bytes(capacity_blocks);
-  FdGuard nfd{::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+  FdGuard nfd{::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)};
   auto fail = [&](const std::string& what) {
-    ::unlink(tmp.c_str());
+    if (nfd.fd >= 0) ::unlink(tmp.c_str());  // only the file we created
     throw Error(where(id) + ": growing to " + std::to_string(capacity_blocks) + " blocks: " + what);
   };
   if (nfd.fd < 0) fail("cannot create " + tmp + ": " + errno_text());

@@ -103,7 +103,7 @@ struct GenerateResult {
 struct GeneratorConfig {
   int threads = 0;               // 0: default_thread_count()
   std::string full_tier = "host";  // vericache: "host" memory or "disk"
-  std::string disk_dir;            // disk tier directory ("" = a fresh temp dir)
+  std::string disk_dir;            // holds the disk tier's private dir ("" = $TMPDIR or /tmp)
   double link_bandwidth = 0;       // bytes/s of the modelled link (0 = unthrottled)
   DType kv_dtype = DType::bf16;  // storage of the KV cache
   size_t max_context = 0;        // 0: the model's max_position_embeddings

@@ -15,9 +15,6 @@
 // same KV bits as full-KV decoding, so ids and logprobs equal --mode full bit for bit.
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-
-#include <unistd.h>
 
 #include "kernels/error.hpp"
 #include "kvtiers/full_tier.hpp"
@@ -32,14 +29,8 @@ namespace vc {
 namespace {
 
 std::unique_ptr<FullTier> make_full_tier(const GeneratorConfig& cfg, const KvCacheConfig& kv) {
-  if (cfg.full_tier == "disk") {
-    std::string dir = cfg.disk_dir;
-    if (dir.empty())
-      dir = (std::filesystem::temp_directory_path() /
-             ("vericache-kv-" + std::to_string(::getpid())))
-                .string();
-    return std::make_unique<DiskFullTier>(kv, dir);
-  }
+  // A private directory per tier under disk_dir ("" = the temp dir).
+  if (cfg.full_tier == "disk") return std::make_unique<DiskFullTier>(kv, cfg.disk_dir);
   return std::make_unique<HostFullTier>(kv);
 }
 

@@ -19,7 +19,7 @@ struct EngineConfig {
   std::string model_dir;            ///< Hugging Face model directory
   int threads = 0;                  ///< per compute actor; 0 = auto
   std::string full_tier = "host";   ///< where full KV lives: "host" or "disk"
-  std::string disk_dir;             ///< disk tier directory ("" = a temp dir)
+  std::string disk_dir;             ///< holds the disk tier's private dir ("" = $TMPDIR or /tmp)
   double link_bytes_per_second = 0; ///< modelled link to the full tier (0 = unthrottled)
   size_t fast_capacity_tokens = 1 << 16;  ///< KV positions the drafter's fast memory holds
   std::string kv_dtype = "bf16";    ///< "bf16" or "f32"

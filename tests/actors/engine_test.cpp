@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -200,6 +202,44 @@ TEST(engine, stats_called_from_a_token_callback_answers_without_blocking) {
   EXPECT_EQ(engine.stats().completed, 1u);
 }
 
+TEST(engine, two_engines_sharing_a_disk_dir_match_full_decoding_and_leave_it_empty) {
+  char tmpl[] = "/tmp/vc-engine-disk-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::ofstream(dir + "/req-1.kv") << "a file of the user's";
+  const auto cases = make_cases(8, 777);
+  {
+    auto cfg = config(4);
+    cfg.full_tier = "disk";
+    cfg.disk_dir = dir;
+    Engine a(cfg), b(cfg);  // both number their requests from 1
+    std::vector<Engine::Submission> sa, sb;
+    for (size_t i = 0; i < cases.size(); ++i) {  // interleaved submissions
+      sa.push_back(a.submit(cases[i].req));
+      sb.push_back(b.submit(cases[cases.size() - 1 - i].req));
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto ra = sa[i].result.get(), rb = sb[i].result.get();
+      ASSERT_TRUE(ra.ok) << ra.error;
+      ASSERT_TRUE(rb.ok) << rb.error;
+      EXPECT_EQ(ra.output_ids, cases[i].expected_ids) << "engine a, request " << i;
+      EXPECT_EQ(ra.output_logprobs, cases[i].expected_logprobs) << "engine a, request " << i;
+      const auto& cb = cases[cases.size() - 1 - i];
+      EXPECT_EQ(rb.output_ids, cb.expected_ids) << "engine b, request " << i;
+      EXPECT_EQ(rb.output_logprobs, cb.expected_logprobs) << "engine b, request " << i;
+    }
+  }
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"req-1.kv"});
+  std::ifstream in(dir + "/req-1.kv");
+  std::string body;
+  std::getline(in, body);
+  EXPECT_EQ(body, "a file of the user's");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(engine, streams_tokens_through_the_callback_in_order) {
   Engine engine(config());
   vericache::Request r;
@@ -239,6 +279,10 @@ TEST(engine, a_cancelled_request_frees_its_full_kv_and_the_others_finish) {
 TEST(engine, a_request_whose_full_kv_is_lost_fails_alone_with_its_error) {
   const auto dir = std::filesystem::temp_directory_path() / "vericache-engine-test-fail";
   std::filesystem::remove_all(dir);
+  struct RemoveAfter {  // the tier keeps the directory it is given; destroyed after `engine`
+    std::filesystem::path p;
+    ~RemoveAfter() { std::filesystem::remove_all(p); }
+  } remove_after{dir};
   auto cfg = config();
   cfg.full_tier = "disk";
   cfg.disk_dir = dir.string();
@@ -252,7 +296,7 @@ TEST(engine, a_request_whose_full_kv_is_lost_fails_alone_with_its_error) {
   uint64_t victim_id = 0;
   auto v = engine.submit(victim, [&](uint64_t id, int32_t) {
     if (++tokens == 3) {  // on the scheduler's thread: the file goes behind the tier's back
-      for (const auto& e : std::filesystem::directory_iterator(dir))
+      for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
         if (e.path().filename().string() == "req-" + std::to_string(id) + ".kv")
           std::filesystem::remove(e.path());
       victim_id = id;

@@ -285,10 +285,11 @@ TEST(full_tier, disk_tier_grows_its_file_keeps_aligned_regions_and_cleans_up) {
     EXPECT_EQ(tier.io_bytes_read() - io_before, 3 * 2 * tier.staging_bytes(150));
     EXPECT_EQ(tier.staging_bytes(150), 3 * kTierAlign);
     EXPECT_GT(tier.io_bytes_written(), 0u);
-    // A second tier in the same (now existing) directory keeps to its own files.
     tier.create(10);
   }
-  EXPECT_FALSE(fs::exists(kv_dir));  // files deleted, the directory it created removed
+  // Files and the private dir deleted; the given directory, created, is kept.
+  EXPECT_TRUE(fs::is_directory(kv_dir));
+  EXPECT_TRUE(fs::is_empty(kv_dir));
 }
 
 TEST(full_tier, a_missing_or_truncated_kv_file_gives_an_error_naming_the_file) {

@@ -1,7 +1,8 @@
 // vericache: command-line entry point (generate, batch, bench, compressors).
 //
 // Exit codes: 0 success; 1 bad input (an option, a config file, a model file, a
-// request), always with exactly one "error: ..." line on stderr; 2 an internal error.
+// request), always with exactly one "error: ..." line on stderr; 2 an internal error;
+// 128 + signo after SIGINT, SIGTERM or SIGHUP (the disk tier's scratch deleted).
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "kernels/error.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/interrupt.hpp"
 #include "tools/vericache/options.hpp"
 
 namespace vc::cli {
@@ -80,6 +82,8 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
+    // SIGINT, SIGTERM, SIGHUP: delete the disk tier's scratch, exit 128 + signo.
+    vc::cli::install_interrupt_handlers();
     return run();
   } catch (const vc::Error& e) {
     vc::cli::report_error(e.what(), config.get());
