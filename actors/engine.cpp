@@ -12,7 +12,9 @@
 #include "actors/scheduler.hpp"
 #include "actors/workers.hpp"
 #include "kernels/error.hpp"
+#include "kvtiers/fast_memory.hpp"
 #include "kvtiers/full_tier.hpp"
+#include "runtime/fast_memory_need.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -28,6 +30,11 @@ struct Engine::Impl {
   std::shared_ptr<const Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;
   std::unique_ptr<FullTier> tier;
+  std::unique_ptr<FastMemory> fast;      // the fast-memory budget, charged by all below
+  KvCacheConfig kv;
+  size_t request_budget = 0;             // fast memory left for requests' needs
+  std::shared_ptr<DraftBatcher> batcher;
+  std::shared_ptr<LayerStreamer> streamer;
   std::shared_ptr<TraceRecorder> trace;
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
@@ -84,16 +91,31 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
       Tokenizer::from_file(std::filesystem::path(cfg.model_dir) / "tokenizer.json"));
   const DType kv = cfg.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   const KvCacheConfig kvc = m.model->kv_config(16, kv);
+  m.kv = kvc;
+  const size_t per_token = 2 * kvc.num_layers * kvc.kv_heads * kvc.head_dim * dtype_size(kv);
+  const size_t budget = cfg.fast_memory_bytes > 0 ? cfg.fast_memory_bytes : (size_t(1) << 16) * per_token;
+  const size_t overhead = engine_fast_overhead(kvc, cfg.stage_positions);
+  if (budget <= overhead)
+    throw Error("EngineConfig.fast_memory_bytes: " + format_bytes(budget) +
+                " does not cover the staging buffers of the verify and prefill passes (" +
+                format_bytes(overhead) + ")");
+  m.fast = std::make_unique<FastMemory>(budget);
+  m.request_budget = budget - overhead;
   if (cfg.full_tier == "disk") {
     m.tier = std::make_unique<DiskFullTier>(kvc, cfg.disk_dir);  // private dir under it
   } else {
     m.tier = std::make_unique<HostFullTier>(kvc);
   }
   m.trace = std::make_shared<TraceRecorder>(cfg.trace);
-  auto batcher = std::make_shared<DraftBatcher>(m.model, m.tier.get(), cfg.fast_capacity_tokens,
-                                                kv, cfg.threads);
-  auto streamer = std::make_shared<LayerStreamer>(*m.tier);
+  // The block pool can never hold more than the budget: every block is charged.
+  const size_t pool_tokens = budget / per_token + kvc.block_tokens;
+  auto batcher = std::make_shared<DraftBatcher>(m.model, m.tier.get(), pool_tokens, kv,
+                                                cfg.threads, m.fast.get(), cfg.stage_positions);
+  auto streamer = std::make_shared<LayerStreamer>(*m.tier, cfg.stage_positions);
   streamer->set_link_bandwidth(cfg.link_bytes_per_second);
+  streamer->set_budget(m.fast.get());
+  m.batcher = batcher;
+  m.streamer = streamer;
   auto verifier = std::make_shared<Verifier>(m.model, cfg.threads);
 
   m.sys_cfg = std::make_unique<caf::actor_system_config>();
@@ -101,7 +123,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.sys_cfg->set("logger.console", caf::atom("none"));
   m.sys = std::make_unique<caf::actor_system>(*m.sys_cfg);
   m.sched = m.sys->spawn(actors::scheduler, cfg.max_active, cfg.max_queue, cfg.lockstep,
-                         m.tokenizer.get(), m.counters);
+                         m.tokenizer.get(), m.counters, m.request_budget);
   m.drafter = m.sys->spawn<caf::detached>(actors::drafter, batcher, m.sched, m.trace);
   m.mover = m.sys->spawn<caf::detached>(actors::mover, m.tier.get(), streamer, m.trace);
   m.verifier = m.sys->spawn<caf::detached>(actors::verifier, verifier, m.mover, m.sched, m.trace);
@@ -136,10 +158,6 @@ Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
         validate_request(to_input(r), RequestLimits::of(m.model->config()), m.tokenizer.get());
     const GenerateOptions& o = v.options;
     s.prompt = v.prompt_ids;
-    const size_t need = s.prompt.size() + size_t(o.max_tokens) + 1;
-    if (need > m.cfg.fast_capacity_tokens)
-      throw FieldError("max_tokens", "prompt + max_tokens exceeds the engine's fast KV capacity (" +
-                                         std::to_string(m.cfg.fast_capacity_tokens) + " tokens)");
     s.mode = o.mode;
     s.compressor = o.compressor;
     s.compressor_params = o.compressor_params;
@@ -147,6 +165,15 @@ Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
     s.max_new_tokens = size_t(o.max_tokens);
     s.fold_every = o.fold_every;
     s.sampling = o.sampling;
+    // Admission by memory: reserve what the request can grow to; a request that
+    // could never fit alone fails now, naming the sizes.
+    const FastNeed need = fast_memory_need(s, m.kv, o.draft_auto ? 64 : o.draft_length);
+    if (need.total() > m.request_budget)
+      throw Error("request: needs " + need.describe() + " of fast memory, more than the " +
+                  format_bytes(m.request_budget) + " the engine's budget (" +
+                  format_bytes(m.fast->capacity()) + ") leaves for requests");
+    ctx->fast_need = need.total();
+    ctx->result.stats.fast_bytes_reserved = need.total();
     ctx->policy = o.draft_auto ? DraftLengthPolicy::adaptive(64)
                                : DraftLengthPolicy::fixed(o.draft_length);
     ctx->stop.max_tokens = size_t(o.max_tokens);
@@ -185,6 +212,14 @@ EngineStats Engine::stats() {
   s.full_tier_bytes_read = b.read;
   s.full_tier_bytes_written = b.written;
   s.full_tier_bytes_held = b.held;
+  s.full_tier_bytes_read_verify = m.streamer->bytes_streamed();
+  s.full_tier_bytes_read_prefill = m.batcher->prefill_bytes_streamed();
+  const size_t streamed = s.full_tier_bytes_read_verify + s.full_tier_bytes_read_prefill;
+  s.full_tier_bytes_read_refold = b.read > streamed ? b.read - streamed : 0;
+  s.fast_memory_budget = m.fast->capacity();
+  s.fast_memory_used = m.fast->used();
+  s.fast_memory_peak = m.fast->peak();
+  s.fast_memory_reserved = m.counters->fast_reserved.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -27,7 +27,8 @@ std::shared_ptr<RequestCtx> SchedulerCore::find(uint64_t id) const {
 
 void SchedulerCore::submit(std::shared_ptr<RequestCtx> ctx) {
   ++counters_->submitted;
-  if (active_.size() >= max_active_ && queue_.size() >= max_queue_) {
+  const bool admissible_now = queue_.empty() && active_.size() < max_active_ && fits(*ctx);
+  if (!admissible_now && queue_.size() >= max_queue_) {
     ++counters_->rejected;
     ctx->result.ok = false;
     ctx->result.finish_reason = "error";
@@ -43,9 +44,11 @@ void SchedulerCore::submit(std::shared_ptr<RequestCtx> ctx) {
 }
 
 void SchedulerCore::admit() {
-  while (active_.size() < max_active_ && !queue_.empty()) {
+  while (active_.size() < max_active_ && !queue_.empty() && fits(*queue_.front())) {
     auto c = std::move(queue_.front());
     queue_.pop_front();
+    fast_reserved_ += c->fast_need;
+    counters_->fast_reserved.store(fast_reserved_, std::memory_order_relaxed);
     c->started = std::chrono::steady_clock::now();
     c->result.stats.queue_seconds = since(c->submitted);
     c->phase = RequestCtx::Phase::prefill;
@@ -62,12 +65,16 @@ size_t SchedulerCore::pending_position(const RequestCtx& c) const {
   return c.spec.prompt.size() + c.result.output_ids.size() - 1;
 }
 
-bool SchedulerCore::emit(RequestCtx& c, int32_t tok, float logprob) {
+std::string SchedulerCore::push(RequestCtx& c, int32_t tok, float logprob) {
   c.result.output_ids.push_back(tok);
   c.result.output_logprobs.push_back(logprob);
   ++counters_->tokens;
   if (c.on_token) c.on_token(c.id, tok);
-  const std::string reason = c.stop.check(c.result.output_ids);
+  return c.stop.check(c.result.output_ids);
+}
+
+bool SchedulerCore::emit(RequestCtx& c, int32_t tok, float logprob) {
+  const std::string reason = push(c, tok, logprob);
   if (reason.empty()) return false;
   finish(c, reason);
   return true;
@@ -92,6 +99,7 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
   if (!c) return;
   c->result.stats.prefill_seconds = r.seconds;
   c->result.stats.compressed_bytes = r.compressed_bytes;
+  c->result.stats.fast_bytes_peak = std::max(c->result.stats.fast_bytes_peak, r.fast_bytes_peak);
   if (!emit(*c, r.token, r.logprob)) next_round(*c);
   check_barriers();
 }
@@ -100,6 +108,7 @@ void SchedulerCore::on_drafted(DraftBlock& b) {
   auto c = find(b.id);
   if (!c) return;
   c->result.stats.draft_seconds += b.seconds;
+  c->result.stats.fast_bytes_peak = std::max(c->result.stats.fast_bytes_peak, b.fast_bytes_peak);
   if (b.final) {
     for (size_t i = 0; i < b.tokens.size(); ++i)
       if (emit(*c, b.tokens[i], b.logprobs[i])) return check_barriers();
@@ -122,18 +131,28 @@ void SchedulerCore::on_verified(std::shared_ptr<const VerifyOutcome> v) {
   auto c = find(v->id);
   if (!c) return;
   const size_t p0 = pending_position(*c);
+  c->policy.observe(c->drafts.size(), v->accepted, c->round_draft_seconds, v->seconds);
+  std::string reason;
+  size_t emitted = 0;
+  while (emitted < v->tokens.size() && reason.empty()) {
+    reason = push(*c, v->tokens[emitted], v->logprobs[emitted]);
+    ++emitted;
+  }
   {
+    // Accepted drafts count up to the token that stopped the request.
     auto& s = c->result.stats;
+    const size_t accepted = std::min(v->accepted, emitted);
     s.rounds += 1;
     s.drafted += c->drafts.size();
-    s.accepted += v->accepted;
-    if (s.accepted_histogram.size() <= v->accepted) s.accepted_histogram.resize(v->accepted + 1);
-    s.accepted_histogram[v->accepted] += 1;
+    s.accepted += accepted;
+    if (s.accepted_histogram.size() <= accepted) s.accepted_histogram.resize(accepted + 1);
+    s.accepted_histogram[accepted] += 1;
     s.verify_seconds += v->seconds;
   }
-  c->policy.observe(c->drafts.size(), v->accepted, c->round_draft_seconds, v->seconds);
-  for (size_t j = 0; j < v->tokens.size(); ++j)
-    if (emit(*c, v->tokens[j], v->logprobs[j])) return check_barriers();
+  if (!reason.empty()) {
+    finish(*c, reason);
+    return check_barriers();
+  }
   out_.commit_drafter(v, p0);  // before the next draft: the same mailbox keeps order
   next_round(*c);
   check_barriers();
@@ -186,6 +205,8 @@ void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::
   else if (reason == "cancelled") ++counters_->cancelled;
   else ++counters_->completed;
   out_.release(c.id, c.spec.mode == DecodeMode::vericache);
+  fast_reserved_ -= std::min(fast_reserved_, c.fast_need);
+  counters_->fast_reserved.store(fast_reserved_, std::memory_order_relaxed);
   active_.erase(c.id);
   held_for_draft_.erase(std::remove(held_for_draft_.begin(), held_for_draft_.end(), c.id),
                         held_for_draft_.end());

@@ -37,6 +37,7 @@ struct RequestCtx {
   std::vector<int32_t> drafts;   // the round's drafts, once drafted
   double round_draft_seconds = 0;
   bool wants_stats = false;      // the round's verify gathers statistics for a fold
+  size_t fast_need = 0;          // fast-memory bytes reserved for it while active
   std::chrono::steady_clock::time_point submitted, started;
 };
 
@@ -63,6 +64,7 @@ struct SchedulerCounters {
 /// the scheduler runs may mix counts from either side of one event.
 struct LiveCounters {
   std::atomic<size_t> submitted{0}, completed{0}, failed{0}, cancelled{0}, rejected{0}, tokens{0};
+  std::atomic<size_t> fast_reserved{0};  // bytes admission reserved for active requests
   [[nodiscard]] SchedulerCounters snapshot() const {
     constexpr auto r = std::memory_order_relaxed;
     return {submitted.load(r), completed.load(r), failed.load(r),
@@ -76,6 +78,12 @@ class SchedulerCore {
   /// null: the core keeps its own.
   SchedulerCore(Outbox& out, size_t max_active, size_t max_queue, bool lockstep,
                 const Tokenizer* tokenizer, std::shared_ptr<LiveCounters> counters = nullptr);
+  /// Admission by memory: requests whose fast_need is reserved while they are
+  /// active fit in `bytes` (0: no limit); the queue's head waits until they do
+  /// (FIFO, so no request starves).
+  void set_fast_budget(size_t bytes) { fast_budget_ = bytes; }
+  /// Fast-memory bytes reserved by active requests.
+  [[nodiscard]] size_t fast_reserved() const { return fast_reserved_; }
 
   void submit(std::shared_ptr<RequestCtx> ctx);
   void cancel(uint64_t id);
@@ -94,7 +102,9 @@ class SchedulerCore {
   std::shared_ptr<RequestCtx> find(uint64_t id) const;
   void admit();
   void next_round(RequestCtx& c);
-  bool emit(RequestCtx& c, int32_t tok, float logprob);  // true: stop
+  bool emit(RequestCtx& c, int32_t tok, float logprob);  // true: stop (finished)
+  /// Appends a token and calls back; returns the stop reason ("" to go on).
+  std::string push(RequestCtx& c, int32_t tok, float logprob);
   void finish(RequestCtx& c, const std::string& reason, const std::string& error = "");
   void check_barriers();
   [[nodiscard]] size_t remaining(const RequestCtx& c) const;
@@ -102,6 +112,10 @@ class SchedulerCore {
 
   Outbox& out_;
   size_t max_active_, max_queue_;
+  size_t fast_budget_ = 0, fast_reserved_ = 0;
+  [[nodiscard]] bool fits(const RequestCtx& c) const {
+    return fast_budget_ == 0 || fast_reserved_ + c.fast_need <= fast_budget_;
+  }
   bool lockstep_;
   const Tokenizer* tokenizer_;
   std::deque<std::shared_ptr<RequestCtx>> queue_;

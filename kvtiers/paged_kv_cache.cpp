@@ -30,7 +30,15 @@ PagedKvCache::~PagedKvCache() { munmap(storage_, storage_bytes_); }
 
 void PagedKvCache::reserve(KvSequence& seq, size_t positions) {
   const size_t need = (positions + cfg_.block_tokens - 1) / cfg_.block_tokens;
-  while (seq.blocks.size() < need) seq.blocks.push_back(pool_.allocate());
+  while (seq.blocks.size() < need) {
+    if (budget_ != nullptr) budget_->charge(block_bytes(), "a KV block");
+    try {
+      seq.blocks.push_back(pool_.allocate());
+    } catch (...) {
+      if (budget_ != nullptr) budget_->release(block_bytes());
+      throw;
+    }
+  }
 }
 
 size_t PagedKvCache::slot_offset(const KvSequence& seq, size_t pos, size_t head) const {
@@ -104,6 +112,7 @@ void PagedKvCache::free(KvSequence& seq) {
 void PagedKvCache::release_block(int32_t block) {
   pool_.release(block);
   if (pool_.refcount(block) > 0) return;
+  if (budget_ != nullptr) budget_->release(block_bytes());
   auto it = published_.find(block);
   if (it == published_.end()) return;
   auto range = prefix_index_.equal_range(it->second.key);

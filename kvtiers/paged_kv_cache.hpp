@@ -11,6 +11,7 @@
 #include "kernels/cpu/attention.hpp"
 #include "kernels/dtype.hpp"
 #include "kvtiers/block_pool.hpp"
+#include "kvtiers/fast_memory.hpp"
 
 namespace vc {
 
@@ -40,6 +41,11 @@ class PagedKvCache {
   PagedKvCache& operator=(const PagedKvCache&) = delete;
 
   [[nodiscard]] const KvCacheConfig& config() const { return cfg_; }
+  /// Charges every block this cache hands out (and returns it when the block is
+  /// free again) to `budget` (may be null: uncounted). Set before any allocation.
+  void set_budget(FastMemory* budget) { budget_ = budget; }
+  /// Bytes of one block over all layers (K and V).
+  [[nodiscard]] size_t block_bytes() const { return cfg_.block_tokens * bytes_per_token(); }
   [[nodiscard]] BlockPool& pool() { return pool_; }
 
   /// Allocates blocks so that `seq` can hold `positions` tokens.
@@ -96,6 +102,7 @@ class PagedKvCache {
   std::unordered_multimap<uint64_t, int32_t> prefix_index_;  // key(parent, tokens) -> block
   KvCacheConfig cfg_;
   BlockPool pool_;
+  FastMemory* budget_ = nullptr;
   size_t layer_bytes_ = 0;  // bytes of K (or V) for one layer
   std::byte* storage_ = nullptr;  // [num_layers][2 (K, V)][layer_bytes_]
   size_t storage_bytes_ = 0;

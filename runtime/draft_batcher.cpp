@@ -5,13 +5,23 @@
 #include <chrono>
 
 #include "kernels/error.hpp"
+#include "runtime/streamed_prefill.hpp"
 
 namespace vc {
 
 DraftBatcher::DraftBatcher(std::shared_ptr<const Model> model, FullTier* tier,
-                           size_t capacity_tokens, DType kv_dtype, int threads)
-    : model_(std::move(model)), tier_(tier), ws_(threads),
-      cache_(model_->kv_config(capacity_tokens, kv_dtype)) {}
+                           size_t capacity_tokens, DType kv_dtype, int threads,
+                           FastMemory* budget, size_t stage_positions)
+    : model_(std::move(model)), tier_(tier), budget_(budget), ws_(threads),
+      cache_(model_->kv_config(capacity_tokens, kv_dtype)) {
+  cache_.set_budget(budget_);
+  if (tier_ != nullptr) {
+    stream_ = std::make_unique<LayerStreamer>(*tier_, stage_positions);
+    stream_->set_budget(budget_);
+  }
+}
+
+DraftBatcher::~DraftBatcher() = default;
 
 DraftBatcher::Req& DraftBatcher::get(uint64_t id, const char* op) {
   auto it = reqs_.find(id);
@@ -34,19 +44,32 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   const Compressor* planner = compressor.get();
   if (spec.mode == DecodeMode::vericache && tier_ == nullptr)
     throw Error("drafter: vericache needs a full tier");
+  if (spec.mode != DecodeMode::full && tier_ == nullptr)
+    throw Error("drafter: lossy and vericache requests need a full tier");
   Req r;
   r.spec = spec;
   bool tier_created = false;  // the cleanup below must not drop an entry it did not make
   try {
-    PrefilledRequest p = prefill_request(*model_, spec.prompt, r.seq, cache_, ws_, planner,
-                                         spec.ratio, spec.stats_window, spec.prefill_chunk);
-    r.view = std::move(p.view);
-    r.compressor = std::move(compressor);
-    if (spec.mode == DecodeMode::vericache) {
+    PrefilledRequest p;
+    if (spec.mode == DecodeMode::full) {
+      p = prefill_request(*model_, spec.prompt, r.seq, cache_, ws_, nullptr, spec.ratio,
+                          spec.stats_window, spec.prefill_chunk);
+    } else {
+      // The prompt's KV goes to the full tier, never to fast memory; lossy mode
+      // drops it once the view is built.
       tier_->create(spec.id, spec.prompt.size() + spec.max_new_tokens);
       tier_created = true;
-      tier_->copy_from(spec.id, cache_, r.seq, 0, spec.prompt.size());
+      p = prefill_compressed(*model_, spec.prompt, r.seq, cache_, ws_, *planner, spec.ratio,
+                             spec.stats_window, spec.prefill_chunk, *tier_, *stream_, spec.id);
+      r.view_charge = FastCharge(budget_, p.view->held_bytes(),
+                                 "the compressed view of request " + std::to_string(spec.id));
+      if (spec.mode == DecodeMode::lossy) {
+        tier_->release(spec.id);
+        tier_created = false;
+      }
     }
+    r.view = std::move(p.view);
+    r.compressor = std::move(compressor);
     r.pos = spec.prompt.size();
     r.cur = sample_token(p.logits, spec.sampling, int64_t(r.pos));
     PrefillResult out;
@@ -57,6 +80,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
       out.compressed_bytes = r.view->stored_bytes();
       out.compressed_full_bytes = r.view->full_bytes();
     }
+    out.fast_bytes_peak = note_fast(r);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     reqs_.emplace(spec.id, std::move(r));
     return out;
@@ -77,6 +101,7 @@ void DraftBatcher::start(uint64_t id, size_t n) {
   r.block.final = r.spec.mode != DecodeMode::vericache;
   r.block.wants_stats = !r.block.final && fold_due(r) && r.compressor->needs_stats();
   cache_.reserve(r.seq, r.pos + n + 1);
+  note_fast(r);
   if (std::find(active_.begin(), active_.end(), id) == active_.end()) active_.push_back(id);
 }
 
@@ -112,6 +137,7 @@ std::vector<DraftBlock> DraftBatcher::step() {
   for (auto it = active_.begin(); it != active_.end();) {
     Req& r = reqs_.at(*it);
     if (r.want == 0) {
+      r.block.fast_bytes_peak = r.fast_peak;
       done.push_back(std::move(r.block));
       it = active_.erase(it);
     } else {
@@ -129,11 +155,13 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v) {
   cache_.truncate(r.seq, r.p0 + v.accepted + 1);
   if (fold_due(r) && tier_ != nullptr) {
     if (auto nv = refold(*r.compressor, *tier_, id, r.p0, v.stats.get(), *model_, r.spec.ratio)) {
+      r.view_charge.resize(nv->held_bytes(), "the compressed view of request " + std::to_string(id));
       r.view = std::move(*nv);
       cache_.release_prefix(r.seq, r.p0);
       ++folds_;
     }
   }
+  note_fast(r);
   r.pos = r.p0 + v.accepted + 1;
   r.cur = v.tokens.back();
 }
@@ -161,11 +189,19 @@ std::pair<int32_t, size_t> DraftBatcher::pending(uint64_t id) const {
   return {r.start_token, r.p0};
 }
 
-size_t DraftBatcher::fast_bytes(uint64_t id) const {
-  const Req& r = get(id, "fast_bytes");
-  if (!r.view) return cache_.bytes_of(r.seq);
-  const size_t tail = r.seq.length > r.view->covered() ? r.seq.length - r.view->covered() : 0;
-  return r.view->stored_bytes() + tail * cache_.bytes_per_token();
+size_t DraftBatcher::fast_bytes(const Req& r) const {
+  size_t blocks = 0;
+  for (int32_t b : r.seq.blocks) blocks += b >= 0 ? 1 : 0;
+  return (r.view ? r.view->held_bytes() : 0) + blocks * cache_.block_bytes();
 }
+
+size_t DraftBatcher::note_fast(Req& r) const {
+  r.fast_peak = std::max(r.fast_peak, fast_bytes(r));
+  return r.fast_peak;
+}
+
+size_t DraftBatcher::fast_bytes(uint64_t id) const { return fast_bytes(get(id, "fast_bytes")); }
+
+size_t DraftBatcher::fast_bytes_peak(uint64_t id) const { return get(id, "fast_bytes_peak").fast_peak; }
 
 }  // namespace vc

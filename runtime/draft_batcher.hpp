@@ -15,6 +15,7 @@
 #include "runtime/compression.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/generator.hpp"
+#include "runtime/layer_streamer.hpp"
 #include "runtime/verifier.hpp"
 
 namespace vc {
@@ -39,6 +40,7 @@ struct PrefillResult {
   int32_t token = 0;  // the first output token (from the prompt's last logits)
   float logprob = 0;
   size_t compressed_bytes = 0, compressed_full_bytes = 0;
+  size_t fast_bytes_peak = 0;  // the request's fast memory so far (view + blocks)
   double seconds = 0;
 };
 
@@ -52,15 +54,20 @@ struct DraftBlock {
   /// vericache: the view is due to be rebuilt at this round's commit, and its
   /// compressor needs the verify pass's statistics (VerifyJob::collect_stats).
   bool wants_stats = false;
+  size_t fast_bytes_peak = 0;   // the request's fast memory so far (view + blocks)
 };
 
 class DraftBatcher {
  public:
-  /// capacity_tokens: positions of fast-memory KV for all requests together.
-  /// `tier` receives the prompt's full KV of vericache requests (may be null when
-  /// no request uses vericache).
+  /// capacity_tokens: positions the block pool holds for all requests together.
+  /// `tier` receives the prompt's full KV of lossy and vericache requests (may be
+  /// null when every request is full mode). `budget` (may be null): the fast-memory
+  /// budget charged for blocks, views and the prefill staging. stage_positions:
+  /// KV positions per chunk of a streamed prefill (0: whole layers).
   DraftBatcher(std::shared_ptr<const Model> model, FullTier* tier, size_t capacity_tokens,
-               DType kv_dtype, int threads);
+               DType kv_dtype, int threads, FastMemory* budget = nullptr,
+               size_t stage_positions = LayerStreamer::kDefaultChunkPositions);
+  ~DraftBatcher();
 
   /// Prefill (+ statistics + compression + the full tier copy for vericache).
   /// Throws vc::Error for a bad request; nothing of it is kept then.
@@ -84,10 +91,14 @@ class DraftBatcher {
   /// The pending token and its position when the last block started (the verify
   /// job's t0 and p0).
   [[nodiscard]] std::pair<int32_t, size_t> pending(uint64_t id) const;
-  /// Fast-memory bytes the request holds: its compressed view + paged tail, or its
-  /// whole KV in full mode.
+  /// Fast-memory bytes the request holds: its compressed view (as held) + the
+  /// paged blocks it references, or its whole KV's blocks in full mode.
   [[nodiscard]] size_t fast_bytes(uint64_t id) const;
+  /// The most fast_bytes(id) has been.
+  [[nodiscard]] size_t fast_bytes_peak(uint64_t id) const;
   [[nodiscard]] size_t requests() const { return reqs_.size(); }
+  /// Bytes the prefill streamer read from the full tier (thread-safe).
+  [[nodiscard]] size_t prefill_bytes_streamed() const { return stream_ ? stream_->bytes_streamed() : 0; }
   /// View rebuilds so far (all requests).
   [[nodiscard]] size_t folds() const { return folds_; }
   /// Requests with a block in progress.
@@ -109,15 +120,22 @@ class DraftBatcher {
     size_t p0 = 0;            // its position
     size_t want = 0;     // tokens this block still needs
     DraftBlock block;
+    FastCharge view_charge;   // the view's held bytes, charged to the budget
+    size_t fast_peak = 0;
   };
+  /// Updates r's peak fast bytes; returns it.
+  size_t note_fast(Req& r) const;
+  [[nodiscard]] size_t fast_bytes(const Req& r) const;
   Req& get(uint64_t id, const char* op);
   [[nodiscard]] bool fold_due(const Req& r) const;
   [[nodiscard]] const Req& get(uint64_t id, const char* op) const;
 
   std::shared_ptr<const Model> model_;
   FullTier* tier_;
+  FastMemory* budget_;
   Workspace ws_;
   PagedKvCache cache_;
+  std::unique_ptr<LayerStreamer> stream_;  // prefill of lossy / vericache requests
   std::unordered_map<uint64_t, Req> reqs_;
   std::vector<uint64_t> active_;  // requests with a block in progress, in start order
   std::vector<uint64_t> last_ids_;

@@ -27,6 +27,11 @@ LayerStreamer::~LayerStreamer() {
   thread_.join();
 }
 
+void LayerStreamer::set_budget(FastMemory* budget) {
+  std::lock_guard<std::mutex> lock(mu_);
+  staging_charge_ = FastCharge(budget, staging_bytes_, "verify staging buffers");
+}
+
 size_t LayerStreamer::staging_bytes_for(size_t n_pos) const {
   const size_t bt = cfg_.block_tokens;
   const size_t blocks = (n_pos + bt - 1) / bt;
@@ -46,12 +51,28 @@ void LayerStreamer::start(uint64_t id, size_t n_full, size_t n_rows, bool whole_
                                         : std::max<size_t>(1, (chunk_positions_ + bt - 1) / bt);
   n_chunks_ = (n_blocks_ + chunk_blocks_ - 1) / chunk_blocks_;
   size_t bytes = 0;
+  const size_t want = std::min(chunk_blocks_, n_blocks_) * bt;
   for (Buffer& b : buf_) {
-    b.staging.reserve(std::min(chunk_blocks_, n_blocks_) * bt);
+    // Staging follows the pass: a whole-layer pass over a long context must not
+    // leave its buffers behind for the chunked passes after it.
+    if (b.staging.capacity() > 2 * want + 4 * bt) b.staging = KvStaging(cfg_);
+    b.staging.reserve(want);
     b.table.assign(n_blocks_, -1);
     b.step = -1;
     b.consumed = true;
     bytes += 2 * tier_.staging_bytes(b.staging.capacity());
+  }
+  if (bytes != staging_bytes_) {
+    try {
+      staging_charge_.resize(bytes, "staging buffers of a pass over " +
+                                        std::to_string(n_full + n_rows) + " positions");
+    } catch (...) {  // no pass: hold nothing
+      for (Buffer& b : buf_) b.staging = KvStaging(cfg_);
+      staging_charge_.resize(0, "");
+      staging_bytes_ = 0;
+      total_steps_ = next_read_ = 0;
+      throw;
+    }
   }
   staging_bytes_ = bytes;
   rows_k_.assign(cfg_.num_layers * n_rows * row_floats_, 0.f);

@@ -7,6 +7,7 @@
 // pattern of the GPU path; on a CPU-only machine the "link" is host memory or the
 // disk, optionally throttled to a modelled bandwidth.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvtiers/fast_memory.hpp"
 #include "kvtiers/full_tier.hpp"
 #include "runtime/forward.hpp"
 
@@ -39,6 +41,9 @@ class LayerStreamer final : public LayerKvProvider {
   /// Positions per chunk for the passes started from now on (0: whole layers).
   void set_chunk_positions(size_t n) { chunk_positions_ = n; }
   [[nodiscard]] size_t chunk_positions() const { return chunk_positions_; }
+  /// Charges the staging buffers to `budget` (null: uncounted); a pass whose
+  /// staging does not fit fails in start().
+  void set_budget(FastMemory* budget);
   /// Called on the copy thread after each chunk lands (tracing).
   using LayerObserver = std::function<void(uint64_t id, size_t layer,
                                            std::chrono::steady_clock::time_point begin,
@@ -65,7 +70,7 @@ class LayerStreamer final : public LayerKvProvider {
   /// Seconds passes spent waiting for chunks to land, and bytes read, since
   /// construction.
   [[nodiscard]] double wait_seconds() const { return wait_seconds_; }
-  [[nodiscard]] size_t bytes_streamed() const { return bytes_streamed_; }
+  [[nodiscard]] size_t bytes_streamed() const { return bytes_streamed_.load(std::memory_order_relaxed); }
   /// Bytes of the two staging buffers now (K and V of both).
   [[nodiscard]] size_t staging_bytes() const { return staging_bytes_; }
   /// Bytes the two staging buffers of one pass need for a context of `n_pos`
@@ -94,7 +99,9 @@ class LayerStreamer final : public LayerKvProvider {
   double link_bps_ = 0;
   LayerObserver observer_;
   double wait_seconds_ = 0;
-  size_t bytes_streamed_ = 0, staging_bytes_ = 0;
+  std::atomic<size_t> bytes_streamed_{0};  // read by stats from other threads
+  size_t staging_bytes_ = 0;
+  FastCharge staging_charge_;
 
   std::mutex mu_;
   std::condition_variable cv_;

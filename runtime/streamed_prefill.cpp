@@ -40,6 +40,10 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
   return logits;
 }
 
+bool prefill_stats_need_whole_layers(const Compressor& c) { return c.needs_stats(); }
+
+bool verify_stats_need_whole_layers(const Compressor& c) { return c.needs_stats(); }
+
 PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t> prompt,
                                     KvSequence& seq, PagedKvCache& cache, Workspace& ws,
                                     const Compressor& compressor, double ratio,

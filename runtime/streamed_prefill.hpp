@@ -29,6 +29,12 @@ namespace vc {
                                                  PagedKvCache& scratch, Workspace& ws,
                                                  size_t chunk = 256);
 
+/// Whether the statistics `c` needs during prefill read every key of a layer (then
+/// the prefill stages whole layers instead of chunks).
+[[nodiscard]] bool prefill_stats_need_whole_layers(const Compressor& c);
+/// Whether the statistics a verify pass gathers for re-compressing with `c` do.
+[[nodiscard]] bool verify_stats_need_whole_layers(const Compressor& c);
+
 /// Prefill of a lossy or vericache request: the prompt goes to request `id` of
 /// `tier` (created by the caller, empty) through prefill_to_tier, gathering the
 /// statistics `compressor` needs; the view is built from the tier; `seq` (empty)

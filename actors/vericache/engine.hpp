@@ -21,7 +21,12 @@ struct EngineConfig {
   std::string full_tier = "host";   ///< where full KV lives: "host" or "disk"
   std::string disk_dir;             ///< holds the disk tier's private dir ("" = $TMPDIR or /tmp)
   double link_bytes_per_second = 0; ///< modelled link to the full tier (0 = unthrottled)
-  size_t fast_capacity_tokens = 1 << 16;  ///< KV positions the drafter's fast memory holds
+  /// Fast-memory budget in bytes for every byte of KV in fast memory (compressed
+  /// views, draft tails, full-mode KV, staging of verify and prefill passes); the
+  /// block pool holds at most this, and requests wait (FIFO) until their need fits.
+  /// 0: 65,536 tokens of full KV.
+  size_t fast_memory_bytes = 0;
+  size_t stage_positions = 1024;    ///< KV positions per staged chunk of the full KV
   std::string kv_dtype = "bf16";    ///< "bf16" or "f32"
   size_t max_active = 16;           ///< requests in flight (prefill/draft/verify) at once
   size_t max_queue = 256;           ///< waiting requests; beyond it submit answers "overloaded"
@@ -55,7 +60,9 @@ struct RequestStats {
   std::vector<size_t> accepted_histogram;
   double queue_seconds = 0, prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;
   double total_seconds = 0;
-  size_t compressed_bytes = 0, fast_bytes_peak = 0;
+  size_t compressed_bytes = 0;
+  size_t fast_bytes_peak = 0;       ///< most fast memory it held (view + blocks)
+  size_t fast_bytes_reserved = 0;   ///< what admission reserved for it (its bound)
 };
 
 struct Result {
@@ -77,6 +84,12 @@ struct EngineStats {
   std::map<std::string, double> busy_fraction; ///< per resource
   size_t full_tier_bytes_read = 0, full_tier_bytes_written = 0;
   size_t full_tier_bytes_held = 0;             ///< KV of requests still in the full tier
+  size_t full_tier_bytes_read_verify = 0;      ///< of bytes_read: by verify passes
+  size_t full_tier_bytes_read_prefill = 0;     ///< of bytes_read: by streamed prefills
+  size_t full_tier_bytes_read_refold = 0;      ///< of bytes_read: by view rebuilds
+  size_t fast_memory_budget = 0;               ///< bytes (EngineConfig::fast_memory_bytes)
+  size_t fast_memory_used = 0, fast_memory_peak = 0;  ///< bytes charged now, and at most
+  size_t fast_memory_reserved = 0;             ///< needs of the requests running now
 };
 
 /// Called with each emitted token, in order per request, on the engine's scheduler

@@ -27,7 +27,6 @@ using vericache::EngineConfig;
 EngineConfig config(size_t max_active = 64) {
   EngineConfig c;
   c.model_dir = VC_MODEL_DIR;
-  c.fast_capacity_tokens = 1 << 16;
   c.max_active = max_active;
   c.trace = true;
   return c;

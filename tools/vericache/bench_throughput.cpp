@@ -84,7 +84,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   ec.lockstep = c.lockstep;
   ec.link_bytes_per_second = c.simulated ? link_bps : 0;
   ec.full_tier = c.disk ? "disk" : "host";
-  ec.fast_capacity_tokens = c.concurrency * (ctx + size_t(a.gen_tokens) + 32);
+  ec.fast_memory_bytes = 0;  // TODO(memory): the enforced budget
   ec.trace = false;
   vericache::Engine engine(ec);
   using clock = std::chrono::steady_clock;

@@ -1,0 +1,78 @@
+// Upper bounds of a request's fast memory (see the header).
+#include "runtime/fast_memory_need.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kvtiers/full_tier.hpp"
+#include "runtime/streamed_prefill.hpp"
+
+namespace vc {
+
+namespace {
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// Blocks of positions [first, last): whole blocks from first's block on.
+size_t blocks_between(size_t first, size_t last, size_t bt) {
+  return last <= first ? 0 : (last + bt - 1) / bt - first / bt;
+}
+
+// K and V staging of a pass whose layers are staged whole over n positions: two
+// buffers, each K and V of n positions rounded as the tier reads them.
+size_t whole_layer_staging(const KvCacheConfig& kv, size_t n) {
+  const size_t bytes = round_up(n, kv.block_tokens) * kv.kv_heads * kv.head_dim * dtype_size(kv.dtype);
+  return 2 * 2 * round_up(bytes, kTierAlign);
+}
+
+}  // namespace
+
+std::string FastNeed::describe() const {
+  std::string s = format_bytes(total()) + " (";
+  if (view > 0) s += "view " + format_bytes(view) + " + ";
+  s += "blocks " + format_bytes(blocks);
+  if (staging > 0) s += " + whole-layer staging " + format_bytes(staging);
+  return s + ")";
+}
+
+FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv, size_t max_draft) {
+  const size_t bt = kv.block_tokens;
+  const size_t per_token = 2 * kv.num_layers * kv.kv_heads * kv.head_dim * dtype_size(kv.dtype);
+  const size_t block = bt * per_token;
+  const size_t n = spec.prompt.size(), gen = spec.max_new_tokens;
+  FastNeed need;
+  if (spec.mode == DecodeMode::full) {
+    need.blocks = blocks_between(0, n + gen + 1, bt) * block;
+    return need;
+  }
+  const double ratio = std::max(1.0, spec.ratio);
+  auto view_bound = [&](size_t positions) {
+    const double full = double(positions) * double(per_token);
+    const double rows = double(positions) * double(kv.num_layers * kv.kv_heads);
+    return size_t(std::ceil(1.1 * full / ratio + 8.0 * rows)) + 4096;
+  };
+  const size_t L = max_draft + 1;
+  if (spec.mode == DecodeMode::lossy) {
+    need.view = view_bound(n);
+    need.blocks = blocks_between(n, n + gen + 1, bt) * block;
+  } else if (spec.fold_every > 0) {
+    need.view = view_bound(n + gen);
+    need.blocks = (blocks_between(0, spec.fold_every + 2 * L, bt) + 1) * block;
+  } else {
+    need.view = view_bound(n);
+    need.blocks = blocks_between(n, n + gen + L, bt) * block;
+  }
+  if (auto c = make_compressor(spec.compressor, spec.compressor_params)) {
+    if (prefill_stats_need_whole_layers(*c)) need.staging = whole_layer_staging(kv, n);
+    if (spec.mode == DecodeMode::vericache && spec.fold_every > 0 && verify_stats_need_whole_layers(*c))
+      need.staging = std::max(need.staging, whole_layer_staging(kv, n + gen + L));
+  }
+  return need;
+}
+
+size_t engine_fast_overhead(const KvCacheConfig& kv, size_t stage_positions) {
+  const size_t positions = stage_positions == 0 ? kv.block_tokens : stage_positions;
+  return 2 * whole_layer_staging(kv, positions);  // the verifier's and the prefill's streamer
+}
+
+}  // namespace vc
