@@ -122,9 +122,12 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
                     ws.v.data() + m * kvd);
     }
 
-    if (ws.stats != nullptr)
-      ws.stats->observe(l, rows, ws.q.data(),
-                        provider ? provider->view(l) : cache.view(l, *rows[0].seq));
+    if (ws.stats != nullptr) {
+      cpu::PagedKv stats_kv;
+      if (ws.stats->needs_keys())
+        stats_kv = provider ? provider->view(l) : cache.view(l, *rows[0].seq);
+      ws.stats->observe(l, rows, ws.q.data(), ws.stats->needs_keys() ? &stats_kv : nullptr);
+    }
 
     // Attention: rows are independent; split them across the pool.
     auto attend = [&](size_t begin, size_t end) {
@@ -194,11 +197,16 @@ std::vector<float> prefill(const Model& model, std::span<const int32_t> ids, KvS
   const bool fresh = seq.length == 0 && seq.blocks.empty();
   // A fresh sequence reuses the blocks of a live sequence with the same leading
   // tokens; the last position is always computed (its logits are the result), and
-  // the positions whose queries the statistics need stay computed too.
+  // the positions whose queries the statistics need stay computed too: the window,
+  // or every position when the statistics sum over all queries (so the plan never
+  // depends on what else runs).
   size_t shared = 0;
   if (fresh) {
     size_t limit = ids.size() - 1;
-    if (ws.stats != nullptr) limit = ids.size() > ws.stats->window() ? ids.size() - ws.stats->window() : 0;
+    if (ws.stats != nullptr)
+      limit = ws.stats->needs_every_query()
+                  ? 0
+                  : std::min(limit, ids.size() > ws.stats->window() ? ids.size() - ws.stats->window() : 0);
     shared = cache.share_prefix(seq, ids, limit);
   }
   const size_t start = seq.length;
