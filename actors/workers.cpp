@@ -112,7 +112,7 @@ caf::behavior verifier(caf::event_based_actor* self, std::shared_ptr<Verifier> v
         // Blocking request: this actor owns the verify compute and has nothing else
         // to do until its pass can start.
         self->request(mover, caf::infinite,
-                      stream_msg{job.id, job.p0, job.drafts.size() + 1, job.collect_stats})
+                      stream_msg{job.id, job.p0, job.drafts.size() + 1})
             .await(
                 [=](std::shared_ptr<LayerStreamer> stream) {
                   try {

@@ -1,5 +1,5 @@
-// The compressed tier: applies a compressor's plan to a request's KV snapshot,
-// keeping the planned rows of each (layer, KV head) as the method's codec stores
+// The compressed tier: applies a compressor's plan to a request's KV one layer at
+// a time, keeping the planned rows of each (layer, KV head) as the method's codec stores
 // them, and counting the bytes they take at the plan's precision.
 #include "kvtiers/compressed_tier.hpp"
 
@@ -18,36 +18,50 @@ std::string at(size_t l, size_t g) {
   return "layer " + std::to_string(l) + ", KV head " + std::to_string(g);
 }
 
-// Throws vc::Error unless `plan` fits `kv` (and `model` its positions).
-void validate(const KvSnapshot& kv, const CompressionPlan& plan, const ModelFacts& model) {
-  const size_t elems = kv.layers * kv.kv_heads * kv.n_pos * kv.head_dim;
+void validate_keep(size_t l, size_t kv_heads, size_t n_pos,
+                   const std::vector<std::vector<int32_t>>& keep, const ModelFacts& model);
+
+// Throws vc::Error unless `keep` fits layer `kv` of a view of `v_heads` KV heads,
+// `v_dim` head_dim and `v_pos` positions (and `model` its positions).
+void validate(const LayerKv& kv, size_t v_heads, size_t v_dim, size_t v_pos,
+              const std::vector<std::vector<int32_t>>& keep, const ModelFacts& model) {
+  const size_t l = kv.layer;
+  const size_t elems = kv.kv_heads * kv.n_pos * kv.head_dim;
   if (kv.k.size() != elems || kv.v.size() != elems)
-    throw Error("CompressedView: the snapshot holds " + std::to_string(kv.k.size()) + " K and " +
-                std::to_string(kv.v.size()) + " V values, its shape needs " +
-                std::to_string(elems));
-  if (!model.positions.empty() && model.positions.size() != kv.n_pos)
+    throw Error("CompressedView: layer " + std::to_string(l) + " holds " +
+                std::to_string(kv.k.size()) + " K and " + std::to_string(kv.v.size()) +
+                " V values, its shape needs " + std::to_string(elems));
+  if (kv.kv_heads != v_heads || kv.head_dim != v_dim || kv.n_pos != v_pos)
+    throw Error("CompressedView: layer " + std::to_string(l) + " has shape (kv_heads " +
+                std::to_string(kv.kv_heads) + ", head_dim " + std::to_string(kv.head_dim) +
+                ", n_pos " + std::to_string(kv.n_pos) + "), the view (" +
+                std::to_string(v_heads) + ", " + std::to_string(v_dim) + ", " +
+                std::to_string(v_pos) + ")");
+  validate_keep(l, kv.kv_heads, kv.n_pos, keep, model);
+}
+
+// Throws vc::Error unless `keep` is a valid plan of layer l of `kv_heads` heads over
+// n_pos positions (and `model` has positions for them).
+void validate_keep(size_t l, size_t kv_heads, size_t n_pos,
+                   const std::vector<std::vector<int32_t>>& keep, const ModelFacts& model) {
+  if (!model.positions.empty() && model.positions.size() != n_pos)
     throw Error("CompressedView: model.positions has " + std::to_string(model.positions.size()) +
-                " entries for " + std::to_string(kv.n_pos) + " snapshot positions");
-  if (plan.keep.size() != kv.layers)
-    throw Error("CompressedView: the plan has " + std::to_string(plan.keep.size()) +
-                " layers, the snapshot " + std::to_string(kv.layers));
-  for (size_t l = 0; l < kv.layers; ++l) {
-    if (plan.keep[l].size() != kv.kv_heads)
-      throw Error("CompressedView: the plan's layer " + std::to_string(l) + " has " +
-                  std::to_string(plan.keep[l].size()) + " KV heads, the snapshot " +
-                  std::to_string(kv.kv_heads));
-    for (size_t g = 0; g < kv.kv_heads; ++g) {
-      const std::vector<int32_t>& keep = plan.keep[l][g];
-      for (size_t i = 0; i < keep.size(); ++i) {
-        if (keep[i] < 0 || size_t(keep[i]) >= kv.n_pos)
-          throw Error("CompressedView: plan for " + at(l, g) + ": position " +
-                      std::to_string(keep[i]) + " (entry " + std::to_string(i) +
-                      ") is outside [0, " + std::to_string(kv.n_pos) + ")");
-        if (i > 0 && keep[i] <= keep[i - 1])
-          throw Error("CompressedView: plan for " + at(l, g) + ": positions are not ascending " +
-                      "and unique (entry " + std::to_string(i) + ": " +
-                      std::to_string(keep[i - 1]) + " then " + std::to_string(keep[i]) + ")");
-      }
+                " entries for " + std::to_string(n_pos) + " snapshot positions");
+  if (keep.size() != kv_heads)
+    throw Error("CompressedView: the plan's layer " + std::to_string(l) + " has " +
+                std::to_string(keep.size()) + " KV heads, the snapshot " +
+                std::to_string(kv_heads));
+  for (size_t g = 0; g < kv_heads; ++g) {
+    const std::vector<int32_t>& k = keep[g];
+    for (size_t i = 0; i < k.size(); ++i) {
+      if (k[i] < 0 || size_t(k[i]) >= n_pos)
+        throw Error("CompressedView: plan for " + at(l, g) + ": position " +
+                    std::to_string(k[i]) + " (entry " + std::to_string(i) +
+                    ") is outside [0, " + std::to_string(n_pos) + ")");
+      if (i > 0 && k[i] <= k[i - 1])
+        throw Error("CompressedView: plan for " + at(l, g) + ": positions are not ascending " +
+                    "and unique (entry " + std::to_string(i) + ": " + std::to_string(k[i - 1]) +
+                    " then " + std::to_string(k[i]) + ")");
     }
   }
 }
@@ -68,48 +82,68 @@ void hold_undescribed(PackedSide& side, const std::vector<float>& x) {
 
 }  // namespace
 
-CompressedView CompressedView::build(const KvSnapshot& kv, const CompressionPlan& plan,
-                                     const Compressor& codec, const ModelFacts& model) {
-  validate(kv, plan, model);
-  CompressedView view;
-  view.layers_ = kv.layers;
-  view.kv_heads_ = kv.kv_heads;
-  view.head_dim_ = kv.head_dim;
-  view.covered_ = kv.n_pos;
-  view.quant_ = plan.quant;
-  view.heads_.resize(kv.layers * kv.kv_heads);
-  const size_t d = kv.head_dim;
+CompressedView::CompressedView(const KvShape& shape, QuantSpec quant)
+    : layers_(shape.layers), kv_heads_(shape.kv_heads), head_dim_(shape.head_dim),
+      covered_(shape.n_pos), quant_(quant), heads_(shape.layers * shape.kv_heads) {}
+
+void CompressedView::add_layer(const LayerKv& kv, const std::vector<std::vector<int32_t>>& keep,
+                               const Compressor& codec, const ModelFacts& model) {
+  if (kv.layer != built_layers_ || built_layers_ >= layers_)
+    throw Error("CompressedView: layer " + std::to_string(kv.layer) + " added, expected layer " +
+                std::to_string(built_layers_) + " of " + std::to_string(layers_));
+  validate(kv, kv_heads_, head_dim_, covered_, keep, model);
+  const size_t l = kv.layer, d = head_dim_;
   std::vector<int32_t> abs_pos;
   std::vector<float> k, v;
-  for (size_t l = 0; l < kv.layers; ++l) {
-    for (size_t g = 0; g < kv.kv_heads; ++g) {
-      Head& head = view.heads_[l * kv.kv_heads + g];
-      head.positions = plan.keep[l][g];
-      const size_t n = head.positions.size();
-      // A head that keeps nothing stores nothing: the codec is not asked.
-      if (n == 0) continue;
-      k.resize(n * d);
-      v.resize(n * d);
-      abs_pos.resize(n);
-      for (size_t i = 0; i < n; ++i) {
-        const size_t p = size_t(head.positions[i]);
-        std::memcpy(&k[i * d], kv.k_at(l, g, p), d * sizeof(float));
-        std::memcpy(&v[i * d], kv.v_at(l, g, p), d * sizeof(float));
-        abs_pos[i] = model.positions.empty() ? int32_t(p) : model.positions[p];
-      }
-      view.stored_bytes_ +=
-          codec.quantize(l, g, abs_pos.data(), n, d, model, k.data(), v.data(), &head.packed);
-      if (!head.packed.described) {
-        hold_undescribed(head.packed.k, k);
-        hold_undescribed(head.packed.v, v);
-        head.packed.described = true;
-      }
-      if (head.packed.k.transform == PackedTransform::rope ||
-          head.packed.v.transform == PackedTransform::rope) {
-        if (view.rope_inv_freq_.empty()) view.rope_inv_freq_ = model.rope_inv_freq;
-        if (abs_pos != head.positions) head.abs_positions = abs_pos;
-      }
+  for (size_t g = 0; g < kv_heads_; ++g) {
+    Head& head = heads_[l * kv_heads_ + g];
+    head.positions = keep[g];
+    const size_t n = head.positions.size();
+    // A head that keeps nothing stores nothing: the codec is not asked.
+    if (n == 0) continue;
+    k.resize(n * d);
+    v.resize(n * d);
+    abs_pos.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t p = size_t(head.positions[i]);
+      std::memcpy(&k[i * d], kv.k_at(g, p), d * sizeof(float));
+      std::memcpy(&v[i * d], kv.v_at(g, p), d * sizeof(float));
+      abs_pos[i] = model.positions.empty() ? int32_t(p) : model.positions[p];
     }
+    stored_bytes_ += codec.quantize(l, g, abs_pos.data(), n, d, model, k.data(), v.data(),
+                                    &head.packed);
+    if (!head.packed.described) {
+      hold_undescribed(head.packed.k, k);
+      hold_undescribed(head.packed.v, v);
+      head.packed.described = true;
+    }
+    if (head.packed.k.transform == PackedTransform::rope ||
+        head.packed.v.transform == PackedTransform::rope) {
+      if (rope_inv_freq_.empty()) rope_inv_freq_ = model.rope_inv_freq;
+      if (abs_pos != head.positions) head.abs_positions = abs_pos;
+    }
+  }
+  ++built_layers_;
+}
+
+CompressedView CompressedView::build(const KvSnapshot& kv, const CompressionPlan& plan,
+                                     const Compressor& codec, const ModelFacts& model) {
+  const size_t elems = kv.layers * kv.kv_heads * kv.n_pos * kv.head_dim;
+  if (kv.k.size() != elems || kv.v.size() != elems)
+    throw Error("CompressedView: the snapshot holds " + std::to_string(kv.k.size()) + " K and " +
+                std::to_string(kv.v.size()) + " V values, its shape needs " +
+                std::to_string(elems));
+  if (plan.keep.size() != kv.layers)
+    throw Error("CompressedView: the plan has " + std::to_string(plan.keep.size()) +
+                " layers, the snapshot " + std::to_string(kv.layers));
+  // The whole plan is checked before the codec sees any row.
+  for (size_t l = 0; l < kv.layers; ++l)
+    validate_keep(l, kv.kv_heads, kv.n_pos, plan.keep[l], model);
+  CompressedView view(kv.shape(), plan.quant);
+  LayerKv layer;
+  for (size_t l = 0; l < kv.layers; ++l) {
+    kv.read_layer(l, layer);
+    view.add_layer(layer, plan.keep[l], codec, model);
   }
   return view;
 }

@@ -18,6 +18,18 @@ namespace vc {
 /// view actually holds.
 class CompressedView {
  public:
+  /// An empty view of `shape`'s positions stored with `quant`, to be filled layer
+  /// by layer (add_layer, layers in order 0, 1, ...).
+  CompressedView(const KvShape& shape, QuantSpec quant);
+  CompressedView() = default;
+  /// Applies `keep` ([kv_heads] ascending positions) to layer kv.layer, which must
+  /// be the next layer (quantizing kept rows through `codec.quantize`). `model`'s
+  /// positions, when given, are the absolute positions of the n_pos indices.
+  void add_layer(const LayerKv& kv, const std::vector<std::vector<int32_t>>& keep,
+                 const Compressor& codec, const ModelFacts& model);
+  /// True once every layer was added.
+  [[nodiscard]] bool complete() const { return built_layers_ == layers_; }
+
   /// Applies `plan` to `kv` (quantizing kept rows through `codec.quantize`).
   [[nodiscard]] static CompressedView build(const KvSnapshot& kv, const CompressionPlan& plan,
                                             const Compressor& codec, const ModelFacts& model);
@@ -52,6 +64,7 @@ class CompressedView {
     PackedHead packed;
   };
   size_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0, covered_ = 0, stored_bytes_ = 0;
+  size_t built_layers_ = 0;
   QuantSpec quant_;
   std::vector<float> rope_inv_freq_;  // held only when a side is stored pre-RoPE
   std::vector<Head> heads_;  // [layers * kv_heads]

@@ -1,5 +1,5 @@
 // The compressor registry (make_compressor, compressor_names), the default bf16
-// codec, and the selection helpers shared by the token-dropping methods.
+// codec and interface defaults, and the selection helpers shared by the token-dropping methods.
 #include "kvtiers/compressor.hpp"
 
 #include <algorithm>
@@ -46,6 +46,27 @@ std::string valid_names() {
 }
 
 }  // namespace
+
+void Compressor::select_globally(std::vector<LayerPlan>& /*layers*/, const KvShape& /*shape*/,
+                                 double /*ratio*/) const {
+  throw Error("compressor '" + std::string(name()) + "' does not select model-wide");
+}
+
+QuantSpec Compressor::plan_quant(const KvShape& /*shape*/, std::vector<size_t> /*rows*/,
+                                 double /*ratio*/) const {
+  return QuantSpec{};
+}
+
+void KvSnapshot::read_layer(size_t l, LayerKv& out) const {
+  if (l >= layers)
+    throw Error("KvSnapshot: layer " + std::to_string(l) + " of " + std::to_string(layers));
+  out.reshape(l, kv_heads, head_dim, n_pos);
+  const size_t count = kv_heads * n_pos * head_dim;
+  if (k.size() < (l + 1) * count || v.size() < (l + 1) * count)
+    throw Error("KvSnapshot: k/v hold fewer values than its shape needs");
+  std::copy_n(k.begin() + long(l * count), count, out.k.begin());
+  std::copy_n(v.begin() + long(l * count), count, out.v.begin());
+}
 
 size_t Compressor::quantize(size_t /*l*/, size_t /*g*/, const int32_t* /*positions*/, size_t n,
                             size_t head_dim, const ModelFacts& /*model*/, float* k, float* v,

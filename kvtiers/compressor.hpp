@@ -1,7 +1,8 @@
-// The compressor interface (DESIGN.md): a compressor sees one request's full KV
-// (and, where its method needs them, statistics gathered during prefill) and
-// returns only which token positions to keep, per layer and KV head, and the bits
-// per element of what is kept. The compressed tier applies the plan.
+// The compressor interface (DESIGN.md): a compressor sees one request's full KV one
+// layer at a time (and, where its method needs them, statistics gathered during
+// prefill) and returns only which token positions to keep, per layer and KV head,
+// and the bits per element of what is kept. The compressed tier applies the plan
+// layer by layer (kvtiers/layer_compression.hpp drives the passes).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,8 +18,31 @@
 
 namespace vc {
 
-/// A request's full KV as dense fp32, K after RoPE (as cached).
-/// k, v: [layers][kv_heads][n_pos][head_dim].
+/// The shape of a request's KV: every layer has kv_heads heads of n_pos positions.
+struct KvShape {
+  size_t layers = 0, kv_heads = 0, head_dim = 0, n_pos = 0;
+};
+
+/// One layer's KV as dense fp32, K after RoPE (as cached): what a method plans from
+/// and the compressed tier builds from, one layer at a time.
+struct LayerKv {
+  size_t layer = 0;  // absolute layer index in the model
+  size_t kv_heads = 0, head_dim = 0, n_pos = 0;
+  std::vector<float> k, v;  // [kv_heads][n_pos][head_dim] each
+
+  /// Sets the shape and sizes k and v (values unspecified).
+  void reshape(size_t l, size_t heads, size_t d, size_t n) {
+    layer = l, kv_heads = heads, head_dim = d, n_pos = n;
+    k.resize(heads * n * d);
+    v.resize(k.size());
+  }
+  [[nodiscard]] size_t index(size_t g, size_t p) const { return (g * n_pos + p) * head_dim; }
+  [[nodiscard]] const float* k_at(size_t g, size_t p) const { return &k[index(g, p)]; }
+  [[nodiscard]] const float* v_at(size_t g, size_t p) const { return &v[index(g, p)]; }
+};
+
+/// A whole request's KV as dense fp32 (tests and small tools; the runtime reads one
+/// layer at a time instead). k, v: [layers][kv_heads][n_pos][head_dim].
 struct KvSnapshot {
   size_t layers = 0, kv_heads = 0, head_dim = 0, n_pos = 0;
   std::vector<float> k, v;
@@ -28,35 +52,84 @@ struct KvSnapshot {
   }
   [[nodiscard]] const float* k_at(size_t l, size_t h, size_t p) const { return &k[index(l, h, p)]; }
   [[nodiscard]] const float* v_at(size_t l, size_t h, size_t p) const { return &v[index(l, h, p)]; }
+  [[nodiscard]] KvShape shape() const { return {layers, kv_heads, head_dim, n_pos}; }
+  /// Copies layer l into `out`.
+  void read_layer(size_t l, LayerKv& out) const;
 };
 
-/// Statistics of the prompt, gathered by the prefill pass (runtime/prefill_stats).
+/// Which prefill statistics a method plans from. Each costs only when asked for:
+/// the window is the last prompt queries (tiny), query moments accumulate in the
+/// pass, and accumulated attention re-scores every prompt query against every key.
+struct StatsNeeds {
+  bool window = false;       // attention of the observation window (SnapKV, KVzip, LaProx)
+  bool accumulated = false;  // attention received, summed over every prompt query (H2O, KVzip)
+  bool query_moments = false;  // per-channel mean and mean square of the queries (ExpectedAttention)
+  [[nodiscard]] bool any() const { return window || accumulated || query_moments; }
+};
+
+/// Statistics of the prompt, gathered by the prefill pass (runtime/prefill_stats),
+/// holding only what the method's StatsNeeds asked for (other vectors empty).
 struct PrefillStats {
   size_t layers = 0, heads = 0, kv_heads = 0, head_dim = 0, n_pos = 0;
-  /// The last `window` prompt positions' attention weights to every position,
-  /// summed over the query heads of each KV head:
-  /// [layers][kv_heads][window][n_pos] (row w is query position n_pos - window + w;
-  /// entries past the query position are 0).
-  size_t window = 0;
-  std::vector<float> window_attention;
+  /// The observation window: `window` consecutive query rows, row w at absolute
+  /// position window_start + w. Their post-RoPE queries, per layer:
+  /// [layers][window][heads][head_dim]. Their attention to the KV of one layer is
+  /// computed when that layer is compressed (layer_stats).
+  size_t window = 0, window_start = 0;
+  std::vector<float> window_queries;
   /// Attention weight received by each position, accumulated over every prompt
   /// query and the query heads of each KV head (H2O): [layers][kv_heads][n_pos].
   std::vector<float> accumulated_attention;
+  /// When set (statistics of a verify pass), the accumulated attention is not
+  /// stored but is the sum of the window rows' attention.
+  bool accumulated_from_window = false;
   /// Per query head, the mean and the mean square of each channel of the post-RoPE
   /// queries over the prompt: [layers][heads][head_dim] each (ExpectedAttention).
   std::vector<float> query_mean, query_sq_mean;
 
-  [[nodiscard]] const float* window_row(size_t l, size_t g, size_t w) const {
-    return &window_attention[((l * kv_heads + g) * window + w) * n_pos];
+  [[nodiscard]] const float* window_query(size_t l, size_t w, size_t h) const {
+    return &window_queries[((l * window + w) * heads + h) * head_dim];
   }
   [[nodiscard]] const float* accumulated(size_t l, size_t g) const {
     return &accumulated_attention[(l * kv_heads + g) * n_pos];
   }
 };
 
+/// One layer's statistics as the methods score them, for positions [0, n_pos) of
+/// that layer (layer_stats computes them from PrefillStats and the layer's KV).
+struct LayerStats {
+  size_t heads = 0, kv_heads = 0, head_dim = 0, n_pos = 0;
+  /// The window rows' attention weights to every position, summed over the query
+  /// heads of each KV head: [kv_heads][window][n_pos] (entries past a row's query
+  /// position are 0). Filled when the method needs the window.
+  size_t window = 0;
+  std::vector<float> window_attention;
+  /// [kv_heads][n_pos], when the method needs accumulated attention.
+  std::vector<float> accumulated_attention;
+  /// [heads][head_dim] each, when the method needs query moments.
+  std::vector<float> query_mean, query_sq_mean;
+
+  [[nodiscard]] const float* window_row(size_t g, size_t w) const {
+    return &window_attention[(g * window + w) * n_pos];
+  }
+  [[nodiscard]] const float* accumulated(size_t g) const {
+    return &accumulated_attention[g * n_pos];
+  }
+};
+
+/// Layer `kv.layer`'s statistics for positions [0, kv.n_pos), as far as `needs` asks.
+/// The window rows' attention is the exact softmax of each query over the positions
+/// [0, min(its position, n_pos - 1)] (fp32 dot products with the layer's keys times
+/// 1/sqrt(head_dim), exp in double, normalised), summed over the query heads of each
+/// KV head. (A verify pass's rows lie past the compressed range: their weights are
+/// normalised over it.) Throws vc::Error when `s` lacks what `needs` asks for.
+[[nodiscard]] LayerStats layer_stats(const PrefillStats& s, const LayerKv& kv, StatsNeeds needs);
+
 /// Model facts some methods need (kept out of the runtime layer: raw pointers).
 struct ModelFacts {
   size_t heads = 0;                      // query heads (GQA groups = heads / kv_heads)
+  /// The model's KV shape (layers, kv_heads, head_dim); n_pos is per request.
+  size_t layers = 0, kv_heads = 0, head_dim = 0;
   std::vector<float> rope_inv_freq;      // [head_dim / 2] (to undo RoPE: KVQuant)
   std::vector<int32_t> positions;        // absolute position of snapshot index p
   /// Output projection of each layer, [hidden, heads * head_dim] row-major (LaProx).
@@ -68,11 +141,21 @@ struct ModelFacts {
   std::vector<Matrix> wo;
 };
 
-struct CompressorInput {
-  const KvSnapshot& kv;
-  const PrefillStats* stats = nullptr;  // null when not gathered
+/// What a method plans one layer from.
+struct LayerInput {
+  const LayerKv& kv;
+  const LayerStats* stats = nullptr;  // null when the method needs none
   const ModelFacts& model;
+  size_t layers = 0;   // layers of the model (for model-wide budgets)
   double ratio = 4.0;  // target: full KV bytes / compressed KV bytes (bf16 full KV)
+};
+
+/// A method's answer for one layer: the kept positions of each KV head, or, for a
+/// method that selects model-wide, the layer's scores (select_globally() turns the
+/// scores of every layer into keep lists).
+struct LayerPlan {
+  std::vector<std::vector<int32_t>> keep;  // [kv_heads] ascending positions
+  std::vector<float> scores;               // [kv_heads][n_pos], model-wide methods only
 };
 
 /// How kept values are stored. bits == 16 means unquantized (bf16).
@@ -82,8 +165,9 @@ struct QuantSpec {
   [[nodiscard]] bool quantized() const { return key_bits < 16 || value_bits < 16; }
 };
 
-/// The compressor's answer. keep[l][g] lists the kept positions (snapshot indices,
-/// ascending) of layer l, KV head g; every other position is dropped.
+/// The compressor's answer for a whole request. keep[l][g] lists the kept positions
+/// (snapshot indices, ascending) of layer l, KV head g; every other position is
+/// dropped.
 struct CompressionPlan {
   std::vector<std::vector<std::vector<int32_t>>> keep;
   QuantSpec quant;
@@ -96,9 +180,13 @@ struct CompressorParam {
   std::string help;
 };
 
-/// One compression method. plan() is a pure function of its input and parameters.
-/// Quantizing methods also implement quantize(), which the compressed tier calls on
-/// the kept rows of each (layer, KV head) to get what it stores.
+/// One compression method. A method plans layer by layer (plan_layer, a pure
+/// function of its input and parameters), so that working memory is about one
+/// layer's KV: per-layer methods give the kept positions of a layer at once;
+/// methods that rank tokens model-wide give per-layer scores, and select_globally()
+/// picks from all of them. Quantizing methods also choose their storage from the
+/// kept row counts (plan_quant) and implement quantize(), which the compressed tier
+/// calls on the kept rows of each (layer, KV head) to get what it stores.
 class Compressor {
  public:
   virtual ~Compressor() = default;
@@ -109,10 +197,30 @@ class Compressor {
   [[nodiscard]] virtual std::vector<CompressorParam> params() const = 0;
   /// Sets a method parameter; throws vc::Error naming an unknown one or a bad value.
   virtual void set_param(const std::string& name, double value) = 0;
-  /// True when plan() needs PrefillStats.
-  [[nodiscard]] virtual bool needs_stats() const { return false; }
+  /// The prefill statistics plan_layer() reads (none by default).
+  [[nodiscard]] virtual StatsNeeds stats_needs() const { return {}; }
+  /// True when plan_layer() needs statistics of any kind.
+  [[nodiscard]] bool needs_stats() const { return stats_needs().any(); }
 
-  [[nodiscard]] virtual CompressionPlan plan(const CompressorInput& in) const = 0;
+  /// Plans layer in.kv.layer (of in.layers) from that layer's KV and statistics.
+  [[nodiscard]] virtual LayerPlan plan_layer(const LayerInput& in) const = 0;
+  /// True when the kept positions of a layer depend on other layers: plan_layer()
+  /// then gives scores, and select_globally() the keep lists.
+  [[nodiscard]] virtual bool selects_globally() const { return false; }
+  /// Fills the keep lists of `layers` (every layer's plan_layer() answer, in order)
+  /// for a request of `shape` at `ratio`.
+  virtual void select_globally(std::vector<LayerPlan>& layers, const KvShape& shape,
+                               double ratio) const;
+  /// True when the method stores kept rows below bf16 (plan_quant decides how).
+  [[nodiscard]] virtual bool quantizes() const { return false; }
+  /// True when the method keeps every position (its plan_quant can then run before
+  /// any layer is planned).
+  [[nodiscard]] virtual bool keeps_every_position() const { return false; }
+  /// The precision of the kept rows, rows[l * kv_heads + g] of each (layer, KV head)
+  /// of a request of `shape` at `ratio`; records the settings quantize() then uses.
+  /// The default stores bf16.
+  [[nodiscard]] virtual QuantSpec plan_quant(const KvShape& shape, std::vector<size_t> rows,
+                                             double ratio) const;
 
   /// Replaces k, v ([n, head_dim] each, rows at absolute `positions`) of layer l, KV
   /// head g by what the method stores, dequantized; returns the stored bytes

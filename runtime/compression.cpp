@@ -1,53 +1,25 @@
-// Snapshots of a request's KV (from the cache or the full tier), model facts, and
-// building or rebuilding its compressed view.
+// Readers of one layer of a request's KV (from the cache or the full tier), model
+// facts, and building or rebuilding its compressed view layer by layer.
 #include "runtime/compression.hpp"
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "kernels/error.hpp"
+#include "kvtiers/layer_compression.hpp"
 #include "runtime/prefill_stats.hpp"
 
 namespace vc {
 
-namespace {
-
-// An empty snapshot of n positions shaped like `c`.
-KvSnapshot make_snapshot(const KvCacheConfig& c, size_t n) {
-  KvSnapshot s;
-  s.layers = c.num_layers;
-  s.kv_heads = c.kv_heads;
-  s.head_dim = c.head_dim;
-  s.n_pos = n;
-  s.k.resize(s.layers * s.kv_heads * n * s.head_dim);
-  s.v.resize(s.k.size());
-  return s;
-}
-
-}  // namespace
-
-KvSnapshot snapshot_kv(const PagedKvCache& cache, const KvSequence& seq, size_t n_pos) {
-  const KvCacheConfig& c = cache.config();
-  if (n_pos > seq.length)
-    throw Error("snapshot_kv: " + std::to_string(n_pos) + " positions asked, the sequence holds " +
-                std::to_string(seq.length));
-  KvSnapshot s = make_snapshot(c, n_pos);
-  std::vector<float> k(c.kv_heads * c.head_dim), v(k.size());
-  for (size_t l = 0; l < s.layers; ++l)
-    for (size_t p = 0; p < n_pos; ++p) {
-      cache.read(l, seq, p, k.data(), v.data());
-      for (size_t g = 0; g < s.kv_heads; ++g) {
-        std::copy_n(&k[g * s.head_dim], s.head_dim, &s.k[s.index(l, g, p)]);
-        std::copy_n(&v[g * s.head_dim], s.head_dim, &s.v[s.index(l, g, p)]);
-      }
-    }
-  return s;
-}
-
 ModelFacts model_facts(const Model& model, size_t n_pos) {
+  const ModelConfig& c = model.config();
   ModelFacts f;
-  f.heads = size_t(model.config().num_heads);
+  f.heads = size_t(c.num_heads);
+  f.layers = size_t(c.num_layers);
+  f.kv_heads = size_t(c.num_kv_heads);
+  f.head_dim = size_t(c.head_dim);
   f.rope_inv_freq = model.rope_inv_freq();
   f.positions.resize(n_pos);
   for (size_t p = 0; p < n_pos; ++p) f.positions[p] = int32_t(p);
@@ -56,40 +28,66 @@ ModelFacts model_facts(const Model& model, size_t n_pos) {
   return f;
 }
 
-CompressedView compress(const Compressor& compressor, const KvSnapshot& kv,
-                        const PrefillStats* stats, const ModelFacts& facts, double ratio) {
-  if (compressor.needs_stats() && stats == nullptr)
-    throw Error("compressor '" + std::string(compressor.name()) +
-                "' needs prefill statistics, and none were gathered");
-  const CompressorInput in{kv, stats, facts, ratio};
-  const CompressionPlan plan = compressor.plan(in);
-  return CompressedView::build(kv, plan, compressor, facts);
-}
-
-
-
-KvSnapshot snapshot_full_tier(FullTier& tier, uint64_t id, size_t n) {
-  const KvCacheConfig& c = tier.config();
-  KvSnapshot s = make_snapshot(c, n);
-  KvStaging staging(c);
-  const size_t bt = c.block_tokens, D = c.head_dim, esz = dtype_size(c.dtype);
-  for (size_t l = 0; l < s.layers; ++l) {
-    tier.read_layer(id, l, n, staging);
-    for (size_t g = 0; g < s.kv_heads; ++g)
+LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id) {
+  // One staging buffer per reader, reused for every layer it reads.
+  auto staging = std::make_shared<KvStaging>(tier.config());
+  return [&tier, id, staging](size_t layer, size_t n, LayerKv& out) {
+    const KvCacheConfig& c = tier.config();
+    out.reshape(layer, c.kv_heads, c.head_dim, n);
+    tier.read_layer(id, layer, n, *staging);
+    const size_t bt = c.block_tokens, D = c.head_dim, esz = dtype_size(c.dtype);
+    const auto* k = static_cast<const std::byte*>(staging->k());
+    const auto* v = static_cast<const std::byte*>(staging->v());
+    for (size_t g = 0; g < c.kv_heads; ++g)
       for (size_t p = 0; p < n; ++p) {
         const size_t off = (((p / bt) * c.kv_heads + g) * bt + p % bt) * D * esz;
-        to_f32(c.dtype, static_cast<const std::byte*>(staging.k()) + off, &s.k[s.index(l, g, p)], D);
-        to_f32(c.dtype, static_cast<const std::byte*>(staging.v()) + off, &s.v[s.index(l, g, p)], D);
+        to_f32(c.dtype, k + off, &out.k[out.index(g, p)], D);
+        to_f32(c.dtype, v + off, &out.v[out.index(g, p)], D);
       }
-  }
-  return s;
+  };
+}
+
+LayerKvReader cache_layer_reader(const PagedKvCache& cache, const KvSequence& seq) {
+  return [&cache, &seq](size_t layer, size_t n, LayerKv& out) {
+    const KvCacheConfig& c = cache.config();
+    if (n > seq.length)
+      throw Error("cache_layer_reader: " + std::to_string(n) +
+                  " positions asked, the sequence holds " + std::to_string(seq.length));
+    out.reshape(layer, c.kv_heads, c.head_dim, n);
+    std::vector<float> k(c.kv_heads * c.head_dim), v(k.size());
+    for (size_t p = 0; p < n; ++p) {
+      cache.read(layer, seq, p, k.data(), v.data());
+      for (size_t g = 0; g < c.kv_heads; ++g) {
+        std::copy_n(&k[g * c.head_dim], c.head_dim, &out.k[out.index(g, p)]);
+        std::copy_n(&v[g * c.head_dim], c.head_dim, &out.v[out.index(g, p)]);
+      }
+    }
+  };
+}
+
+CompressedView compress_layers(const Compressor& c, size_t n, const LayerKvReader& read,
+                               const PrefillStats* stats, const ModelFacts& facts,
+                               double ratio) {
+  if (facts.layers == 0 || facts.kv_heads == 0 || facts.head_dim == 0)
+    throw Error("compress_layers: ModelFacts lacks the KV shape (use model_facts())");
+  if (c.needs_stats() && stats == nullptr)
+    throw Error("compressor '" + std::string(c.name()) +
+                "' needs prefill statistics, and none were gathered");
+  const KvShape shape{facts.layers, facts.kv_heads, facts.head_dim, n};
+  const StatsNeeds needs = c.stats_needs();
+  LayerStatsSource layer_source;
+  if (stats != nullptr && needs.any())
+    layer_source = [stats, needs](const LayerKv& kv) { return layer_stats(*stats, kv, needs); };
+  auto source = [&read, n](size_t layer, LayerKv& out) { read(layer, n, out); };
+  return compress_by_layer(c, shape, source, layer_source, facts, ratio).view;
 }
 
 std::optional<CompressedView> refold(const Compressor& compressor, FullTier& tier, uint64_t id,
                                      size_t n, const PrefillStats* stats, const Model& model,
                                      double ratio) {
   if (compressor.needs_stats() && (stats == nullptr || stats->window == 0)) return std::nullopt;
-  return compress(compressor, snapshot_full_tier(tier, id, n), stats, model_facts(model, n), ratio);
+  return compress_layers(compressor, n, tier_layer_reader(tier, id), stats, model_facts(model, n),
+                         ratio);
 }
 
 PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> prompt,
@@ -100,7 +98,8 @@ PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> pr
   PrefilledRequest out;
   std::optional<PrefillStatsCollector> collector;
   if (compressor != nullptr && compressor->needs_stats())
-    collector.emplace(model.config(), prompt.size(), stats_window);
+    collector.emplace(model.config(), prompt.size(), stats_window, compressor->stats_needs(),
+                      &ws.pool());
   auto t0 = clock::now();
   ws.stats = collector ? &*collector : nullptr;
   try {
@@ -115,8 +114,9 @@ PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> pr
     t0 = clock::now();
     std::optional<PrefillStats> stats;
     if (collector) stats = collector->finish();
-    out.view = compress(*compressor, snapshot_kv(cache, seq, prompt.size()),
-                        stats ? &*stats : nullptr, model_facts(model, prompt.size()), ratio);
+    out.view = compress_layers(*compressor, prompt.size(), cache_layer_reader(cache, seq),
+                               stats ? &*stats : nullptr, model_facts(model, prompt.size()),
+                               ratio);
     out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   }
   return out;

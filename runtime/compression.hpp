@@ -2,6 +2,8 @@
 // between the forward pass (runtime) and the compressors and tiers (kvtiers).
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -15,22 +17,25 @@
 
 namespace vc {
 
-/// The first n_pos positions of `seq` as dense fp32 (K after RoPE, as cached).
-[[nodiscard]] KvSnapshot snapshot_kv(const PagedKvCache& cache, const KvSequence& seq,
-                                     size_t n_pos);
-
-/// What compressors may know of the model, for a snapshot of positions [0, n_pos).
+/// What compressors may know of the model, for a request of positions [0, n_pos).
 [[nodiscard]] ModelFacts model_facts(const Model& model, size_t n_pos);
 
-/// Plans with `compressor` at `ratio` and applies the plan. `stats` may be null
-/// only for methods that do not need them (else vc::Error).
-[[nodiscard]] CompressedView compress(const Compressor& compressor, const KvSnapshot& kv,
-                                      const PrefillStats* stats, const ModelFacts& facts,
-                                      double ratio);
+/// Fills `out` with layer `layer`'s K and V of positions [0, n) as dense fp32 (K
+/// after RoPE, as cached; LayerKv layout [kv_heads][n][head_dim]).
+using LayerKvReader = std::function<void(size_t layer, size_t n, LayerKv& out)>;
 
+/// Reads request `id`'s layers from the full tier (FullTier::read_layer, converted).
+[[nodiscard]] LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id);
+/// Reads `seq`'s layers from the paged cache (which must outlive the reader).
+[[nodiscard]] LayerKvReader cache_layer_reader(const PagedKvCache& cache, const KvSequence& seq);
 
-/// The first n positions of request `id` in the full tier as dense fp32.
-[[nodiscard]] KvSnapshot snapshot_full_tier(FullTier& tier, uint64_t id, size_t n);
+/// Plans and builds the view of positions [0, n) layer by layer, holding about one
+/// layer's KV at a time (model-wide methods read every layer twice). `stats` may be
+/// null only for methods that need none (else vc::Error); `facts` must come from
+/// model_facts(model, n).
+[[nodiscard]] CompressedView compress_layers(const Compressor& c, size_t n,
+                                             const LayerKvReader& read, const PrefillStats* stats,
+                                             const ModelFacts& facts, double ratio);
 
 /// When a request's uncompressed tail has grown to `fold_every` positions, its view
 /// is rebuilt over [0, n) from the full tier through its compressor, so the view

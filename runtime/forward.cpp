@@ -118,11 +118,12 @@ void attend_streamed(LayerKvProvider& provider, size_t l, std::span<const Forwar
   const size_t chunks = provider.chunks();
   for (size_t c = 0; c < chunks; ++c) {
     const KvChunk ch = provider.acquire(l, c);
-    if (ws.stats != nullptr) {
-      // The statistics read the layer's keys: they need it staged whole.
-      if (chunks != 1)
-        throw Error("forward: prefill statistics need whole layers staged (chunk positions 0)");
-      ws.stats->observe(l, rows, ws.q.data(), ch.kv);
+    if (ws.stats != nullptr && c == 0) {
+      // Statistics that read the layer's keys need it staged whole; the others
+      // read the queries only.
+      if (ws.stats->needs_keys() && chunks != 1)
+        throw Error("forward: these prefill statistics need whole layers staged");
+      ws.stats->observe(l, rows, ws.q.data(), ws.stats->needs_keys() ? &ch.kv : nullptr);
     }
     if (M == 1) {
       ws.attn_states[0].add(ch.kv, ch.block_begin, ch.block_end, &ws.pool());
@@ -197,7 +198,10 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
       for (size_t m = 0; m < M; ++m)
         cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd,
                     ws.v.data() + m * kvd);
-      if (ws.stats != nullptr) ws.stats->observe(l, rows, ws.q.data(), cache.view(l, *rows[0].seq));
+      if (ws.stats != nullptr) {
+        const cpu::PagedKv kv = cache.view(l, *rows[0].seq);
+        ws.stats->observe(l, rows, ws.q.data(), ws.stats->needs_keys() ? &kv : nullptr);
+      }
       attend_cached(cache, l, rows, scale, ws);
     }
 
@@ -233,11 +237,16 @@ std::vector<float> prefill(const Model& model, std::span<const int32_t> ids, KvS
   const bool fresh = seq.length == 0 && seq.blocks.empty();
   // A fresh sequence reuses the blocks of a live sequence with the same leading
   // tokens; the last position is always computed (its logits are the result), and
-  // the positions whose queries the statistics need stay computed too.
+  // the positions whose queries the statistics need stay computed too: the window,
+  // or every position when the statistics sum over all queries (so the plan never
+  // depends on what else runs).
   size_t shared = 0;
   if (fresh) {
     size_t limit = ids.size() - 1;
-    if (ws.stats != nullptr) limit = ids.size() > ws.stats->window() ? ids.size() - ws.stats->window() : 0;
+    if (ws.stats != nullptr)
+      limit = ws.stats->needs_every_query()
+                  ? 0
+                  : std::min(limit, ids.size() > ws.stats->window() ? ids.size() - ws.stats->window() : 0);
     shared = cache.share_prefix(seq, ids, limit);
   }
   const size_t start = seq.length;

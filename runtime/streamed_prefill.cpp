@@ -29,7 +29,7 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
     rows.clear();
     for (size_t i = b; i < e; ++i)
       rows.push_back(ForwardRow{prompt[i], int32_t(start + i), nullptr, i + 1 == prompt.size()});
-    stream.start(id, start + b, e - b, /*whole_layers=*/ws.stats != nullptr);
+    stream.start(id, start + b, e - b, /*whole_layers=*/ws.stats != nullptr && ws.stats->needs_keys());
     ws.provider = &stream;
     forward(model, rows, scratch, ws, logits);
     ws.provider = nullptr;
@@ -40,9 +40,11 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
   return logits;
 }
 
-bool prefill_stats_need_whole_layers(const Compressor& c) { return c.needs_stats(); }
+bool prefill_stats_need_whole_layers(const Compressor& c) { return c.stats_needs().accumulated; }
 
-bool verify_stats_need_whole_layers(const Compressor& c) { return c.needs_stats(); }
+bool verify_stats_need_whole_layers(const Compressor&) {
+  return false;  // a verify pass gathers its rows' queries only (kVerifyNeeds)
+}
 
 PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t> prompt,
                                     KvSequence& seq, PagedKvCache& cache, Workspace& ws,
@@ -52,7 +54,9 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
   using clock = std::chrono::steady_clock;
   PrefilledRequest out;
   std::optional<PrefillStatsCollector> collector;
-  if (compressor.needs_stats()) collector.emplace(model.config(), prompt.size(), stats_window);
+  if (compressor.needs_stats())
+    collector.emplace(model.config(), prompt.size(), stats_window, compressor.stats_needs(),
+                      &ws.pool());
   auto t0 = clock::now();
   ws.stats = collector ? &*collector : nullptr;
   try {

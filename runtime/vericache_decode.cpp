@@ -91,7 +91,7 @@ void Generator::decode_verified(Request& rq) {
     // 2. Verify: L + 1 rows against the full KV [0, p0) streamed from the tier;
     // 3. accept the verifier's draws up to the first mismatch.
     const bool fold_due = opt.fold_every > 0 && p0 - rq.view->covered() >= opt.fold_every;
-    streamer_->start(id, p0, L + 1, fold_due && rq.compressor->needs_stats());
+    streamer_->start(id, p0, L + 1);  // verify statistics read queries only
     const VerifyOutcome v = verifier_->run(
         VerifyJob{id, t0, p0, drafts, opt.sampling, fold_due && rq.compressor->needs_stats()},
         *streamer_, opt.keep_logits);

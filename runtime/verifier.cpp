@@ -22,7 +22,8 @@ VerifyOutcome Verifier::run(const VerifyJob& job, LayerStreamer& stream, bool ke
   for (size_t i = 0; i < L; ++i)
     rows_.push_back(ForwardRow{job.drafts[i], int32_t(job.p0 + 1 + i), nullptr, true});
   std::optional<PrefillStatsCollector> collector;
-  if (job.collect_stats) collector.emplace(model_->config(), job.p0 + L + 1, L + 1);
+  if (job.collect_stats) collector.emplace(model_->config(), job.p0 + L + 1, L + 1,
+                                         PrefillStatsCollector::kVerifyNeeds);
   ws_.provider = &stream;
   ws_.stats = collector ? &*collector : nullptr;
   try {

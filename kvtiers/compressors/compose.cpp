@@ -61,26 +61,23 @@ class Composition final : public Compressor {
                 std::string(dropper_->name()) + ".*, " + std::string(quantizer_->name()) + ".*)");
   }
 
-  [[nodiscard]] bool needs_stats() const override { return dropper_->needs_stats(); }
+  [[nodiscard]] StatsNeeds stats_needs() const override { return dropper_->stats_needs(); }
 
-  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
-    if (!(in.ratio >= 1.0) || !std::isfinite(in.ratio)) {
-      throw Error(name_ + ": compression ratio must be a finite number >= 1, got " + std::to_string(in.ratio));
-    }
-    const double r_drop = std::max(1.0, std::pow(in.ratio, share_));
-    const double r_quant = std::max(1.0, in.ratio / r_drop);
-    CompressionPlan out = dropper_->plan(CompressorInput{in.kv, in.stats, in.model, r_drop});
-    // The quantizer's plan records its settings for quantize(); only its QuantSpec is used.
-    if (const auto* q = dynamic_cast<const Quantizer*>(quantizer_.get())) {
-      std::vector<size_t> rows;
-      for (const auto& layer : out.keep) {
-        for (const auto& head : layer) rows.push_back(head.size());
-      }
-      out.quant = q->plan_rows(quant_target(in.kv, std::move(rows), in.ratio));
-    } else {
-      out.quant = quantizer_->plan(CompressorInput{in.kv, in.stats, in.model, r_quant}).quant;
-    }
-    return out;
+  /// The dropper's plan at r_drop.
+  [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override {
+    return dropper_->plan_layer(LayerInput{in.kv, in.stats, in.model, in.layers, r_drop(in.ratio)});
+  }
+  [[nodiscard]] bool selects_globally() const override { return dropper_->selects_globally(); }
+  void select_globally(std::vector<LayerPlan>& layers, const KvShape& shape,
+                       double ratio) const override {
+    dropper_->select_globally(layers, shape, r_drop(ratio));
+  }
+  [[nodiscard]] bool quantizes() const override { return true; }
+
+  /// The quantizer fits the dropper's kept rows into the whole budget.
+  [[nodiscard]] QuantSpec plan_quant(const KvShape& shape, std::vector<size_t> rows,
+                                     double ratio) const override {
+    return quantizer_->plan_quant(shape, std::move(rows), ratio);
   }
 
   size_t quantize(size_t l, size_t g, const int32_t* positions, size_t n, size_t head_dim,
@@ -90,6 +87,13 @@ class Composition final : public Compressor {
   }
 
  private:
+  [[nodiscard]] double r_drop(double ratio) const {
+    if (!(ratio >= 1.0) || !std::isfinite(ratio)) {
+      throw Error(name_ + ": compression ratio must be a finite number >= 1, got " + std::to_string(ratio));
+    }
+    return std::max(1.0, std::pow(ratio, share_));
+  }
+
   std::unique_ptr<Compressor> dropper_, quantizer_;
   std::string name_, summary_;
   double share_ = 0.5;

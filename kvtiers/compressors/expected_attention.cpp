@@ -46,15 +46,15 @@ class ExpectedAttention final : public Compressor {
     }
     sinks_ = size_t(value);
   }
-  [[nodiscard]] bool needs_stats() const override { return true; }
+  [[nodiscard]] StatsNeeds stats_needs() const override { return {.query_moments = true}; }
 
-  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
-    const KvSnapshot& kv = in.kv;
-    const PrefillStats* s = in.stats;
+  [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override {
+    const LayerKv& kv = in.kv;
+    const LayerStats* s = in.stats;
     check(kv, s);
     const size_t n = kv.n_pos, d = kv.head_dim;
-    CompressionPlan plan;
-    plan.keep.assign(kv.layers, std::vector<std::vector<int32_t>>(kv.kv_heads));
+    LayerPlan plan;
+    plan.keep.assign(kv.kv_heads, {});
     if (n == 0) return plan;
     const size_t budget = std::min(kept_per_head(n, in.ratio), n);
     const size_t group = s->heads / kv.kv_heads;
@@ -64,57 +64,54 @@ class ExpectedAttention final : public Compressor {
     const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
     std::vector<double> logits(n), mean(n);
     std::vector<float> scores(n);
-    for (size_t l = 0; l < kv.layers; ++l) {
-      for (size_t g = 0; g < kv.kv_heads; ++g) {
-        std::fill(mean.begin(), mean.end(), 0.0);
-        for (size_t j = 0; j < group; ++j) {
-          const size_t h = g * group + j;
-          const float* mu = &s->query_mean[(l * s->heads + h) * d];
-          const float* sq = &s->query_sq_mean[(l * s->heads + h) * d];
-          double top = -std::numeric_limits<double>::infinity();
-          for (size_t p = sinks; p < n; ++p) {
-            const float* k = kv.k_at(l, g, p);
-            double lin = 0, quad = 0;
-            for (size_t i = 0; i < d; ++i) {
-              const double var = std::max(0.0, double(sq[i]) - double(mu[i]) * double(mu[i]));
-              lin += double(mu[i]) * double(k[i]);
-              quad += var * double(k[i]) * double(k[i]);
-            }
-            logits[p] = lin * inv_sqrt_d + 0.5 * quad / double(d);
-            top = std::max(top, logits[p]);
-          }
-          double total = 0;  // softmax over the non-sink positions, per query head
-          for (size_t p = sinks; p < n; ++p) total += (logits[p] = std::exp(logits[p] - top));
-          for (size_t p = sinks; p < n; ++p) mean[p] += logits[p] / total / double(group);
-        }
+    for (size_t g = 0; g < kv.kv_heads; ++g) {
+      std::fill(mean.begin(), mean.end(), 0.0);
+      for (size_t j = 0; j < group; ++j) {
+        const size_t h = g * group + j;
+        const float* mu = &s->query_mean[h * d];
+        const float* sq = &s->query_sq_mean[h * d];
+        double top = -std::numeric_limits<double>::infinity();
         for (size_t p = sinks; p < n; ++p) {
-          const float* v = kv.v_at(l, g, p);
-          double norm = 0;
-          for (size_t i = 0; i < d; ++i) norm += double(v[i]) * double(v[i]);
-          scores[p] = float(mean[p] * std::sqrt(norm));
+          const float* k = kv.k_at(g, p);
+          double lin = 0, quad = 0;
+          for (size_t i = 0; i < d; ++i) {
+            const double var = std::max(0.0, double(sq[i]) - double(mu[i]) * double(mu[i]));
+            lin += double(mu[i]) * double(k[i]);
+            quad += var * double(k[i]) * double(k[i]);
+          }
+          logits[p] = lin * inv_sqrt_d + 0.5 * quad / double(d);
+          top = std::max(top, logits[p]);
         }
-        plan.keep[l][g] = select_positions(scores, budget, forced);
+        double total = 0;  // softmax over the non-sink positions, per query head
+        for (size_t p = sinks; p < n; ++p) total += (logits[p] = std::exp(logits[p] - top));
+        for (size_t p = sinks; p < n; ++p) mean[p] += logits[p] / total / double(group);
       }
+      for (size_t p = sinks; p < n; ++p) {
+        const float* v = kv.v_at(g, p);
+        double norm = 0;
+        for (size_t i = 0; i < d; ++i) norm += double(v[i]) * double(v[i]);
+        scores[p] = float(mean[p] * std::sqrt(norm));
+      }
+      plan.keep[g] = select_positions(scores, budget, forced);
     }
     return plan;
   }
 
  private:
-  static void check(const KvSnapshot& kv, const PrefillStats* s) {
+  static void check(const LayerKv& kv, const LayerStats* s) {
     if (s == nullptr) throw Error("expected_attention: needs PrefillStats (none were gathered)");
-    if (s->layers != kv.layers || s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos ||
-        s->head_dim != kv.head_dim) {
-      throw Error("expected_attention: PrefillStats shape (layers, kv_heads, n_pos, head_dim) "
+    if (s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos || s->head_dim != kv.head_dim) {
+      throw Error("expected_attention: PrefillStats shape (kv_heads, n_pos, head_dim) "
                   "does not match the KV");
     }
-    const size_t cells = kv.layers * kv.kv_heads * kv.n_pos * kv.head_dim;
+    const size_t cells = kv.kv_heads * kv.n_pos * kv.head_dim;
     if (kv.k.size() != cells || kv.v.size() != cells) {
-      throw Error("expected_attention: KvSnapshot k/v sizes do not match its shape");
+      throw Error("expected_attention: LayerKv k/v sizes do not match its shape");
     }
     if (kv.kv_heads == 0 || s->heads == 0 || s->heads % kv.kv_heads != 0) {
       throw Error("expected_attention: PrefillStats.heads must be a positive multiple of kv_heads");
     }
-    const size_t q = kv.layers * s->heads * kv.head_dim;
+    const size_t q = s->heads * kv.head_dim;
     if (s->query_mean.size() != q || s->query_sq_mean.size() != q) {
       throw Error("expected_attention: PrefillStats.query_mean/query_sq_mean have the wrong size");
     }

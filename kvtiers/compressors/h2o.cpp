@@ -42,31 +42,29 @@ class H2o final : public Compressor {
     }
     recent_fraction_ = value;
   }
-  [[nodiscard]] bool needs_stats() const override { return true; }
+  [[nodiscard]] StatsNeeds stats_needs() const override { return {.accumulated = true}; }
 
-  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
-    const KvSnapshot& kv = in.kv;
-    const PrefillStats* s = in.stats;
+  [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override {
+    const LayerKv& kv = in.kv;
+    const LayerStats* s = in.stats;
     if (s == nullptr) throw Error("h2o: needs PrefillStats (none were gathered)");
-    if (s->layers != kv.layers || s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos) {
-      throw Error("h2o: PrefillStats shape (layers, kv_heads, n_pos) does not match the KV");
+    if (s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos) {
+      throw Error("h2o: PrefillStats shape (kv_heads, n_pos) does not match the KV");
     }
-    if (s->accumulated_attention.size() != kv.layers * kv.kv_heads * kv.n_pos) {
+    if (s->accumulated_attention.size() != kv.kv_heads * kv.n_pos) {
       throw Error("h2o: PrefillStats.accumulated_attention has the wrong size");
     }
     const size_t n = kv.n_pos;
-    CompressionPlan plan;
-    plan.keep.assign(kv.layers, std::vector<std::vector<int32_t>>(kv.kv_heads));
+    LayerPlan plan;
+    plan.keep.assign(kv.kv_heads, {});
     if (n == 0) return plan;
     const size_t budget = std::min(kept_per_head(n, in.ratio), n);
     const size_t recent = std::min(budget, size_t(std::lround(recent_fraction_ * double(budget))));
     std::vector<int32_t> forced;
     for (size_t p = n; p-- > n - recent;) forced.push_back(int32_t(p));
-    for (size_t l = 0; l < kv.layers; ++l) {
-      for (size_t g = 0; g < kv.kv_heads; ++g) {
-        const float* acc = s->accumulated(l, g);
-        plan.keep[l][g] = select_positions(std::vector<float>(acc, acc + n), budget, forced);
-      }
+    for (size_t g = 0; g < kv.kv_heads; ++g) {
+      const float* acc = s->accumulated(g);
+      plan.keep[g] = select_positions(std::vector<float>(acc, acc + n), budget, forced);
     }
     return plan;
   }

@@ -45,42 +45,42 @@ class KvZip final : public Compressor {
   void set_param(const std::string& name, double /*value*/) override {
     throw Error("kvzip: unknown parameter '" + name + "' (kvzip has no parameters)");
   }
-  [[nodiscard]] bool needs_stats() const override { return true; }
+  [[nodiscard]] StatsNeeds stats_needs() const override {
+    return {.window = true, .accumulated = true};
+  }
 
-  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
-    const KvSnapshot& kv = in.kv;
-    const PrefillStats* s = in.stats;
+  [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override {
+    const LayerKv& kv = in.kv;
+    const LayerStats* s = in.stats;
     if (s == nullptr) throw Error("kvzip: needs PrefillStats (none were gathered)");
-    if (s->layers != kv.layers || s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos) {
-      throw Error("kvzip: PrefillStats shape (layers, kv_heads, n_pos) does not match the KV");
+    if (s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos) {
+      throw Error("kvzip: PrefillStats shape (kv_heads, n_pos) does not match the KV");
     }
-    if (s->window_attention.size() != kv.layers * kv.kv_heads * s->window * kv.n_pos) {
+    if (s->window_attention.size() != kv.kv_heads * s->window * kv.n_pos) {
       throw Error("kvzip: PrefillStats.window_attention has the wrong size");
     }
-    if (s->accumulated_attention.size() != kv.layers * kv.kv_heads * kv.n_pos) {
+    if (s->accumulated_attention.size() != kv.kv_heads * kv.n_pos) {
       throw Error("kvzip: PrefillStats.accumulated_attention has the wrong size");
     }
     const size_t n = kv.n_pos;
-    CompressionPlan plan;
-    plan.keep.assign(kv.layers, std::vector<std::vector<int32_t>>(kv.kv_heads));
+    LayerPlan plan;
+    plan.keep.assign(kv.kv_heads, {});
     if (n == 0) return plan;
     const size_t budget = std::min(kept_per_head(n, in.ratio), n);
     std::vector<float> scores(n);
-    for (size_t l = 0; l < kv.layers; ++l) {
-      for (size_t g = 0; g < kv.kv_heads; ++g) {
-        const float* acc = s->accumulated(l, g);
-        for (size_t p = 0; p < n; ++p) scores[p] = acc[p] / float(n - p);
-        for (size_t w = 0; w < s->window; ++w) {
-          const float* row = s->window_row(l, g, w);
-          for (size_t p = 0; p < n; ++p) scores[p] = std::max(scores[p], row[p]);
-        }
-        for (float& x : scores) {
-          if (std::isnan(x)) x = std::numeric_limits<float>::lowest();
-        }
-        std::vector<int32_t> keep = keep_top(scores, budget);
-        std::sort(keep.begin(), keep.end());
-        plan.keep[l][g] = std::move(keep);
+    for (size_t g = 0; g < kv.kv_heads; ++g) {
+      const float* acc = s->accumulated(g);
+      for (size_t p = 0; p < n; ++p) scores[p] = acc[p] / float(n - p);
+      for (size_t w = 0; w < s->window; ++w) {
+        const float* row = s->window_row(g, w);
+        for (size_t p = 0; p < n; ++p) scores[p] = std::max(scores[p], row[p]);
       }
+      for (float& x : scores) {
+        if (std::isnan(x)) x = std::numeric_limits<float>::lowest();
+      }
+      std::vector<int32_t> keep = keep_top(scores, budget);
+      std::sort(keep.begin(), keep.end());
+      plan.keep[g] = std::move(keep);
     }
     return plan;
   }

@@ -10,8 +10,8 @@
 //            i.e. a(p) × the mean over h of ‖W_o,h v_p‖: the size of p's term in the
 //            layer's output o = Σ_h W_o,h Σ_p a_h(p) v_p.
 //   ‖W_o,h v‖² = vᵀ (W_o,hᵀ W_o,h) v, through each head's d×d Gram matrix.
-// Scores are divided by the layer's total contribution so layers compare, then kept
-// GLOBALLY: model budget = kept_per_head(n_pos, ratio) × layers × kv_heads positions.
+// Scores are divided by the layer's total contribution so layers compare (each layer
+// is scored alone, from its own KV: plan_layer), then kept GLOBALLY (select_globally): model budget = kept_per_head(n_pos, ratio) × layers × kv_heads positions.
 // Per head, the first `sinks` and last `recent` positions are always kept, and at
 // least `min_per_head` (these forced positions capped at the per-head budget, sinks
 // first); the rest of the model budget goes to the top scores over all (l, g, p).
@@ -79,19 +79,33 @@ class LaProx final : public Compressor {
       throw Error("laprox: unknown parameter '" + name + "' (known: sinks, recent, min_per_head)");
     }
   }
-  [[nodiscard]] bool needs_stats() const override { return true; }
+  [[nodiscard]] StatsNeeds stats_needs() const override { return {.window = true}; }
+  [[nodiscard]] bool selects_globally() const override { return true; }
 
-  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
-    const KvSnapshot& kv = in.kv;
+  /// The layer's per-layer-normalised output contributions, [kv_heads][n_pos].
+  [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override {
     check(in);
-    const size_t n = kv.n_pos, heads_kv = kv.layers * kv.kv_heads;
-    CompressionPlan plan;
-    plan.keep.assign(kv.layers, std::vector<std::vector<int32_t>>(kv.kv_heads));
-    if (n == 0 || heads_kv == 0) return plan;
-    const std::vector<float> scores = contributions(in);  // [layers][kv_heads][n_pos]
+    LayerPlan plan;
+    plan.scores = contributions(in);
+    return plan;
+  }
+
+  void select_globally(std::vector<LayerPlan>& layers, const KvShape& shape,
+                       double ratio) const override {
+    const size_t n = shape.n_pos, heads_kv = shape.layers * shape.kv_heads;
+    if (layers.size() != shape.layers) throw Error("laprox: scores of every layer are needed");
+    for (LayerPlan& p : layers) p.keep.assign(shape.kv_heads, {});
+    if (n == 0 || heads_kv == 0) return;
+    // [layers][kv_heads][n_pos], the per-layer scores side by side.
+    std::vector<float> scores;
+    scores.reserve(heads_kv * n);
+    for (const LayerPlan& p : layers) {
+      if (p.scores.size() != shape.kv_heads * n) throw Error("laprox: a layer's scores have the wrong size");
+      scores.insert(scores.end(), p.scores.begin(), p.scores.end());
+    }
 
     // Forced positions per head: sinks, recent window, then the min_per_head floor.
-    const size_t budget = std::min(kept_per_head(n, in.ratio), n);
+    const size_t budget = std::min(kept_per_head(n, ratio), n);
     std::vector<char> taken(scores.size(), 0);
     size_t used = 0;
     std::vector<char> head_taken(n);
@@ -117,106 +131,100 @@ class LaProx final : public Compressor {
     }
     // The rest of the model-wide budget: top scores over every (layer, head, position).
     for (size_t i : top_free(scores, taken, budget * heads_kv - used)) taken[i] = 1;
-    for (size_t l = 0; l < kv.layers; ++l) {
-      for (size_t g = 0; g < kv.kv_heads; ++g) {
-        const size_t base = (l * kv.kv_heads + g) * n;
+    for (size_t l = 0; l < shape.layers; ++l) {
+      for (size_t g = 0; g < shape.kv_heads; ++g) {
+        const size_t base = (l * shape.kv_heads + g) * n;
         for (size_t p = 0; p < n; ++p) {
-          if (taken[base + p]) plan.keep[l][g].push_back(int32_t(p));
+          if (taken[base + p]) layers[l].keep[g].push_back(int32_t(p));
         }
       }
+      layers[l].scores.clear();
     }
-    return plan;
   }
 
  private:
-  static void check(const CompressorInput& in) {
-    const KvSnapshot& kv = in.kv;
-    const PrefillStats* s = in.stats;
+  static void check(const LayerInput& in) {
+    const LayerKv& kv = in.kv;
+    const LayerStats* s = in.stats;
     if (s == nullptr) throw Error("laprox: needs PrefillStats (none were gathered)");
-    if (s->layers != kv.layers || s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos) {
-      throw Error("laprox: PrefillStats shape (layers, kv_heads, n_pos) does not match the KV");
+    if (s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos) {
+      throw Error("laprox: PrefillStats shape (kv_heads, n_pos) does not match the KV");
     }
-    if (s->window_attention.size() != kv.layers * kv.kv_heads * s->window * kv.n_pos) {
+    if (s->window_attention.size() != kv.kv_heads * s->window * kv.n_pos) {
       throw Error("laprox: PrefillStats.window_attention has the wrong size");
     }
     if (kv.n_pos > 0 && s->window == 0) throw Error("laprox: PrefillStats has no window rows");
-    const size_t cells = kv.layers * kv.kv_heads * kv.n_pos * kv.head_dim;
+    const size_t cells = kv.kv_heads * kv.n_pos * kv.head_dim;
     if (kv.k.size() != cells || kv.v.size() != cells) {
-      throw Error("laprox: KvSnapshot k/v sizes do not match its shape");
+      throw Error("laprox: LayerKv k/v sizes do not match its shape");
     }
     const ModelFacts& m = in.model;
     if (m.wo.empty()) throw Error("laprox: needs the output projections (ModelFacts.wo is empty)");
-    if (m.wo.size() != kv.layers) {
+    if (m.wo.size() != in.layers || kv.layer >= m.wo.size()) {
       throw Error("laprox: ModelFacts.wo must have one matrix per layer");
     }
     if (kv.kv_heads == 0 || m.heads == 0 || m.heads % kv.kv_heads != 0) {
       throw Error("laprox: ModelFacts.heads must be a positive multiple of kv_heads");
     }
-    for (size_t l = 0; l < m.wo.size(); ++l) {
-      const ModelFacts::Matrix& w = m.wo[l];
-      if (w.data == nullptr || w.rows == 0 || w.cols != m.heads * kv.head_dim) {
-        throw Error("laprox: ModelFacts.wo[" + std::to_string(l) +
-                    "] must be [hidden, heads * head_dim] with data");
-      }
+    const ModelFacts::Matrix& w = m.wo[kv.layer];
+    if (w.data == nullptr || w.rows == 0 || w.cols != m.heads * kv.head_dim) {
+      throw Error("laprox: ModelFacts.wo[" + std::to_string(kv.layer) +
+                  "] must be [hidden, heads * head_dim] with data");
     }
   }
 
-  /// Per-layer-normalised output contributions, [layers][kv_heads][n_pos].
-  static std::vector<float> contributions(const CompressorInput& in) {
-    const KvSnapshot& kv = in.kv;
-    const PrefillStats& s = *in.stats;
+  /// Per-layer-normalised output contributions of layer in.kv.layer, [kv_heads][n_pos].
+  static std::vector<float> contributions(const LayerInput& in) {
+    const LayerKv& kv = in.kv;
+    const LayerStats& s = *in.stats;
     const size_t n = kv.n_pos, d = kv.head_dim, heads = in.model.heads;
     const size_t group = heads / kv.kv_heads;
-    std::vector<float> out(kv.layers * kv.kv_heads * n, 0.0f);
+    std::vector<float> out(kv.kv_heads * n, 0.0f);
     std::vector<float> row, gram(heads * d * d);
     std::vector<double> attn(n);
-    for (size_t l = 0; l < kv.layers; ++l) {
-      // Gram matrix W_o,hᵀ W_o,h of each query head's column block.
-      const ModelFacts::Matrix& w = in.model.wo[l];
-      row.resize(w.cols);
-      std::fill(gram.begin(), gram.end(), 0.0f);
-      const auto* bytes = static_cast<const unsigned char*>(w.data);
-      for (size_t r = 0; r < w.rows; ++r) {
-        to_f32(w.dtype, bytes + r * w.cols * dtype_size(w.dtype), row.data(), w.cols);
-        for (size_t h = 0; h < heads; ++h) {
-          const float* x = &row[h * d];
-          float* m = &gram[h * d * d];
+    // Gram matrix W_o,hᵀ W_o,h of each query head's column block.
+    const ModelFacts::Matrix& w = in.model.wo[kv.layer];
+    row.resize(w.cols);
+    const auto* bytes = static_cast<const unsigned char*>(w.data);
+    for (size_t r = 0; r < w.rows; ++r) {
+      to_f32(w.dtype, bytes + r * w.cols * dtype_size(w.dtype), row.data(), w.cols);
+      for (size_t h = 0; h < heads; ++h) {
+        const float* x = &row[h * d];
+        float* m = &gram[h * d * d];
+        for (size_t i = 0; i < d; ++i) {
+          const float xi = x[i];
+          for (size_t j = 0; j < d; ++j) m[i * d + j] += xi * x[j];
+        }
+      }
+    }
+    double total = 0;
+    for (size_t g = 0; g < kv.kv_heads; ++g) {
+      std::fill(attn.begin(), attn.end(), 0.0);
+      for (size_t r = 0; r < s.window; ++r) {
+        const float* a = s.window_row(g, r);
+        for (size_t p = 0; p < n; ++p) attn[p] += double(a[p]) / double(s.window);
+      }
+      float* c = &out[g * n];
+      for (size_t p = 0; p < n; ++p) {
+        const float* v = kv.v_at(g, p);
+        double norms = 0;
+        for (size_t h = g * group; h < (g + 1) * group; ++h) {
+          const float* m = &gram[h * d * d];
+          double q = 0;
           for (size_t i = 0; i < d; ++i) {
-            const float xi = x[i];
-            for (size_t j = 0; j < d; ++j) m[i * d + j] += xi * x[j];
+            double mv = 0;
+            for (size_t j = 0; j < d; ++j) mv += double(m[i * d + j]) * double(v[j]);
+            q += double(v[i]) * mv;
           }
+          norms += std::sqrt(std::max(0.0, q));
         }
+        const double contribution = attn[p] * norms / double(group);
+        c[p] = float(contribution);
+        total += contribution;
       }
-      double total = 0;
-      for (size_t g = 0; g < kv.kv_heads; ++g) {
-        std::fill(attn.begin(), attn.end(), 0.0);
-        for (size_t r = 0; r < s.window; ++r) {
-          const float* a = s.window_row(l, g, r);
-          for (size_t p = 0; p < n; ++p) attn[p] += double(a[p]) / double(s.window);
-        }
-        float* c = &out[(l * kv.kv_heads + g) * n];
-        for (size_t p = 0; p < n; ++p) {
-          const float* v = kv.v_at(l, g, p);
-          double norms = 0;
-          for (size_t h = g * group; h < (g + 1) * group; ++h) {
-            const float* m = &gram[h * d * d];
-            double q = 0;
-            for (size_t i = 0; i < d; ++i) {
-              double mv = 0;
-              for (size_t j = 0; j < d; ++j) mv += double(m[i * d + j]) * double(v[j]);
-              q += double(v[i]) * mv;
-            }
-            norms += std::sqrt(std::max(0.0, q));
-          }
-          const double contribution = attn[p] * norms / double(group);
-          c[p] = float(contribution);
-          total += contribution;
-        }
-      }
-      if (total > 0) {
-        float* c = &out[l * kv.kv_heads * n];
-        for (size_t i = 0; i < kv.kv_heads * n; ++i) c[i] = float(double(c[i]) / total);
-      }
+    }
+    if (total > 0) {
+      for (float& x : out) x = float(double(x) / total);
     }
     return out;
   }

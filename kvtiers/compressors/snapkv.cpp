@@ -56,21 +56,21 @@ class SnapKv final : public Compressor {
       throw Error("snapkv: unknown parameter '" + name + "' (known: window, kernel)");
     }
   }
-  [[nodiscard]] bool needs_stats() const override { return true; }
+  [[nodiscard]] StatsNeeds stats_needs() const override { return {.window = true}; }
 
-  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
-    const KvSnapshot& kv = in.kv;
-    const PrefillStats* s = in.stats;
+  [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override {
+    const LayerKv& kv = in.kv;
+    const LayerStats* s = in.stats;
     if (s == nullptr) throw Error("snapkv: needs PrefillStats (none were gathered)");
-    if (s->layers != kv.layers || s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos) {
-      throw Error("snapkv: PrefillStats shape (layers, kv_heads, n_pos) does not match the KV");
+    if (s->kv_heads != kv.kv_heads || s->n_pos != kv.n_pos) {
+      throw Error("snapkv: PrefillStats shape (kv_heads, n_pos) does not match the KV");
     }
-    if (s->window_attention.size() != kv.layers * kv.kv_heads * s->window * kv.n_pos) {
+    if (s->window_attention.size() != kv.kv_heads * s->window * kv.n_pos) {
       throw Error("snapkv: PrefillStats.window_attention has the wrong size");
     }
     const size_t n = kv.n_pos;
-    CompressionPlan plan;
-    plan.keep.assign(kv.layers, std::vector<std::vector<int32_t>>(kv.kv_heads));
+    LayerPlan plan;
+    plan.keep.assign(kv.kv_heads, {});
     if (n == 0) return plan;
     if (s->window == 0) throw Error("snapkv: PrefillStats has no observation window rows");
     const size_t w = std::min({s->window, window_, n});
@@ -80,20 +80,18 @@ class SnapKv final : public Compressor {
     for (size_t p = n; p-- > prefix;) forced.push_back(int32_t(p));
     const size_t half = kernel_ / 2;
     std::vector<float> votes(n), pooled(n);
-    for (size_t l = 0; l < kv.layers; ++l) {
-      for (size_t g = 0; g < kv.kv_heads; ++g) {
-        std::fill(votes.begin(), votes.end(), 0.0f);
-        for (size_t r = s->window - w; r < s->window; ++r) {
-          const float* row = s->window_row(l, g, r);
-          for (size_t p = 0; p < prefix; ++p) votes[p] += row[p];
-        }
-        std::fill(pooled.begin(), pooled.end(), std::numeric_limits<float>::lowest());
-        for (size_t p = 0; p < prefix; ++p) {
-          const size_t lo = p >= half ? p - half : 0, hi = std::min(prefix, p + half + 1);
-          pooled[p] = *std::max_element(votes.begin() + long(lo), votes.begin() + long(hi));
-        }
-        plan.keep[l][g] = select_positions(pooled, budget, forced);
+    for (size_t g = 0; g < kv.kv_heads; ++g) {
+      std::fill(votes.begin(), votes.end(), 0.0f);
+      for (size_t r = s->window - w; r < s->window; ++r) {
+        const float* row = s->window_row(g, r);
+        for (size_t p = 0; p < prefix; ++p) votes[p] += row[p];
       }
+      std::fill(pooled.begin(), pooled.end(), std::numeric_limits<float>::lowest());
+      for (size_t p = 0; p < prefix; ++p) {
+        const size_t lo = p >= half ? p - half : 0, hi = std::min(prefix, p + half + 1);
+        pooled[p] = *std::max_element(votes.begin() + long(lo), votes.begin() + long(hi));
+      }
+      plan.keep[g] = select_positions(pooled, budget, forced);
     }
     return plan;
   }

@@ -38,8 +38,8 @@ class StreamingLlm final : public Compressor {
     sinks_ = size_t(value);
   }
 
-  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override {
-    const KvSnapshot& kv = in.kv;
+  [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override {
+    const LayerKv& kv = in.kv;
     const size_t n = kv.n_pos;
     std::vector<int32_t> keep;
     if (n > 0) {
@@ -48,8 +48,8 @@ class StreamingLlm final : public Compressor {
       for (size_t p = 0; p < sinks; ++p) keep.push_back(int32_t(p));
       for (size_t p = n - (budget - sinks); p < n; ++p) keep.push_back(int32_t(p));
     }
-    CompressionPlan plan;
-    plan.keep.assign(kv.layers, std::vector<std::vector<int32_t>>(kv.kv_heads, keep));
+    LayerPlan plan;
+    plan.keep.assign(kv.kv_heads, keep);
     return plan;
   }
 

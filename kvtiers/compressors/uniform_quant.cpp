@@ -111,28 +111,20 @@ size_t QuantTarget::max_rows() const {
   return m;
 }
 
-QuantTarget quant_target(const KvSnapshot& kv, std::vector<size_t> rows, double ratio) {
+QuantTarget quant_target(const KvShape& shape, std::vector<size_t> rows, double ratio) {
   check_ratio(ratio);
-  if (rows.size() != kv.layers * kv.kv_heads) {
+  if (rows.size() != shape.layers * shape.kv_heads) {
     throw Error("quant_target: " + std::to_string(rows.size()) + " row counts for " +
-                std::to_string(kv.layers * kv.kv_heads) + " (layer, KV head) pairs");
+                std::to_string(shape.layers * shape.kv_heads) + " (layer, KV head) pairs");
   }
   QuantTarget t;
   t.rows = std::move(rows);
-  t.head_dim = kv.head_dim;
-  const double full = double(kv.layers * kv.kv_heads * kv.n_pos * kv.head_dim) * 2 * 2;
+  t.head_dim = shape.head_dim;
+  const double full =
+      double(shape.layers * shape.kv_heads * shape.n_pos * shape.head_dim) * 2 * 2;
   // A hair under the exact quotient, so that fits() implies the achieved ratio.
   t.budget = full / (ratio * kRatioSlack) * (1 - 1e-12);
   return t;
-}
-
-CompressionPlan keep_all_positions(const KvSnapshot& kv, QuantSpec quant) {
-  CompressionPlan plan;
-  plan.quant = quant;
-  std::vector<int32_t> all(kv.n_pos);
-  for (size_t p = 0; p < kv.n_pos; ++p) all[p] = int32_t(p);
-  plan.keep.assign(kv.layers, std::vector<std::vector<int32_t>>(kv.kv_heads, all));
-  return plan;
 }
 
 int int_param(std::string_view method, const std::string& name, double value, int lo, int hi) {
@@ -168,11 +160,17 @@ std::string QuantBits::help(bool key) {
          "scales and full-precision rows) fit full/ratio; set 0 to follow the ratio again";
 }
 
-CompressionPlan Quantizer::plan(const CompressorInput& in) const {
-  const KvSnapshot& kv = in.kv;
-  const QuantSpec spec =
-      plan_rows(quant_target(kv, std::vector<size_t>(kv.layers * kv.kv_heads, kv.n_pos), in.ratio));
-  return keep_all_positions(kv, spec);
+LayerPlan Quantizer::plan_layer(const LayerInput& in) const {
+  std::vector<int32_t> all(in.kv.n_pos);
+  for (size_t p = 0; p < all.size(); ++p) all[p] = int32_t(p);
+  LayerPlan plan;
+  plan.keep.assign(in.kv.kv_heads, all);
+  return plan;
+}
+
+QuantSpec Quantizer::plan_quant(const KvShape& shape, std::vector<size_t> rows,
+                                double ratio) const {
+  return plan_rows(quant_target(shape, std::move(rows), ratio));
 }
 
 }  // namespace vc

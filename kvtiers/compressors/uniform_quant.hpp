@@ -78,13 +78,11 @@ struct QuantTarget {
   [[nodiscard]] size_t max_rows() const;
 };
 
-/// The target for storing rows[l * kv_heads + g] rows of each head of `kv` at
-/// `ratio`. Throws vc::Error unless ratio is finite and >= 1, or on a size mismatch.
-[[nodiscard]] QuantTarget quant_target(const KvSnapshot& kv, std::vector<size_t> rows,
+/// The target for storing rows[l * kv_heads + g] rows of each head of a request of
+/// `shape` at `ratio`. Throws vc::Error unless ratio is finite and >= 1, or on a size
+/// mismatch.
+[[nodiscard]] QuantTarget quant_target(const KvShape& shape, std::vector<size_t> rows,
                                        double ratio);
-
-/// A plan keeping every position of every (layer, KV head), stored with `quant`.
-[[nodiscard]] CompressionPlan keep_all_positions(const KvSnapshot& kv, QuantSpec quant);
 
 /// Integer value of parameter `name` of `method` in [lo, hi]; vc::Error otherwise.
 [[nodiscard]] int int_param(std::string_view method, const std::string& name, double value,
@@ -127,12 +125,16 @@ class Recorded {
   mutable T v_;
 };
 
-/// Base of the quantizers: plan() keeps every position and chooses the settings
-/// with plan_rows() over all of them; a drop+quantize composition calls plan_rows()
-/// with the dropper's kept counts instead.
+/// Base of the quantizers: every layer keeps every position, and plan_quant()
+/// chooses the settings with plan_rows() over the row counts it is given (all
+/// positions alone; the dropper's kept counts in a drop+quantize composition).
 class Quantizer : public Compressor {
  public:
-  [[nodiscard]] CompressionPlan plan(const CompressorInput& in) const override;
+  [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override;
+  [[nodiscard]] bool quantizes() const override { return true; }
+  [[nodiscard]] bool keeps_every_position() const override { return true; }
+  [[nodiscard]] QuantSpec plan_quant(const KvShape& shape, std::vector<size_t> rows,
+                                     double ratio) const override;
   /// Chooses the settings that store target.rows within target.budget -- the
   /// largest bits of kRatioBits that fit, then as little loss of full-precision
   /// rows / outliers and group growth as needed -- or, when nothing fits, the

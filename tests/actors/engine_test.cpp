@@ -127,6 +127,58 @@ TEST(engine, requests_sharing_a_prompt_prefix_share_its_blocks_and_match_full_de
   }
 }
 
+TEST(engine, lossy_output_of_methods_that_read_every_prompt_query_does_not_depend_on_what_shares_the_prompt) {
+  // H2O and KVzip sum attention over every prompt query, ExpectedAttention takes the
+  // moments of every query: a request must compute them all even when another live
+  // request published the same leading blocks. 16 concurrent lossy requests with a
+  // common 200-token prefix each equal their solo run.
+  std::mt19937 rng(77);
+  const auto model = vc::test::tinycode();
+  const auto& cfg = model->config();
+  vc::GeneratorConfig gc;
+  gc.max_context = 2048;
+  vc::Generator gen(model, vc::test::tinycode_tokenizer(), gc);
+  std::mt19937 same(78);
+  const auto head = vc::test::random_tokens(same, 200, cfg.vocab_size, cfg.bos_token_id);
+  const char* methods[] = {"h2o", "kvzip", "expected_attention"};
+  std::vector<Case> cases(16);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Case& c = cases[i];
+    c.req.prompt_ids = head;
+    const auto tail = vc::test::random_tokens(rng, 2 + rng() % 60, cfg.vocab_size, -1);
+    c.req.prompt_ids.insert(c.req.prompt_ids.end(), tail.begin() + 1, tail.end());
+    c.req.max_tokens = 12;
+    c.req.mode = "lossy";
+    c.req.compressor = methods[i % 3];
+    c.req.ratio = 4.0;
+    c.req.ignore_eos = true;
+    if (i % 2 == 1) {
+      c.req.temperature = 0.8f;
+      c.req.top_k = 50;
+      c.req.seed = rng();
+    }
+    vc::GenerateOptions o;
+    o.max_tokens = c.req.max_tokens;
+    o.stop_at_eos = false;
+    o.sampling = {c.req.temperature, c.req.top_k, c.req.top_p, c.req.seed};
+    o.mode = vc::DecodeMode::lossy;
+    o.compressor = c.req.compressor;
+    o.ratio = c.req.ratio;
+    const auto r = gen.generate(c.req.prompt_ids, o);  // solo: nothing else runs
+    c.expected_ids = r.output_ids;
+    c.expected_logprobs = r.output_logprobs;
+  }
+  Engine engine(config(16));
+  std::vector<Engine::Submission> subs;
+  for (const auto& c : cases) subs.push_back(engine.submit(c.req));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto r = subs[i].result.get();
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.output_ids, cases[i].expected_ids) << "request " << i << " " << cases[i].req.compressor;
+    EXPECT_EQ(r.output_logprobs, cases[i].expected_logprobs) << "request " << i;
+  }
+}
+
 TEST(engine, lockstep_gives_the_same_output_as_staggered) {
   const auto cases = make_cases(6, 99);
   auto cfg = config(6);

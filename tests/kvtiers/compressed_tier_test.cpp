@@ -15,6 +15,7 @@
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 #include "kvtiers/compressed_tier.hpp"
+#include "kvtiers/layer_compression.hpp"
 
 namespace vc {
 namespace {
@@ -33,7 +34,7 @@ class RecordingCodec : public Compressor {
   std::string_view summary() const override { return "test codec"; }
   std::vector<CompressorParam> params() const override { return {}; }
   void set_param(const std::string&, double) override {}
-  CompressionPlan plan(const CompressorInput&) const override { return {}; }
+  LayerPlan plan_layer(const LayerInput&) const override { return {}; }
   size_t quantize(size_t l, size_t g, const int32_t* positions, size_t n, size_t head_dim,
                   const ModelFacts&, float* k, float* v,
                   PackedHead* /*packed*/ = nullptr) const override {
@@ -162,7 +163,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // gives back bit for bit what c.quantize() writes for the same kept rows. Returns
 // the view.
 CompressedView build_and_check_decode(const Compressor& c, const Case& cs, double ratio) {
-  const CompressionPlan plan = c.plan(CompressorInput{cs.kv, nullptr, cs.model, ratio});
+  const CompressionPlan plan = plan_snapshot(c, cs.kv, {}, cs.model, ratio);
   const CompressedView view = CompressedView::build(cs.kv, plan, c, cs.model);
   const size_t d = cs.kv.head_dim;
   for (size_t l = 0; l < cs.kv.layers; ++l) {
@@ -223,7 +224,7 @@ TEST(compressed_tier, a_dropping_plan_is_held_as_bf16_with_two_bytes_per_element
   for (const char* name : {"streaming_llm", "snapkv", "h2o"}) {
     auto c = make_compressor(name);
     const CompressionPlan plan = [&] {
-      if (!c->needs_stats()) return c->plan(CompressorInput{cs.kv, nullptr, cs.model, 4.0});
+      if (!c->needs_stats()) return plan_snapshot(*c, cs.kv, {}, cs.model, 4.0);
       // A plan of every third position, as a dropper would keep.
       CompressionPlan p;
       p.keep.assign(2, std::vector<std::vector<int32_t>>(2));

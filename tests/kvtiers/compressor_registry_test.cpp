@@ -10,6 +10,7 @@
 
 #include "kernels/error.hpp"
 #include "kvtiers/compressor.hpp"
+#include "kvtiers/layer_compression.hpp"
 #include "kvtiers/compressors/factories.hpp"
 #include "kvtiers/compressors/uniform_quant.hpp"
 
@@ -51,7 +52,7 @@ TEST(quantizers, ratios_2_4_8_map_to_8_4_2_bits_and_set_param_overrides) {
   for (const char* name : {"kivi", "kvquant", "rotate_kv"}) {
     auto c = make_compressor(name);
     for (auto [ratio, bits] : {std::pair{2.0, 8}, {4.0, 4}, {8.0, 2}}) {
-      const CompressionPlan p = c->plan(CompressorInput{kv, nullptr, model, ratio});
+      const CompressionPlan p = plan_snapshot(*c, kv, {}, model, ratio);
       EXPECT_EQ(p.quant.key_bits, bits) << name << " " << ratio;
       EXPECT_EQ(p.quant.value_bits, bits) << name << " " << ratio;
       ASSERT_EQ(p.keep.size(), 2u);
@@ -59,11 +60,11 @@ TEST(quantizers, ratios_2_4_8_map_to_8_4_2_bits_and_set_param_overrides) {
       EXPECT_EQ(c->params()[0].value, double(bits));
     }
     c->set_param("key_bits", 3);
-    const CompressionPlan p = c->plan(CompressorInput{kv, nullptr, model, 2.0});
+    const CompressionPlan p = plan_snapshot(*c, kv, {}, model, 2.0);
     EXPECT_EQ(p.quant.key_bits, 3) << name;
     EXPECT_EQ(p.quant.value_bits, 8) << name;
     c->set_param("key_bits", 0);  // back to the ratio
-    EXPECT_EQ(c->plan(CompressorInput{kv, nullptr, model, 8.0}).quant.key_bits, 2);
+    EXPECT_EQ(plan_snapshot(*c, kv, {}, model, 8.0).quant.key_bits, 2);
     EXPECT_THROW(c->set_param("key_bits", 12), Error);
   }
 }
@@ -123,7 +124,7 @@ TEST(composition, streaming_llm_plus_kivi_at_8x_drops_to_one_over_sqrt_8_and_qua
   EXPECT_EQ(c->name(), "streaming_llm+kivi");
   EXPECT_FALSE(c->needs_stats());
   EXPECT_TRUE(make_compressor("snapkv+rotate_kv")->needs_stats());
-  const CompressionPlan p = c->plan(CompressorInput{kv, nullptr, model, 8.0});
+  const CompressionPlan p = plan_snapshot(*c, kv, {}, model, 8.0);
   const size_t expect = kept_per_head(256, std::sqrt(8.0));  // 91
   for (const auto& layer : p.keep) {
     for (const auto& head : layer) EXPECT_EQ(head.size(), expect);
@@ -154,7 +155,7 @@ TEST(composition, streaming_llm_plus_kivi_at_8x_drops_to_one_over_sqrt_8_and_qua
   // drop_share 1: all of the ratio to dropping, the quantizer at its 8-bit end.
   c->set_param("drop_share", 1.0);
   c->set_param("kivi.residual", 0);
-  const CompressionPlan p1 = c->plan(CompressorInput{kv, nullptr, model, 8.0});
+  const CompressionPlan p1 = plan_snapshot(*c, kv, {}, model, 8.0);
   EXPECT_EQ(p1.keep[0][0].size(), 32u);
   EXPECT_EQ(p1.quant.key_bits, 8);
   EXPECT_THROW(c->set_param("drop_share", 1.5), Error);

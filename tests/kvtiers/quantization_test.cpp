@@ -15,6 +15,7 @@
 #include "kernels/error.hpp"
 #include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/compressor.hpp"
+#include "kvtiers/layer_compression.hpp"
 #include "kvtiers/compressors/factories.hpp"
 #include "kvtiers/compressors/hadamard.hpp"
 #include "kvtiers/compressors/uniform_quant.hpp"
@@ -212,7 +213,7 @@ TEST(kvquant, undoes_and_redoes_rope_correctly) {
   KvSnapshot kv;
   kv.layers = 1, kv.kv_heads = 1, kv.head_dim = d, kv.n_pos = n, kv.k = k0, kv.v = k0;
   const CompressedView view =
-      CompressedView::build(kv, c->plan(CompressorInput{kv, nullptr, model, 4.0}), *c, model);
+      CompressedView::build(kv, plan_snapshot(*c, kv, {}, model, 4.0), *c, model);
   EXPECT_EQ(view.stored_bytes(), n * d * 2 * 2);
   std::vector<float> vk(n * d), vv(n * d);
   view.decode(0, 0, vk.data(), vv.data());
@@ -261,7 +262,7 @@ TEST(kivi, stored_bytes_at_4_bits_are_a_quarter_of_bf16_plus_scales_and_residual
 /// (KVQuant) and observation-window statistics (SnapKV) for a ratio check.
 struct RatioCase {
   KvSnapshot kv;
-  PrefillStats stats;
+  std::vector<LayerStats> stats;  // [layers]
   ModelFacts model;
   RatioCase(size_t layers, size_t kv_heads, size_t n, size_t d, uint32_t seed) {
     kv = KvSnapshot{layers, kv_heads, d, n, normal(layers * kv_heads * n * d, seed),
@@ -269,12 +270,13 @@ struct RatioCase {
     for (size_t i = 3; i < kv.k.size(); i += d) kv.k[i] *= 8.0f;  // an outlier channel
     model = rope_model(d, n, 0);
     const size_t window = std::min<size_t>(n, 16);
-    stats = PrefillStats{layers, model.heads, kv_heads, d, n, window, {}, {}, {}, {}};
+    stats.assign(layers, LayerStats{model.heads, kv_heads, d, n, window, {}, {}, {}, {}});
     std::mt19937 rng(seed + 2);
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     for (size_t lg = 0; lg < layers * kv_heads; ++lg) {
       for (size_t w = 0, q = n - window; w < window; ++w, ++q) {
-        for (size_t p = 0; p < n; ++p) stats.window_attention.push_back(p <= q ? u(rng) / float(q + 1) : 0.0f);
+        for (size_t p = 0; p < n; ++p)
+          stats[lg / kv_heads].window_attention.push_back(p <= q ? u(rng) / float(q + 1) : 0.0f);
       }
     }
   }
@@ -289,7 +291,7 @@ struct Achieved {
 /// Plans and builds the view as the runtime does; the achieved ratio is the view's
 /// full bytes over the stored bytes its codec reported.
 Achieved achieve(const Compressor& c, const RatioCase& rc, double ratio) {
-  const CompressionPlan plan = c.plan(CompressorInput{rc.kv, &rc.stats, rc.model, ratio});
+  const CompressionPlan plan = plan_snapshot(c, rc.kv, planted_stats(rc.stats), rc.model, ratio);
   const CompressedView view = CompressedView::build(rc.kv, plan, c, rc.model);
   // The stored bytes are what the codec returns for the kept rows, measured again
   // here head by head; and the rows really are quantized, not bf16.
@@ -380,7 +382,7 @@ TEST(quantizers, an_unreachable_ratio_gets_the_cheapest_setting_and_says_so) {
     EXPECT_GT(a.ratio, 7.5) << name;       // but as far as 2 bits go
     EXPECT_GE(a.ratio, achieve(*c, rc, 8.0).ratio) << name;
   }
-  EXPECT_THROW((void)make_kivi()->plan(CompressorInput{rc.kv, nullptr, rc.model, 0.5}), Error);
+  EXPECT_THROW((void)plan_snapshot(*make_kivi(), rc.kv, {}, rc.model, 0.5), Error);
 }
 
 TEST(quantizers, set_param_overrides_win_over_the_ratio_mapping) {
@@ -394,7 +396,7 @@ TEST(quantizers, set_param_overrides_win_over_the_ratio_mapping) {
   EXPECT_EQ(kivi->params()[3].value, 32.0);
   // The residual rows are the last 32, bf16-exact.
   const CompressedView view = CompressedView::build(
-      rc.kv, kivi->plan(CompressorInput{rc.kv, nullptr, rc.model, 8.0}), *kivi, rc.model);
+      rc.kv, plan_snapshot(*kivi, rc.kv, {}, rc.model, 8.0), *kivi, rc.model);
   std::vector<float> vk(257 * 64), vv(257 * 64);
   view.decode(1, 1, vk.data(), vv.data());
   for (size_t p = 257 - 32; p < 257; ++p) {

@@ -13,15 +13,17 @@
 #include "kernels/error.hpp"
 #include "kvtiers/compressor.hpp"
 #include "kvtiers/compressors/factories.hpp"
+#include "kvtiers/layer_compression.hpp"
 
 namespace vc {
 namespace {
 
-/// A request's KV, prefill statistics and model facts (W_o f32), shaped consistently;
-/// values from a fixed pseudo-random sequence unless a test plants its own.
+/// A request's KV, per-layer statistics and model facts (W_o f32), shaped
+/// consistently; values from a fixed pseudo-random sequence unless a test plants its
+/// own. Plans go through the layer-by-layer path (plan_snapshot).
 struct Case {
   KvSnapshot kv;
-  PrefillStats stats;
+  std::vector<LayerStats> stats;  // [layers]
   ModelFacts model;
   std::vector<float> wo;  // backing store of model.wo
   uint32_t state = 12345;
@@ -31,20 +33,22 @@ struct Case {
   }
   Case(size_t layers, size_t kv_heads, size_t heads, size_t d, size_t n, size_t window) {
     kv = KvSnapshot{layers, kv_heads, d, n, {}, {}};
-    stats = PrefillStats{layers, heads, kv_heads, d, n, window, {}, {}, {}, {}};
+    stats.assign(layers, LayerStats{heads, kv_heads, d, n, window, {}, {}, {}, {}});
     for (size_t i = 0; i < layers * kv_heads * n * d; ++i) kv.k.push_back(2 * next() - 1);
     for (size_t i = 0; i < layers * kv_heads * n * d; ++i) kv.v.push_back(2 * next() - 1);
     for (size_t lg = 0; lg < layers * kv_heads; ++lg) {
+      LayerStats& s = stats[lg / kv_heads];
       for (size_t w = 0, q = n - window; w < window; ++w, ++q) {  // row w: query q, causal
         for (size_t p = 0; p < n; ++p) {
-          stats.window_attention.push_back(p <= q ? next() / float(q + 1) : 0.0f);
+          s.window_attention.push_back(p <= q ? next() / float(q + 1) : 0.0f);
         }
       }
-      for (size_t p = 0; p < n; ++p) stats.accumulated_attention.push_back(next() * float(n - p));
+      for (size_t p = 0; p < n; ++p) s.accumulated_attention.push_back(next() * float(n - p));
     }
     for (size_t i = 0; i < layers * heads * d; ++i) {
-      stats.query_mean.push_back(2 * next() - 1);
-      stats.query_sq_mean.push_back(stats.query_mean.back() * stats.query_mean.back() + next());
+      LayerStats& s = stats[i / (heads * d)];
+      s.query_mean.push_back(2 * next() - 1);
+      s.query_sq_mean.push_back(s.query_mean.back() * s.query_mean.back() + next());
     }
     model.heads = heads;
     const size_t dim = heads * d, size = dim * dim;  // hidden = heads * head_dim
@@ -53,12 +57,17 @@ struct Case {
   }
 
   float& row(size_t l, size_t g, size_t w, size_t p) {
-    return stats.window_attention[((l * kv.kv_heads + g) * stats.window + w) * kv.n_pos + p];
+    return stats[l].window_attention[(g * stats[l].window + w) * kv.n_pos + p];
   }
   float& acc(size_t l, size_t g, size_t p) {
-    return stats.accumulated_attention[(l * kv.kv_heads + g) * kv.n_pos + p];
+    return stats[l].accumulated_attention[g * kv.n_pos + p];
   }
-  [[nodiscard]] CompressorInput input(double ratio) const { return {kv, &stats, model, ratio}; }
+  [[nodiscard]] CompressionPlan plan(const Compressor& m, double ratio) const {
+    return plan_snapshot(m, kv, planted_stats(stats), model, ratio);
+  }
+  [[nodiscard]] CompressionPlan plan_without_stats(const Compressor& m, double ratio) const {
+    return plan_snapshot(m, kv, {}, model, ratio);
+  }
 };
 
 using Factory = std::function<std::unique_ptr<Compressor>()>;
@@ -102,10 +111,10 @@ TEST(token_drop, every_method_keeps_ascending_unique_in_range_positions_within_i
     EXPECT_EQ(m->name(), name);
     EXPECT_EQ(m->needs_stats(), name != "streaming_llm") << name;
     if (m->needs_stats()) {  // refuses to plan without statistics
-      EXPECT_THROW((void)m->plan({c.kv, nullptr, c.model, 4.0}), Error) << name;
+      EXPECT_THROW((void)c.plan_without_stats(*m, 4.0), Error) << name;
     }
     for (double ratio : {1.0, 2.0, 3.0, 4.0, 8.0, 100.0}) {
-      const CompressionPlan plan = m->plan(c.input(ratio));
+      const CompressionPlan plan = c.plan(*m, ratio);
       const size_t budget = kept_per_head(c.kv.n_pos, ratio);
       EXPECT_FALSE(plan.quant.quantized());
       ASSERT_EQ(plan.keep.size(), c.kv.layers) << name;
@@ -159,21 +168,21 @@ TEST(streaming_llm, sinks_and_the_recent_window_survive_and_nothing_else) {
     ASSERT_GT(budget, 4u);
     std::vector<int32_t> want = range(0, 4), recent = range(int32_t(64 - (budget - 4)), 64);
     want.insert(want.end(), recent.begin(), recent.end());
-    const CompressionPlan plan = m->plan({c.kv, nullptr, c.model, ratio});
+    const CompressionPlan plan = c.plan_without_stats(*m, ratio);
     for (const auto& layer : plan.keep) {
       for (const auto& keep : layer) EXPECT_EQ(keep, want) << "ratio " << ratio;
     }
   }
   m->set_param("sinks", 100);  // a budget smaller than the sinks keeps the first positions
   const size_t budget = kept_per_head(64, 16.0);
-  EXPECT_EQ(m->plan({c.kv, nullptr, c.model, 16.0}).keep[0][0], range(0, int32_t(budget)));
+  EXPECT_EQ(c.plan_without_stats(*m, 16.0).keep[0][0], range(0, int32_t(budget)));
 }
 
 TEST(h2o, a_planted_heavy_hitter_survives_while_its_neighbour_does_not) {
   Case c(1, 1, 1, 4, 64, 4);
   for (size_t p = 0; p < 64; ++p) c.acc(0, 0, p) = float(64 - p) * 0.01f;  // causal decay
   c.acc(0, 0, 30) = 100.0f;
-  const auto keep = make_h2o()->plan(c.input(4.0)).keep[0][0];
+  const auto keep = c.plan(*make_h2o(), 4.0).keep[0][0];
   EXPECT_TRUE(contains(keep, 30));
   EXPECT_FALSE(contains(keep, 29) || contains(keep, 31));  // its neighbours are ordinary
   EXPECT_TRUE(contains(keep, 63));  // recent window
@@ -190,12 +199,12 @@ TEST(snapkv, keeps_what_the_window_attends_to_strongly_and_pooling_keeps_its_nei
   const size_t budget = kept_per_head(64, 4.0);
   ASSERT_GE(budget, 8u + 8u);
   auto m = with(make_snapkv, {{"window", 8}, {"kernel", 1}});
-  const auto plain = m->plan(c.input(4.0)).keep[0][0];
+  const auto plain = c.plan(*m, 4.0).keep[0][0];
   EXPECT_TRUE(contains(plain, 20));
   EXPECT_FALSE(contains(plain, 19));  // without pooling the far block outranks neighbours
   EXPECT_TRUE(contains(plain, 63));   // observation window
   m->set_param("kernel", 7);
-  const auto pooled = m->plan(c.input(4.0)).keep[0][0];
+  const auto pooled = c.plan(*m, 4.0).keep[0][0];
   for (int32_t p : range(17, 24)) EXPECT_TRUE(contains(pooled, p)) << p;
   for (int32_t p : range(56, 64)) EXPECT_TRUE(contains(pooled, p)) << p;
   EXPECT_EQ(pooled.size(), budget);
@@ -209,7 +218,7 @@ TEST(snapkv, only_the_last_window_rows_vote) {
     c.row(0, 0, w, 30) = w < 4 ? 0.0f : 1.0f;
   }
   auto m = with(make_snapkv, {{"window", 4}, {"kernel", 1}});
-  const auto keep = m->plan(c.input(4.0)).keep[0][0];
+  const auto keep = c.plan(*m, 4.0).keep[0][0];
   EXPECT_TRUE(contains(keep, 30));
   EXPECT_FALSE(contains(keep, 10));
 }
@@ -217,8 +226,8 @@ TEST(snapkv, only_the_last_window_rows_vote) {
 TEST(expected_attention, keeps_a_key_aligned_with_the_query_mean_over_an_orthogonal_one) {
   Case c(1, 1, 2, 4, 16, 4);
   for (size_t i = 0; i < 8; ++i) {  // both query heads: mean 3 e0, no variance
-    c.stats.query_mean[i] = i % 4 == 0 ? 3.0f : 0.0f;
-    c.stats.query_sq_mean[i] = i % 4 == 0 ? 9.0f : 0.0f;
+    c.stats[0].query_mean[i] = i % 4 == 0 ? 3.0f : 0.0f;
+    c.stats[0].query_sq_mean[i] = i % 4 == 0 ? 9.0f : 0.0f;
   }
   for (size_t p = 0; p < 16; ++p) {  // 10 aligned with the mean, 11 orthogonal, others opposed
     float* k = &c.kv.k[c.kv.index(0, 0, p)];
@@ -230,12 +239,12 @@ TEST(expected_attention, keeps_a_key_aligned_with_the_query_mean_over_an_orthogo
   }
   auto m = with(make_expected_attention, {{"sinks", 0}});
   ASSERT_EQ(kept_per_head(16, 16.0), 1u);
-  EXPECT_EQ(m->plan(c.input(16.0)).keep[0][0], std::vector<int32_t>{10});
-  EXPECT_EQ(m->plan(c.input(8.0)).keep[0][0], (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(c.plan(*m, 16.0).keep[0][0], std::vector<int32_t>{10});
+  EXPECT_EQ(c.plan(*m, 8.0).keep[0][0], (std::vector<int32_t>{10, 11}));
   m->set_param("sinks", 4);  // sinks kept on top of the best scores
-  EXPECT_EQ(m->plan(c.input(16.0 / 5.0)).keep[0][0], (std::vector<int32_t>{0, 1, 2, 3, 10}));
+  EXPECT_EQ(c.plan(*m, 16.0 / 5.0).keep[0][0], (std::vector<int32_t>{0, 1, 2, 3, 10}));
   c.kv.v[c.kv.index(0, 0, 11) + 2] = 100.0f;  // scores are scaled by |v| (as in kvpress)
-  EXPECT_EQ(m->plan(c.input(16.0 / 5.0)).keep[0][0], (std::vector<int32_t>{0, 1, 2, 3, 11}));
+  EXPECT_EQ(c.plan(*m, 16.0 / 5.0).keep[0][0], (std::vector<int32_t>{0, 1, 2, 3, 11}));
 }
 
 TEST(kvzip, keeps_a_position_with_one_very_high_attention_though_its_sum_is_small) {
@@ -245,11 +254,11 @@ TEST(kvzip, keeps_a_position_with_one_very_high_attention_though_its_sum_is_smal
   }
   c.row(0, 0, 0, 5) = 0.9f;  // one query attends to 5 very strongly...
   for (size_t p = 0; p < 32; ++p) c.acc(0, 0, p) = p == 5 ? 1.0f : 2.0f;  // ...its sum is least
-  const auto keep = make_kvzip()->plan(c.input(4.0)).keep[0][0];
+  const auto keep = c.plan(*make_kvzip(), 4.0).keep[0][0];
   EXPECT_TRUE(contains(keep, 5));
   EXPECT_EQ(keep.size(), kept_per_head(32, 4.0));
   auto h2o = with(make_h2o, {{"recent_fraction", 0}});  // a sum-based method drops it
-  EXPECT_FALSE(contains(h2o->plan(c.input(4.0)).keep[0][0], 5));
+  EXPECT_FALSE(contains(c.plan(*h2o, 4.0).keep[0][0], 5));
 }
 
 /// KV heads of one query head, d = 2, W_o = I (bf16), uniform attention, every v = e0.
@@ -262,7 +271,8 @@ struct LaproxCase : Case {
       for (size_t i = 0; i < dim; ++i) wo16[(l * dim + i) * dim + i] = f32_to_bf16(1.0f);
       model.wo[l] = {&wo16[l * dim * dim], DType::bf16, dim, dim};
     }
-    std::fill(stats.window_attention.begin(), stats.window_attention.end(), 1.0f / float(n));
+    for (LayerStats& s : stats)
+      std::fill(s.window_attention.begin(), s.window_attention.end(), 1.0f / float(n));
     for (size_t i = 0; i < kv.v.size(); ++i) kv.v[i] = i % 2 == 0 ? 1.0f : 0.0f;
   }
   void set_v(size_t l, size_t g, size_t p, float x) { kv.v[kv.index(l, g, p)] = x; }
@@ -275,9 +285,9 @@ TEST(laprox, keeps_the_largest_output_contribution_over_the_most_attended_token)
   c.set_v(0, 0, 7, 20.0f);
   ASSERT_EQ(kept_per_head(16, 16.0), 1u);
   auto m = with(make_laprox, {{"sinks", 0}, {"recent", 0}, {"min_per_head", 0}});
-  EXPECT_EQ(m->plan(c.input(16.0)).keep[0][0], std::vector<int32_t>{7});
+  EXPECT_EQ(c.plan(*m, 16.0).keep[0][0], std::vector<int32_t>{7});
   auto snap = with(make_snapkv, {{"window", 1}, {"kernel", 1}});  // attention alone: 3 (+ 15)
-  EXPECT_EQ(snap->plan(c.input(8.0)).keep[0][0], (std::vector<int32_t>{3, 15}));
+  EXPECT_EQ(c.plan(*snap, 8.0).keep[0][0], (std::vector<int32_t>{3, 15}));
 }
 
 TEST(laprox, global_selection_gives_more_positions_to_heads_with_larger_contributions) {
@@ -285,7 +295,7 @@ TEST(laprox, global_selection_gives_more_positions_to_heads_with_larger_contribu
   for (size_t p = 0; p < 32; ++p) c.set_v(0, 0, p, 10.0f);  // layer 0, head 0: 10x output
   const size_t budget = kept_per_head(32, 4.0);
   auto m = with(make_laprox, {{"sinks", 0}, {"recent", 0}, {"min_per_head", 1}});
-  const CompressionPlan plan = m->plan(c.input(4.0));
+  const CompressionPlan plan = c.plan(*m, 4.0);
   const size_t n00 = plan.keep[0][0].size(), n01 = plan.keep[0][1].size();
   const size_t n10 = plan.keep[1][0].size(), n11 = plan.keep[1][1].size();
   EXPECT_EQ(n00 + n01 + n10 + n11, 4 * budget);  // the model-wide budget
@@ -298,7 +308,7 @@ TEST(laprox, global_selection_gives_more_positions_to_heads_with_larger_contribu
 TEST(laprox, sinks_and_the_recent_window_are_always_kept) {
   LaproxCase c(1, 2, 64);
   for (size_t p = 0; p < 64; ++p) c.set_v(0, 0, p, 100.0f);
-  const CompressionPlan plan = make_laprox()->plan(c.input(4.0));
+  const CompressionPlan plan = c.plan(*make_laprox(), 4.0);
   for (const auto& keep : plan.keep[0]) {
     for (int32_t p : range(0, 4)) EXPECT_TRUE(contains(keep, p));
     for (int32_t p : range(56, 64)) EXPECT_TRUE(contains(keep, p));
@@ -309,7 +319,7 @@ TEST(laprox, sinks_and_the_recent_window_are_always_kept) {
 TEST(laprox, planning_without_output_projections_is_an_error) {
   Case c(1, 1, 1, 4, 16, 4);
   c.model.wo.clear();
-  expect_error_naming([&] { (void)make_laprox()->plan(c.input(4.0)); }, "wo");
+  expect_error_naming([&] { (void)c.plan(*make_laprox(), 4.0); }, "wo");
 }
 
 }  // namespace

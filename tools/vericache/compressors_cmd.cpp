@@ -21,6 +21,10 @@ int run_compressors(bool json) {
     all.push_back({{"name", name},
                    {"summary", std::string(c->summary())},
                    {"needs_prefill_stats", c->needs_stats()},
+                   {"stats_needs",
+                    {{"window", c->stats_needs().window},
+                     {"accumulated", c->stats_needs().accumulated},
+                     {"query_moments", c->stats_needs().query_moments}}},
                    {"params", params}});
   }
   if (json) {
