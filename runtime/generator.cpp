@@ -11,6 +11,7 @@
 #include "kernels/error.hpp"
 #include "kvtiers/full_tier.hpp"
 #include "runtime/compression.hpp"
+#include "runtime/fast_memory_need.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/layer_streamer.hpp"
 #include "runtime/streamed_prefill.hpp"
@@ -49,7 +50,9 @@ const char* decode_mode_name(DecodeMode m) {
 Generator::Generator(std::shared_ptr<const Model> model,
                      std::shared_ptr<const Tokenizer> tokenizer, const GeneratorConfig& cfg)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)), cfg_(cfg), ws_(cfg.threads),
-      cache_(model_->kv_config(context_limit(*model_, cfg), cfg.kv_dtype, cfg.block_tokens)) {
+      cache_(model_->kv_config(context_limit(*model_, cfg), cfg.kv_dtype, cfg.block_tokens)),
+      fast_(std::make_unique<FastMemory>(cfg.fast_memory_bytes)) {
+  cache_.set_budget(fast_.get());
   if (cfg.full_tier != "host" && cfg.full_tier != "disk")
     throw Error("full tier: '" + cfg.full_tier + "' is not one of host, disk");
 }
@@ -91,6 +94,25 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
   }
   GenerateStats& s = rq.result.stats;
   s.prompt_tokens = prompt_ids.size();
+  if (fast_->limited()) {  // a request that cannot fit fails before any work
+    DraftSpec spec;
+    spec.prompt.assign(prompt_ids.begin(), prompt_ids.end());
+    spec.mode = opt.mode;
+    spec.compressor = opt.compressor;
+    spec.compressor_params = opt.compressor_params;
+    spec.ratio = opt.ratio;
+    spec.max_new_tokens = size_t(rq.steps);
+    spec.fold_every = opt.fold_every;
+    const FastNeed need =
+        fast_memory_need(spec, cache_.config(), opt.draft_auto ? opt.max_draft : opt.draft_length);
+    const size_t staging =
+        opt.mode == DecodeMode::full ? 0 : engine_fast_overhead(cache_.config(), cfg_.stage_positions) / 2;
+    if (need.total() + staging > fast_->capacity())
+      throw Error("generate: the request needs " + need.describe() + " of fast memory + " +
+                  format_bytes(staging) + " of staging, more than the budget of " +
+                  format_bytes(fast_->capacity()));
+  }
+  fast_->reset_peak();
   if (rq.steps > 0) {
     PrefilledRequest p;
     if (opt.mode == DecodeMode::full) {
@@ -112,7 +134,9 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
       }
     }
     rq.logits = std::move(p.logits);
+    if (p.view) rq.view_charge = FastCharge(fast_.get(), p.view->held_bytes(), "the compressed view");
     rq.view = std::move(p.view);
+    rq.note_fast(cache_);
     s.prefill_seconds = p.prefill_seconds;
     s.compress_seconds = p.compress_seconds;
     if (rq.view) {
@@ -125,6 +149,9 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
   if (opt.mode == DecodeMode::vericache && rq.steps > 0) decode_verified(rq);
   else decode_stepwise(rq);
   rq.result.stats.decode_seconds = seconds_since(t0);
+  rq.note_fast(cache_);
+  rq.result.stats.fast_kv_bytes_peak = rq.kv_peak;
+  rq.result.stats.fast_bytes_peak = fast_->peak();
   rq.finish(cache_);
   return std::move(rq.result);
 }
@@ -137,6 +164,7 @@ void Generator::decode_stepwise(Request& rq) {
     if (rq.emit(tok, token_logprob(rq.logits, tok), rq.logits)) return;
     if (i + 1 == rq.steps) return;
     cache_.reserve(rq.seq, size_t(position) + 1);
+    rq.note_fast(cache_);
     row[0] = ForwardRow{tok, int32_t(position), &rq.seq, true, rq.view ? &*rq.view : nullptr};
     forward(*model_, row, cache_, ws_, rq.logits);
     if (rq.view) rq.result.stats.compressed_bytes_read += rq.draft_step_bytes(cache_);

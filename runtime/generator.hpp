@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/dtype.hpp"
+#include "kvtiers/fast_memory.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -74,10 +75,15 @@ struct GenerateStats {
   double draft_seconds = 0, verify_seconds = 0, commit_seconds = 0;
   double verify_wait_seconds = 0;    // verify time spent waiting for full-KV layers
   size_t full_tier_bytes_read = 0;   // streamed by verify passes
+  size_t full_tier_bytes_read_refold = 0;  // read back to rebuild the view
   size_t full_tier_bytes_written = 0;
   size_t compressed_bytes_read = 0;  // read by draft steps (view + tail)
   size_t folds = 0;                  // view rebuilds (fold_every)
   size_t fast_bytes_end = 0;         // view + tail at the end
+  // Fast memory (every mode): the most charged at once during the request (view,
+  // blocks, staging buffers), and the view + blocks part of it.
+  size_t fast_bytes_peak = 0;
+  size_t fast_kv_bytes_peak = 0;
   std::string full_tier;             // "host" or "disk"
 
   [[nodiscard]] double prefill_tokens_per_second() const {
@@ -110,6 +116,9 @@ struct GeneratorConfig {
   size_t block_tokens = 16;
   /// KV positions per chunk when a pass stages the full KV (0: whole layers).
   size_t stage_positions = 1024;
+  /// Fast-memory budget in bytes (blocks, the view, staging); 0: not limited. A
+  /// request whose bound (fast_memory_need) does not fit fails before any work.
+  size_t fast_memory_bytes = 0;
 };
 
 /// Called with each emitted token id; return false to stop.
@@ -147,6 +156,7 @@ class Generator {
   GeneratorConfig cfg_;
   Workspace ws_;
   PagedKvCache cache_;
+  std::unique_ptr<FastMemory> fast_;
   std::unique_ptr<FullTier> full_tier_;
   std::unique_ptr<LayerStreamer> streamer_;
   std::unique_ptr<Verifier> verifier_;

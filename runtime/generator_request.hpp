@@ -36,6 +36,8 @@ struct Generator::Request {
   bool done = false;
   FullTier* tier = nullptr;  // holds the request's full KV (vericache) while set
   uint64_t tier_id = 0;
+  FastCharge view_charge;    // the view's held bytes in the fast-memory budget
+  size_t kv_peak = 0;        // the most view + blocks held
 
   Request(const Model& m, const Tokenizer* tok, PagedKvCache& c, std::span<const int32_t> prompt,
           const GenerateOptions& o, const TokenCallback& cb)
@@ -85,6 +87,13 @@ struct Generator::Request {
     return view->stored_bytes() + tail * c.bytes_per_token();
   }
 
+  /// Bytes of fast memory the request's KV holds now: the view and its blocks.
+  [[nodiscard]] size_t fast_kv_bytes(const PagedKvCache& c) const {
+    size_t blocks = 0;
+    for (int32_t b : seq.blocks) blocks += b >= 0 ? 1 : 0;
+    return (view ? view->held_bytes() : 0) + blocks * c.block_bytes();
+  }
+  void note_fast(const PagedKvCache& c) { kv_peak = std::max(kv_peak, fast_kv_bytes(c)); }
   /// Final stats and text.
   void finish(const PagedKvCache& c) {
     GenerateStats& s = result.stats;

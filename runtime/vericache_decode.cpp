@@ -40,6 +40,7 @@ void Generator::ensure_full_tier() {
   if (full_tier_) return;
   full_tier_ = make_full_tier(cfg_, cache_.config());
   streamer_ = std::make_unique<LayerStreamer>(*full_tier_, cfg_.stage_positions);
+  streamer_->set_budget(fast_.get());
   streamer_->set_link_bandwidth(cfg_.link_bandwidth);
   verifier_ = std::make_unique<Verifier>(model_, cfg_.threads);
 }
@@ -78,6 +79,7 @@ void Generator::decode_verified(Request& rq) {
     const auto td = clock::now();
     drafts.clear();
     cache_.reserve(rq.seq, p0 + L + 1);
+    rq.note_fast(cache_);
     int32_t tok = t0;
     for (size_t i = 0; i < L; ++i) {
       rows.assign(1, ForwardRow{tok, int32_t(p0 + i), &rq.seq, true, &*rq.view});
@@ -112,7 +114,11 @@ void Generator::decode_verified(Request& rq) {
       }
     cache_.truncate(rq.seq, p0 + n + 1);
     if (fold_due) {  // the view takes over [0, p0): it keeps its budget as we grow
-      if (auto nv = refold(*rq.compressor, *full_tier_, id, p0, v.stats.get(), *model_, opt.ratio)) {
+      const size_t read_before = full_tier_->bytes_read_total();
+      auto nv = refold(*rq.compressor, *full_tier_, id, p0, v.stats.get(), *model_, opt.ratio);
+      st.full_tier_bytes_read_refold += full_tier_->bytes_read_total() - read_before;
+      if (nv) {
+        rq.view_charge.resize(nv->held_bytes(), "the compressed view");
         rq.view = std::move(*nv);
         cache_.release_prefix(rq.seq, p0);
         st.folds += 1;
@@ -131,7 +137,7 @@ void Generator::decode_verified(Request& rq) {
     p0 += n + 1;
   }
   const TierBytes after = full_tier_->bytes();
-  st.full_tier_bytes_read = after.read - tier_before.read;
+  st.full_tier_bytes_read = after.read - tier_before.read - st.full_tier_bytes_read_refold;
   st.full_tier_bytes_written = after.written - tier_before.written;
   st.verify_wait_seconds = streamer_->wait_seconds() - wait_before;
   st.kv_bytes = full_tier_->bytes_held(id);

@@ -218,11 +218,10 @@ TEST(engine, lossy_requests_sharing_a_prompt_prefix_match_their_solo_runs) {
   check_lossy_with_shared_prefix(false);
 }
 
-// Known bug found by the test above: with kvzip, lossy requests that share a
-// 160-token prefix with a request admitted earlier drift from their solo runs
-// (the same requests without a shared prefix match). Left for the compressor
-// refactoring; enable with --gtest_also_run_disabled_tests.
-TEST(engine, DISABLED_lossy_kvzip_requests_sharing_a_prompt_prefix_match_their_solo_runs) {
+// Found by the test above: kvzip's statistics need every prompt query, which
+// prefix sharing skipped. Lossy prefill now streams through the full tier and
+// never shares blocks, and methods that read every query share nothing anyway.
+TEST(engine, lossy_kvzip_requests_sharing_a_prompt_prefix_match_their_solo_runs) {
   check_lossy_with_shared_prefix(true);
 }
 

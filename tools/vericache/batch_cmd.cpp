@@ -43,6 +43,8 @@ struct BatchArgs {
   int threads = 0;
   size_t max_queue = 0;  // 0 = the number of lines
   std::string kv_dtype = "bf16";
+  std::string fast_memory = "0";
+  size_t stage_positions = 1024;
 };
 
 constexpr size_t kMaxLineBytes = size_t(16) << 20;
@@ -223,6 +225,8 @@ int run_batch(const BatchArgs& a) {
   cfg.max_active = a.concurrency;
   cfg.max_queue = a.max_queue > 0 ? a.max_queue : std::max<size_t>(1, lines.size());
   cfg.lockstep = a.lockstep;
+  cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
+  cfg.stage_positions = a.stage_positions;
   cfg.trace = !a.trace.empty();
 
   spdlog::info("loading model from {}", a.model_dir);
@@ -304,6 +308,13 @@ void add_batch_command(CLI::App& app, Runner& run) {
   cmd->add_option("--full-tier", a->full_tier, "Where the full KV lives")
       ->capture_default_str()->check(CLI::IsMember({"host", "disk"}));
   cmd->add_option("--disk-dir", a->disk_dir, "Directory of the disk tier (default: a temp dir)");
+  cmd->add_option("--fast-memory", a->fast_memory,
+                  "Fast-memory budget for all KV in fast memory, e.g. 256M (0 = 65,536 tokens "
+                  "of full KV); requests wait until their bound fits")
+      ->capture_default_str()->check(bytes_value());
+  cmd->add_option("--stage-positions", a->stage_positions,
+                  "KV positions per staged chunk of the full KV (0 = whole layers)")
+      ->capture_default_str()->check(integer_in(0, int64_t(1) << 24));
   cmd->add_option("--link-gbps", a->link_gbps,
                   "Modelled link bandwidth to the full tier in GB/s (0 = unthrottled)")
       ->capture_default_str()->check(number_in(0.0));

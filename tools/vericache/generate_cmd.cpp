@@ -29,6 +29,8 @@ struct GenerateArgs {
   std::string kv_dtype = "bf16";
   std::string full_tier = "host";
   std::string disk_dir;
+  std::string fast_memory = "0";
+  size_t stage_positions = 1024;
 };
 
 std::string read_prompt(const GenerateArgs& a) {
@@ -78,6 +80,8 @@ int run_generate(const GenerateArgs& a) {
   gc.threads = a.threads;
   gc.kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   gc.full_tier = a.full_tier;
+  gc.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
+  gc.stage_positions = a.stage_positions;
   gc.disk_dir = a.disk_dir;
   Generator gen(model, tok, gc);
   const GenerateResult r = gen.generate(v.prompt_ids, opt);
@@ -102,6 +106,9 @@ int run_generate(const GenerateArgs& a) {
                   {"prefill_tokens_per_second", s.prefill_tokens_per_second()},
                   {"decode_tokens_per_second", s.decode_tokens_per_second()},
                   {"kv_bytes", s.kv_bytes},
+                  {"fast_memory", {{"peak_bytes", s.fast_bytes_peak},
+                                   {"peak_kv_bytes", s.fast_kv_bytes_peak},
+                                   {"budget_bytes", gc.fast_memory_bytes}}},
                   {"kv_dtype", a.kv_dtype},
                   {"threads", gen.workspace().threads()},
                   {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))}};
@@ -126,6 +133,7 @@ int run_generate(const GenerateArgs& a) {
                           {"compressed_tier", s.compressed_bytes_read}}},
           {"full_tier_bytes_written", s.full_tier_bytes_written},
           {"view_rebuilds", s.folds},
+          {"full_tier_bytes_read_by_view_rebuilds", s.full_tier_bytes_read_refold},
           {"fast_bytes_at_end", s.fast_bytes_end}};
     }
     if (opt.mode != DecodeMode::full)
@@ -204,6 +212,12 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--full-tier", a->full_tier, "vericache: where the full KV lives")
       ->capture_default_str()->check(CLI::IsMember({"host", "disk"}));
   cmd->add_option("--disk-dir", a->disk_dir, "vericache: directory of the disk tier");
+  cmd->add_option("--fast-memory", a->fast_memory,
+                  "Fast-memory budget for KV (view, blocks, staging), e.g. 256M (0 = unlimited)")
+      ->capture_default_str()->check(bytes_value());
+  cmd->add_option("--stage-positions", a->stage_positions,
+                  "KV positions per staged chunk of the full KV (0 = whole layers)")
+      ->capture_default_str()->check(integer_in(0, int64_t(1) << 24));
   cmd->add_option("--compressor", q.compressor, "Compression method (see `vericache compressors`)")
       ->capture_default_str();
   cmd->add_option("--compressor-param", a->compressor_params,

@@ -1,6 +1,8 @@
 // Option validators, the strict --config reader and the one-line error report.
 #include "tools/vericache/options.hpp"
 
+#include "kernels/error.hpp"
+
 #include <algorithm>
 #include <iostream>
 #include <sys/stat.h>
@@ -55,6 +57,47 @@ CLI::Validator seed_value() {
 
 CLI::Validator draft_value() {
   return checked("L|auto", [](const std::string& s) { (void)parse_draft("", s); });
+}
+
+size_t parse_bytes(const std::string& what, const std::string& text) {
+  size_t i = 0;
+  unsigned long long v = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    if (v > (std::numeric_limits<unsigned long long>::max() - 9) / 10)
+      throw Error(what + ": '" + text + "' is too large");
+    v = v * 10 + unsigned(text[i++] - '0');
+  }
+  unsigned shift = 0;
+  if (i < text.size()) {
+    switch (text[i]) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      case 'T': case 't': shift = 40; break;
+      default: break;
+    }
+    if (shift > 0) ++i;
+    if (i < text.size() && (text[i] == 'B' || text[i] == 'b')) ++i;
+  }
+  if (i == 0 || i != text.size())
+    throw Error(what + ": expected a byte count such as 268435456, 256M or 2G, got '" + text + "'");
+  if (shift > 0 && v > (std::numeric_limits<unsigned long long>::max() >> shift))
+    throw Error(what + ": '" + text + "' is too large");
+  return size_t(v << shift);
+}
+
+CLI::Validator bytes_value() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          (void)parse_bytes("value", s);
+          return "";
+        } catch (const std::exception& e) {
+          const std::string m = e.what();
+          return m.substr(m.find(':') + 2);
+        }
+      },
+      "BYTES");
 }
 
 std::string option_of_field(const std::string& field) {

@@ -24,6 +24,11 @@ namespace vc::cli {
 /// A draft length 0..4096 or "auto".
 [[nodiscard]] CLI::Validator draft_value();
 
+/// A byte count: digits with an optional K, M, G or T suffix (powers of 1024),
+/// e.g. "512M"; "0" allowed. parse_bytes throws vc::Error naming `what`.
+[[nodiscard]] CLI::Validator bytes_value();
+[[nodiscard]] size_t parse_bytes(const std::string& what, const std::string& text);
+
 /// The option a request field is set by: "max_tokens" -> "--max-tokens".
 [[nodiscard]] std::string option_of_field(const std::string& field);
 
