@@ -2,6 +2,7 @@
 // are generated in parallel and any order), scaled like a standard init.
 #include "runtime/model/random_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 

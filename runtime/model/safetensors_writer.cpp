@@ -4,6 +4,7 @@
 // target dtype.
 #include "runtime/model/safetensors_writer.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 

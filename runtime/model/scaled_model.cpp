@@ -21,6 +21,7 @@
 // dtype again, and sums over longer rows group their terms differently.
 #include "runtime/model/scaled_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <thread>

@@ -2,6 +2,7 @@
 // a generated model runs through `generate`, and bad input is one error line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
