@@ -7,6 +7,7 @@ void add_bench_decode_command(CLI::App& bench, Runner& run);
 void add_bench_divergence_command(CLI::App& bench, Runner& run);
 void add_bench_acceptance_command(CLI::App& bench, Runner& run);
 void add_bench_throughput_command(CLI::App& bench, Runner& run);
+void add_bench_rows_command(CLI::App& bench, Runner& run);
 
 void add_bench_command(CLI::App& app, Runner& run) {
   CLI::App* bench = app.add_subcommand("bench", "Measure and print tables");
@@ -15,6 +16,7 @@ void add_bench_command(CLI::App& app, Runner& run) {
   add_bench_divergence_command(*bench, run);
   add_bench_acceptance_command(*bench, run);
   add_bench_throughput_command(*bench, run);
+  add_bench_rows_command(*bench, run);
 }
 
 }  // namespace vc::cli
