@@ -2,19 +2,11 @@
 #include "kvtiers/fast_memory.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 
 #include "kernels/error.hpp"
 
 namespace vc {
-
-std::string format_bytes(size_t bytes) {
-  char buf[64];
-  if (bytes < 1000 * 1000) std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
-  else std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
-  return buf;
-}
 
 void FastMemory::charge(size_t bytes, const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "kvtiers/tier_stats.hpp"  // format_bytes
+
 namespace vc {
 
 class FastMemory {
@@ -58,8 +60,5 @@ class FastCharge {
   FastMemory* mem_ = nullptr;
   size_t bytes_ = 0;
 };
-
-/// "12.3 MB" (decimal megabytes) for messages.
-[[nodiscard]] std::string format_bytes(size_t bytes);
 
 }  // namespace vc

@@ -29,21 +29,29 @@ ModelFacts model_facts(const Model& model, size_t n_pos) {
 }
 
 LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id) {
-  // One staging buffer per reader, reused for every layer it reads.
+  // Reads a layer a chunk of blocks at a time into one small staging buffer, reused
+  // for every chunk and layer: the working memory is the fp32 layer itself.
+  static constexpr size_t kChunkBlocks = 64;
   auto staging = std::make_shared<KvStaging>(tier.config());
   return [&tier, id, staging](size_t layer, size_t n, LayerKv& out) {
     const KvCacheConfig& c = tier.config();
     out.reshape(layer, c.kv_heads, c.head_dim, n);
-    tier.read_layer(id, layer, n, *staging);
     const size_t bt = c.block_tokens, D = c.head_dim, esz = dtype_size(c.dtype);
-    const auto* k = static_cast<const std::byte*>(staging->k());
-    const auto* v = static_cast<const std::byte*>(staging->v());
-    for (size_t g = 0; g < c.kv_heads; ++g)
-      for (size_t p = 0; p < n; ++p) {
-        const size_t off = (((p / bt) * c.kv_heads + g) * bt + p % bt) * D * esz;
-        to_f32(c.dtype, k + off, &out.k[out.index(g, p)], D);
-        to_f32(c.dtype, v + off, &out.v[out.index(g, p)], D);
-      }
+    const size_t blocks = (n + bt - 1) / bt;
+    staging->reserve(std::min(blocks, kChunkBlocks) * bt);
+    for (size_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
+      const size_t nb = std::min(kChunkBlocks, blocks - b0);
+      tier.read_blocks(id, layer, b0, nb, staging->k(), staging->v());
+      const auto* k = static_cast<const std::byte*>(staging->k());
+      const auto* v = static_cast<const std::byte*>(staging->v());
+      const size_t p_end = std::min(n, (b0 + nb) * bt);
+      for (size_t g = 0; g < c.kv_heads; ++g)
+        for (size_t p = b0 * bt; p < p_end; ++p) {
+          const size_t off = ((((p / bt) - b0) * c.kv_heads + g) * bt + p % bt) * D * esz;
+          to_f32(c.dtype, k + off, &out.k[out.index(g, p)], D);
+          to_f32(c.dtype, v + off, &out.v[out.index(g, p)], D);
+        }
+    }
   };
 }
 

@@ -70,11 +70,8 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
   t0 = clock::now();
   std::optional<PrefillStats> stats;
   if (collector) stats = collector->finish();
-  auto view = refold(compressor, tier, id, prompt.size(), stats ? &*stats : nullptr, model, ratio);
-  if (!view)
-    throw Error("compressor '" + std::string(compressor.name()) +
-                "': no statistics to build the prompt's view from");
-  out.view = std::move(*view);
+  out.view = compress_layers(compressor, prompt.size(), tier_layer_reader(tier, id),
+                             stats ? &*stats : nullptr, model_facts(model, prompt.size()), ratio);
   out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   cache.start_at(seq, prompt.size());
   return out;

@@ -119,7 +119,7 @@ TEST(engine_memory, a_request_that_could_never_fit_fails_naming_the_sizes_and_ot
   const auto r = engine.submit(big).result.get();
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("fast memory"), std::string::npos) << r.error;
-  EXPECT_NE(r.error.find("MB"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("MiB"), std::string::npos) << r.error;
   vericache::Request small = big;
   small.prompt_ids.resize(100);
   const auto ok = engine.submit(small).result.get();

@@ -19,8 +19,8 @@ TEST(fast_memory, charges_fit_the_capacity_or_fail_naming_what_and_the_sizes) {
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("a KV block needs 5 bytes"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("1000 bytes of 1000 bytes are in use"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("a KV block needs 5 B"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("1000 B of 1000 B are in use"), std::string::npos) << msg;
   }
   m.release(700);
   EXPECT_EQ(m.used(), 300u);

@@ -267,8 +267,11 @@ TEST(draft_batcher, commit_keeps_the_verified_kv_and_rolls_back_the_rejected_dra
     for (size_t r = 0; r <= v.accepted; ++r)  // the mover's half of the commit
       for (size_t l = 0; l < layers; ++l) tier->write(9, l, p0 + r, v.k(l, r), v.v(l, r));
     b.commit(9, v);
-    // The drafter now holds t0 and the accepted drafts, nothing after them.
-    EXPECT_EQ(base_bytes + (p0 + v.accepted + 1 - p.size()) * bpt, b.fast_bytes(9));
+    // The drafter now holds t0 and the accepted drafts, nothing after them: the
+    // blocks from the prompt's last (partial) block to the last accepted position.
+    const size_t bt = b.cache().config().block_tokens;
+    EXPECT_EQ(base_bytes + ((p0 + v.accepted + 1 + bt - 1) / bt - p.size() / bt) * bpt * bt,
+              b.fast_bytes(9));
     EXPECT_EQ(p0 + v.accepted + 1, tier->length(9));
     // pending() names the last started block until the next start.
     EXPECT_EQ(std::make_pair(t0, p0), b.pending(9));
@@ -360,7 +363,8 @@ TEST(draft_batcher, a_failed_prefill_leaves_nothing_behind) {
   bad.mode = DecodeMode::lossy;
   EXPECT_THROW((void)b.prefill(bad), Error);
   EXPECT_THROW((void)b.prefill(make_spec(2, {})), Error);                    // empty prompt
-  EXPECT_THROW((void)b.prefill(make_spec(3, prompt(42, 400))), std::exception);  // > capacity
+  EXPECT_THROW((void)b.prefill(make_spec(3, prompt(42, 400), DecodeMode::full)),
+               std::exception);  // full KV > capacity
   {
     auto no_tier = make_batcher(nullptr);
     EXPECT_THROW((void)no_tier.prefill(make_spec(4, prompt(43, 30))), Error);
