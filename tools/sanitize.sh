@@ -19,8 +19,10 @@ shift || true
 case $mode in
   address | thread) ;;
   all)
-    "$0" address "$@"
-    exec "$0" thread "$@"
+    rc=0
+    "$0" address "$@" || rc=$?
+    "$0" thread "$@" || rc=$?
+    exit $rc
     ;;
   *) echo "usage: tools/sanitize.sh address|thread|all [ctest args]" >&2; exit 2 ;;
 esac
