@@ -24,6 +24,9 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# tools/sanitize.sh: the packages only, it builds elsewhere.
+[ "${SETUP_ONLY_PACKAGES:-0}" = 1 ] && exit 0
+
 # nvcc is optional: with it the CUDA kernels and their tests are built too.
 if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
   export PATH=/usr/local/cuda/bin:$PATH

@@ -2,6 +2,8 @@
 // process-wide choice of SIMD path that every kernel dispatches on.
 #include "kernels/cpu/cpu_features.hpp"
 
+#include <cpuid.h>
+
 #include <atomic>
 #include <string>
 
@@ -12,10 +14,20 @@ namespace {
 
 // __builtin_cpu_supports reads cpuid once (in libgcc) and also checks that the OS
 // saves the wide registers (XCR0), so a "yes" means the instructions really run.
+bool cpu_has_f16c() {
+#if defined(__clang__)
+  // clang 14's __builtin_cpu_supports does not know "f16c": cpuid leaf 1, ECX bit 29
+  // (the AVX2 check above it already covers the OS's XCR0 state).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+#else
+  return __builtin_cpu_supports("f16c");
+#endif
+}
+
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
 bool cpu_has_avx512() {
