@@ -24,6 +24,7 @@
 #include <vericache/engine.hpp>
 
 #include "kvtiers/compressor.hpp"
+#include "runtime/fast_memory_need.hpp"
 #include "runtime/model.hpp"
 #include "runtime/request_validation.hpp"
 #include "tools/vericache/commands.hpp"
@@ -61,6 +62,7 @@ struct Outcome {
   std::map<std::string, double> busy;
   double tokens_per_round = 0;
   bool all_ok = true;
+  size_t fast_peak = 0;
 };
 
 std::vector<int32_t> prompt_of(size_t n, int vocab, int bos, uint32_t seed) {
@@ -76,7 +78,7 @@ std::vector<int32_t> prompt_of(size_t n, int vocab, int bos, uint32_t seed) {
 // the last request produced its first token (all prefills done), so prefill cost
 // (the same in every configuration) does not blur the comparison.
 Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double link_bps,
-                   const ModelConfig& mc) {
+                   const ModelConfig& mc, size_t budget) {
   vericache::EngineConfig ec;
   ec.model_dir = a.model_dir;
   ec.max_active = c.concurrency;
@@ -84,7 +86,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   ec.lockstep = c.lockstep;
   ec.link_bytes_per_second = c.simulated ? link_bps : 0;
   ec.full_tier = c.disk ? "disk" : "host";
-  ec.fast_memory_bytes = 0;  // TODO(memory): the enforced budget
+  ec.fast_memory_bytes = budget;  // enforced: blocks, views and staging are charged to it
   ec.trace = false;
   vericache::Engine engine(ec);
   using clock = std::chrono::steady_clock;
@@ -132,7 +134,9 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   o.tokens = n;
   o.seconds = std::chrono::duration<double>(end - start).count();
   o.tokens_per_second = o.seconds > 0 ? double(n) / o.seconds : 0;
-  o.busy = engine.stats().busy_fraction;
+  const auto es = engine.stats();
+  o.busy = es.busy_fraction;
+  o.fast_peak = es.fast_memory_peak;
   o.tokens_per_round = rounds ? double(emitted) / double(rounds) : 0;
   return o;
 }
@@ -148,30 +152,46 @@ int run_throughput(const ThroughputArgs& a) {
                               ctx, a.gen_tokens, mc.max_position_embeddings));
   const double ram_bps = measure_read_bandwidth();
   const double link_bps = ram_bps * a.link_gbps / a.hbm_gbps;
-  const size_t bpt = size_t(2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * 2);  // bf16
   nlohmann::json rows = nlohmann::json::array();
   for (size_t ctx : a.contexts) {
-    const size_t full_per_req = (ctx + size_t(a.gen_tokens)) * bpt;
-    const size_t budget = a.base_requests * full_per_req;
-    const size_t view_per_req = size_t(double(ctx) / a.ratio + double(a.gen_tokens)) * bpt;
-    const size_t n_fit = std::max<size_t>(1, budget / view_per_req);
+    // The budget holds base_requests full-KV requests (as admission counts them)
+    // plus the engine's staging; every configuration runs as many requests as
+    // admission by memory lets in at once under it.
+    const KvCacheConfig kv = model->kv_config(16, DType::bf16);
+    auto need = [&](const std::string& mode, const std::string& draft) {
+      DraftSpec s;
+      s.prompt.assign(ctx, 0);
+      s.mode = parse_decode_mode(mode);
+      s.compressor = a.compressor;
+      s.ratio = a.ratio;
+      s.max_new_tokens = size_t(a.gen_tokens);
+      s.fold_every = a.fold_every;
+      return fast_memory_need(s, kv, draft == "auto" ? 64 : std::stoul(draft)).total();
+    };
+    const size_t overhead = engine_fast_overhead(kv, 1024);
+    const size_t budget = a.base_requests * need("full", "0") + overhead;
+    auto fit = [&](const std::string& mode, const std::string& draft) {
+      return std::max<size_t>(1, (budget - overhead) / need(mode, draft));
+    };
+    const size_t n_fit = fit("vericache", a.draft);
     std::vector<Config> configs = {
         {"(a) full KV in fast memory", "full", "0", a.base_requests, false, false, false},
         {"(b) full KV behind the link", "vericache", "0", a.base_requests, false, true, false},
-        {"(c) lossy (compressed only)", "lossy", "0", n_fit, false, false, false},
+        {"(c) lossy (compressed only)", "lossy", "0", fit("lossy", "0"), false, false, false},
         {"(d) VeriCache lock-step", "vericache", a.draft, n_fit, true, true, false},
         {"(e) VeriCache staggered", "vericache", a.draft, n_fit, false, true, false}};
     if (a.disk) configs.push_back({"(e) staggered, disk tier", "vericache", a.draft, n_fit, false, false, true});
     double base = 0;
     for (const auto& c : configs) {
       spdlog::info("context {}: {} x{}", ctx, c.label, c.concurrency);
-      const Outcome o = run_config(a, c, ctx, link_bps, mc);
+      const Outcome o = run_config(a, c, ctx, link_bps, mc, budget);
       if (c.label[1] == 'a') base = o.tokens_per_second;
       nlohmann::json busy = o.busy;
       rows.push_back({{"context", ctx},
                       {"config", c.label},
                       {"concurrency", c.concurrency},
                       {"fast_budget_bytes", budget},
+                      {"fast_peak_bytes", o.fast_peak},
                       {"tokens_per_second", o.tokens_per_second},
                       {"vs_a", base > 0 ? o.tokens_per_second / base : 0.0},
                       {"tokens_per_round", o.tokens_per_round},
@@ -192,25 +212,28 @@ int run_throughput(const ThroughputArgs& a) {
     return 0;
   }
   std::cout << fmt::format(
-      "bench throughput: {} ({}x, draft {}), {} tokens per request, equal fast-memory KV budget "
-      "= {} full-KV requests\nfast memory: this machine's RAM, {:.1f} GB/s read; link: "
+      "bench throughput: {} ({}x, draft {}), {} tokens per request, equal fast-memory budget "
+      "= {} full-KV requests + staging, ENFORCED (blocks, views and staging buffers are charged "
+      "to it; requests are admitted by memory)\nfast memory: this machine's RAM, {:.1f} GB/s read; link: "
       "SIMULATED at {:.2f} GB/s (RAM / {:.0f}, the ratio of {:.0f} GB/s HBM to {:.0f} GB/s "
       "PCIe)\n\n",
       a.compressor, a.ratio, a.draft, a.gen_tokens, a.base_requests, ram_bps / 1e9,
       link_bps / 1e9, a.hbm_gbps / a.link_gbps, a.hbm_gbps, a.link_gbps);
-  std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8}  {}\n", "context",
-                           "configuration", "reqs", "tok/s", "vs (a)", "tok/rnd", "drafter",
-                           "mover", "verifier", "link");
+  std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>13}  {}\n",
+                           "context", "configuration", "reqs", "tok/s", "vs (a)", "tok/rnd",
+                           "drafter", "mover", "verifier", "fast peak MB", "link");
   for (const auto& r : rows) {
     auto busy = [&](const char* k) {
       const auto& b = r["busy_fraction"];
       return b.contains(k) ? fmt::format("{:.0f}%", 100 * b[k].get<double>()) : std::string("-");
     };
-    std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9.0f} {:>6.2f}x {:>8.1f} {:>8} {:>8} {:>8}  {}\n",
+    std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9.0f} {:>6.2f}x {:>8.1f} {:>8} {:>8} {:>8} {:>6.1f} of {:<4.1f}  {}\n",
                              r["context"].get<size_t>(), r["config"].get<std::string>(),
                              r["concurrency"].get<size_t>(), r["tokens_per_second"].get<double>(),
                              r["vs_a"].get<double>(), r["tokens_per_round"].get<double>(),
                              busy("drafter"), busy("mover"), busy("verifier"),
+                             r["fast_peak_bytes"].get<size_t>() / 1e6,
+                             r["fast_budget_bytes"].get<size_t>() / 1e6,
                              r["disk_tier"].get<bool>() ? "disk (real)"
                              : r["simulated_link"].get<bool>() ? "simulated"
                                                                : "-");
