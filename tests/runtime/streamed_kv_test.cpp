@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "kernels/error.hpp"
 #include "runtime/generator.hpp"
 #include "tests/runtime/test_support.hpp"
 
@@ -105,6 +106,51 @@ TEST(streamed_kv, the_prompt_never_takes_blocks_of_the_drafters_pool) {
     EXPECT_LE(most * bt, o.fold_every + o.draft_length + 1 + 2 * bt) << decode_mode_name(m);
     EXPECT_EQ(0u, g.cache().pool().used_blocks());
   }
+}
+
+}  // namespace
+}  // namespace vc
+
+namespace vc {
+namespace {
+
+TEST(streamed_kv, lossy_mode_keeps_no_full_copy_of_the_prompt_once_the_view_is_built) {
+  const auto prompt = long_prompt(600, 21);
+  for (const char* tier : {"host", "disk"}) {
+    auto g = make_generator(64, tier);
+    GenerateOptions o = options(DecodeMode::lossy, "snapkv");
+    size_t calls = 0;
+    const GenerateResult r = g.generate(prompt, o, [&](int32_t) {
+      ++calls;
+      return true;
+    });
+    EXPECT_EQ(r.output_ids.size(), size_t(o.max_tokens));
+    EXPECT_EQ(calls, size_t(o.max_tokens));
+    // The view and the tail, well under the prompt's full KV.
+    EXPECT_LT(r.stats.fast_kv_bytes_peak, prompt.size() * g.cache().bytes_per_token() / 2) << tier;
+  }
+}
+
+TEST(streamed_kv, a_budget_too_small_for_the_request_fails_before_any_work_naming_the_sizes) {
+  GeneratorConfig gc;
+  gc.max_context = 4096;
+  gc.fast_memory_bytes = 200 * 3072;  // 200 tokens of full KV
+  Generator g(test::tinycode(), test::tinycode_tokenizer(), gc);
+  const auto prompt = long_prompt(900, 2);
+  try {
+    (void)g.generate(prompt, options(DecodeMode::full, "snapkv"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fast memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("budget"), std::string::npos) << e.what();
+  }
+  // The same prompt fits compressed, and the budget holds through the run.
+  GeneratorConfig big = gc;
+  big.fast_memory_bytes = 4 << 20;
+  Generator g2(test::tinycode(), test::tinycode_tokenizer(), big);
+  const GenerateResult r = g2.generate(prompt, options(DecodeMode::vericache, "snapkv"));
+  EXPECT_LE(r.stats.fast_bytes_peak, big.fast_memory_bytes);
+  EXPECT_GT(r.stats.fast_bytes_peak, 0u);
 }
 
 }  // namespace

@@ -1,0 +1,44 @@
+// `vericache bench memory` as a user runs it: one row per configuration, each run in
+// its own process; compressed modes charge less fast memory than full mode, and
+// vericache's output equals full decoding.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+std::string run_cli(const std::string& args, int& code) {
+  const std::string cmd = std::string(VC_CLI_PATH) + " " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(cli_bench_memory, compressed_modes_hold_less_fast_memory_and_vericache_stays_exact) {
+  int code = 0;
+  const std::string out =
+      run_cli("bench memory --contexts 600 --ratios 4 --gen-tokens 8 --stage-positions 64 --json", code);
+  ASSERT_EQ(code, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  const auto& rows = j["rows"];
+  ASSERT_EQ(rows.size(), 4u);  // full, lossy, vericache host, vericache disk
+  const size_t full_fast = rows[0]["fast_kv_peak_bytes"].get<size_t>();
+  const size_t full_kv = rows[0]["full_kv_bytes"].get<size_t>();
+  EXPECT_GE(full_fast, full_kv);
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_LT(rows[i]["fast_kv_peak_bytes"].get<size_t>(), full_fast / 2) << rows[i]["config"];
+    EXPECT_TRUE(rows[i]["output_equals_full"].get<bool>()) << rows[i]["config"];
+    EXPECT_GT(rows[i]["rss_peak_bytes"].get<size_t>(), 0u);
+  }
+}
+
+}  // namespace
