@@ -106,6 +106,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   } else {
     m.tier = std::make_unique<HostFullTier>(kvc);
   }
+  m.tier->set_capacity_bytes(cfg.full_tier_bytes);
   m.trace = std::make_shared<TraceRecorder>(cfg.trace);
   // The block pool can never hold more than the budget: every block is charged.
   const size_t pool_tokens = budget / per_token + kvc.block_tokens;
@@ -123,7 +124,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.sys_cfg->set("logger.console", caf::atom("none"));
   m.sys = std::make_unique<caf::actor_system>(*m.sys_cfg);
   m.sched = m.sys->spawn(actors::scheduler, cfg.max_active, cfg.max_queue, cfg.lockstep,
-                         m.tokenizer.get(), m.counters, m.request_budget);
+                         m.tokenizer.get(), m.counters, m.request_budget, cfg.full_tier_bytes);
   m.drafter = m.sys->spawn<caf::detached>(actors::drafter, batcher, m.sched, m.trace);
   m.mover = m.sys->spawn<caf::detached>(actors::mover, m.tier.get(), streamer, m.trace);
   m.verifier = m.sys->spawn<caf::detached>(actors::verifier, verifier, m.mover, m.sched, m.trace);
@@ -173,6 +174,13 @@ Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
                   format_bytes(m.request_budget) + " the engine's budget (" +
                   format_bytes(m.fast->capacity()) + ") leaves for requests");
     ctx->fast_need = need.total();
+    if (s.mode != DecodeMode::full) {  // its full KV in the full tier, at most
+      ctx->tier_need = (s.prompt.size() + s.max_new_tokens + 1) * m.tier->bytes_per_token();
+      if (m.cfg.full_tier_bytes > 0 && ctx->tier_need > m.cfg.full_tier_bytes)
+        throw Error("request: its full KV needs " + format_bytes(ctx->tier_need) + " in the " +
+                    m.cfg.full_tier + " full tier, more than its budget of " +
+                    format_bytes(m.cfg.full_tier_bytes));
+    }
     ctx->result.stats.fast_bytes_reserved = need.total();
     ctx->policy = o.draft_auto ? DraftLengthPolicy::adaptive(64)
                                : DraftLengthPolicy::fixed(o.draft_length);

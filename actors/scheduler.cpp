@@ -19,11 +19,13 @@ void ActorOutbox::release(uint64_t id, bool full_tier) {
 
 caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_active,
                         size_t max_queue, bool lockstep, const Tokenizer* tokenizer,
-                        std::shared_ptr<LiveCounters> counters, size_t fast_budget) {
+                        std::shared_ptr<LiveCounters> counters, size_t fast_budget,
+                        size_t tier_budget) {
   self->state.out = std::make_unique<ActorOutbox>(self);
   self->state.core = std::make_unique<SchedulerCore>(*self->state.out, max_active, max_queue,
                                                      lockstep, tokenizer, std::move(counters));
   self->state.core->set_fast_budget(fast_budget);
+  self->state.core->set_tier_budget(tier_budget);
   auto& core = *self->state.core;
   return {
       [self](wire_msg& w) { self->state.out->wire(w); },

@@ -36,10 +36,12 @@ struct SchedulerState {
 /// Handles wire_msg (once), submit_msg, cancel_msg, prefilled_msg, drafted_msg,
 /// verified_msg, failed_msg and shutdown_msg (cancels everything still in flight).
 /// Its counts go to `counters`, which any thread reads without a message.
-/// fast_budget: fast-memory bytes that admitted requests' needs must fit in (0: any).
+/// fast_budget, tier_budget: bytes that admitted requests' fast-memory and full-tier
+/// needs must fit in (0: any).
 caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_active,
                         size_t max_queue, bool lockstep, const Tokenizer* tokenizer,
-                        std::shared_ptr<LiveCounters> counters, size_t fast_budget = 0);
+                        std::shared_ptr<LiveCounters> counters, size_t fast_budget = 0,
+                        size_t tier_budget = 0);
 
 }  // namespace vc::actors
 

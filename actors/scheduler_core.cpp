@@ -48,6 +48,7 @@ void SchedulerCore::admit() {
     auto c = std::move(queue_.front());
     queue_.pop_front();
     fast_reserved_ += c->fast_need;
+    tier_reserved_ += c->tier_need;
     counters_->fast_reserved.store(fast_reserved_, std::memory_order_relaxed);
     c->started = std::chrono::steady_clock::now();
     c->result.stats.queue_seconds = since(c->submitted);
@@ -206,6 +207,7 @@ void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::
   else ++counters_->completed;
   out_.release(c.id, c.spec.mode == DecodeMode::vericache);
   fast_reserved_ -= std::min(fast_reserved_, c.fast_need);
+  tier_reserved_ -= std::min(tier_reserved_, c.tier_need);
   counters_->fast_reserved.store(fast_reserved_, std::memory_order_relaxed);
   active_.erase(c.id);
   held_for_draft_.erase(std::remove(held_for_draft_.begin(), held_for_draft_.end(), c.id),

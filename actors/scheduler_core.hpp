@@ -38,6 +38,7 @@ struct RequestCtx {
   double round_draft_seconds = 0;
   bool wants_stats = false;      // the round's verify gathers statistics for a fold
   size_t fast_need = 0;          // fast-memory bytes reserved for it while active
+  size_t tier_need = 0;          // full-tier bytes reserved for it while active
   std::chrono::steady_clock::time_point submitted, started;
 };
 
@@ -82,6 +83,8 @@ class SchedulerCore {
   /// active fit in `bytes` (0: no limit); the queue's head waits until they do
   /// (FIFO, so no request starves).
   void set_fast_budget(size_t bytes) { fast_budget_ = bytes; }
+  /// The same for the full tier's budget and tier_need (0: no limit).
+  void set_tier_budget(size_t bytes) { tier_budget_ = bytes; }
   /// Fast-memory bytes reserved by active requests.
   [[nodiscard]] size_t fast_reserved() const { return fast_reserved_; }
 
@@ -113,8 +116,10 @@ class SchedulerCore {
   Outbox& out_;
   size_t max_active_, max_queue_;
   size_t fast_budget_ = 0, fast_reserved_ = 0;
+  size_t tier_budget_ = 0, tier_reserved_ = 0;
   [[nodiscard]] bool fits(const RequestCtx& c) const {
-    return fast_budget_ == 0 || fast_reserved_ + c.fast_need <= fast_budget_;
+    return (fast_budget_ == 0 || fast_reserved_ + c.fast_need <= fast_budget_) &&
+           (tier_budget_ == 0 || tier_reserved_ + c.tier_need <= tier_budget_);
   }
   bool lockstep_;
   const Tokenizer* tokenizer_;

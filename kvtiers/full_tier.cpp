@@ -107,6 +107,7 @@ void FullTier::write(uint64_t id, size_t layer, size_t pos, const float* k_row,
     throw Error(where(id) + ": write of layer " + std::to_string(layer) + " at position " +
                 std::to_string(pos) + " leaves a gap (the layer holds " +
                 std::to_string(s.layer_length[layer]) + " positions)");
+  check_capacity(id, s, pos + 1);
   ensure_blocks(id, s, blocks_for(pos + 1));
   const BlockRef r = block_for_write(id, s, layer, pos / cfg_.block_tokens);
   const size_t t = pos % cfg_.block_tokens;
@@ -143,6 +144,7 @@ void FullTier::copy_from(uint64_t id, const PagedKvCache& cache, const KvSequenc
   const size_t bt = cfg_.block_tokens, end = first_pos + n;
   if (blocks_for(end) > seq.blocks.size())
     throw Error(where(id) + ": copy_from: the sequence's block table is shorter than its length");
+  check_capacity(id, s, end);
   ensure_blocks(id, s, blocks_for(end));
   for (size_t j = first_pos / bt; j * bt < end; ++j) {
     const size_t t0 = std::max(first_pos, j * bt) - j * bt;
@@ -250,6 +252,16 @@ size_t FullTier::layer_length(uint64_t id, size_t layer) const {
   const Slot& s = slot(id, "layer_length");
   check_layer(id, layer, "layer_length");
   return s.layer_length[layer];
+}
+
+void FullTier::check_capacity(uint64_t id, const Slot& s, size_t new_length) const {
+  if (capacity_ == 0 || new_length <= s.length) return;
+  const size_t after = bytes_held_total() + (new_length - s.length) * bytes_per_token();
+  if (after > capacity_)
+    throw Error(where(id) + ": the " + std::string(kind()) + " full tier's budget of " +
+                format_bytes(capacity_) + " is exhausted (" + format_bytes(bytes_held_total()) +
+                " held, growing to " + std::to_string(new_length) + " positions needs " +
+                format_bytes(after) + ")");
 }
 
 size_t FullTier::bytes_held_total() const {

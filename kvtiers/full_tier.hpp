@@ -64,6 +64,17 @@ class FullTier {
   FullTier& operator=(const FullTier&) = delete;
 
   [[nodiscard]] const KvCacheConfig& config() const { return cfg_; }
+  /// The tier's own budget: writes that would make it hold more than `bytes` of KV
+  /// (all requests together, bytes_held_total) fail with an error naming the sizes.
+  /// 0: not limited.
+  void set_capacity_bytes(size_t bytes) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    capacity_ = bytes;
+  }
+  [[nodiscard]] size_t capacity_bytes() const {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return capacity_;
+  }
   /// "host" or "disk".
   [[nodiscard]] virtual std::string_view kind() const = 0;
 
@@ -187,8 +198,12 @@ class FullTier {
   [[nodiscard]] const Slot& slot(uint64_t id, const char* op) const;
   void check_layer(uint64_t id, size_t layer, const char* op) const;
 
+  /// Throws when growing `id` to `new_length` positions passes the capacity.
+  void check_capacity(uint64_t id, const Slot& s, size_t new_length) const;
+
   std::unordered_map<uint64_t, std::unique_ptr<Slot>> slots_;
   size_t read_ = 0, written_ = 0;
+  size_t capacity_ = 0;
   mutable std::recursive_mutex mu_;  // guards every public operation
 };
 

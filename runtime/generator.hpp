@@ -119,6 +119,8 @@ struct GeneratorConfig {
   /// Fast-memory budget in bytes (blocks, the view, staging); 0: not limited. A
   /// request whose bound (fast_memory_need) does not fit fails before any work.
   size_t fast_memory_bytes = 0;
+  /// The full tier's own budget in bytes (host memory or disk); 0: not limited.
+  size_t full_tier_bytes = 0;
 };
 
 /// Called with each emitted token id; return false to stop.

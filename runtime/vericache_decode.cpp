@@ -39,6 +39,7 @@ std::unique_ptr<FullTier> make_full_tier(const GeneratorConfig& cfg, const KvCac
 void Generator::ensure_full_tier() {
   if (full_tier_) return;
   full_tier_ = make_full_tier(cfg_, cache_.config());
+  full_tier_->set_capacity_bytes(cfg_.full_tier_bytes);
   streamer_ = std::make_unique<LayerStreamer>(*full_tier_, cfg_.stage_positions);
   streamer_->set_budget(fast_.get());
   streamer_->set_link_bandwidth(cfg_.link_bandwidth);

@@ -27,6 +27,9 @@ struct EngineConfig {
   /// 0: 65,536 tokens of full KV.
   size_t fast_memory_bytes = 0;
   size_t stage_positions = 1024;    ///< KV positions per staged chunk of the full KV
+  /// The full tier's own budget in bytes (host memory or disk); lossy and vericache
+  /// requests also wait until their full KV fits in it. 0: not limited.
+  size_t full_tier_bytes = 0;
   std::string kv_dtype = "bf16";    ///< "bf16" or "f32"
   size_t max_active = 16;           ///< requests in flight (prefill/draft/verify) at once
   size_t max_queue = 256;           ///< waiting requests; beyond it submit answers "overloaded"

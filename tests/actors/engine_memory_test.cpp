@@ -133,3 +133,32 @@ TEST(engine_memory, a_request_that_could_never_fit_fails_naming_the_sizes_and_ot
 }
 
 }  // namespace
+
+namespace {
+
+TEST(engine_memory, requests_wait_for_room_in_the_full_tiers_budget_and_one_that_never_fits_fails) {
+  auto cases = long_cases(6, "vericache", 31);
+  const vc::KvCacheConfig kv = vc::test::tinycode()->kv_config(16, vc::DType::bf16);
+  const size_t per_token = 2 * kv.num_layers * kv.kv_heads * kv.head_dim * 2;
+  EngineConfig cfg;
+  cfg.model_dir = VC_MODEL_DIR;
+  cfg.max_active = 6;
+  cfg.full_tier_bytes = 2 * (1500 + 12 + 1) * per_token;  // two requests' full KV at most
+  Engine engine(cfg);
+  std::vector<Engine::Submission> subs;
+  for (const auto& c : cases) subs.push_back(engine.submit(c.req));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto r = subs[i].result.get();
+    ASSERT_TRUE(r.ok) << "request " << i << ": " << r.error;
+    EXPECT_EQ(r.output_ids, cases[i].ids) << "request " << i;
+  }
+  EXPECT_LE(engine.stats().full_tier_bytes_held, cfg.full_tier_bytes);
+  vericache::Request huge = cases[0].req;
+  std::mt19937 rng(3);
+  huge.prompt_ids = vc::test::random_tokens(rng, 3100, 2048, 2046);
+  const auto r = engine.submit(huge).result.get();
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("full tier"), std::string::npos) << r.error;
+}
+
+}  // namespace

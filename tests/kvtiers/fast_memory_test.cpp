@@ -4,6 +4,7 @@
 
 #include "kernels/error.hpp"
 #include "kvtiers/fast_memory.hpp"
+#include "kvtiers/full_tier.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
 
 namespace vc {
@@ -61,6 +62,36 @@ TEST(fast_memory, the_paged_cache_charges_blocks_until_they_are_free_again) {
   cache.free(a);
   EXPECT_EQ(m.used(), 0u);
   EXPECT_EQ(cache.pool().used_blocks(), 0u);
+}
+
+}  // namespace
+}  // namespace vc
+
+namespace vc {
+namespace {
+
+TEST(full_tier_budget, growth_past_the_tiers_budget_fails_naming_the_sizes_and_keeps_what_it_held) {
+  KvCacheConfig c{2, 2, 8, 4, 64, DType::bf16, true};
+  HostFullTier tier(c);
+  tier.set_capacity_bytes(10 * tier.bytes_per_token());
+  std::vector<float> row(c.kv_heads * c.head_dim, 0.25f);
+  tier.create(1);
+  tier.create(2);
+  for (size_t p = 0; p < 6; ++p)
+    for (size_t l = 0; l < 2; ++l) tier.write(1, l, p, row.data(), row.data());
+  for (size_t p = 0; p < 4; ++p)
+    for (size_t l = 0; l < 2; ++l) tier.write(2, l, p, row.data(), row.data());
+  try {
+    tier.write(2, 0, 4, row.data(), row.data());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("budget"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(tier.length(2), 4u);
+  tier.write(1, 1, 5, row.data(), row.data());  // overwriting held positions is fine
+  tier.release(1);
+  tier.write(2, 0, 4, row.data(), row.data());  // room again
+  EXPECT_EQ(tier.length(2), 5u);
 }
 
 }  // namespace

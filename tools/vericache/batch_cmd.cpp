@@ -44,6 +44,7 @@ struct BatchArgs {
   size_t max_queue = 0;  // 0 = the number of lines
   std::string kv_dtype = "bf16";
   std::string fast_memory = "0";
+  std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
 };
 
@@ -226,6 +227,7 @@ int run_batch(const BatchArgs& a) {
   cfg.max_queue = a.max_queue > 0 ? a.max_queue : std::max<size_t>(1, lines.size());
   cfg.lockstep = a.lockstep;
   cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
+  cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   cfg.stage_positions = a.stage_positions;
   cfg.trace = !a.trace.empty();
 
@@ -311,6 +313,9 @@ void add_batch_command(CLI::App& app, Runner& run) {
   cmd->add_option("--fast-memory", a->fast_memory,
                   "Fast-memory budget for all KV in fast memory, e.g. 256M (0 = 65,536 tokens "
                   "of full KV); requests wait until their bound fits")
+      ->capture_default_str()->check(bytes_value());
+  cmd->add_option("--full-tier-budget", a->full_tier_budget,
+                  "Budget of the full tier (host memory or disk), e.g. 4G (0 = unlimited)")
       ->capture_default_str()->check(bytes_value());
   cmd->add_option("--stage-positions", a->stage_positions,
                   "KV positions per staged chunk of the full KV (0 = whole layers)")

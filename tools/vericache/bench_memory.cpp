@@ -2,7 +2,8 @@
 // process, for long prompts. Every configuration runs in a child process of its
 // own (fork), so its peak resident set (getrusage of the child) is its alone:
 //   full                  full-KV decoding: the whole KV in the block pool;
-//   lossy Rx              the compressed view only (the prompt's KV streamed out);
+//   lossy Rx              the compressed view only (the prompt's KV streams through a
+//                         disk-tier scratch file during prefill, deleted after);
 //   vericache Rx host     the view + tail in fast memory, the full KV in host memory;
 //   vericache Rx disk     the same with the full KV in a file (page cache is not RSS).
 // Columns: peak fast-memory bytes charged (view, blocks, staging), peak RSS, and
@@ -144,7 +145,7 @@ double mb(size_t b) { return double(b) / 1e6; }
 
 int run_memory(const MemoryArgs& a) {
   std::vector<Config> configs = {{"full", "full", "", 0}};
-  for (double r : a.ratios) configs.push_back({fmt::format("lossy {:g}x", r), "lossy", "", r});
+  for (double r : a.ratios) configs.push_back({fmt::format("lossy {:g}x", r), "lossy", "disk", r});
   for (double r : a.ratios) configs.push_back({fmt::format("vericache {:g}x host", r), "vericache", "host", r});
   for (double r : a.ratios) configs.push_back({fmt::format("vericache {:g}x disk", r), "vericache", "disk", r});
   const Measured base = run_child(a, Config{"model only", "", "", 0}, 0);

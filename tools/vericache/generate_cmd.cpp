@@ -30,6 +30,7 @@ struct GenerateArgs {
   std::string full_tier = "host";
   std::string disk_dir;
   std::string fast_memory = "0";
+  std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
 };
 
@@ -81,6 +82,7 @@ int run_generate(const GenerateArgs& a) {
   gc.kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   gc.full_tier = a.full_tier;
   gc.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
+  gc.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   gc.stage_positions = a.stage_positions;
   gc.disk_dir = a.disk_dir;
   Generator gen(model, tok, gc);
@@ -214,6 +216,9 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--disk-dir", a->disk_dir, "vericache: directory of the disk tier");
   cmd->add_option("--fast-memory", a->fast_memory,
                   "Fast-memory budget for KV (view, blocks, staging), e.g. 256M (0 = unlimited)")
+      ->capture_default_str()->check(bytes_value());
+  cmd->add_option("--full-tier-budget", a->full_tier_budget,
+                  "Budget of the full tier (host memory or disk), e.g. 4G (0 = unlimited)")
       ->capture_default_str()->check(bytes_value());
   cmd->add_option("--stage-positions", a->stage_positions,
                   "KV positions per staged chunk of the full KV (0 = whole layers)")
