@@ -3,6 +3,8 @@
 // --trace writes a Chrome trace.
 #include <gtest/gtest.h>
 
+#include "tests/cli/cli_support.hpp"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -26,14 +28,8 @@ struct BatchRun {
 };
 
 BatchRun run_batch_cli(const std::string& args) {
-  const std::string cmd = std::string(VC_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
+  const auto r = vc::test::run_vericache(args, /*merge_err=*/true);
+  return {r.code, r.out};
 }
 
 std::string quoted(const std::string& s) {

@@ -3,6 +3,8 @@
 // vericache's output equals full decoding.
 #include <gtest/gtest.h>
 
+#include "tests/cli/cli_support.hpp"
+
 #include <array>
 #include <cstdio>
 #include <string>
@@ -12,15 +14,9 @@
 namespace {
 
 std::string run_cli(const std::string& args, int& code) {
-  const std::string cmd = std::string(VC_CLI_PATH) + " " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  const auto r = vc::test::run_vericache(args, /*merge_err=*/false);
+  code = r.code;
+  return r.out;
 }
 
 TEST(cli_bench_memory, compressed_modes_hold_less_fast_memory_and_vericache_stays_exact) {

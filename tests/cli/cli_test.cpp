@@ -1,6 +1,8 @@
 // The `vericache` executable as a user runs it.
 #include <gtest/gtest.h>
 
+#include "tests/cli/cli_support.hpp"
+
 #include <array>
 #include <cstdio>
 #include <string>
@@ -16,14 +18,8 @@ struct Run {
 
 // Runs the CLI with `args` (stderr merged into the output when `merge_err`).
 Run run_cli(const std::string& args, bool merge_err = false) {
-  const std::string cmd = std::string(VC_CLI_PATH) + " " + args + (merge_err ? " 2>&1" : " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
+  const auto r = vc::test::run_vericache(args, merge_err);
+  return {r.code, r.out};
 }
 
 TEST(cli, generate_json_prints_ids_text_logprobs_and_speed) {

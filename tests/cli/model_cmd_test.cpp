@@ -2,6 +2,8 @@
 // a generated model runs through `generate`, and bad input is one error line.
 #include <gtest/gtest.h>
 
+#include "tests/cli/cli_support.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -21,14 +23,8 @@ struct Run {
 };
 
 Run run_cli(const std::string& args, bool merge_err = false) {
-  const std::string cmd = std::string(VC_CLI_PATH) + " " + args + (merge_err ? " 2>&1" : " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
+  const auto r = vc::test::run_vericache(args, merge_err);
+  return {r.code, r.out};
 }
 
 class ScratchDir {

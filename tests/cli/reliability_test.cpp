@@ -4,6 +4,8 @@
 // exit status 1; nothing crashes, hangs or reads without bound.
 #include <gtest/gtest.h>
 
+#include "tests/cli/cli_support.hpp"
+
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -28,16 +30,8 @@ struct CliRun {
 };
 
 CliRun run_cli(const std::string& args) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string cmd = std::string(VC_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  const auto r = vc::test::run_vericache(args, /*merge_err=*/true);
+  return {r.code, r.out, r.seconds};
 }
 
 size_t lines_of(const std::string& s) {
