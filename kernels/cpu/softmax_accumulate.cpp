@@ -16,7 +16,19 @@ namespace vc::cpu {
 
 namespace {
 
+// target_clones picks a clone through an ifunc resolver that runs while the program
+// is relocated, before a ThreadSanitizer runtime is up: an instrumented resolver
+// crashes at load. Under TSan the plain (baseline) code is used.
+#if defined(__SANITIZE_THREAD__)
+#define VC_CLONES
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define VC_CLONES
+#endif
+#endif
+#ifndef VC_CLONES
 #define VC_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#endif
 
 constexpr size_t kLanes = 16;
 
