@@ -153,19 +153,11 @@ Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
   Submission sub{ctx->id, ctx->promise.get_future()};
   try {
     DraftSpec& s = ctx->spec;
-    s.id = ctx->id;
     // Every check of the request is the shared one (runtime/request_validation.hpp).
     const ValidRequest v =
         validate_request(to_input(r), RequestLimits::of(m.model->config()), m.tokenizer.get());
     const GenerateOptions& o = v.options;
-    s.prompt = v.prompt_ids;
-    s.mode = o.mode;
-    s.compressor = o.compressor;
-    s.compressor_params = o.compressor_params;
-    s.ratio = o.ratio;
-    s.max_new_tokens = size_t(o.max_tokens);
-    s.fold_every = o.fold_every;
-    s.sampling = o.sampling;
+    s = make_draft_spec(ctx->id, v.prompt_ids, o);
     // Admission by memory: reserve what the request can grow to; a request that
     // could never fit alone fails now, naming the sizes.
     const FastNeed need = fast_memory_need(s, m.kv, o.draft_auto ? 64 : o.draft_length);

@@ -9,6 +9,23 @@
 
 namespace vc {
 
+DraftSpec make_draft_spec(uint64_t id, std::span<const int32_t> prompt,
+                          const GenerateOptions& opt) {
+  DraftSpec s;
+  s.id = id;
+  s.prompt.assign(prompt.begin(), prompt.end());
+  s.mode = opt.mode;
+  s.compressor = opt.compressor;
+  s.compressor_params = opt.compressor_params;
+  s.ratio = opt.ratio;
+  s.stats_window = opt.stats_window;
+  s.prefill_chunk = opt.prefill_chunk;
+  s.max_new_tokens = size_t(std::max(0, opt.max_tokens));
+  s.fold_every = opt.fold_every;
+  s.sampling = opt.sampling;
+  return s;
+}
+
 DraftBatcher::DraftBatcher(std::shared_ptr<const Model> model, FullTier* tier,
                            size_t capacity_tokens, DType kv_dtype, int threads,
                            FastMemory* budget, size_t stage_positions)

@@ -35,6 +35,11 @@ struct DraftSpec {
   SamplingParams sampling;
 };
 
+/// The drafter's view of a generate request: its prompt and the options that shape
+/// its KV (mode, compressor, ratio, new tokens, folding, sampling).
+[[nodiscard]] DraftSpec make_draft_spec(uint64_t id, std::span<const int32_t> prompt,
+                                        const GenerateOptions& opt);
+
 struct PrefillResult {
   uint64_t id = 0;
   int32_t token = 0;  // the first output token (from the prompt's last logits)

@@ -65,10 +65,11 @@ void check_rows(std::span<const ForwardRow> rows, const PagedKvCache& cache) {
 
 // Attention of every row over the cache (and the compressed views of draft rows):
 // rows are independent; split them across the pool.
-void attend_cached(const PagedKvCache& cache, size_t l, std::span<const ForwardRow> rows,
-                   float scale, Workspace& ws) {
+void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
+                   std::span<const ForwardRow> rows, float scale, Workspace& ws) {
   const size_t M = rows.size();
-  const size_t nh = ws.nh, nkv = ws.nkv, hd = ws.hd, qd = nh * hd;
+  const size_t nh = size_t(c.num_heads), nkv = size_t(c.num_kv_heads), hd = size_t(c.head_dim);
+  const size_t qd = nh * hd;
   const std::vector<int32_t>& pos = ws.positions;
   auto attend = [&](size_t begin, size_t end) {
     thread_local std::vector<cpu::DenseKvHead> prefix;  // reused across steps
@@ -107,9 +108,9 @@ void attend_cached(const PagedKvCache& cache, size_t l, std::span<const ForwardR
 // Attention of every row over KV streamed in by `provider`, chunk by chunk in
 // position order: each row's state merges the chunks as attention_row would merge
 // the same blocks, so the bits equal a pass over a cache holding the same KV.
-void attend_streamed(LayerKvProvider& provider, size_t l, std::span<const ForwardRow> rows,
-                     float scale, Workspace& ws) {
-  const size_t M = rows.size(), nh = ws.nh, qd = nh * ws.hd;
+void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
+                     std::span<const ForwardRow> rows, float scale, Workspace& ws) {
+  const size_t M = rows.size(), nh = size_t(c.num_heads), qd = nh * size_t(c.head_dim);
   const std::vector<int32_t>& pos = ws.positions;
   if (ws.attn_states.size() < M) ws.attn_states.resize(M);
   const cpu::PagedKv shape = provider.shape();
@@ -171,9 +172,6 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     pos[m] = rows[m].position;
   }
 
-  ws.nh = nh;
-  ws.nkv = nkv;
-  ws.hd = hd;
   const float scale = float(1.0 / std::sqrt(double(hd)));
   for (size_t l = 0; l < W.layers.size(); ++l) {
     const LayerWeights& L = W.layers[l];
@@ -193,7 +191,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     if (provider != nullptr) {
       for (size_t m = 0; m < M; ++m)
         provider->write(l, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
-      attend_streamed(*provider, l, rows, scale, ws);
+      attend_streamed(c, *provider, l, rows, scale, ws);
     } else {
       for (size_t m = 0; m < M; ++m)
         cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd,
@@ -202,7 +200,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
         const cpu::PagedKv kv = cache.view(l, *rows[0].seq);
         ws.stats->observe(l, rows, ws.q.data(), ws.stats->needs_keys() ? &kv : nullptr);
       }
-      attend_cached(cache, l, rows, scale, ws);
+      attend_cached(c, cache, l, rows, scale, ws);
     }
 
     linear(ws, ws.attn.data(), M, L.wo, ws.h.data());

@@ -69,7 +69,6 @@ class Workspace {
   std::vector<float> x, h, q, k, v, attn, gate, up, bias;
   std::vector<int32_t> positions;
   std::vector<cpu::AttentionRowState> attn_states;  // per row, passes over a provider
-  size_t nh = 0, nkv = 0, hd = 0;  // heads, KV heads, head_dim of the current pass
   /// When set, forward() reports every layer's queries to it (prefill statistics).
   PrefillStatsCollector* stats = nullptr;
   /// When set, every row's KV goes to it and attention reads from it instead of the

@@ -11,6 +11,7 @@
 #include "kernels/error.hpp"
 #include "kvtiers/full_tier.hpp"
 #include "runtime/compression.hpp"
+#include "runtime/draft_batcher.hpp"
 #include "runtime/fast_memory_need.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/layer_streamer.hpp"
@@ -95,14 +96,8 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
   GenerateStats& s = rq.result.stats;
   s.prompt_tokens = prompt_ids.size();
   if (fast_->limited()) {  // a request that cannot fit fails before any work
-    DraftSpec spec;
-    spec.prompt.assign(prompt_ids.begin(), prompt_ids.end());
-    spec.mode = opt.mode;
-    spec.compressor = opt.compressor;
-    spec.compressor_params = opt.compressor_params;
-    spec.ratio = opt.ratio;
+    DraftSpec spec = make_draft_spec(0, prompt_ids, opt);
     spec.max_new_tokens = size_t(rq.steps);
-    spec.fold_every = opt.fold_every;
     const FastNeed need =
         fast_memory_need(spec, cache_.config(), opt.draft_auto ? opt.max_draft : opt.draft_length);
     const size_t staging =
