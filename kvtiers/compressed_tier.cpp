@@ -18,12 +18,12 @@ std::string at(size_t l, size_t g) {
   return "layer " + std::to_string(l) + ", KV head " + std::to_string(g);
 }
 
-void validate_keep(size_t l, size_t kv_heads, size_t n_pos,
+void validate_keep(size_t l, size_t first, size_t kv_heads, size_t n_pos,
                    const std::vector<std::vector<int32_t>>& keep, const ModelFacts& model);
 
-// Throws vc::Error unless `keep` fits layer `kv` of a view of `v_heads` KV heads,
-// `v_dim` head_dim and `v_pos` positions (and `model` its positions).
-void validate(const LayerKv& kv, size_t v_heads, size_t v_dim, size_t v_pos,
+// Throws vc::Error unless `keep` fits the slice `kv` of a view of `v_dim` head_dim
+// and `v_pos` positions (and `model` its positions).
+void validate(const LayerKv& kv, size_t v_dim, size_t v_pos,
               const std::vector<std::vector<int32_t>>& keep, const ModelFacts& model) {
   const size_t l = kv.layer;
   const size_t elems = kv.kv_heads * kv.n_pos * kv.head_dim;
@@ -31,18 +31,16 @@ void validate(const LayerKv& kv, size_t v_heads, size_t v_dim, size_t v_pos,
     throw Error("CompressedView: layer " + std::to_string(l) + " holds " +
                 std::to_string(kv.k.size()) + " K and " + std::to_string(kv.v.size()) +
                 " V values, its shape needs " + std::to_string(elems));
-  if (kv.kv_heads != v_heads || kv.head_dim != v_dim || kv.n_pos != v_pos)
-    throw Error("CompressedView: layer " + std::to_string(l) + " has shape (kv_heads " +
-                std::to_string(kv.kv_heads) + ", head_dim " + std::to_string(kv.head_dim) +
-                ", n_pos " + std::to_string(kv.n_pos) + "), the view (" +
-                std::to_string(v_heads) + ", " + std::to_string(v_dim) + ", " +
-                std::to_string(v_pos) + ")");
-  validate_keep(l, kv.kv_heads, kv.n_pos, keep, model);
+  if (kv.head_dim != v_dim || kv.n_pos != v_pos)
+    throw Error("CompressedView: layer " + std::to_string(l) + " has shape (head_dim " +
+                std::to_string(kv.head_dim) + ", n_pos " + std::to_string(kv.n_pos) +
+                "), the view (" + std::to_string(v_dim) + ", " + std::to_string(v_pos) + ")");
+  validate_keep(l, kv.first_head, kv.kv_heads, kv.n_pos, keep, model);
 }
 
-// Throws vc::Error unless `keep` is a valid plan of layer l of `kv_heads` heads over
-// n_pos positions (and `model` has positions for them).
-void validate_keep(size_t l, size_t kv_heads, size_t n_pos,
+// Throws vc::Error unless `keep` is a valid plan of KV heads [first, first +
+// kv_heads) of layer l over n_pos positions (and `model` has positions for them).
+void validate_keep(size_t l, size_t first, size_t kv_heads, size_t n_pos,
                    const std::vector<std::vector<int32_t>>& keep, const ModelFacts& model) {
   if (!model.positions.empty() && model.positions.size() != n_pos)
     throw Error("CompressedView: model.positions has " + std::to_string(model.positions.size()) +
@@ -55,11 +53,11 @@ void validate_keep(size_t l, size_t kv_heads, size_t n_pos,
     const std::vector<int32_t>& k = keep[g];
     for (size_t i = 0; i < k.size(); ++i) {
       if (k[i] < 0 || size_t(k[i]) >= n_pos)
-        throw Error("CompressedView: plan for " + at(l, g) + ": position " +
+        throw Error("CompressedView: plan for " + at(l, first + g) + ": position " +
                     std::to_string(k[i]) + " (entry " + std::to_string(i) +
                     ") is outside [0, " + std::to_string(n_pos) + ")");
       if (i > 0 && k[i] <= k[i - 1])
-        throw Error("CompressedView: plan for " + at(l, g) + ": positions are not ascending " +
+        throw Error("CompressedView: plan for " + at(l, first + g) + ": positions are not ascending " +
                     "and unique (entry " + std::to_string(i) + ": " + std::to_string(k[i - 1]) +
                     " then " + std::to_string(k[i]) + ")");
     }
@@ -86,18 +84,24 @@ CompressedView::CompressedView(const KvShape& shape, QuantSpec quant)
     : layers_(shape.layers), kv_heads_(shape.kv_heads), head_dim_(shape.head_dim),
       covered_(shape.n_pos), quant_(quant), heads_(shape.layers * shape.kv_heads) {}
 
-void CompressedView::add_layer(const LayerKv& kv, const std::vector<std::vector<int32_t>>& keep,
+void CompressedView::add_heads(const LayerKv& kv, const std::vector<std::vector<int32_t>>& keep,
                                const Compressor& codec, const ModelFacts& model) {
-  if (kv.layer != built_layers_ || built_layers_ >= layers_)
-    throw Error("CompressedView: layer " + std::to_string(kv.layer) + " added, expected layer " +
-                std::to_string(built_layers_) + " of " + std::to_string(layers_));
-  validate(kv, kv_heads_, head_dim_, covered_, keep, model);
+  const size_t next = built_heads_;
+  if (kv_heads_ == 0 || next >= layers_ * kv_heads_ || kv.layer != next / kv_heads_ ||
+      kv.first_head != next % kv_heads_ || kv.kv_heads > kv_heads_ - kv.first_head)
+    throw Error("CompressedView: layer " + std::to_string(kv.layer) + ", KV heads " +
+                std::to_string(kv.first_head) + "+" + std::to_string(kv.kv_heads) +
+                " added, expected " + at(next / std::max<size_t>(1, kv_heads_),
+                                         next % std::max<size_t>(1, kv_heads_)) +
+                " of " + std::to_string(layers_) + " layers");
+  validate(kv, head_dim_, covered_, keep, model);
   const size_t l = kv.layer, d = head_dim_;
   std::vector<int32_t> abs_pos;
   std::vector<float> k, v;
-  for (size_t g = 0; g < kv_heads_; ++g) {
+  for (size_t j = 0; j < kv.kv_heads; ++j) {
+    const size_t g = kv.first_head + j;
     Head& head = heads_[l * kv_heads_ + g];
-    head.positions = keep[g];
+    head.positions = keep[j];
     const size_t n = head.positions.size();
     // A head that keeps nothing stores nothing: the codec is not asked.
     if (n == 0) continue;
@@ -106,8 +110,8 @@ void CompressedView::add_layer(const LayerKv& kv, const std::vector<std::vector<
     abs_pos.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const size_t p = size_t(head.positions[i]);
-      std::memcpy(&k[i * d], kv.k_at(g, p), d * sizeof(float));
-      std::memcpy(&v[i * d], kv.v_at(g, p), d * sizeof(float));
+      std::memcpy(&k[i * d], kv.k_at(j, p), d * sizeof(float));
+      std::memcpy(&v[i * d], kv.v_at(j, p), d * sizeof(float));
       abs_pos[i] = model.positions.empty() ? int32_t(p) : model.positions[p];
     }
     stored_bytes_ += codec.quantize(l, g, abs_pos.data(), n, d, model, k.data(), v.data(),
@@ -123,7 +127,7 @@ void CompressedView::add_layer(const LayerKv& kv, const std::vector<std::vector<
       if (abs_pos != head.positions) head.abs_positions = abs_pos;
     }
   }
-  ++built_layers_;
+  built_heads_ += kv.kv_heads;
 }
 
 CompressedView CompressedView::build(const KvSnapshot& kv, const CompressionPlan& plan,
@@ -138,12 +142,12 @@ CompressedView CompressedView::build(const KvSnapshot& kv, const CompressionPlan
                 " layers, the snapshot " + std::to_string(kv.layers));
   // The whole plan is checked before the codec sees any row.
   for (size_t l = 0; l < kv.layers; ++l)
-    validate_keep(l, kv.kv_heads, kv.n_pos, plan.keep[l], model);
+    validate_keep(l, 0, kv.kv_heads, kv.n_pos, plan.keep[l], model);
   CompressedView view(kv.shape(), plan.quant);
   LayerKv layer;
   for (size_t l = 0; l < kv.layers; ++l) {
     kv.read_layer(l, layer);
-    view.add_layer(layer, plan.keep[l], codec, model);
+    view.add_heads(layer, plan.keep[l], codec, model);
   }
   return view;
 }

@@ -18,17 +18,18 @@ namespace vc {
 /// view actually holds.
 class CompressedView {
  public:
-  /// An empty view of `shape`'s positions stored with `quant`, to be filled layer
-  /// by layer (add_layer, layers in order 0, 1, ...).
+  /// An empty view of `shape`'s positions stored with `quant`, to be filled slice
+  /// by slice (add_heads: layer 0's heads in order, then layer 1's, ...).
   CompressedView(const KvShape& shape, QuantSpec quant);
   CompressedView() = default;
-  /// Applies `keep` ([kv_heads] ascending positions) to layer kv.layer, which must
-  /// be the next layer (quantizing kept rows through `codec.quantize`). `model`'s
-  /// positions, when given, are the absolute positions of the n_pos indices.
-  void add_layer(const LayerKv& kv, const std::vector<std::vector<int32_t>>& keep,
+  /// Applies `keep` ([kv.kv_heads] ascending positions) to the KV heads of `kv`, a
+  /// slice of layer kv.layer that must start at the next (layer, head) to build
+  /// (quantizing kept rows through `codec.quantize`). `model`'s positions, when
+  /// given, are the absolute positions of the n_pos indices.
+  void add_heads(const LayerKv& kv, const std::vector<std::vector<int32_t>>& keep,
                  const Compressor& codec, const ModelFacts& model);
-  /// True once every layer was added.
-  [[nodiscard]] bool complete() const { return built_layers_ == layers_; }
+  /// True once every (layer, KV head) was added.
+  [[nodiscard]] bool complete() const { return built_heads_ == layers_ * kv_heads_; }
 
   /// Applies `plan` to `kv` (quantizing kept rows through `codec.quantize`).
   [[nodiscard]] static CompressedView build(const KvSnapshot& kv, const CompressionPlan& plan,
@@ -64,7 +65,7 @@ class CompressedView {
     PackedHead packed;
   };
   size_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0, covered_ = 0, stored_bytes_ = 0;
-  size_t built_layers_ = 0;
+  size_t built_heads_ = 0;  // (layer, KV head) pairs built, in order
   QuantSpec quant_;
   std::vector<float> rope_inv_freq_;  // held only when a side is stored pre-RoPE
   std::vector<Head> heads_;  // [layers * kv_heads]

@@ -57,15 +57,24 @@ QuantSpec Compressor::plan_quant(const KvShape& /*shape*/, std::vector<size_t> /
   return QuantSpec{};
 }
 
-void KvSnapshot::read_layer(size_t l, LayerKv& out) const {
+void LayerPlan::append(LayerPlan&& slice) {
+  for (auto& head : slice.keep) keep.push_back(std::move(head));
+  scores.insert(scores.end(), slice.scores.begin(), slice.scores.end());
+}
+
+void KvSnapshot::read_heads(size_t l, size_t first, size_t count, LayerKv& out) const {
   if (l >= layers)
     throw Error("KvSnapshot: layer " + std::to_string(l) + " of " + std::to_string(layers));
-  out.reshape(l, kv_heads, head_dim, n_pos);
-  const size_t count = kv_heads * n_pos * head_dim;
-  if (k.size() < (l + 1) * count || v.size() < (l + 1) * count)
+  if (first > kv_heads || count > kv_heads - first)
+    throw Error("KvSnapshot: KV heads " + std::to_string(first) + ".." +
+                std::to_string(first + count) + " of " + std::to_string(kv_heads));
+  out.reshape(l, count, head_dim, n_pos, first);
+  const size_t per_head = n_pos * head_dim;
+  if (k.size() < layers * kv_heads * per_head || v.size() < layers * kv_heads * per_head)
     throw Error("KvSnapshot: k/v hold fewer values than its shape needs");
-  std::copy_n(k.begin() + long(l * count), count, out.k.begin());
-  std::copy_n(v.begin() + long(l * count), count, out.v.begin());
+  const size_t off = (l * kv_heads + first) * per_head;
+  std::copy_n(k.begin() + long(off), count * per_head, out.k.begin());
+  std::copy_n(v.begin() + long(off), count * per_head, out.v.begin());
 }
 
 size_t Compressor::quantize(size_t /*l*/, size_t /*g*/, const int32_t* /*positions*/, size_t n,

@@ -23,19 +23,24 @@ struct KvShape {
   size_t layers = 0, kv_heads = 0, head_dim = 0, n_pos = 0;
 };
 
-/// One layer's KV as dense fp32, K after RoPE (as cached): what a method plans from
-/// and the compressed tier builds from, one layer at a time.
+/// KV heads [first_head, first_head + kv_heads) of one layer as dense fp32, K after
+/// RoPE (as cached): what a method plans from and the compressed tier builds from,
+/// one slice of a layer at a time (a whole layer when first_head is 0 and kv_heads
+/// the model's). Every method plans each KV head from that head's KV and statistics
+/// alone, so the plan does not depend on how a layer is sliced.
 struct LayerKv {
-  size_t layer = 0;  // absolute layer index in the model
-  size_t kv_heads = 0, head_dim = 0, n_pos = 0;
+  size_t layer = 0;       // absolute layer index in the model
+  size_t first_head = 0;  // absolute index of this slice's first KV head
+  size_t kv_heads = 0, head_dim = 0, n_pos = 0;  // kv_heads: heads in this slice
   std::vector<float> k, v;  // [kv_heads][n_pos][head_dim] each
 
   /// Sets the shape and sizes k and v (values unspecified).
-  void reshape(size_t l, size_t heads, size_t d, size_t n) {
-    layer = l, kv_heads = heads, head_dim = d, n_pos = n;
+  void reshape(size_t l, size_t heads, size_t d, size_t n, size_t first = 0) {
+    layer = l, first_head = first, kv_heads = heads, head_dim = d, n_pos = n;
     k.resize(heads * n * d);
     v.resize(k.size());
   }
+  /// g: index within this slice (absolute head first_head + g).
   [[nodiscard]] size_t index(size_t g, size_t p) const { return (g * n_pos + p) * head_dim; }
   [[nodiscard]] const float* k_at(size_t g, size_t p) const { return &k[index(g, p)]; }
   [[nodiscard]] const float* v_at(size_t g, size_t p) const { return &v[index(g, p)]; }
@@ -54,7 +59,9 @@ struct KvSnapshot {
   [[nodiscard]] const float* v_at(size_t l, size_t h, size_t p) const { return &v[index(l, h, p)]; }
   [[nodiscard]] KvShape shape() const { return {layers, kv_heads, head_dim, n_pos}; }
   /// Copies layer l into `out`.
-  void read_layer(size_t l, LayerKv& out) const;
+  void read_layer(size_t l, LayerKv& out) const { read_heads(l, 0, kv_heads, out); }
+  /// Copies KV heads [first, first + count) of layer l into `out`.
+  void read_heads(size_t l, size_t first, size_t count, LayerKv& out) const;
 };
 
 /// Which prefill statistics a method plans from. Each costs only when asked for:
@@ -95,8 +102,9 @@ struct PrefillStats {
   }
 };
 
-/// One layer's statistics as the methods score them, for positions [0, n_pos) of
-/// that layer (layer_stats computes them from PrefillStats and the layer's KV).
+/// The statistics of a slice of one layer (LayerKv) as the methods score them, for
+/// positions [0, n_pos): kv_heads are the slice's KV heads and heads their query
+/// heads (layer_stats computes them from PrefillStats and the slice's KV).
 struct LayerStats {
   size_t heads = 0, kv_heads = 0, head_dim = 0, n_pos = 0;
   /// The window rows' attention weights to every position, summed over the query
@@ -117,7 +125,8 @@ struct LayerStats {
   }
 };
 
-/// Layer `kv.layer`'s statistics for positions [0, kv.n_pos), as far as `needs` asks.
+/// The statistics of the slice `kv` (KV heads kv.first_head.. of layer kv.layer)
+/// for positions [0, kv.n_pos), as far as `needs` asks.
 /// The window rows' attention is the exact softmax of each query over the positions
 /// [0, min(its position, n_pos - 1)] (fp32 dot products with the layer's keys times
 /// 1/sqrt(head_dim), exp in double, normalised), summed over the query heads of each
@@ -156,6 +165,8 @@ struct LayerInput {
 struct LayerPlan {
   std::vector<std::vector<int32_t>> keep;  // [kv_heads] ascending positions
   std::vector<float> scores;               // [kv_heads][n_pos], model-wide methods only
+  /// Appends a plan of the next heads of the same layer (a later slice).
+  void append(LayerPlan&& slice);
 };
 
 /// How kept values are stored. bits == 16 means unquantized (bf16).
@@ -202,7 +213,8 @@ class Compressor {
   /// True when plan_layer() needs statistics of any kind.
   [[nodiscard]] bool needs_stats() const { return stats_needs().any(); }
 
-  /// Plans layer in.kv.layer (of in.layers) from that layer's KV and statistics.
+  /// Plans the KV heads of in.kv (a slice of layer in.kv.layer, of in.layers) from
+  /// their KV and statistics; keep and scores cover the slice's heads only.
   [[nodiscard]] virtual LayerPlan plan_layer(const LayerInput& in) const = 0;
   /// True when the kept positions of a layer depend on other layers: plan_layer()
   /// then gives scores, and select_globally() the keep lists.

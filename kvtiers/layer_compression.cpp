@@ -1,6 +1,7 @@
 // The passes of layer-by-layer compression (see layer_compression.hpp).
 #include "kvtiers/layer_compression.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -14,48 +15,70 @@ namespace {
 // The passes; without `build` only the plan (no codec runs).
 LayerCompression run(const Compressor& c, const KvShape& shape, const LayerSource& read,
                      const LayerStatsSource& stats, const ModelFacts& facts, double ratio,
-                     bool build) {
+                     size_t slice_heads, bool build) {
   if (!(ratio >= 1.0) || !std::isfinite(ratio))
     throw Error(std::string(c.name()) + ": compression ratio must be a finite number >= 1, got " +
                 std::to_string(ratio));
   if (c.needs_stats() && !stats)
     throw Error("compressor '" + std::string(c.name()) +
                 "' needs prefill statistics, and none were gathered");
+  const size_t per = slice_heads == 0 ? std::max<size_t>(1, shape.kv_heads)
+                                      : std::min(slice_heads, std::max<size_t>(1, shape.kv_heads));
   LayerKv kv;
-  auto plan_one = [&](size_t l) {
-    read(l, kv);
-    if (kv.layer != l || kv.kv_heads != shape.kv_heads || kv.head_dim != shape.head_dim ||
-        kv.n_pos != shape.n_pos)
+  // Reads heads [g0, g0 + count) of layer l into kv, checking what the source gave.
+  auto read_slice = [&](size_t l, size_t g0, size_t count) {
+    read(l, g0, count, kv);
+    if (kv.layer != l || kv.first_head != g0 || kv.kv_heads != count ||
+        kv.head_dim != shape.head_dim || kv.n_pos != shape.n_pos)
       throw Error("compress_by_layer: the source gave layer " + std::to_string(kv.layer) +
-                  " shaped (" + std::to_string(kv.kv_heads) + ", " + std::to_string(kv.n_pos) +
-                  ", " + std::to_string(kv.head_dim) + ") for layer " + std::to_string(l) +
-                  " of a (kv_heads, n_pos, head_dim) = (" + std::to_string(shape.kv_heads) +
-                  ", " + std::to_string(shape.n_pos) + ", " + std::to_string(shape.head_dim) +
-                  ") request");
+                  ", KV heads " + std::to_string(kv.first_head) + "+" +
+                  std::to_string(kv.kv_heads) + " shaped (" + std::to_string(kv.n_pos) + ", " +
+                  std::to_string(kv.head_dim) + ") for layer " + std::to_string(l) +
+                  ", KV heads " + std::to_string(g0) + "+" + std::to_string(count) +
+                  " of a (n_pos, head_dim) = (" + std::to_string(shape.n_pos) + ", " +
+                  std::to_string(shape.head_dim) + ") request");
+  };
+  auto plan_slice = [&]() {
     std::optional<LayerStats> st;
     if (c.needs_stats()) st = stats(kv);
-    return c.plan_layer(LayerInput{kv, st ? &*st : nullptr, facts, shape.layers, ratio});
+    LayerPlan p = c.plan_layer(LayerInput{kv, st ? &*st : nullptr, facts, shape.layers, ratio});
+    if (!c.selects_globally() && p.keep.size() != kv.kv_heads)
+      throw Error(std::string(c.name()) + ": planned " + std::to_string(p.keep.size()) +
+                  " KV heads for layer " + std::to_string(kv.layer) + ", heads " +
+                  std::to_string(kv.first_head) + "+" + std::to_string(kv.kv_heads) +
+                  " were given");
+    return p;
+  };
+  // Slices of layer l: [g0, g0 + count).
+  auto for_slices = [&](auto&& f) {
+    for (size_t g0 = 0; g0 < shape.kv_heads; g0 += per) f(g0, std::min(per, shape.kv_heads - g0));
   };
   LayerCompression out;
   out.plan.keep.resize(shape.layers);
   const bool one_pass = !c.selects_globally() && (!c.quantizes() || c.keeps_every_position());
   if (one_pass) {
     // Storage known before any layer (bf16, or a quantizer keeping every position):
-    // each layer is planned and built from one read.
+    // each slice is planned and built from one read.
     if (c.quantizes())
       out.plan.quant =
           c.plan_quant(shape, std::vector<size_t>(shape.layers * shape.kv_heads, shape.n_pos), ratio);
     if (build) out.view = CompressedView(shape, out.plan.quant);
-    for (size_t l = 0; l < shape.layers; ++l) {
-      out.plan.keep[l] = plan_one(l).keep;
-      if (build) out.view.add_layer(kv, out.plan.keep[l], c, facts);
-    }
+    for (size_t l = 0; l < shape.layers; ++l)
+      for_slices([&](size_t g0, size_t count) {
+        read_slice(l, g0, count);
+        LayerPlan p = plan_slice();
+        if (build) out.view.add_heads(kv, p.keep, c, facts);
+        for (auto& head : p.keep) out.plan.keep[l].push_back(std::move(head));
+      });
     return out;
   }
-  // Pass 1: plan (or score) every layer.
-  std::vector<LayerPlan> layers;
-  layers.reserve(shape.layers);
-  for (size_t l = 0; l < shape.layers; ++l) layers.push_back(plan_one(l));
+  // Pass 1: plan (or score) every layer, slice by slice.
+  std::vector<LayerPlan> layers(shape.layers);
+  for (size_t l = 0; l < shape.layers; ++l)
+    for_slices([&](size_t g0, size_t count) {
+      read_slice(l, g0, count);
+      layers[l].append(plan_slice());
+    });
   if (c.selects_globally()) c.select_globally(layers, shape, ratio);
   std::vector<size_t> rows;
   for (size_t l = 0; l < shape.layers; ++l) {
@@ -69,12 +92,15 @@ LayerCompression run(const Compressor& c, const KvShape& shape, const LayerSourc
   layers.clear();
   if (c.quantizes()) out.plan.quant = c.plan_quant(shape, std::move(rows), ratio);
   if (!build) return out;
-  // Pass 2: build, reading each layer again.
+  // Pass 2: build, reading each slice again.
   out.view = CompressedView(shape, out.plan.quant);
-  for (size_t l = 0; l < shape.layers; ++l) {
-    read(l, kv);
-    out.view.add_layer(kv, out.plan.keep[l], c, facts);
-  }
+  std::vector<std::vector<int32_t>> keep;
+  for (size_t l = 0; l < shape.layers; ++l)
+    for_slices([&](size_t g0, size_t count) {
+      read_slice(l, g0, count);
+      keep.assign(out.plan.keep[l].begin() + long(g0), out.plan.keep[l].begin() + long(g0 + count));
+      out.view.add_heads(kv, keep, c, facts);
+    });
   return out;
 }
 
@@ -82,18 +108,24 @@ LayerCompression run(const Compressor& c, const KvShape& shape, const LayerSourc
 
 LayerCompression compress_by_layer(const Compressor& c, const KvShape& shape,
                                    const LayerSource& read, const LayerStatsSource& stats,
-                                   const ModelFacts& facts, double ratio) {
-  return run(c, shape, read, stats, facts, ratio, /*build=*/true);
+                                   const ModelFacts& facts, double ratio, size_t slice_heads) {
+  return run(c, shape, read, stats, facts, ratio, slice_heads, /*build=*/true);
 }
 
 CompressionPlan plan_snapshot(const Compressor& c, const KvSnapshot& kv,
                               const LayerStatsSource& stats, const ModelFacts& facts,
-                              double ratio) {
+                              double ratio, size_t slice_heads) {
   const size_t elems = kv.layers * kv.kv_heads * kv.n_pos * kv.head_dim;
   if (kv.k.size() != elems || kv.v.size() != elems)
     throw Error("plan_snapshot: KvSnapshot k/v sizes do not match its shape");
-  auto read = [&kv](size_t l, LayerKv& out) { kv.read_layer(l, out); };
-  return run(c, kv.shape(), read, stats, facts, ratio, /*build=*/false).plan;
+  auto read = [&kv](size_t l, size_t g0, size_t count, LayerKv& out) {
+    kv.read_heads(l, g0, count, out);
+  };
+  return run(c, kv.shape(), read, stats, facts, ratio, slice_heads, /*build=*/false).plan;
+}
+
+size_t slice_heads_for(size_t kv_heads, size_t dtype_bytes) {
+  return std::max<size_t>(1, kv_heads * std::min<size_t>(dtype_bytes, 4) / 4);
 }
 
 LayerStatsSource planted_stats(const std::vector<LayerStats>& stats) {

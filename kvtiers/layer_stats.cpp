@@ -17,10 +17,10 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw Error("layer_stats: " + what);
 }
 
-// Rows' attention to positions [0, n) of layer kv.layer, summed per KV head:
-// out [kv_heads][window][n] (zero past each row's last visible position).
+// Rows' attention to positions [0, n) of the slice `kv`, summed per KV head of the
+// slice: out [kv.kv_heads][window][n] (zero past each row's last visible position).
 void window_attention(const PrefillStats& s, const LayerKv& kv, std::vector<float>& out) {
-  const size_t n = kv.n_pos, D = kv.head_dim, H = s.heads, G = kv.kv_heads, group = H / G;
+  const size_t n = kv.n_pos, D = kv.head_dim, G = kv.kv_heads, group = s.heads / s.kv_heads;
   const size_t W = s.window;
   out.assign(G * W * n, 0.f);
   if (n == 0) return;
@@ -28,9 +28,9 @@ void window_attention(const PrefillStats& s, const LayerKv& kv, std::vector<floa
   std::vector<float> w(n);
   for (size_t r = 0; r < W; ++r) {
     const size_t last = std::min(s.window_start + r, n - 1);  // last visible position
-    for (size_t h = 0; h < H; ++h) {
+    for (size_t h = kv.first_head * group; h < (kv.first_head + G) * group; ++h) {
       const float* qh = s.window_query(kv.layer, r, h);
-      const size_t g = h / group;
+      const size_t g = h / group - kv.first_head;
       float mx = -INFINITY;
       for (size_t t = 0; t <= last; ++t) {
         const float* k = kv.k_at(g, t);
@@ -50,17 +50,18 @@ void window_attention(const PrefillStats& s, const LayerKv& kv, std::vector<floa
 }  // namespace
 
 LayerStats layer_stats(const PrefillStats& s, const LayerKv& kv, StatsNeeds needs) {
-  const size_t l = kv.layer, n = kv.n_pos;
+  const size_t l = kv.layer, n = kv.n_pos, G = kv.kv_heads, g0 = kv.first_head;
   require(l < s.layers, "layer " + std::to_string(l) + " of " + std::to_string(s.layers));
-  require(s.kv_heads == kv.kv_heads && s.head_dim == kv.head_dim,
+  require(s.head_dim == kv.head_dim && g0 <= s.kv_heads && G <= s.kv_heads - g0,
           "PrefillStats (kv_heads, head_dim) do not match the layer's KV");
-  require(kv.kv_heads > 0 && s.heads % kv.kv_heads == 0,
+  require(s.kv_heads > 0 && s.heads % s.kv_heads == 0,
           "PrefillStats.heads must be a positive multiple of kv_heads");
   require(n <= s.n_pos, "the KV holds " + std::to_string(n) + " positions, the statistics " +
                             std::to_string(s.n_pos));
+  const size_t group = s.heads / s.kv_heads;
   LayerStats out;
-  out.heads = s.heads;
-  out.kv_heads = s.kv_heads;
+  out.heads = G * group;
+  out.kv_heads = G;
   out.head_dim = s.head_dim;
   out.n_pos = n;
   const bool derived_acc = needs.accumulated && s.accumulated_from_window;
@@ -71,8 +72,8 @@ LayerStats layer_stats(const PrefillStats& s, const LayerKv& kv, StatsNeeds need
     window_attention(s, kv, out.window_attention);
   }
   if (derived_acc) {
-    out.accumulated_attention.assign(s.kv_heads * n, 0.f);
-    for (size_t g = 0; g < s.kv_heads; ++g)
+    out.accumulated_attention.assign(G * n, 0.f);
+    for (size_t g = 0; g < G; ++g)
       for (size_t w = 0; w < out.window; ++w) {
         const float* row = out.window_row(g, w);
         float* acc = &out.accumulated_attention[g * n];
@@ -81,7 +82,7 @@ LayerStats layer_stats(const PrefillStats& s, const LayerKv& kv, StatsNeeds need
   } else if (needs.accumulated) {
     require(s.accumulated_attention.size() == s.layers * s.kv_heads * s.n_pos,
             "PrefillStats.accumulated_attention has the wrong size (not gathered?)");
-    for (size_t g = 0; g < s.kv_heads; ++g) {
+    for (size_t g = g0; g < g0 + G; ++g) {
       const float* acc = s.accumulated(l, g);
       out.accumulated_attention.insert(out.accumulated_attention.end(), acc, acc + n);
     }
@@ -95,10 +96,11 @@ LayerStats layer_stats(const PrefillStats& s, const LayerKv& kv, StatsNeeds need
     require(s.query_mean.size() == s.layers * per_layer &&
                 s.query_sq_mean.size() == s.layers * per_layer,
             "PrefillStats.query_mean/query_sq_mean have the wrong size (not gathered?)");
-    out.query_mean.assign(s.query_mean.begin() + long(l * per_layer),
-                          s.query_mean.begin() + long((l + 1) * per_layer));
-    out.query_sq_mean.assign(s.query_sq_mean.begin() + long(l * per_layer),
-                             s.query_sq_mean.begin() + long((l + 1) * per_layer));
+    // The query heads of the slice's KV heads.
+    const long begin = long(l * per_layer + g0 * group * s.head_dim);
+    const long end = begin + long(G * group * s.head_dim);
+    out.query_mean.assign(s.query_mean.begin() + begin, s.query_mean.begin() + end);
+    out.query_sq_mean.assign(s.query_sq_mean.begin() + begin, s.query_sq_mean.begin() + end);
   }
   return out;
 }

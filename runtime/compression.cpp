@@ -30,12 +30,17 @@ ModelFacts model_facts(const Model& model, size_t n_pos) {
 
 LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id) {
   // Reads a layer a chunk of blocks at a time into one small staging buffer, reused
-  // for every chunk and layer: the working memory is the fp32 layer itself.
+  // for every chunk and slice, and converts the slice's heads: the working memory
+  // is the fp32 slice itself.
   static constexpr size_t kChunkBlocks = 64;
   auto staging = std::make_shared<KvStaging>(tier.config());
-  return [&tier, id, staging](size_t layer, size_t n, LayerKv& out) {
+  return [&tier, id, staging](size_t layer, size_t n, size_t first_head, size_t heads,
+                              LayerKv& out) {
     const KvCacheConfig& c = tier.config();
-    out.reshape(layer, c.kv_heads, c.head_dim, n);
+    if (first_head > c.kv_heads || heads > c.kv_heads - first_head)
+      throw Error("tier_layer_reader: KV heads " + std::to_string(first_head) + "+" +
+                  std::to_string(heads) + " of " + std::to_string(c.kv_heads));
+    out.reshape(layer, heads, c.head_dim, n, first_head);
     const size_t bt = c.block_tokens, D = c.head_dim, esz = dtype_size(c.dtype);
     const size_t blocks = (n + bt - 1) / bt;
     staging->reserve(std::min(blocks, kChunkBlocks) * bt);
@@ -45,9 +50,9 @@ LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id) {
       const auto* k = static_cast<const std::byte*>(staging->k());
       const auto* v = static_cast<const std::byte*>(staging->v());
       const size_t p_end = std::min(n, (b0 + nb) * bt);
-      for (size_t g = 0; g < c.kv_heads; ++g)
+      for (size_t g = 0; g < heads; ++g)
         for (size_t p = b0 * bt; p < p_end; ++p) {
-          const size_t off = ((((p / bt) - b0) * c.kv_heads + g) * bt + p % bt) * D * esz;
+          const size_t off = ((((p / bt) - b0) * c.kv_heads + first_head + g) * bt + p % bt) * D * esz;
           to_f32(c.dtype, k + off, &out.k[out.index(g, p)], D);
           to_f32(c.dtype, v + off, &out.v[out.index(g, p)], D);
         }
@@ -56,26 +61,33 @@ LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id) {
 }
 
 LayerKvReader cache_layer_reader(const PagedKvCache& cache, const KvSequence& seq) {
-  return [&cache, &seq](size_t layer, size_t n, LayerKv& out) {
+  return [&cache, &seq](size_t layer, size_t n, size_t first_head, size_t heads, LayerKv& out) {
     const KvCacheConfig& c = cache.config();
     if (n > seq.length)
       throw Error("cache_layer_reader: " + std::to_string(n) +
                   " positions asked, the sequence holds " + std::to_string(seq.length));
-    out.reshape(layer, c.kv_heads, c.head_dim, n);
+    if (first_head > c.kv_heads || heads > c.kv_heads - first_head)
+      throw Error("cache_layer_reader: KV heads " + std::to_string(first_head) + "+" +
+                  std::to_string(heads) + " of " + std::to_string(c.kv_heads));
+    out.reshape(layer, heads, c.head_dim, n, first_head);
     std::vector<float> k(c.kv_heads * c.head_dim), v(k.size());
     for (size_t p = 0; p < n; ++p) {
       cache.read(layer, seq, p, k.data(), v.data());
-      for (size_t g = 0; g < c.kv_heads; ++g) {
-        std::copy_n(&k[g * c.head_dim], c.head_dim, &out.k[out.index(g, p)]);
-        std::copy_n(&v[g * c.head_dim], c.head_dim, &out.v[out.index(g, p)]);
+      for (size_t g = 0; g < heads; ++g) {
+        std::copy_n(&k[(first_head + g) * c.head_dim], c.head_dim, &out.k[out.index(g, p)]);
+        std::copy_n(&v[(first_head + g) * c.head_dim], c.head_dim, &out.v[out.index(g, p)]);
       }
     }
   };
 }
 
+size_t compression_slice_heads(const KvCacheConfig& c) {
+  return slice_heads_for(c.kv_heads, dtype_size(c.dtype));
+}
+
 CompressedView compress_layers(const Compressor& c, size_t n, const LayerKvReader& read,
                                const PrefillStats* stats, const ModelFacts& facts,
-                               double ratio) {
+                               double ratio, size_t slice_heads) {
   if (facts.layers == 0 || facts.kv_heads == 0 || facts.head_dim == 0)
     throw Error("compress_layers: ModelFacts lacks the KV shape (use model_facts())");
   if (c.needs_stats() && stats == nullptr)
@@ -86,8 +98,10 @@ CompressedView compress_layers(const Compressor& c, size_t n, const LayerKvReade
   LayerStatsSource layer_source;
   if (stats != nullptr && needs.any())
     layer_source = [stats, needs](const LayerKv& kv) { return layer_stats(*stats, kv, needs); };
-  auto source = [&read, n](size_t layer, LayerKv& out) { read(layer, n, out); };
-  return compress_by_layer(c, shape, source, layer_source, facts, ratio).view;
+  auto source = [&read, n](size_t layer, size_t first_head, size_t heads, LayerKv& out) {
+    read(layer, n, first_head, heads, out);
+  };
+  return compress_by_layer(c, shape, source, layer_source, facts, ratio, slice_heads).view;
 }
 
 std::optional<CompressedView> refold(const Compressor& compressor, FullTier& tier, uint64_t id,
@@ -95,7 +109,7 @@ std::optional<CompressedView> refold(const Compressor& compressor, FullTier& tie
                                      double ratio) {
   if (compressor.needs_stats() && (stats == nullptr || stats->window == 0)) return std::nullopt;
   return compress_layers(compressor, n, tier_layer_reader(tier, id), stats, model_facts(model, n),
-                         ratio);
+                         ratio, compression_slice_heads(tier.config()));
 }
 
 PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> prompt,
@@ -124,7 +138,7 @@ PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> pr
     if (collector) stats = collector->finish();
     out.view = compress_layers(*compressor, prompt.size(), cache_layer_reader(cache, seq),
                                stats ? &*stats : nullptr, model_facts(model, prompt.size()),
-                               ratio);
+                               ratio, compression_slice_heads(cache.config()));
     out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   }
   return out;

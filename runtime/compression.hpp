@@ -20,22 +20,30 @@ namespace vc {
 /// What compressors may know of the model, for a request of positions [0, n_pos).
 [[nodiscard]] ModelFacts model_facts(const Model& model, size_t n_pos);
 
-/// Fills `out` with layer `layer`'s K and V of positions [0, n) as dense fp32 (K
-/// after RoPE, as cached; LayerKv layout [kv_heads][n][head_dim]).
-using LayerKvReader = std::function<void(size_t layer, size_t n, LayerKv& out)>;
+/// Fills `out` with the K and V of KV heads [first_head, first_head + heads) of
+/// layer `layer`, positions [0, n), as dense fp32 (K after RoPE, as cached;
+/// LayerKv layout [heads][n][head_dim]).
+using LayerKvReader = std::function<void(size_t layer, size_t n, size_t first_head, size_t heads,
+                                         LayerKv& out)>;
 
 /// Reads request `id`'s layers from the full tier (FullTier::read_layer, converted).
 [[nodiscard]] LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id);
 /// Reads `seq`'s layers from the paged cache (which must outlive the reader).
 [[nodiscard]] LayerKvReader cache_layer_reader(const PagedKvCache& cache, const KvSequence& seq);
 
-/// Plans and builds the view of positions [0, n) layer by layer, holding about one
-/// layer's KV at a time (model-wide methods read every layer twice). `stats` may be
-/// null only for methods that need none (else vc::Error); `facts` must come from
-/// model_facts(model, n).
+/// KV heads compressed per slice for KV stored as `c` says: the fp32 working set of
+/// a slice is then about one layer's KV as stored (kvtiers slice_heads_for).
+[[nodiscard]] size_t compression_slice_heads(const KvCacheConfig& c);
+
+/// Plans and builds the view of positions [0, n) slice by slice (`slice_heads` KV
+/// heads of one layer at a time; 0: whole layers), so compression holds about one
+/// layer's KV at a time (model-wide methods read every slice twice). `stats` may
+/// be null only for methods that need none (else vc::Error); `facts` must come
+/// from model_facts(model, n).
 [[nodiscard]] CompressedView compress_layers(const Compressor& c, size_t n,
                                              const LayerKvReader& read, const PrefillStats* stats,
-                                             const ModelFacts& facts, double ratio);
+                                             const ModelFacts& facts, double ratio,
+                                             size_t slice_heads);
 
 /// When a request's uncompressed tail has grown to `fold_every` positions, its view
 /// is rebuilt over [0, n) from the full tier through its compressor, so the view

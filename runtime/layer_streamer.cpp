@@ -85,6 +85,22 @@ void LayerStreamer::start(uint64_t id, size_t n_full, size_t n_rows, bool whole_
   cv_.notify_all();
 }
 
+void LayerStreamer::free_buffers() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !reading_; });
+  total_steps_ = next_read_;  // nothing more of this pass is read
+  for (Buffer& b : buf_) {
+    b.staging = KvStaging(cfg_);
+    b.table.clear();
+    b.step = -1;
+    b.consumed = true;
+  }
+  staging_charge_.resize(0, "");
+  staging_bytes_ = 0;
+  std::vector<float>().swap(rows_k_);
+  std::vector<float>().swap(rows_v_);
+}
+
 std::pair<size_t, size_t> LayerStreamer::chunk_blocks(size_t c) const {
   const size_t b = c * chunk_blocks_;
   return {b, std::min(n_blocks_, b + chunk_blocks_)};

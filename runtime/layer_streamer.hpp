@@ -56,6 +56,12 @@ class LayerStreamer final : public LayerKvProvider {
   /// layer's keys).
   void start(uint64_t id, size_t n_full, size_t n_rows, bool whole_layers = false);
 
+  /// Frees the staging buffers and the pass's rows (after any read in flight; no
+  /// later chunk of the pass is read). The next start() allocates them again. For
+  /// when no pass follows at once: after a prefill, compression and drafting run
+  /// without them.
+  void free_buffers();
+
   void write(size_t layer, size_t pos, const float* k_row, const float* v_row) override;
   [[nodiscard]] size_t chunks() const override { return n_chunks_; }
   [[nodiscard]] KvChunk acquire(size_t layer, size_t c) override;

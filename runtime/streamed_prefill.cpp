@@ -37,6 +37,7 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
       for (size_t l = 0; l < layers; ++l)
         tier.write(id, l, start + b + r, stream.row_k(l, r), stream.row_v(l, r));
   }
+  stream.free_buffers();  // compression and drafting run without them
   return logits;
 }
 
@@ -71,7 +72,8 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
   std::optional<PrefillStats> stats;
   if (collector) stats = collector->finish();
   out.view = compress_layers(compressor, prompt.size(), tier_layer_reader(tier, id),
-                             stats ? &*stats : nullptr, model_facts(model, prompt.size()), ratio);
+                             stats ? &*stats : nullptr, model_facts(model, prompt.size()), ratio,
+                             compression_slice_heads(tier.config()));
   out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   cache.start_at(seq, prompt.size());
   return out;

@@ -23,7 +23,8 @@ namespace vc {
 /// rows, reading earlier positions through `stream` (a streamer over `tier`).
 /// `scratch` is any cache of the model's shape (forward() takes one; it is not
 /// written). ws.stats, when set, observes every row (layers staged whole then).
-/// Returns the logits of the last position ([vocab]).
+/// Returns the logits of the last position ([vocab]); `stream`'s buffers are freed
+/// once the prompt is in (LayerStreamer::free_buffers).
 [[nodiscard]] std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> prompt,
                                                  uint64_t id, FullTier& tier, LayerStreamer& stream,
                                                  PagedKvCache& scratch, Workspace& ws,

@@ -10,8 +10,10 @@
 //            i.e. a(p) × the mean over h of ‖W_o,h v_p‖: the size of p's term in the
 //            layer's output o = Σ_h W_o,h Σ_p a_h(p) v_p.
 //   ‖W_o,h v‖² = vᵀ (W_o,hᵀ W_o,h) v, through each head's d×d Gram matrix.
-// Scores are divided by the layer's total contribution so layers compare (each layer
-// is scored alone, from its own KV: plan_layer), then kept GLOBALLY (select_globally): model budget = kept_per_head(n_pos, ratio) × layers × kv_heads positions.
+// Each KV head is scored alone, from its own KV (plan_layer, any slice of a layer);
+// select_globally divides a layer's scores by their total (double sum of the float
+// contributions, in head and position order) so layers compare, then keeps them
+// GLOBALLY: model budget = kept_per_head(n_pos, ratio) × layers × kv_heads positions.
 // Per head, the first `sinks` and last `recent` positions are always kept, and at
 // least `min_per_head` (these forced positions capped at the per-head budget, sinks
 // first); the rest of the model budget goes to the top scores over all (l, g, p).
@@ -82,7 +84,7 @@ class LaProx final : public Compressor {
   [[nodiscard]] StatsNeeds stats_needs() const override { return {.window = true}; }
   [[nodiscard]] bool selects_globally() const override { return true; }
 
-  /// The layer's per-layer-normalised output contributions, [kv_heads][n_pos].
+  /// The output contributions of the slice's KV heads, [kv_heads][n_pos].
   [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override {
     check(in);
     LayerPlan plan;
@@ -101,7 +103,9 @@ class LaProx final : public Compressor {
     scores.reserve(heads_kv * n);
     for (const LayerPlan& p : layers) {
       if (p.scores.size() != shape.kv_heads * n) throw Error("laprox: a layer's scores have the wrong size");
-      scores.insert(scores.end(), p.scores.begin(), p.scores.end());
+      double total = 0;  // normalised per layer, so that layers compare
+      for (float x : p.scores) total += double(x);
+      for (float x : p.scores) scores.push_back(total > 0 ? float(double(x) / total) : x);
     }
 
     // Forced positions per head: sinks, recent window, then the min_per_head floor.
@@ -163,8 +167,10 @@ class LaProx final : public Compressor {
     if (m.wo.size() != in.layers || kv.layer >= m.wo.size()) {
       throw Error("laprox: ModelFacts.wo must have one matrix per layer");
     }
-    if (kv.kv_heads == 0 || m.heads == 0 || m.heads % kv.kv_heads != 0) {
-      throw Error("laprox: ModelFacts.heads must be a positive multiple of kv_heads");
+    if (s->kv_heads == 0 || s->heads % s->kv_heads != 0 ||
+        (kv.first_head + kv.kv_heads) * (s->heads / s->kv_heads) > m.heads) {
+      throw Error("laprox: the statistics' query heads must be a positive multiple of their KV "
+                  "heads, and the slice's query heads among ModelFacts.heads");
     }
     const ModelFacts::Matrix& w = m.wo[kv.layer];
     if (w.data == nullptr || w.rows == 0 || w.cols != m.heads * kv.head_dim) {
@@ -173,14 +179,16 @@ class LaProx final : public Compressor {
     }
   }
 
-  /// Per-layer-normalised output contributions of layer in.kv.layer, [kv_heads][n_pos].
+  /// Output contributions of the slice's KV heads, [kv_heads][n_pos] (not normalised).
   static std::vector<float> contributions(const LayerInput& in) {
     const LayerKv& kv = in.kv;
     const LayerStats& s = *in.stats;
-    const size_t n = kv.n_pos, d = kv.head_dim, heads = in.model.heads;
-    const size_t group = heads / kv.kv_heads;
+    const size_t n = kv.n_pos, d = kv.head_dim;
+    const size_t group = s.heads / s.kv_heads;  // query heads per KV head
+    // The slice's query heads [h0, h1).
+    const size_t h0 = kv.first_head * group, h1 = (kv.first_head + kv.kv_heads) * group;
     std::vector<float> out(kv.kv_heads * n, 0.0f);
-    std::vector<float> row, gram(heads * d * d);
+    std::vector<float> row, gram((h1 - h0) * d * d);
     std::vector<double> attn(n);
     // Gram matrix W_o,hᵀ W_o,h of each query head's column block.
     const ModelFacts::Matrix& w = in.model.wo[kv.layer];
@@ -188,16 +196,15 @@ class LaProx final : public Compressor {
     const auto* bytes = static_cast<const unsigned char*>(w.data);
     for (size_t r = 0; r < w.rows; ++r) {
       to_f32(w.dtype, bytes + r * w.cols * dtype_size(w.dtype), row.data(), w.cols);
-      for (size_t h = 0; h < heads; ++h) {
+      for (size_t h = h0; h < h1; ++h) {
         const float* x = &row[h * d];
-        float* m = &gram[h * d * d];
+        float* m = &gram[(h - h0) * d * d];
         for (size_t i = 0; i < d; ++i) {
           const float xi = x[i];
           for (size_t j = 0; j < d; ++j) m[i * d + j] += xi * x[j];
         }
       }
     }
-    double total = 0;
     for (size_t g = 0; g < kv.kv_heads; ++g) {
       std::fill(attn.begin(), attn.end(), 0.0);
       for (size_t r = 0; r < s.window; ++r) {
@@ -205,11 +212,12 @@ class LaProx final : public Compressor {
         for (size_t p = 0; p < n; ++p) attn[p] += double(a[p]) / double(s.window);
       }
       float* c = &out[g * n];
+      const size_t first = (kv.first_head + g) * group;
       for (size_t p = 0; p < n; ++p) {
         const float* v = kv.v_at(g, p);
         double norms = 0;
-        for (size_t h = g * group; h < (g + 1) * group; ++h) {
-          const float* m = &gram[h * d * d];
+        for (size_t h = first; h < first + group; ++h) {
+          const float* m = &gram[(h - h0) * d * d];
           double q = 0;
           for (size_t i = 0; i < d; ++i) {
             double mv = 0;
@@ -218,13 +226,8 @@ class LaProx final : public Compressor {
           }
           norms += std::sqrt(std::max(0.0, q));
         }
-        const double contribution = attn[p] * norms / double(group);
-        c[p] = float(contribution);
-        total += contribution;
+        c[p] = float(attn[p] * norms / double(group));
       }
-    }
-    if (total > 0) {
-      for (float& x : out) x = float(double(x) / total);
     }
     return out;
   }

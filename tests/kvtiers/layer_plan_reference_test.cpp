@@ -226,7 +226,7 @@ Keep ref_laprox(const KvSnapshot& kv, const WholeStats& s, const ModelFacts& mod
         }
         const double contribution = attn[p] * norms / double(group);
         c[p] = float(contribution);
-        total += contribution;
+        total += double(c[p]);  // the layer's total of the stored (float) contributions
       }
     }
     if (total > 0) {
@@ -396,33 +396,44 @@ TEST(layer_compression, every_method_and_composition_plans_as_the_whole_request_
       auto c = make_compressor(name);
       for (double ratio : {1.0, 2.5, 4.0, 9.0}) {
         const CompressionPlan want = reference_plan(name, rq.kv, whole, rq.model, ratio);
-        const CompressionPlan got = plan_snapshot(*c, rq.kv, rq.stats_for(*c), rq.model, ratio);
-        const std::string where = name + " at " + std::to_string(ratio) + "x, case " +
-                                  std::to_string(seed);
-        EXPECT_EQ(got.keep, want.keep) << where;
-        EXPECT_EQ(got.quant.key_bits, want.quant.key_bits) << where;
-        EXPECT_EQ(got.quant.value_bits, want.quant.value_bits) << where;
+        // Whole layers, one KV head at a time, two at a time.
+        for (size_t slice : {size_t(0), size_t(1), size_t(2)}) {
+          const CompressionPlan got =
+              plan_snapshot(*c, rq.kv, rq.stats_for(*c), rq.model, ratio, slice);
+          const std::string where = name + " at " + std::to_string(ratio) + "x, case " +
+                                    std::to_string(seed) + ", slices of " +
+                                    std::to_string(slice) + " KV heads";
+          EXPECT_EQ(got.keep, want.keep) << where;
+          EXPECT_EQ(got.quant.key_bits, want.quant.key_bits) << where;
+          EXPECT_EQ(got.quant.value_bits, want.quant.value_bits) << where;
+        }
       }
     }
   }
 }
 
-TEST(layer_compression, the_view_built_layer_by_layer_equals_the_view_built_from_the_whole_snapshot) {
-  const RandomRequest rq(3, 2, 4, 16, 45, 6, 7);
+TEST(layer_compression, the_view_built_slice_by_slice_equals_the_view_built_from_the_whole_snapshot) {
+  const RandomRequest rq(3, 3, 6, 16, 45, 6, 7);
   const WholeStats whole = rq.whole_stats();
-  for (const std::string& name : every_method_and_composition()) {
+  for (const std::string& name : every_method_and_composition())
+   for (size_t slice : {size_t(0), size_t(1), size_t(2)}) {
     auto c = make_compressor(name);
     const double ratio = 4.0;
-    size_t reads = 0;
-    auto read = [&](size_t l, LayerKv& out) {
+    size_t reads = 0, most_heads = 0;
+    auto read = [&](size_t l, size_t g0, size_t count, LayerKv& out) {
       ++reads;
-      rq.kv.read_layer(l, out);
+      most_heads = std::max(most_heads, count);
+      rq.kv.read_heads(l, g0, count, out);
     };
     const LayerCompression got =
-        compress_by_layer(*c, rq.kv.shape(), read, rq.stats_for(*c), rq.model, ratio);
-    // One pass, or two for model-wide selection and drop+quantize compositions.
+        compress_by_layer(*c, rq.kv.shape(), read, rq.stats_for(*c), rq.model, ratio, slice);
+    // One pass, or two for model-wide selection and drop+quantize compositions;
+    // 3 KV heads in slices of 2 are two reads per layer and pass.
     const bool two = c->selects_globally() || (c->quantizes() && !c->keeps_every_position());
-    EXPECT_EQ(reads, (two ? 2 : 1) * rq.kv.layers) << name;
+    const size_t per_layer = slice == 0 ? 1 : (3 + slice - 1) / slice;
+    EXPECT_EQ(reads, (two ? 2 : 1) * rq.kv.layers * per_layer) << name;
+    EXPECT_EQ(most_heads, slice == 0 ? 3 : slice) << name;
+    EXPECT_TRUE(got.view.complete()) << name;
     // The reference plan through the whole-snapshot build (the codec records its
     // settings again first: plan_quant is where they are chosen).
     const CompressionPlan want = reference_plan(name, rq.kv, whole, rq.model, ratio);
@@ -437,8 +448,35 @@ TEST(layer_compression, the_view_built_layer_by_layer_equals_the_view_built_from
         std::vector<float> k1(m), v1(m), k2(m), v2(m);
         got.view.decode(l, g, k1.data(), v1.data());
         ref.decode(l, g, k2.data(), v2.data());
-        EXPECT_TRUE(same_bits(k1, k2) && same_bits(v1, v2)) << name << " layer " << l << " head " << g;
+        EXPECT_TRUE(same_bits(k1, k2) && same_bits(v1, v2))
+            << name << " layer " << l << " head " << g << ", slices of " << slice;
       }
+   }
+}
+
+TEST(layer_stats, the_statistics_of_a_slice_of_kv_heads_are_that_part_of_the_whole_layers) {
+  const RandomRequest rq(2, 3, 6, 8, 20, 5, 13);
+  const StatsNeeds all{.window = true, .accumulated = true, .query_moments = true};
+  LayerKv layer, slice;
+  for (size_t l = 0; l < 2; ++l) {
+    rq.kv.read_layer(l, layer);
+    const LayerStats whole = layer_stats(rq.stats, layer, all);
+    for (size_t g0 = 0; g0 < 3; ++g0) {
+      rq.kv.read_heads(l, g0, 1, slice);
+      const LayerStats s = layer_stats(rq.stats, slice, all);
+      ASSERT_EQ(s.kv_heads, 1u);
+      ASSERT_EQ(s.heads, 2u);
+      const size_t n = 20, W = 5, hd = 2 * 8;
+      EXPECT_TRUE(std::equal(s.window_attention.begin(), s.window_attention.end(),
+                             whole.window_attention.begin() + long(g0 * W * n)));
+      EXPECT_TRUE(std::equal(s.accumulated_attention.begin(), s.accumulated_attention.end(),
+                             whole.accumulated_attention.begin() + long(g0 * n)));
+      EXPECT_TRUE(std::equal(s.query_mean.begin(), s.query_mean.end(),
+                             whole.query_mean.begin() + long(g0 * hd)));
+      EXPECT_TRUE(std::equal(s.query_sq_mean.begin(), s.query_sq_mean.end(),
+                             whole.query_sq_mean.begin() + long(g0 * hd)));
+      EXPECT_EQ(s.window_attention.size(), W * n);
+    }
   }
 }
 

@@ -8,7 +8,9 @@
 #include <cstring>
 
 #include "kernels/error.hpp"
+#include "kvtiers/fast_memory.hpp"
 #include "runtime/generator.hpp"
+#include "runtime/streamed_prefill.hpp"
 #include "tests/runtime/test_support.hpp"
 
 namespace vc {
@@ -113,6 +115,32 @@ TEST(streamed_kv, the_prompt_never_takes_blocks_of_the_drafters_pool) {
 
 namespace vc {
 namespace {
+
+TEST(streamed_kv, a_streamed_prefill_frees_its_staging_once_the_prompt_is_in) {
+  const auto model = test::tinycode();
+  const auto prompt = long_prompt(700, 31);
+  const KvCacheConfig cfg = model->kv_config(1024, DType::bf16);
+  HostFullTier tier(cfg);
+  PagedKvCache scratch(cfg);
+  FastMemory budget(64u << 20);
+  LayerStreamer stream(tier, 128);
+  stream.set_budget(&budget);
+  Workspace ws(1);
+  tier.create(1);
+  const std::vector<float> logits = prefill_to_tier(*model, prompt, 1, tier, stream, scratch, ws, 256);
+  EXPECT_EQ(tier.length(1), prompt.size());
+  EXPECT_GT(budget.peak(), 0u);  // the staging was charged while the prompt ran
+  EXPECT_EQ(stream.staging_bytes(), 0u);
+  EXPECT_EQ(budget.used(), 0u);
+  // A pass after it stages again and gives the logits a prefill into the cache gives.
+  std::vector<float> more;
+  tier.create(2);
+  (void)prefill_to_tier(*model, std::span(prompt).first(300), 2, tier, stream, scratch, ws, 128);
+  more = prefill_to_tier(*model, std::span(prompt).subspan(300), 2, tier, stream, scratch, ws, 128);
+  EXPECT_EQ(stream.staging_bytes(), 0u);
+  ASSERT_EQ(more.size(), logits.size());
+  EXPECT_EQ(0, std::memcmp(more.data(), logits.data(), logits.size() * sizeof(float)));
+}
 
 TEST(streamed_kv, lossy_mode_keeps_no_full_copy_of_the_prompt_once_the_view_is_built) {
   const auto prompt = long_prompt(600, 21);
