@@ -32,7 +32,7 @@ LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id) {
   // Reads a layer a chunk of blocks at a time into one small staging buffer, reused
   // for every chunk and slice, and converts the slice's heads: the working memory
   // is the fp32 slice itself.
-  static constexpr size_t kChunkBlocks = 64;
+  static constexpr size_t kChunkBlocks = 16;
   auto staging = std::make_shared<KvStaging>(tier.config());
   return [&tier, id, staging](size_t layer, size_t n, size_t first_head, size_t heads,
                               LayerKv& out) {
