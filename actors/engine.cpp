@@ -176,6 +176,11 @@ Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
     ctx->result.stats.fast_bytes_reserved = need.total();
     ctx->policy = o.draft_auto ? DraftLengthPolicy::adaptive(64)
                                : DraftLengthPolicy::fixed(o.draft_length);
+    if (o.draft_auto && !r.row_costs.empty()) {
+      std::vector<RowCostPoint> curve;
+      for (const auto& [rows, seconds] : r.row_costs) curve.push_back({rows, seconds});
+      ctx->policy.set_row_costs(std::move(curve));
+    }
     ctx->stop.max_tokens = size_t(o.max_tokens);
     if (o.stop_at_eos)
       for (int e : m.model->config().eos_token_ids) ctx->stop.eos_ids.push_back(e);

@@ -1,10 +1,14 @@
 // Draft-length choice: E[tokens | L] = (1 - a^(L+1)) / (1 - a) for per-token
-// acceptance a; cost(L) = L * t_draft + t_verify(L + 1 rows), t_verify fitted as
-// a + b * rows by least squares over recent passes.
+// acceptance a; cost(L) = L * t_draft + t_verify(L + 1 rows), t_verify the measured
+// row-cost curve plus a fitted constant, or, without a curve, a + b * rows fitted by
+// least squares over recent passes.
 #include "runtime/draft_length.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "kernels/error.hpp"
 
 namespace vc {
 
@@ -25,30 +29,56 @@ double DraftLengthPolicy::acceptance() const {
   return std::clamp(matches_ / (matches_ + mismatches_), 0.0, 0.999);
 }
 
+void DraftLengthPolicy::set_row_costs(std::vector<RowCostPoint> curve) {
+  if (curve.empty()) throw Error("draft length: the row-cost curve has no points");
+  for (size_t i = 0; i < curve.size(); ++i) {
+    const RowCostPoint& p = curve[i];
+    if (!(p.rows >= 1) || !(p.seconds >= 0) || !std::isfinite(p.rows) || !std::isfinite(p.seconds))
+      throw Error("draft length: row-cost point " + std::to_string(i) +
+                  " needs rows >= 1 and seconds >= 0");
+    if (i > 0 && !(p.rows > curve[i - 1].rows))
+      throw Error("draft length: the row-cost curve's rows must ascend (point " +
+                  std::to_string(i) + ")");
+  }
+  curve_ = std::move(curve);
+}
+
+double DraftLengthPolicy::curve_at(double rows) const {
+  const auto& c = curve_;
+  if (c.size() == 1) return c[0].seconds * rows / c[0].rows;
+  size_t i = 1;  // the segment [i - 1, i] that holds rows, or the nearest end one
+  while (i + 1 < c.size() && rows > c[i].rows) ++i;
+  const double slope = (c[i].seconds - c[i - 1].seconds) / (c[i].rows - c[i - 1].rows);
+  return std::max(0.0, c[i - 1].seconds + slope * (rows - c[i - 1].rows));
+}
+
+double DraftLengthPolicy::verify_seconds(double rows) const {
+  const size_t n = verify_.size();
+  if (!curve_.empty()) {
+    double above = 0;  // what passes cost beyond the curve, on average
+    for (const auto& s : verify_) above += s.seconds - curve_at(s.rows);
+    return curve_at(rows) + (n > 0 ? std::max(0.0, above / double(n)) : 0.0);
+  }
+  if (n == 0) return t_draft_ > 0 ? 2 * t_draft_ : 1.0;  // no measurement yet: a guess
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& s : verify_) {
+    sx += s.rows;
+    sy += s.seconds;
+    sxx += s.rows * s.rows;
+    sxy += s.rows * s.seconds;
+  }
+  const double den = double(n) * sxx - sx * sx;
+  if (n >= 2 && den > 1e-12) {
+    const double b = std::max(0.0, (double(n) * sxy - sx * sy) / den);
+    return std::max(0.0, (sy - b * sx) / double(n)) + b * rows;
+  }
+  return sy / double(n);
+}
+
 double DraftLengthPolicy::expected_rate(size_t L) const {
   const double a = acceptance();
   const double tokens = (1.0 - std::pow(a, double(L + 1))) / (1.0 - a);
-  double va = 0, vb = 0;  // verify cost = va + vb * rows
-  const size_t n = verify_.size();
-  if (n == 0) {
-    va = t_draft_ > 0 ? 2 * t_draft_ : 1.0;  // no measurement yet: a guess
-  } else {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (const auto& s : verify_) {
-      sx += s.rows;
-      sy += s.seconds;
-      sxx += s.rows * s.rows;
-      sxy += s.rows * s.seconds;
-    }
-    const double den = double(n) * sxx - sx * sx;
-    if (n >= 2 && den > 1e-12) {
-      vb = std::max(0.0, (double(n) * sxy - sx * sy) / den);
-      va = std::max(0.0, (sy - vb * sx) / double(n));
-    } else {
-      va = sy / double(n);
-    }
-  }
-  const double cost = double(L) * t_draft_ + va + vb * double(L + 1);
+  const double cost = double(L) * t_draft_ + verify_seconds(double(L + 1));
   return cost > 0 ? tokens / cost : tokens;
 }
 

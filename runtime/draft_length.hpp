@@ -4,8 +4,15 @@
 #pragma once
 #include <cstddef>
 #include <deque>
+#include <vector>
 
 namespace vc {
+
+/// One point of a measured row-cost curve (`vericache bench rows`): a forward pass
+/// of `rows` rows at the request's context takes `seconds`.
+struct RowCostPoint {
+  double rows = 0, seconds = 0;
+};
 
 class DraftLengthPolicy {
  public:
@@ -21,6 +28,17 @@ class DraftLengthPolicy {
   /// Reports a finished round: `drafted` drafts, the first `accepted` of them matched
   /// (accepted < drafted means a mismatch ended the round), and its costs.
   void observe(size_t drafted, size_t accepted, double draft_seconds, double verify_seconds);
+
+  /// The measured cost of a pass of n rows (ascending rows, at least one point):
+  /// the verify cost of L drafts is then curve(L + 1), linear between the points
+  /// and beyond the last along its last segment, plus what the observed passes
+  /// cost above the curve (streaming the full KV, hand-offs), fitted as a constant.
+  /// Without a curve it is a + b * rows fitted to the observed passes alone, whose
+  /// row counts cluster around the chosen length and say little about the slope.
+  /// Throws vc::Error on an empty, unsorted or negative curve.
+  void set_row_costs(std::vector<RowCostPoint> curve);
+  /// The verify-cost estimate for a pass of `rows` rows (stats and tests).
+  [[nodiscard]] double verify_seconds(double rows) const;
 
   /// Current estimates (for stats and tests).
   [[nodiscard]] double acceptance() const;
@@ -38,6 +56,8 @@ class DraftLengthPolicy {
     double rows, seconds;
   };
   std::deque<VerifySample> verify_;  // recent verify passes: cost = a + b * rows
+  std::vector<RowCostPoint> curve_;  // measured pass cost by rows (may be empty)
+  [[nodiscard]] double curve_at(double rows) const;
 };
 
 }  // namespace vc

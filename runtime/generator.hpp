@@ -9,6 +9,7 @@
 
 #include "kernels/dtype.hpp"
 #include "kvtiers/fast_memory.hpp"
+#include "runtime/draft_length.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -41,6 +42,11 @@ struct GenerateOptions {
   size_t draft_length = 16;           // vericache: drafts per verification round
   bool draft_auto = false;            // vericache: choose the length per round instead
   size_t max_draft = 64;              // vericache: the adaptive policy's cap
+  /// vericache with draft_auto: the measured cost of a forward pass by row count at
+  /// about the request's context (`vericache bench rows`), which the policy weighs
+  /// verify passes of L+1 rows with (DraftLengthPolicy::set_row_costs). Empty: the
+  /// policy fits the observed passes alone.
+  std::vector<RowCostPoint> row_costs;
   /// vericache: once the uncompressed tail holds this many verified positions, the
   /// view is rebuilt through the compressor over everything verified so far, so it
   /// keeps its budget (0: never; the tail then grows at full precision).

@@ -62,6 +62,7 @@ void Generator::decode_verified(Request& rq) {
 
   DraftLengthPolicy policy = opt.draft_auto ? DraftLengthPolicy::adaptive(opt.max_draft)
                                             : DraftLengthPolicy::fixed(opt.draft_length);
+  if (opt.draft_auto && !opt.row_costs.empty()) policy.set_row_costs(opt.row_costs);
   const size_t hist_size = (opt.draft_auto ? opt.max_draft : opt.draft_length) + 1;
   st.accepted_histogram.assign(hist_size, 0);
 

@@ -47,6 +47,11 @@ struct Request {
   std::vector<std::pair<std::string, double>> compressor_params;  ///< e.g. {"window", 16}
   double ratio = 4.0;
   std::string draft = "16";         ///< a length, or "auto"
+  /// With draft "auto": the measured cost of a forward pass by row count, (rows,
+  /// seconds) with rows ascending, e.g. from `vericache bench rows --json`; the
+  /// adaptive policy weighs verify passes of L+1 rows with it. Empty: fitted from
+  /// the request's own passes.
+  std::vector<std::pair<double, double>> row_costs;
   size_t fold_every = 64;           ///< rebuild the compressed view after this many verified tokens (0 = never)
   float temperature = 0.0f;         ///< 0 = greedy
   int top_k = 0;

@@ -238,3 +238,46 @@ TEST(cli_batch, a_missing_input_file_is_a_clear_error) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(row_costs, a_curve_from_bench_rows_is_taken_by_generate_and_batch_and_output_stays_full_decoding) {
+  TempDir d("row-costs");
+  const fs::path curve = d.path / "rows.json";
+  const auto bench = run_batch_cli("bench rows --context 128 --rows 1 4 16 --repeats 1 --json > " +
+                                   quoted(curve.string()));
+  ASSERT_EQ(bench.code, 0) << bench.out;
+  const std::string prompt = quoted("def fib(n):\n    if n < 2:\n        return n\n");
+  const auto full = run_batch_cli("generate --json --max-tokens 24 --mode full --prompt " + prompt);
+  ASSERT_EQ(full.code, 0) << full.out;
+  const auto auto_draft = run_batch_cli(
+      "generate --json --max-tokens 24 --mode vericache --draft auto --row-costs " +
+      quoted(curve.string()) + " --prompt " + prompt);
+  ASSERT_EQ(auto_draft.code, 0) << auto_draft.out;
+  const auto out_of = [](const std::string& text) {
+    return json::parse(text.substr(text.find('{')))["output_ids"];
+  };
+  EXPECT_EQ(out_of(full.out), out_of(auto_draft.out));
+  // batch takes the same file for every line.
+  write_lines(d.path / "in.jsonl",
+              {R"({"prompt": "def fib(n):", "max_tokens": 12, "mode": "vericache", "draft": "auto"})"});
+  const auto b = run_batch_cli(batch_args(d, " --row-costs " + quoted(curve.string())));
+  ASSERT_EQ(b.code, 0) << b.out;
+  const auto results = read_results(d.path / "out.jsonl");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].contains("error")) << results[0].dump();
+}
+
+TEST(row_costs, a_row_cost_file_that_is_missing_or_not_bench_rows_json_is_an_error_naming_it) {
+  TempDir d("row-costs-bad");
+  const fs::path bad = d.path / "bad.json";
+  write_lines(bad, {R"({"rows": [{"rows": 4, "ms_per_pass": 1.0}, {"rows": 2, "ms_per_pass": 2.0}]})"});
+  for (const fs::path& f : {bad, d.path / "missing.json"}) {
+    const auto r = run_batch_cli("generate --max-tokens 4 --mode vericache --draft auto --prompt x "
+                                 "--row-costs " + quoted(f.string()));
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("--row-costs '" + f.string() + "'"), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kernels/error.hpp"
 #include "runtime/draft_length.hpp"
 
 namespace vc {
@@ -118,6 +119,42 @@ TEST(draft_length, acceptance_stays_below_one_so_the_rate_stays_finite) {
   EXPECT_LE(p.acceptance(), 0.999);
   for (size_t L : {0u, 1u, 16u, 64u}) EXPECT_TRUE(std::isfinite(p.expected_rate(L)));
   EXPECT_EQ(64u, p.next(1000));
+}
+
+TEST(draft_length, a_measured_row_cost_curve_shows_the_knee_that_passes_of_one_length_cannot) {
+  // Every observed pass had 9 rows (8 drafts) and cost 10 ms: a fit from them alone
+  // has no slope and sees verification as free per row, so only the draft steps
+  // and the acceptance bound the length: long drafts.
+  auto blind = DraftLengthPolicy::adaptive(64);
+  for (int i = 0; i < 16; ++i) blind.observe(8, 8, 0.008, 0.010);
+  EXPECT_GT(blind.next(1000), 40u);
+  // The curve: flat to 16 rows (memory-bound), then 1 ms a row (compute-bound).
+  auto seen = DraftLengthPolicy::adaptive(64);
+  seen.set_row_costs({{1, 0.008}, {16, 0.008}, {64, 0.056}});
+  for (int i = 0; i < 16; ++i) seen.observe(8, 8, 0.008, 0.010);
+  // Observed passes cost 2 ms above the curve: a constant the estimate keeps.
+  EXPECT_NEAR(seen.verify_seconds(9), 0.010, 1e-12);
+  EXPECT_NEAR(seen.verify_seconds(40), 0.008 + 24 * 0.001 + 0.002, 1e-12);
+  EXPECT_NEAR(seen.verify_seconds(80), 0.056 + 16 * 0.001 + 0.002, 1e-12);  // last slope
+  size_t best = 0;
+  double best_rate = -1;
+  for (size_t L = 1; L <= 64; ++L)
+    if (seen.expected_rate(L) > best_rate) best_rate = seen.expected_rate(L), best = L;
+  EXPECT_EQ(best, seen.next(1000));
+  // Near the knee: 15 drafts verify in 16 rows at the flat cost.
+  EXPECT_GE(seen.next(1000), 12u);
+  EXPECT_LE(seen.next(1000), 30u);
+  EXPECT_GT(seen.expected_rate(seen.next(1000)), seen.expected_rate(blind.next(1000)));
+}
+
+TEST(draft_length, a_row_cost_curve_that_is_empty_unsorted_or_negative_is_an_error) {
+  auto p = DraftLengthPolicy::adaptive(64);
+  EXPECT_THROW(p.set_row_costs({}), Error);
+  EXPECT_THROW(p.set_row_costs({{4, 0.01}, {2, 0.02}}), Error);
+  EXPECT_THROW(p.set_row_costs({{1, -0.01}}), Error);
+  EXPECT_THROW(p.set_row_costs({{0, 0.01}}), Error);
+  p.set_row_costs({{1, 0.002}});  // one point: proportional to rows
+  EXPECT_NEAR(p.verify_seconds(5), 0.010, 1e-12);
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ struct BatchArgs {
   std::string fast_memory = "0";
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
+  std::string row_costs;  // --row-costs FILE
 };
 
 constexpr size_t kMaxLineBytes = size_t(16) << 20;
@@ -272,8 +273,11 @@ int run_batch(const BatchArgs& a) {
     out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     out.flush();
   };
+  const auto row_costs =
+      a.row_costs.empty() ? std::vector<std::pair<double, double>>{} : load_row_costs(a.row_costs);
   for (size_t i = 0; i < lines.size(); ++i) {
     if (!lines[i].error.empty()) continue;
+    lines[i].req.row_costs = row_costs;
     while (in_flight >= window) write_next();
     subs[i] = engine->submit(lines[i].req);
     ++in_flight;
@@ -320,6 +324,9 @@ void add_batch_command(CLI::App& app, Runner& run) {
   cmd->add_option("--stage-positions", a->stage_positions,
                   "KV positions per staged chunk of the full KV (0 = whole layers)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 24));
+  cmd->add_option("--row-costs", a->row_costs,
+                  "Requests with draft auto weigh verify passes with this measured row-cost "
+                  "curve (the JSON of `vericache bench rows --json`)");
   cmd->add_option("--link-gbps", a->link_gbps,
                   "Modelled link bandwidth to the full tier in GB/s (0 = unthrottled)")
       ->capture_default_str()->check(number_in(0.0));

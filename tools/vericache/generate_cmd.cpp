@@ -32,6 +32,7 @@ struct GenerateArgs {
   std::string fast_memory = "0";
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
+  std::string row_costs;  // --row-costs FILE
 };
 
 std::string read_prompt(const GenerateArgs& a) {
@@ -76,7 +77,10 @@ int run_generate(const GenerateArgs& a) {
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
   const ValidRequest v = validated_request(a, prompt, *model, *tok);
-  const GenerateOptions& opt = v.options;
+  GenerateOptions opt = v.options;
+  if (!a.row_costs.empty())
+    for (const auto& [rows, seconds] : load_row_costs(a.row_costs))
+      opt.row_costs.push_back({rows, seconds});
   GeneratorConfig gc;
   gc.threads = a.threads;
   gc.kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
@@ -223,6 +227,9 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--stage-positions", a->stage_positions,
                   "KV positions per staged chunk of the full KV (0 = whole layers)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 24));
+  cmd->add_option("--row-costs", a->row_costs,
+                  "vericache --draft auto: weigh verify passes with this measured row-cost "
+                  "curve (the JSON of `vericache bench rows --json`)");
   cmd->add_option("--compressor", q.compressor, "Compression method (see `vericache compressors`)")
       ->capture_default_str();
   cmd->add_option("--compressor-param", a->compressor_params,

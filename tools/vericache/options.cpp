@@ -7,6 +7,8 @@
 #include <iostream>
 #include <sys/stat.h>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/request_validation.hpp"
 
@@ -232,6 +234,33 @@ void report_error(const std::string& message, const StrictConfig* config) {
   std::string line = message;
   std::replace(line.begin(), line.end(), '\n', ' ');
   std::cerr << "error: " << prefix << line << std::endl;
+}
+
+std::vector<std::pair<double, double>> load_row_costs(const std::string& path) {
+  const std::string what = "--row-costs '" + path + "'";
+  const std::string text = read_file_bounded(path, size_t(1) << 20, what);
+  std::vector<std::pair<double, double>> out;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    if (!j.is_object() || !j.contains("rows") || !j["rows"].is_array() || j["rows"].empty())
+      throw Error("expected the JSON of `vericache bench rows --json` (an object with a "
+                  "non-empty \"rows\" array)");
+    for (const auto& r : j["rows"]) {
+      if (!r.is_object() || !r.contains("rows") || !r.contains("ms_per_pass") ||
+          !r["rows"].is_number() || !r["ms_per_pass"].is_number())
+        throw Error("each entry of \"rows\" needs numbers \"rows\" and \"ms_per_pass\"");
+      const double rows = r["rows"].get<double>(), ms = r["ms_per_pass"].get<double>();
+      if (!(rows >= 1) || !(ms >= 0) || (!out.empty() && !(rows > out.back().first)))
+        throw Error("entries need rows >= 1, ascending, and ms_per_pass >= 0");
+      out.emplace_back(rows, ms / 1e3);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what + ": not valid JSON (" + std::string(e.what()) + ")");
+  } catch (const Error& e) {
+    if (std::string(e.what()).rfind(what, 0) == 0) throw;
+    throw Error(what + ": " + e.what());
+  }
+  return out;
 }
 
 }  // namespace vc::cli

@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -28,6 +30,11 @@ namespace vc::cli {
 /// e.g. "512M"; "0" allowed. parse_bytes throws vc::Error naming `what`.
 [[nodiscard]] CLI::Validator bytes_value();
 [[nodiscard]] size_t parse_bytes(const std::string& what, const std::string& text);
+
+/// Reads `--row-costs FILE`, the JSON `vericache bench rows --json` prints: the
+/// (rows, seconds per pass) of its "rows" entries, rows ascending. vc::Error naming
+/// the file and what is wrong otherwise.
+[[nodiscard]] std::vector<std::pair<double, double>> load_row_costs(const std::string& path);
 
 /// The option a request field is set by: "max_tokens" -> "--max-tokens".
 [[nodiscard]] std::string option_of_field(const std::string& field);
