@@ -63,6 +63,30 @@ void check_rows(std::span<const ForwardRow> rows, const PagedKvCache& cache) {
 }
 
 
+// KV bytes (K and V) of one tile of the tiled attention: small enough to stay in a
+// core's L2 cache while every row of the pass reads it.
+constexpr size_t kTileBytes = size_t(256) << 10;
+
+// Blocks per tile for KV shaped like `kv`.
+size_t tile_blocks(const cpu::PagedKv& kv) {
+  const size_t block_bytes = 2 * kv.block_tokens * kv.kv_heads * kv.head_dim * dtype_size(kv.dtype);
+  return std::max<size_t>(1, kTileBytes / std::max<size_t>(1, block_bytes));
+}
+
+// Rows [0, M) (states begun) merge blocks [b_begin, b_end) of `kv` a tile of
+// blocks at a time, every row reading a tile while it is in cache, rows split across
+// the pool. Per row the blocks still come in position order, so each row's bits are
+// those of one pass over the whole range (AttentionRowState).
+void attend_tiles(const cpu::PagedKv& kv, size_t M, size_t b_begin, size_t b_end, Workspace& ws) {
+  const size_t tile = tile_blocks(kv);
+  for (size_t b0 = b_begin; b0 < b_end; b0 += tile) {
+    const size_t b1 = std::min(b_end, b0 + tile);
+    ws.pool().parallel_for(M, 1, [&](size_t b, size_t e) {
+      for (size_t m = b; m < e; ++m) ws.attn_states[m].add(kv, b0, b1);
+    });
+  }
+}
+
 // Attention of every row over the cache (and the compressed views of draft rows):
 // rows are independent; split them across the pool.
 void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
@@ -106,8 +130,9 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
 }
 
 // Attention of every row over KV streamed in by `provider`, chunk by chunk in
-// position order: each row's state merges the chunks as attention_row would merge
-// the same blocks, so the bits equal a pass over a cache holding the same KV.
+// position order, each chunk in tiles of blocks: each row's state merges the blocks
+// as attention_row would merge them, so the bits equal a pass over a cache holding
+// the same KV.
 void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
                      std::span<const ForwardRow> rows, float scale, Workspace& ws) {
   const size_t M = rows.size(), nh = size_t(c.num_heads), qd = nh * size_t(c.head_dim);
@@ -129,9 +154,7 @@ void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
     if (M == 1) {
       ws.attn_states[0].add(ch.kv, ch.block_begin, ch.block_end, &ws.pool());
     } else {
-      ws.pool().parallel_for(M, 1, [&](size_t b, size_t e) {
-        for (size_t m = b; m < e; ++m) ws.attn_states[m].add(ch.kv, ch.block_begin, ch.block_end);
-      });
+      attend_tiles(ch.kv, M, ch.block_begin, ch.block_end, ws);
     }
     provider.release(l, c);
   }

@@ -1,15 +1,15 @@
 // The statistics of the prefill (and verify) pass. Accumulated attention re-scores
 // the rows' queries against the layer's keys (fp32, exact softmax with a float
-// exp): keys converted once per layer and call, scores by the matmul kernel, the
-// softmax and column sums by a vectorised kernel; the prefill's own attention is
-// untouched.
+// exp): scores by score_rows (keys read from the layer a block at a time, used for
+// every row), the softmax and column sums by a vectorised kernel; the prefill's own
+// attention is untouched.
 #include "runtime/prefill_stats.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/attention_scores.hpp"
 #include "kernels/cpu/softmax_accumulate.hpp"
 #include "kernels/error.hpp"
 #include "runtime/forward.hpp"
@@ -86,15 +86,6 @@ void PrefillStatsCollector::accumulate(size_t layer, std::span<const ForwardRow>
   }
   if (live.empty()) return;
   const size_t cols = max_pos + 1;
-  // The layer's keys up to the last row, converted once: [kv_heads][pos][D] fp32.
-  keys_.resize(G * cols * D);
-  const size_t bt = kv.block_tokens, esz = dtype_size(kv.dtype);
-  for (size_t p = 0; p < cols; ++p)
-    for (size_t g = 0; g < G; ++g) {
-      const size_t block = size_t(kv.block_table[p / bt]);
-      const size_t off = (((block * kv.kv_heads + g) * bt) + p % bt) * D * esz;
-      to_f32(kv.dtype, static_cast<const char*>(kv.k) + off, &keys_[(g * cols + p) * D], D);
-    }
   for (size_t g = 0; g < G; ++g) {
     float* acc = &s_.accumulated_attention[(layer * G + g) * n];
     for (size_t b = 0; b < live.size(); b += kRowsPerBlock) {
@@ -114,8 +105,7 @@ void PrefillStatsCollector::accumulate(size_t layer, std::span<const ForwardRow>
       }
       const size_t M = (e - b) * group;
       scores_.resize(M * block_cols);
-      cpu::matmul(qg_.data(), M, D, &keys_[g * cols * D], DType::f32, block_cols, nullptr,
-                  scores_.data(), pool_);
+      cpu::score_rows(qg_.data(), D, M, kv, g, std::min(block_cols, cols), scores_.data(), pool_);
       cpu::softmax_accumulate(scores_.data(), M, block_cols, len_.data(), scale_, acc, pool_);
     }
   }
