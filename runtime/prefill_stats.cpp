@@ -1,7 +1,7 @@
 // The statistics of the prefill (and verify) pass. Accumulated attention re-scores
 // the rows' queries against the layer's keys (fp32, exact softmax with a float
-// exp): scores by score_rows (keys read from the layer a block at a time, used for
-// every row), the softmax and column sums by a vectorised kernel; the prefill's own
+// exp): scores by score_rows_transposed (each KV head's keys transposed once per
+// layer and call, used for every row), the softmax and column sums by a vectorised kernel; the prefill's own
 // attention is untouched.
 #include "runtime/prefill_stats.hpp"
 
@@ -88,6 +88,8 @@ void PrefillStatsCollector::accumulate(size_t layer, std::span<const ForwardRow>
   const size_t cols = max_pos + 1;
   for (size_t g = 0; g < G; ++g) {
     float* acc = &s_.accumulated_attention[(layer * G + g) * n];
+    // KV head g's keys up to the last row, transposed once for every block of rows.
+    cpu::transpose_keys(kv, g, cols, keys_t_, pool_);
     for (size_t b = 0; b < live.size(); b += kRowsPerBlock) {
       const size_t e = std::min(live.size(), b + kRowsPerBlock);
       // The block's queries of KV head g's query heads, [rows * group][D], and how
@@ -105,7 +107,8 @@ void PrefillStatsCollector::accumulate(size_t layer, std::span<const ForwardRow>
       }
       const size_t M = (e - b) * group;
       scores_.resize(M * block_cols);
-      cpu::score_rows(qg_.data(), D, M, kv, g, std::min(block_cols, cols), scores_.data(), pool_);
+      cpu::score_rows_transposed(qg_.data(), D, M, keys_t_.data(), D, block_cols, scores_.data(),
+                                 pool_);
       cpu::softmax_accumulate(scores_.data(), M, block_cols, len_.data(), scale_, acc, pool_);
     }
   }

@@ -72,7 +72,7 @@ class PrefillStatsCollector {
   cpu::ThreadPool* pool_ = nullptr;
   size_t observed_rows_ = 0;  // rows seen in layer 0 (for the moments' mean)
   float scale_ = 1.0f;
-  std::vector<float> qg_, scores_;  // scratch of accumulate()
+  std::vector<float> keys_t_, qg_, scores_;  // scratch of accumulate()
   std::vector<size_t> len_;
 };
 

@@ -61,9 +61,12 @@ VC_SCORE_CLONES void score_group(const float* q, size_t ldq, size_t rows, const 
 
 }  // namespace
 
-void score_rows(const float* q, size_t ldq, size_t rows, const PagedKv& kv, size_t g,
-                size_t ncols, float* s, ThreadPool* pool) {
-  if (rows == 0 || ncols == 0) return;
+size_t transposed_keys_size(size_t ncols, size_t head_dim) {
+  return (ncols + kLanes - 1) / kLanes * kLanes * head_dim;
+}
+
+void transpose_keys(const PagedKv& kv, size_t g, size_t ncols, std::vector<float>& kt,
+                    ThreadPool* pool) {
   if (g >= kv.kv_heads || kv.k == nullptr || kv.block_table == nullptr || kv.block_tokens == 0)
     throw Error("score_rows: KV head " + std::to_string(g) + " of " +
                 std::to_string(kv.kv_heads) + ", or no keys");
@@ -71,26 +74,51 @@ void score_rows(const float* q, size_t ldq, size_t rows, const PagedKv& kv, size
   for (size_t j = 0; j < (ncols + bt - 1) / bt; ++j)
     if (kv.block_table[j] < 0)
       throw Error("score_rows: block_table[" + std::to_string(j) + "] is negative");
+  kt.resize(transposed_keys_size(ncols, D));
   const size_t groups = (ncols + kLanes - 1) / kLanes;
   auto part = [&](size_t b, size_t e) {
-    std::vector<float> row(D), kt(D * kLanes);
+    std::vector<float> row(D);
     for (size_t grp = b; grp < e; ++grp) {
+      float* out = kt.data() + grp * kLanes * D;
       const size_t t0 = grp * kLanes, n = std::min(kLanes, ncols - t0);
-      std::fill(kt.begin(), kt.end(), 0.0f);
+      if (n < kLanes) std::fill(out, out + kLanes * D, 0.0f);
       for (size_t j = 0; j < n; ++j) {
         const size_t t = t0 + j;
         const auto block = size_t(kv.block_table[t / bt]);
         const size_t off = ((block * kv.kv_heads + g) * bt + t % bt) * D * esz;
         to_f32(kv.dtype, static_cast<const char*>(kv.k) + off, row.data(), D);
-        for (size_t d = 0; d < D; ++d) kt[d * kLanes + j] = row[d];
+        for (size_t d = 0; d < D; ++d) out[d * kLanes + j] = row[d];
       }
-      score_group(q, ldq, rows, kt.data(), D, s + t0, ncols, n);
+    }
+  };
+  if (pool != nullptr && pool->threads() > 1 && ncols * D >= (size_t(1) << 16))
+    pool->parallel_for(groups, 16, part);
+  else
+    part(0, groups);
+}
+
+void score_rows_transposed(const float* q, size_t ldq, size_t rows, const float* kt, size_t D,
+                           size_t ncols, float* s, ThreadPool* pool) {
+  if (rows == 0 || ncols == 0) return;
+  const size_t groups = (ncols + kLanes - 1) / kLanes;
+  auto part = [&](size_t b, size_t e) {
+    for (size_t grp = b; grp < e; ++grp) {
+      const size_t t0 = grp * kLanes, n = std::min(kLanes, ncols - t0);
+      score_group(q, ldq, rows, kt + grp * kLanes * D, D, s + t0, ncols, n);
     }
   };
   if (pool != nullptr && pool->threads() > 1 && rows * ncols >= (size_t(1) << 15))
     pool->parallel_for(groups, 4, part);
   else
     part(0, groups);
+}
+
+void score_rows(const float* q, size_t ldq, size_t rows, const PagedKv& kv, size_t g,
+                size_t ncols, float* s, ThreadPool* pool) {
+  if (rows == 0 || ncols == 0) return;
+  std::vector<float> kt;
+  transpose_keys(kv, g, ncols, kt, pool);
+  score_rows_transposed(q, ldq, rows, kt.data(), kv.head_dim, ncols, s, pool);
 }
 
 }  // namespace vc::cpu

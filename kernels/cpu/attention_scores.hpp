@@ -4,6 +4,7 @@
 // lanes of keys with no horizontal reduction per score.
 #pragma once
 #include <cstddef>
+#include <vector>
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -17,5 +18,17 @@ namespace vc::cpu {
 /// block it falls in or `pool` (which may be nullptr). s: [rows, ncols].
 void score_rows(const float* q, size_t ldq, size_t rows, const PagedKv& kv, size_t g,
                 size_t ncols, float* s, ThreadPool* pool);
+
+/// The keys score_rows reads, transposed once for many calls: positions [0, ncols)
+/// of KV head g, in groups of 16 positions, each group [head_dim][16] fp32 (zero
+/// past ncols). kt is resized to transposed_keys_size(ncols, head_dim).
+void transpose_keys(const PagedKv& kv, size_t g, size_t ncols, std::vector<float>& kt,
+                    ThreadPool* pool);
+[[nodiscard]] size_t transposed_keys_size(size_t ncols, size_t head_dim);
+
+/// score_rows over keys transposed by transpose_keys (of at least ncols positions,
+/// head_dim D): the same bits.
+void score_rows_transposed(const float* q, size_t ldq, size_t rows, const float* kt, size_t D,
+                           size_t ncols, float* s, ThreadPool* pool);
 
 }  // namespace vc::cpu

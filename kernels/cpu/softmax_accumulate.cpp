@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/exp_approx.hpp"
 
@@ -49,8 +50,9 @@ inline float exp_nonpositive(float x) {
   return x < kExpLo ? 0.0f : p * two_n;
 }
 
-// Row i: scale, max, exp, normalise, in place over [0, len).
-VC_CLONES void softmax_row(float* s, size_t len, float scale) {
+// Row i: scale, max, exp, in place over [0, len); returns 1 / the row's sum (the
+// weights are s[t] * that, applied as the columns are summed).
+VC_CLONES float softmax_row(float* s, size_t len, float scale) {
   float mx[kLanes];
   std::fill_n(mx, kLanes, -std::numeric_limits<float>::infinity());
   size_t t = 0;
@@ -78,17 +80,17 @@ VC_CLONES void softmax_row(float* s, size_t len, float scale) {
   }
   float total = 0;
   for (size_t j = 0; j < kLanes; ++j) total += sum[j];
-  const float inv = 1.0f / total;
-  for (t = 0; t < len; ++t) s[t] *= inv;
+  return 1.0f / total;
 }
 
-// acc[t] += s[i, t] for the rows that reach t, columns [begin, end).
-VC_CLONES void add_columns(const float* s, size_t rows, size_t ncols, const size_t* len,
-                           float* acc, size_t begin, size_t end) {
+// acc[t] += s[i, t] * inv[i] for the rows that reach t, columns [begin, end).
+VC_CLONES void add_columns(const float* s, const float* inv, size_t rows, size_t ncols,
+                           const size_t* len, float* acc, size_t begin, size_t end) {
   for (size_t i = 0; i < rows; ++i) {
     const size_t stop = std::min(end, len[i]);
     const float* row = s + i * ncols;
-    for (size_t t = begin; t < stop; ++t) acc[t] += row[t];
+    const float w = inv[i];
+    for (size_t t = begin; t < stop; ++t) acc[t] += row[t] * w;
   }
 }
 
@@ -96,10 +98,13 @@ VC_CLONES void add_columns(const float* s, size_t rows, size_t ncols, const size
 
 void softmax_accumulate(float* s, size_t rows, size_t ncols, const size_t* len, float scale,
                         float* acc, ThreadPool* pool) {
+  thread_local std::vector<float> inv;
+  inv.resize(rows);
+  float* inv_p = inv.data();  // the pool's threads write and read the caller's buffer
   auto rows_part = [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) softmax_row(s + i * ncols, len[i], scale);
+    for (size_t i = b; i < e; ++i) inv_p[i] = softmax_row(s + i * ncols, len[i], scale);
   };
-  auto cols_part = [&](size_t b, size_t e) { add_columns(s, rows, ncols, len, acc, b, e); };
+  auto cols_part = [&](size_t b, size_t e) { add_columns(s, inv_p, rows, ncols, len, acc, b, e); };
   if (pool != nullptr && rows * ncols >= (size_t(1) << 16)) {
     pool->parallel_for(rows, 1, rows_part);
     pool->parallel_for(ncols, 64, cols_part);

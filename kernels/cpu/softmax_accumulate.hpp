@@ -10,7 +10,8 @@ namespace vc::cpu {
 
 /// For each row i < rows: w_i = softmax(scale * s[i, 0..len[i])) (len[i] <= ncols,
 /// entries past len[i] ignored); then acc[t] += sum over i of w_i[t], for t < ncols.
-/// s: [rows, ncols] fp32 dot products, overwritten with the weights; acc: [ncols].
+/// s: [rows, ncols] fp32 dot products, overwritten (with unnormalised weights);
+/// acc: [ncols]. Each weight is exp(...) times 1 / its row's sum, rounded, then added.
 /// exp is the float polynomial of exp_approx.hpp (vectorised per instruction set);
 /// each acc[t] sums its rows in row order, so the result does not depend on `pool`
 /// (which may be nullptr) or the thread count.

@@ -86,6 +86,13 @@ TEST(score_rows, a_score_does_not_depend_on_the_rows_columns_or_threads_it_is_co
       for (size_t i = 0; i < nr; ++i)
         EXPECT_EQ(0, std::memcmp(&part[i * cols], &all[(r0 + i) * kv.n], cols * sizeof(float)))
             << "row " << r0 + i << ", " << cols << " columns";
+      // Keys transposed once for all 150 positions, scored over the first `cols`.
+      std::vector<float> kt;
+      cpu::transpose_keys(kv.view(), 1, kv.n, kt, &pool);
+      std::vector<float> again(nr * cols);
+      cpu::score_rows_transposed(q.data() + r0 * kv.D, kv.D, nr, kt.data(), kv.D, cols,
+                                 again.data(), nullptr);
+      EXPECT_EQ(0, std::memcmp(again.data(), part.data(), again.size() * sizeof(float)));
     }
 }
 
