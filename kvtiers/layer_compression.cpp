@@ -49,7 +49,7 @@ LayerCompression run(const Compressor& c, const KvShape& shape, const LayerSourc
                   " were given");
     return p;
   };
-  // Slices of layer l: [g0, g0 + count).
+  // Calls f(g0, count) for the slices [g0, g0 + count) of a layer, in head order.
   auto for_slices = [&](auto&& f) {
     for (size_t g0 = 0; g0 < shape.kv_heads; g0 += per) f(g0, std::min(per, shape.kv_heads - g0));
   };
