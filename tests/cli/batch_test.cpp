@@ -278,6 +278,12 @@ TEST(row_costs, a_row_cost_file_that_is_missing_or_not_bench_rows_json_is_an_err
     EXPECT_NE(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("--row-costs '" + f.string() + "'"), std::string::npos) << r.out;
   }
+  // batch refuses it before touching the output.
+  write_lines(d.path / "in.jsonl", {R"({"prompt": "x", "max_tokens": 2, "draft": "auto"})"});
+  const auto b = run_batch_cli(batch_args(d, " --row-costs " + quoted(bad.string())));
+  EXPECT_NE(b.code, 0) << b.out;
+  EXPECT_NE(b.out.find("--row-costs '" + bad.string() + "'"), std::string::npos) << b.out;
+  EXPECT_FALSE(fs::exists(d.path / "out.jsonl"));
 }
 
 }  // namespace

@@ -454,6 +454,14 @@ TEST(layer_compression, the_view_built_slice_by_slice_equals_the_view_built_from
    }
 }
 
+TEST(layer_compression, slices_hold_half_the_kv_heads_of_bf16_kv_and_all_of_f32_kv) {
+  // fp32 slices of about one layer's KV as stored: half the heads for 2-byte KV.
+  EXPECT_EQ(slice_heads_for(8, 2), 4u);
+  EXPECT_EQ(slice_heads_for(2, 2), 1u);
+  EXPECT_EQ(slice_heads_for(1, 2), 1u);  // never an empty slice
+  EXPECT_EQ(slice_heads_for(8, 4), 8u);
+}
+
 TEST(layer_stats, the_statistics_of_a_slice_of_kv_heads_are_that_part_of_the_whole_layers) {
   const RandomRequest rq(2, 3, 6, 8, 20, 5, 13);
   const StatsNeeds all{.window = true, .accumulated = true, .query_moments = true};

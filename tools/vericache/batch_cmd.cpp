@@ -210,6 +210,9 @@ void print_summary(const BatchArgs& a, size_t requests, size_t ok, size_t tokens
 int run_batch(const BatchArgs& a) {
   using clock = std::chrono::steady_clock;
   std::vector<BatchLine> lines = read_lines(a.input);
+  // A bad --row-costs file fails before the output is touched or the model loads.
+  const auto row_costs =
+      a.row_costs.empty() ? std::vector<std::pair<double, double>>{} : load_row_costs(a.row_costs);
   std::ofstream out(a.output, std::ios::binary | std::ios::trunc);
   if (!out) throw Error("--output '" + a.output + "': cannot open for writing");
   if (!a.trace.empty()) {  // an unwritable trace path fails now, not after the work
@@ -273,8 +276,6 @@ int run_batch(const BatchArgs& a) {
     out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     out.flush();
   };
-  const auto row_costs =
-      a.row_costs.empty() ? std::vector<std::pair<double, double>>{} : load_row_costs(a.row_costs);
   for (size_t i = 0; i < lines.size(); ++i) {
     if (!lines[i].error.empty()) continue;
     lines[i].req.row_costs = row_costs;

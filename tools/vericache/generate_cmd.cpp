@@ -72,15 +72,16 @@ ValidRequest validated_request(const GenerateArgs& a, const std::string& prompt,
 
 int run_generate(const GenerateArgs& a) {
   const std::string prompt = read_prompt(a);
+  // A bad --row-costs file fails before the model loads.
+  const auto row_costs = a.row_costs.empty() ? std::vector<std::pair<double, double>>{}
+                                             : load_row_costs(a.row_costs);
   spdlog::info("loading model from {}", a.model_dir);
   auto model = Model::load(a.model_dir);
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
   const ValidRequest v = validated_request(a, prompt, *model, *tok);
   GenerateOptions opt = v.options;
-  if (!a.row_costs.empty())
-    for (const auto& [rows, seconds] : load_row_costs(a.row_costs))
-      opt.row_costs.push_back({rows, seconds});
+  for (const auto& [rows, seconds] : row_costs) opt.row_costs.push_back({rows, seconds});
   GeneratorConfig gc;
   gc.threads = a.threads;
   gc.kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
