@@ -90,7 +90,8 @@ void attend_tiles(const cpu::PagedKv& kv, size_t M, size_t b_begin, size_t b_end
 // Attention of every row over the cache (and the compressed views of draft rows):
 // rows are independent; split them across the pool.
 void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
-                   std::span<const ForwardRow> rows, float scale, Workspace& ws) {
+                   std::span<const ForwardRow> rows, float scale, Workspace& ws,
+                   float* max_sum) {
   const size_t M = rows.size();
   const size_t nh = size_t(c.num_heads), nkv = size_t(c.num_kv_heads), hd = size_t(c.head_dim);
   const size_t qd = nh * hd;
@@ -103,7 +104,8 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
         // A lone row splits its KV heads across the pool (bit-identical either way).
         cpu::attention_row(ws.q.data() + m * qd, nh, cache.view(l, *rows[m].seq),
                            size_t(pos[m]) + 1, scale, ws.attn.data() + m * qd,
-                           M == 1 ? &ws.pool() : nullptr);
+                           M == 1 ? &ws.pool() : nullptr,
+                           max_sum != nullptr ? max_sum + m * nh * 2 : nullptr);
         continue;
       }
       // The view holds its rows packed: decode each KV head into scratch.
@@ -142,19 +144,25 @@ void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
   for (size_t m = 0; m < M; ++m)
     ws.attn_states[m].begin(ws.q.data() + m * qd, nh, shape, size_t(pos[m]) + 1, scale);
   const size_t chunks = provider.chunks();
+  // Statistics that read the layer's keys need it staged whole (and each row's
+  // softmax maximum and sum, known once its attention is done); the others read
+  // the queries only.
+  const bool stats_keys = ws.stats != nullptr && ws.stats->needs_keys();
+  if (stats_keys && chunks != 1)
+    throw Error("forward: these prefill statistics need whole layers staged");
   for (size_t c = 0; c < chunks; ++c) {
     const KvChunk ch = provider.acquire(l, c);
-    if (ws.stats != nullptr && c == 0) {
-      // Statistics that read the layer's keys need it staged whole; the others
-      // read the queries only.
-      if (ws.stats->needs_keys() && chunks != 1)
-        throw Error("forward: these prefill statistics need whole layers staged");
-      ws.stats->observe(l, rows, ws.q.data(), ws.stats->needs_keys() ? &ch.kv : nullptr);
-    }
+    if (ws.stats != nullptr && !stats_keys && c == 0)
+      ws.stats->observe(l, rows, ws.q.data(), nullptr, nullptr);
     if (M == 1) {
       ws.attn_states[0].add(ch.kv, ch.block_begin, ch.block_end, &ws.pool());
     } else {
       attend_tiles(ch.kv, M, ch.block_begin, ch.block_end, ws);
+    }
+    if (stats_keys) {
+      ws.attn_max_sum.resize(M * nh * 2);
+      for (size_t m = 0; m < M; ++m) ws.attn_states[m].max_sum(ws.attn_max_sum.data() + m * nh * 2);
+      ws.stats->observe(l, rows, ws.q.data(), &ch.kv, ws.attn_max_sum.data());
     }
     provider.release(l, c);
   }
@@ -219,11 +227,14 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
       for (size_t m = 0; m < M; ++m)
         cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd,
                     ws.v.data() + m * kvd);
+      const bool stats_keys = ws.stats != nullptr && ws.stats->needs_keys();
+      if (stats_keys) ws.attn_max_sum.resize(M * nh * 2);
+      attend_cached(c, cache, l, rows, scale, ws, stats_keys ? ws.attn_max_sum.data() : nullptr);
       if (ws.stats != nullptr) {
         const cpu::PagedKv kv = cache.view(l, *rows[0].seq);
-        ws.stats->observe(l, rows, ws.q.data(), ws.stats->needs_keys() ? &kv : nullptr);
+        ws.stats->observe(l, rows, ws.q.data(), stats_keys ? &kv : nullptr,
+                          stats_keys ? ws.attn_max_sum.data() : nullptr);
       }
-      attend_cached(c, cache, l, rows, scale, ws);
     }
 
     linear(ws, ws.attn.data(), M, L.wo, ws.h.data());

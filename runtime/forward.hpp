@@ -69,6 +69,7 @@ class Workspace {
   std::vector<float> x, h, q, k, v, attn, gate, up, bias;
   std::vector<int32_t> positions;
   std::vector<cpu::AttentionRowState> attn_states;  // per row, passes over a provider
+  std::vector<float> attn_max_sum;  // per row and head, softmax (max, sum), for stats
   /// When set, forward() reports every layer's queries to it (prefill statistics).
   PrefillStatsCollector* stats = nullptr;
   /// When set, every row's KV goes to it and attention reads from it instead of the

@@ -1,8 +1,9 @@
 // The statistics of the prefill (and verify) pass. Accumulated attention re-scores
-// the rows' queries against the layer's keys (fp32, exact softmax with a float
-// exp): scores by score_rows_transposed (each KV head's keys transposed once per
-// layer and call, used for every row), the softmax and column sums by a vectorised kernel; the prefill's own
-// attention is untouched.
+// the rows' queries against the layer's keys (fp32; each KV head's keys transposed
+// once per layer and call, used for every row) and normalises each score with the
+// softmax maximum and sum the prefill's own attention found for that row and head,
+// so the probabilities are summed into the columns without storing a score matrix;
+// the prefill's attention itself is untouched.
 #include "runtime/prefill_stats.hpp"
 
 #include <algorithm>
@@ -10,19 +11,10 @@
 #include <vector>
 
 #include "kernels/cpu/attention_scores.hpp"
-#include "kernels/cpu/softmax_accumulate.hpp"
 #include "kernels/error.hpp"
 #include "runtime/forward.hpp"
 
 namespace vc {
-
-namespace {
-
-// Query rows scored against the keys per matmul call: bounds the scores scratch
-// (rows x group x positions floats).
-constexpr size_t kRowsPerBlock = 32;
-
-}  // namespace
 
 PrefillStatsCollector::PrefillStatsCollector(const ModelConfig& cfg, size_t n_pos,
                                              size_t window, StatsNeeds needs,
@@ -47,7 +39,8 @@ PrefillStatsCollector::PrefillStatsCollector(const ModelConfig& cfg, size_t n_po
 }
 
 void PrefillStatsCollector::observe(size_t layer, std::span<const ForwardRow> rows,
-                                    const float* q, const cpu::PagedKv* kv) {
+                                    const float* q, const cpu::PagedKv* kv,
+                                    const float* max_sum) {
   const size_t D = s_.head_dim, H = s_.heads, n = s_.n_pos;
   if (rows.empty()) return;
   for (size_t m = 0; m < rows.size(); ++m) {
@@ -67,14 +60,16 @@ void PrefillStatsCollector::observe(size_t layer, std::span<const ForwardRow> ro
       std::copy_n(qm, H * D, &s_.window_queries[((layer * s_.window) + pos - s_.window_start) * H * D]);
   }
   if (needs_.accumulated) {
-    if (kv == nullptr)
-      throw Error("PrefillStatsCollector: accumulated attention needs the layer's keys");
-    accumulate(layer, rows, q, *kv);
+    if (kv == nullptr || max_sum == nullptr)
+      throw Error("PrefillStatsCollector: accumulated attention needs the layer's keys and the "
+                  "rows' softmax maxima and sums");
+    accumulate(layer, rows, q, *kv, max_sum);
   }
 }
 
 void PrefillStatsCollector::accumulate(size_t layer, std::span<const ForwardRow> rows,
-                                       const float* q, const cpu::PagedKv& kv) {
+                                       const float* q, const cpu::PagedKv& kv,
+                                       const float* max_sum) {
   const size_t D = s_.head_dim, H = s_.heads, G = s_.kv_heads, group = H / G, n = s_.n_pos;
   size_t max_pos = 0;
   std::vector<size_t> live;  // rows inside the prompt
@@ -85,32 +80,30 @@ void PrefillStatsCollector::accumulate(size_t layer, std::span<const ForwardRow>
     max_pos = std::max(max_pos, pos);
   }
   if (live.empty()) return;
-  const size_t cols = max_pos + 1;
+  const size_t cols = max_pos + 1, M = live.size() * group;
+  qg_.resize(M * D);
+  len_.resize(M);
+  row_max_.resize(M);
+  row_inv_sum_.resize(M);
   for (size_t g = 0; g < G; ++g) {
-    float* acc = &s_.accumulated_attention[(layer * G + g) * n];
-    // KV head g's keys up to the last row, transposed once for every block of rows.
-    cpu::transpose_keys(kv, g, cols, keys_t_, pool_);
-    for (size_t b = 0; b < live.size(); b += kRowsPerBlock) {
-      const size_t e = std::min(live.size(), b + kRowsPerBlock);
-      // The block's queries of KV head g's query heads, [rows * group][D], and how
-      // far each sees.
-      size_t block_cols = 0;
-      qg_.resize((e - b) * group * D);
-      len_.resize((e - b) * group);
-      for (size_t i = b; i < e; ++i) {
-        const size_t m = live[i], pos = size_t(rows[m].position);
-        block_cols = std::max(block_cols, pos + 1);
-        for (size_t j = 0; j < group; ++j) {
-          std::copy_n(q + (m * H + g * group + j) * D, D, &qg_[((i - b) * group + j) * D]);
-          len_[(i - b) * group + j] = pos + 1;
-        }
+    // KV head g's query heads of every row, [rows * group][D], scaled as the
+    // attention scales them, with how far each sees and its softmax max and sum.
+    for (size_t i = 0; i < live.size(); ++i) {
+      const size_t m = live[i], pos = size_t(rows[m].position);
+      for (size_t j = 0; j < group; ++j) {
+        const size_t h = g * group + j, at = i * group + j;
+        const float* qh = q + (m * H + h) * D;
+        for (size_t d = 0; d < D; ++d) qg_[at * D + d] = qh[d] * scale_;
+        len_[at] = pos + 1;
+        row_max_[at] = max_sum[(m * H + h) * 2];
+        row_inv_sum_[at] = 1.0f / max_sum[(m * H + h) * 2 + 1];
       }
-      const size_t M = (e - b) * group;
-      scores_.resize(M * block_cols);
-      cpu::score_rows_transposed(qg_.data(), D, M, keys_t_.data(), D, block_cols, scores_.data(),
-                                 pool_);
-      cpu::softmax_accumulate(scores_.data(), M, block_cols, len_.data(), scale_, acc, pool_);
     }
+    // KV head g's keys up to the last row, transposed once for every row.
+    cpu::transpose_keys(kv, g, cols, keys_t_, pool_);
+    cpu::accumulate_attention_transposed(qg_.data(), D, M, keys_t_.data(), D, cols, len_.data(),
+                                         row_max_.data(), row_inv_sum_.data(),
+                                         &s_.accumulated_attention[(layer * G + g) * n], pool_);
   }
 }
 

@@ -45,9 +45,11 @@ class PrefillStatsCollector {
   /// Called by forward() for each layer once the rows' KV is stored; q holds the
   /// rows' post-RoPE queries [rows, heads * head_dim]; `kv` is the layer's KV the
   /// rows attend over (a sequence of the cache, or a verify pass's staging), at
-  /// least positions [0, last row's position]; nullptr allowed when !needs_keys().
+  /// least positions [0, last row's position]; `max_sum` the rows' attention
+  /// softmax maxima and sums [rows][heads][2] (AttentionRowState::max_sum); both
+  /// nullptr allowed when !needs_keys().
   void observe(size_t layer, std::span<const ForwardRow> rows, const float* q,
-               const cpu::PagedKv* kv);
+               const cpu::PagedKv* kv, const float* max_sum);
 
   /// The observation window (prompt positions whose queries are kept); 0 when the
   /// window is not gathered.
@@ -65,14 +67,14 @@ class PrefillStatsCollector {
 
  private:
   void accumulate(size_t layer, std::span<const ForwardRow> rows, const float* q,
-                  const cpu::PagedKv& kv);
+                  const cpu::PagedKv& kv, const float* max_sum);
 
   PrefillStats s_;
   StatsNeeds needs_;
   cpu::ThreadPool* pool_ = nullptr;
   size_t observed_rows_ = 0;  // rows seen in layer 0 (for the moments' mean)
   float scale_ = 1.0f;
-  std::vector<float> keys_t_, qg_, scores_;  // scratch of accumulate()
+  std::vector<float> keys_t_, qg_, row_max_, row_inv_sum_;  // scratch of accumulate()
   std::vector<size_t> len_;
 };
 

@@ -75,6 +75,7 @@ struct Call {
   size_t n_ctx;
   float scale;
   float* out;
+  float* max_sum;  // optional: [n_heads][2]
   AttnFn fn;
 };
 
@@ -84,6 +85,12 @@ void run_heads(const Call& c, size_t g_begin, size_t g_end) {
   const size_t need = attention_scratch_floats(c.n_heads, c.kv->head_dim, c.kv->block_tokens);
   if (scratch.size() < need) scratch.resize(need);
   c.fn(c.q, c.n_heads, *c.kv, c.n_ctx, c.scale, c.out, scratch.data(), g_begin, g_end);
+  if (c.max_sum != nullptr) {
+    const size_t group = c.n_heads / c.kv->kv_heads;
+    const float* stats = scratch.data() + 2 * c.n_heads * ((c.kv->head_dim + 15) / 16 * 16);
+    std::copy(stats + 2 * g_begin * group, stats + 2 * g_end * group,
+              c.max_sum + 2 * g_begin * group);
+  }
 }
 
 }  // namespace
@@ -94,9 +101,16 @@ void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_c
 }
 
 void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
-                   float scale, float* out, ThreadPool* pool) {
-  if (!validate(n_heads, kv, n_ctx, out)) return;
-  const Call c{q, n_heads, &kv, n_ctx, scale, out, attention_fn(active_simd_path())};
+                   float scale, float* out, ThreadPool* pool, float* max_sum) {
+  if (!validate(n_heads, kv, n_ctx, out)) {
+    if (max_sum != nullptr)
+      for (size_t h = 0; h < n_heads; ++h) {
+        max_sum[2 * h] = -__builtin_inff();
+        max_sum[2 * h + 1] = 0.f;
+      }
+    return;
+  }
+  const Call c{q, n_heads, &kv, n_ctx, scale, out, max_sum, attention_fn(active_simd_path())};
   if (pool == nullptr || pool->threads() == 1 || kv.kv_heads == 1 ||
       n_ctx < kMinParallelPositions) {
     run_heads(c, 0, kv.kv_heads);
@@ -180,6 +194,11 @@ void AttentionRowState::add(const PagedKv& kv, size_t block_begin, size_t block_
     pool->parallel_for(kv_heads_, 1, run);
   }
   next_block_ = block_end;
+}
+
+void AttentionRowState::max_sum(float* out) const {
+  const float* stats = state_.data() + 2 * n_heads_ * ((head_dim_ + 15) / 16 * 16);
+  std::copy_n(stats, 2 * n_heads_, out);
 }
 
 void AttentionRowState::finish(float* out) const {

@@ -36,9 +36,10 @@ void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_c
 
 /// As above, with the KV heads (each with its query heads) split across `pool`
 /// threads when the context is long enough to pay for the hand-off; bit-identical
-/// to the single-threaded call. `pool` may be nullptr.
+/// to the single-threaded call. `pool` may be nullptr. With `max_sum` ([n_heads][2]),
+/// each head's softmax maximum and sum (of the scaled scores) are written there too.
 void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
-                   float scale, float* out, ThreadPool* pool);
+                   float scale, float* out, ThreadPool* pool, float* max_sum = nullptr);
 
 /// attention_row split over calls, for KV that arrives in chunks of blocks (a verify
 /// or prefill pass staging the full KV a chunk at a time): begin(), then add() for
@@ -57,6 +58,9 @@ class AttentionRowState {
   void add(const PagedKv& kv, size_t block_begin, size_t block_end, ThreadPool* pool = nullptr);
   /// out: [n_heads, head_dim]. Every block of the context must have been added.
   void finish(float* out) const;
+  /// out: [n_heads][2], each head's softmax maximum and sum over the blocks added so
+  /// far (after the last add(), the row's own: what finish() divides by).
+  void max_sum(float* out) const;
   /// Blocks the row attends to: ceil(n_ctx / block_tokens).
   [[nodiscard]] size_t blocks() const { return n_blocks_; }
 

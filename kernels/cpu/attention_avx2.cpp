@@ -3,6 +3,7 @@
 #include "kernels/cpu/simd_avx2.hpp"
 // (the traits header first: the kernel template is instantiated with its type)
 #include "kernels/cpu/attention_kernel.hpp"
+#include "kernels/cpu/attention_accumulate_kernel.hpp"
 
 namespace vc::cpu {
 
@@ -19,6 +20,14 @@ void attention_blocks_avx2(size_t n_heads, const PagedKv& kv, size_t n_ctx, size
 void attention_finish_avx2(size_t n_heads, size_t kv_heads, size_t head_dim, const float* state,
                        float* out, size_t g_begin, size_t g_end) {
   attention_finish_typed<Avx2Simd>(n_heads, kv_heads, head_dim, state, out, g_begin, g_end);
+}
+
+void accumulate_attention_avx2(const float* q, size_t ldq, size_t rows, const float* kt,
+                    size_t D, size_t ncols, const size_t* len, const float* row_max,
+                    const float* row_inv_sum, float* acc, size_t grp_begin,
+                    size_t grp_end) {
+  accumulate_attention_typed<Avx2Simd>(q, ldq, rows, kt, D, ncols, len, row_max, row_inv_sum, acc,
+                                  grp_begin, grp_end);
 }
 
 }  // namespace vc::cpu

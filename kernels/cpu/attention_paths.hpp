@@ -66,4 +66,17 @@ void attention_finish_scalar(size_t, size_t, size_t, const float*, float*, size_
 void attention_finish_avx2(size_t, size_t, size_t, const float*, float*, size_t, size_t);
 void attention_finish_avx512(size_t, size_t, size_t, const float*, float*, size_t, size_t);
 
+/// accumulate_attention_transposed (attention_scores.hpp) for one path, over the
+/// key groups [grp_begin, grp_end) (attention_accumulate_kernel.hpp).
+using AccumulateFn = void (*)(const float* q, size_t ldq, size_t rows, const float* kt, size_t D,
+                              size_t ncols, const size_t* len, const float* row_max,
+                              const float* row_inv_sum, float* acc, size_t grp_begin,
+                              size_t grp_end);
+void accumulate_attention_scalar(const float*, size_t, size_t, const float*, size_t, size_t,
+                                 const size_t*, const float*, const float*, float*, size_t, size_t);
+void accumulate_attention_avx2(const float*, size_t, size_t, const float*, size_t, size_t,
+                               const size_t*, const float*, const float*, float*, size_t, size_t);
+void accumulate_attention_avx512(const float*, size_t, size_t, const float*, size_t, size_t,
+                                 const size_t*, const float*, const float*, float*, size_t, size_t);
+
 }  // namespace vc::cpu

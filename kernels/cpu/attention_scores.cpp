@@ -1,7 +1,7 @@
 // score_rows (attention_scores.hpp): per block of keys, a transposed fp32 copy
-// kt[d][j], then 4 query rows at a time accumulate 16 keys' scores in lanes. Plain
-// loops the compiler vectorises, cloned per instruction set (target_clones) and
-// chosen at load time, as in softmax_accumulate.cpp.
+// kt[d][j], then 4 query rows at a time accumulate 16 keys' scores in lanes.
+// Plain loops the compiler vectorises, cloned per instruction set
+// (target_clones) and chosen at load time, as in softmax_accumulate.cpp.
 #include "kernels/cpu/attention_scores.hpp"
 
 #include <algorithm>
@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/attention_paths.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 
@@ -30,12 +32,12 @@ namespace {
 
 constexpr size_t kLanes = 16;  // keys per group of accumulators
 
-// Scores of rows [0, rows) against the kLanes keys of kt ([D][kLanes]), written to
-// s + i * lds for the first `n` keys. Rows go 4 at a time through one loop (a last
-// group of fewer rows repeats its last row and drops the copies), so every row's
-// scores come from the same instructions wherever it falls.
-VC_SCORE_CLONES void score_group(const float* q, size_t ldq, size_t rows, const float* kt,
-                                 size_t D, float* s, size_t lds, size_t n) {
+// Scores of rows [0, rows) against the kLanes keys of kt ([D][kLanes]), written
+// to s + i * lds for the first `n` keys. Rows go 4 at a time through one loop
+// (a last group of fewer rows repeats its last row and drops the copies), so
+// every row's scores come from the same instructions wherever it falls.
+VC_SCORE_CLONES void score_group(const float* q, size_t ldq, size_t rows, const float* kt, size_t D,
+                                 float* s, size_t lds, size_t n) {
   for (size_t i = 0; i < rows; i += 4) {
     const size_t r = std::min<size_t>(4, rows - i);
     float a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
@@ -68,8 +70,8 @@ size_t transposed_keys_size(size_t ncols, size_t head_dim) {
 void transpose_keys(const PagedKv& kv, size_t g, size_t ncols, std::vector<float>& kt,
                     ThreadPool* pool) {
   if (g >= kv.kv_heads || kv.k == nullptr || kv.block_table == nullptr || kv.block_tokens == 0)
-    throw Error("score_rows: KV head " + std::to_string(g) + " of " +
-                std::to_string(kv.kv_heads) + ", or no keys");
+    throw Error("score_rows: KV head " + std::to_string(g) + " of " + std::to_string(kv.kv_heads) +
+                ", or no keys");
   const size_t D = kv.head_dim, bt = kv.block_tokens, esz = dtype_size(kv.dtype);
   for (size_t j = 0; j < (ncols + bt - 1) / bt; ++j)
     if (kv.block_table[j] < 0)
@@ -113,12 +115,30 @@ void score_rows_transposed(const float* q, size_t ldq, size_t rows, const float*
     part(0, groups);
 }
 
-void score_rows(const float* q, size_t ldq, size_t rows, const PagedKv& kv, size_t g,
-                size_t ncols, float* s, ThreadPool* pool) {
+void score_rows(const float* q, size_t ldq, size_t rows, const PagedKv& kv, size_t g, size_t ncols,
+                float* s, ThreadPool* pool) {
   if (rows == 0 || ncols == 0) return;
   std::vector<float> kt;
   transpose_keys(kv, g, ncols, kt, pool);
   score_rows_transposed(q, ldq, rows, kt.data(), kv.head_dim, ncols, s, pool);
+}
+
+void accumulate_attention_transposed(const float* q, size_t ldq, size_t rows, const float* kt,
+                                     size_t D, size_t ncols, const size_t* len,
+                                     const float* row_max, const float* row_inv_sum, float* acc,
+                                     ThreadPool* pool) {
+  if (rows == 0 || ncols == 0) return;
+  AccumulateFn fn = accumulate_attention_scalar;
+  if (active_simd_path() == SimdPath::avx512) fn = accumulate_attention_avx512;
+  if (active_simd_path() == SimdPath::avx2) fn = accumulate_attention_avx2;
+  const size_t groups = (ncols + kLanes - 1) / kLanes;
+  auto part = [&](size_t b, size_t e) {
+    fn(q, ldq, rows, kt, D, ncols, len, row_max, row_inv_sum, acc, b, e);
+  };
+  if (pool != nullptr && pool->threads() > 1 && rows * ncols >= (size_t(1) << 15))
+    pool->parallel_for(groups, 4, part);
+  else
+    part(0, groups);
 }
 
 }  // namespace vc::cpu

@@ -31,4 +31,18 @@ void transpose_keys(const PagedKv& kv, size_t g, size_t ncols, std::vector<float
 void score_rows_transposed(const float* q, size_t ldq, size_t rows, const float* kt, size_t D,
                            size_t ncols, float* s, ThreadPool* pool);
 
+/// Accumulated attention without a score matrix: for t < ncols,
+///   acc[t] += sum over rows i with t < len[i], in row order, of
+///             exp(min(q_i · k_t - row_max[i], 0)) * row_inv_sum[i]
+/// where q_i = q + i * ldq is already scaled, kt the keys transposed by
+/// transpose_keys, and row_max / row_inv_sum the softmax maximum and 1 / sum of row
+/// i's scores (the attention kernel's own: AttentionRowState::max_sum). Scores stay
+/// in registers (attention_accumulate_kernel.hpp); each thread of `pool` owns whole
+/// groups of 16 keys and each acc[t] is summed in row order, so the bits depend on
+/// neither the pool nor how rows are split over calls (per SIMD path).
+void accumulate_attention_transposed(const float* q, size_t ldq, size_t rows, const float* kt,
+                                     size_t D, size_t ncols, const size_t* len,
+                                     const float* row_max, const float* row_inv_sum, float* acc,
+                                     ThreadPool* pool);
+
 }  // namespace vc::cpu

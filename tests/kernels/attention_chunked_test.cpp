@@ -1,6 +1,7 @@
 // Tests of vc::cpu::AttentionRowState: attention over KV that arrives in chunks of
 // blocks, each chunk in its own staging buffer with its own block table, gives the
-// bits of attention_row over the whole context, on every SIMD path and dtype.
+// bits of attention_row over the whole context (and the same softmax maxima and
+// sums), on every SIMD path and dtype.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -54,7 +55,8 @@ TEST(attention_chunked, chunks_of_blocks_in_separate_buffers_give_attention_row_
       const auto q = random_floats(rng, n_heads * D, -2.f, 2.f);
       for (size_t n_ctx : {1u, 16u, 17u, 700u, 1300u}) {
         std::vector<float> ref(n_heads * D), got(ref.size(), -1.f);
-        attention_row(q.data(), n_heads, whole, n_ctx, 0.3f, ref.data());
+        std::vector<float> ref_ms(n_heads * 2), got_ms(n_heads * 2);
+        attention_row(q.data(), n_heads, whole, n_ctx, 0.3f, ref.data(), &pool, ref_ms.data());
         for (size_t chunk : {1u, 3u, 32u, 100u}) {
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             AttentionRowState st;
@@ -69,6 +71,10 @@ TEST(attention_chunked, chunks_of_blocks_in_separate_buffers_give_attention_row_
             ASSERT_EQ(std::memcmp(ref.data(), got.data(), ref.size() * 4), 0)
                 << dtype_name(t) << " n_ctx=" << n_ctx << " chunk=" << chunk
                 << " pool=" << (p != nullptr);
+            // The softmax maximum and sum each head divided by: the same bits too.
+            st.max_sum(got_ms.data());
+            ASSERT_EQ(std::memcmp(ref_ms.data(), got_ms.data(), ref_ms.size() * 4), 0)
+                << dtype_name(t) << " n_ctx=" << n_ctx << " chunk=" << chunk;
           }
         }
       }

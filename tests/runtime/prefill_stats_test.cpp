@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/error.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/prefill_stats.hpp"
@@ -41,8 +42,17 @@ TEST(prefill_stats, accumulated_attention_matches_an_exact_softmax_over_every_qu
   std::vector<ForwardRow> rows;
   for (size_t p = 0; p < n; ++p) rows.push_back(ForwardRow{0, int32_t(p), &seq, false});
   const cpu::PagedKv kv = cache.view(0, seq);
-  c.observe(0, std::span(rows).first(40), q.data(), &kv);
-  c.observe(0, std::span(rows).subspan(40), q.data() + 40 * H * D, &kv);
+  // Each row's softmax maximum and sum come from the attention itself.
+  std::vector<float> out(H * D), max_sum(n * H * 2);
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  for (size_t p = 0; p < n; ++p)
+    cpu::attention_row(&q[p * H * D], H, kv, p + 1, scale, out.data(), nullptr,
+                       &max_sum[p * H * 2]);
+  EXPECT_THROW(c.observe(0, std::span(rows).first(40), q.data(), &kv, nullptr), Error)
+      << "accumulated attention without the rows' maxima and sums";
+  c.observe(0, std::span(rows).first(40), q.data(), &kv, max_sum.data());
+  c.observe(0, std::span(rows).subspan(40), q.data() + 40 * H * D, &kv,
+            max_sum.data() + 40 * H * 2);
   const PrefillStats s = c.finish();
   EXPECT_TRUE(s.window_queries.empty());
   EXPECT_TRUE(s.query_mean.empty());
@@ -81,7 +91,7 @@ TEST(prefill_stats, window_and_moment_statistics_read_queries_only) {
     rows.push_back(ForwardRow{0, int32_t(p), nullptr, false});
     for (size_t i = 0; i < HD; ++i) q[p * HD + i] = float(p) + 0.001f * float(i);
   }
-  for (size_t l = 0; l < size_t(cfg.num_layers); ++l) c.observe(l, rows, q.data(), nullptr);
+  for (size_t l = 0; l < size_t(cfg.num_layers); ++l) c.observe(l, rows, q.data(), nullptr, nullptr);
   const PrefillStats s = c.finish();
   ASSERT_EQ(s.window, 4u);
   EXPECT_EQ(s.window_start, 16u);
