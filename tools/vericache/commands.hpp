@@ -16,6 +16,7 @@ void add_bench_command(CLI::App& app, Runner& run);
 void add_compressors_command(CLI::App& app, Runner& run);
 void add_batch_command(CLI::App& app, Runner& run);
 void add_model_command(CLI::App& app, Runner& run);
+void add_serve_command(CLI::App& app, Runner& run);
 
 /// The bundled model's directory (compiled in; VERICACHE_MODEL overrides).
 [[nodiscard]] std::string default_model_dir();

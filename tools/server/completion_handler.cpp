@@ -1,0 +1,188 @@
+// One completion request from body to reply (completion_handler.hpp).
+#include "tools/server/completion_handler.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <mutex>
+
+#include "kernels/error.hpp"
+#include "runtime/model/bounded_input.hpp"
+#include "tools/server/chat_template.hpp"
+#include "tools/server/openai_response.hpp"
+
+namespace vc::server {
+
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// How often a waiting handler looks whether its client is still there.
+constexpr auto kPollInterval = 20ms;
+
+// Tokens handed from the engine's callback (a CAF thread) to the connection thread.
+struct TokenQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<int32_t> tokens;
+};
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+// An engine failure as an OpenAI error.
+ApiError engine_error(const vericache::Result& r) {
+  const std::string& e = r.error;
+  if (e.starts_with("overloaded"))
+    return ApiError(429, "rate_limit_error", "the server is busy (" + e + "); retry later", "",
+                    "rate_limit_exceeded");
+  if (e.starts_with("field '")) return bad_request("", e);
+  if (e.starts_with("request: needs") || e.starts_with("request: its full KV"))
+    return bad_request("max_tokens", e);
+  return ApiError(500, "server_error", e.empty() ? "request " + r.finish_reason : e);
+}
+
+json parse_body(const std::string& body) {
+  try {
+    return parse_json_bounded(body, "", {body.size() + 1, 64});
+  } catch (const std::exception& e) {
+    throw bad_request("", std::string("request body: ") + e.what());
+  }
+}
+
+ParsedRequest parse(ServerState& st, Endpoint endpoint, const json& body) {
+  std::string prompt;
+  if (endpoint == Endpoint::chat) {
+    if (st.chat_template == nullptr)
+      throw bad_request("messages", "this model has no chat template; use /v1/completions");
+    if (!body.is_object() || !body.contains("messages"))
+      throw bad_request("messages", "missing 'messages'");
+    prompt = st.chat_template->render(body["messages"]);
+  }
+  return parse_request(body, endpoint, st.settings, st.limits, *st.tokenizer, prompt);
+}
+
+// Waits for the result; a client that leaves cancels the request.
+bool wait_result(ServerState& st, uint64_t id, std::future<vericache::Result>& f,
+                 StreamSink& sink) {
+  while (f.wait_for(kPollInterval) != std::future_status::ready) {
+    if (sink.peer_closed()) {
+      st.engine->cancel(id);
+      return false;
+    }
+  }
+  return true;
+}
+
+Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
+             vericache::Engine::Submission& sub, const std::shared_ptr<TokenQueue>& q,
+             const Decoder& decode, StreamSink& sink) {
+  TextStream text(decode, p.engine_request.stop);
+  bool begun = false, first = true;
+  auto cancel = [&] {
+    st.engine->cancel(sub.id);
+    (void)sub.result.get();
+    return Reply{0, "", true};
+  };
+  for (;;) {
+    std::deque<int32_t> batch;
+    bool ready = false;
+    {
+      std::unique_lock lock(q->mu);
+      q->cv.wait_for(lock, kPollInterval, [&] { return !q->tokens.empty(); });
+      batch.swap(q->tokens);
+    }
+    if (batch.empty())  // the last tokens come before the result: look again after it
+      ready = sub.result.wait_for(0s) == std::future_status::ready;
+    if (batch.empty() && !ready) {
+      if (sink.peer_closed()) return cancel();
+      continue;
+    }
+    if (!begun && !batch.empty()) {
+      if (!sink.begin_stream()) return cancel();
+      begun = true;
+    }
+    std::string delta;
+    for (int32_t t : batch) delta += text.push(t);
+    if (!delta.empty()) {
+      if (!sink.send(event(chunk_body(meta, delta, "", first)))) return cancel();
+      first = false;
+    }
+    if (ready) {
+      std::lock_guard lock(q->mu);
+      if (q->tokens.empty()) break;
+    }
+  }
+  const vericache::Result r = sub.result.get();
+  if (!r.ok && !begun) return error_reply(engine_error(r));
+  if (!begun && !sink.begin_stream()) return {0, "", true};
+  if (!r.ok) {
+    (void)sink.send(event(engine_error(r).body()));
+  } else {
+    (void)sink.send(event(chunk_body(meta, text.finish(r.text), finish_reason(r.finish_reason),
+                                     first)));
+    if (p.include_usage) (void)sink.send(event(usage_chunk_body(meta, p, r)));
+  }
+  (void)sink.send("data: [DONE]\n\n");
+  (void)sink.end_stream();
+  return {0, "", true};
+}
+
+Reply run(ServerState& st, Endpoint endpoint, const std::string& body_text, StreamSink& sink) {
+  if (st.draining.load())
+    throw ApiError(503, "service_unavailable", "the server is shutting down", "",
+                   "shutting_down");
+  const json body = parse_body(body_text);
+  const ParsedRequest p = parse(st, endpoint, body);
+  ResponseMeta meta;
+  const uint64_t n = st.next_response.fetch_add(1);
+  meta.id = (endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n);
+  meta.created = int64_t(std::time(nullptr));
+  meta.model = st.settings.model_name;
+  meta.endpoint = endpoint;
+  const Decoder decode = [engine = st.engine](const std::vector<int32_t>& ids) {
+    return engine->decode(ids);
+  };
+
+  auto q = std::make_shared<TokenQueue>();
+  vericache::TokenCallback on_token;
+  if (p.stream)
+    on_token = [q](uint64_t, int32_t t) {
+      {
+        std::lock_guard lock(q->mu);
+        q->tokens.push_back(t);
+      }
+      q->cv.notify_one();
+    };
+  vericache::Engine::Submission sub = st.engine->submit(p.engine_request, std::move(on_token));
+  if (p.stream) return stream(st, meta, p, sub, q, decode, sink);
+  if (!wait_result(st, sub.id, sub.result, sink)) {
+    (void)sub.result.get();
+    return {0, "", true};  // nobody to answer
+  }
+  const vericache::Result r = sub.result.get();
+  if (!r.ok) throw engine_error(r);
+  return {200, dump(response_body(meta, p, r, decode)), false};
+}
+
+}  // namespace
+
+Reply error_reply(const ApiError& e) { return {e.status(), dump(e.body()), false}; }
+
+Reply handle_completion(ServerState& state, Endpoint endpoint, const std::string& body,
+                        StreamSink& sink) {
+  try {
+    return run(state, endpoint, body, sink);
+  } catch (const ApiError& e) {
+    return error_reply(e);
+  } catch (const Error& e) {
+    return error_reply(bad_request("", e.what()));
+  } catch (const std::exception& e) {
+    return error_reply(ApiError(500, "server_error", std::string("internal error: ") + e.what()));
+  }
+}
+
+}  // namespace vc::server

@@ -1,0 +1,332 @@
+// The HTTP/1.1 front of `vericache serve` (http_server.hpp). Blocking Beast I/O on
+// one thread per connection: a connection spends nearly all its time waiting for
+// the engine, and the handler (completion_handler.cpp) polls the socket meanwhile
+// so that a client that leaves cancels its request.
+#include "tools/server/http_server.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "kernels/error.hpp"
+
+namespace vc::server {
+
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+
+constexpr size_t kHeaderLimit = 16 * 1024;
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+Response from_reply(const Reply& r) { return {r.status, "application/json", r.body}; }
+
+Response from_error(const ApiError& e) { return from_reply(error_reply(e)); }
+
+// The event stream of one request, written as HTTP/1.1 chunks.
+class SocketSink final : public StreamSink {
+ public:
+  SocketSink(tcp::socket& s, unsigned version, bool keep_alive)
+      : s_(s), version_(version), keep_alive_(keep_alive) {}
+  bool begin_stream() override {
+    http::response<http::empty_body> res{http::status::ok, version_};
+    res.set(http::field::server, "vericache");
+    res.set(http::field::content_type, "text/event-stream");
+    res.set(http::field::cache_control, "no-cache");
+    res.keep_alive(keep_alive_);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    beast::error_code ec;
+    http::write_header(s_, sr, ec);
+    return ok(ec);
+  }
+  bool send(const std::string& bytes) override {
+    beast::error_code ec;
+    net::write(s_, http::make_chunk(net::buffer(bytes)), ec);
+    return ok(ec);
+  }
+  bool end_stream() override {
+    beast::error_code ec;
+    net::write(s_, http::make_chunk_last(), ec);
+    return ok(ec);
+  }
+  bool peer_closed() override {
+    if (failed_) return true;
+    pollfd p{s_.native_handle(), POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return failed_ = true;
+    char c;
+    const ssize_t n = ::recv(s_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) failed_ = true;  // orderly close; n > 0 is a pipelined request
+    return failed_;
+  }
+
+ private:
+  bool ok(const beast::error_code& ec) {
+    if (ec) failed_ = true;
+    return !failed_;
+  }
+  tcp::socket& s_;
+  unsigned version_;
+  bool keep_alive_;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  ServerState& st;
+  HttpConfig cfg;
+  HttpServer* owner = nullptr;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::mutex mu;
+  std::condition_variable cv;
+  struct Conn {
+    int fd = -1;
+    bool idle = true;
+  };
+  std::map<uint64_t, Conn> conns;  // guarded by mu
+  uint64_t next_conn = 0;
+  bool draining = false;           // guarded by mu
+
+  Impl(ServerState& s, const HttpConfig& c) : st(s), cfg(c) {}
+
+  bool authorized(const http::request<http::string_body>& req) const {
+    if (cfg.api_key.empty()) return true;
+    const auto it = req.find(http::field::authorization);
+    return it != req.end() && it->value() == "Bearer " + cfg.api_key;
+  }
+
+  Response models() const {
+    const json model = {{"id", st.settings.model_name},
+                        {"object", "model"},
+                        {"created", int64_t(std::time(nullptr))},
+                        {"owned_by", "vericache"},
+                        {"max_model_len", st.limits.context}};
+    return {200, "application/json",
+            json{{"object", "list"}, {"data", json::array({model})}}.dump()};
+  }
+
+  Response route(const http::request<http::string_body>& req, SocketSink& sink) {
+    std::string path(req.target());
+    if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
+    const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
+    auto wrong_method = [&](const char* allowed) {
+      return from_error(ApiError(405, "invalid_request_error",
+                                 "method " + std::string(req.method_string()) + " is not allowed on " +
+                                     path + " (use " + allowed + ")"));
+    };
+    if (path == "/health") {
+      if (!get) return wrong_method("GET");
+      if (st.draining.load())
+        return from_error(ApiError(503, "service_unavailable", "the server is shutting down", "",
+                                   "shutting_down"));
+      return {200, "application/json", R"({"status":"ok"})"};
+    }
+    if (path == "/metrics") {
+      if (!get) return wrong_method("GET");
+      if (!owner->metrics_text)
+        return from_error(ApiError(404, "invalid_request_error", "no metrics on this server"));
+      return {200, "text/plain; version=0.0.4; charset=utf-8", owner->metrics_text()};
+    }
+    const bool known = path == "/v1/models" || path == "/v1/completions" ||
+                       path == "/v1/chat/completions";
+    if (!known)
+      return from_error(ApiError(404, "invalid_request_error", "no route for " + path +
+                                 " (known: /health, /metrics, /v1/models, /v1/completions, "
+                                 "/v1/chat/completions)", "", "not_found"));
+    if (!authorized(req))
+      return from_error(ApiError(401, "authentication_error",
+                                 "a valid API key is required: send 'Authorization: Bearer KEY'",
+                                 "", "invalid_api_key"));
+    if (path == "/v1/models") return get ? models() : wrong_method("GET");
+    if (!post) return wrong_method("POST");
+    const Endpoint e = path == "/v1/completions" ? Endpoint::completions : Endpoint::chat;
+    const Reply r = handle_completion(st, e, req.body(), sink);
+    if (r.streamed) return {0, "", ""};
+    return from_reply(r);
+  }
+
+  void write(tcp::socket& s, const Response& r, unsigned version, bool keep_alive) {
+    http::response<http::string_body> res{static_cast<http::status>(r.status), version};
+    res.set(http::field::server, "vericache");
+    res.set(http::field::content_type, r.content_type);
+    res.keep_alive(keep_alive);
+    res.body() = r.body;
+    res.prepare_payload();
+    beast::error_code ec;
+    http::write(s, res, ec);
+  }
+
+  // Marks the connection idle (waiting for a request) or busy; false once the
+  // server drains (the connection should close).
+  bool set_idle(uint64_t id, bool idle) {
+    std::lock_guard lock(mu);
+    conns[id].idle = idle;
+    return !draining;
+  }
+
+  void serve(uint64_t id, tcp::socket s) {
+    beast::flat_buffer buf;
+    for (;;) {
+      if (!set_idle(id, true)) break;
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(kHeaderLimit);
+      parser.body_limit(st.settings.max_body_bytes);
+      beast::error_code ec;
+      http::read_header(s, buf, parser, ec);
+      const bool open = set_idle(id, false);
+      if (ec) {
+        if (ec == http::error::header_limit)
+          write(s, from_error(ApiError(431, "invalid_request_error", "request headers too large")),
+                11, false);
+        else if (ec != http::error::end_of_stream && ec != net::error::eof &&
+                 ec != net::error::connection_reset && open)
+          write(s, from_error(bad_request("", "malformed HTTP request: " + ec.message())), 11,
+                false);
+        break;
+      }
+      const unsigned version = parser.get().version();
+      const auto length = parser.content_length();
+      if (length && *length > st.settings.max_body_bytes) {
+        write(s, from_error(ApiError(413, "invalid_request_error",
+                                     "the body has " + std::to_string(*length) +
+                                         " bytes, more than the limit of " +
+                                         std::to_string(st.settings.max_body_bytes))),
+              version, false);
+        break;
+      }
+      if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        http::response<http::empty_body> cont{http::status::continue_, version};
+        http::write(s, cont, ec);
+        if (ec) break;
+      }
+      http::read(s, buf, parser, ec);
+      if (ec == http::error::body_limit) {
+        write(s, from_error(ApiError(413, "invalid_request_error",
+                                     "the body is larger than the limit of " +
+                                         std::to_string(st.settings.max_body_bytes) + " bytes")),
+              version, false);
+        break;
+      }
+      if (ec) break;
+      const http::request<http::string_body>& req = parser.get();
+      bool keep_alive = req.keep_alive() && open;
+      SocketSink sink(s, version, keep_alive);
+      Response r;
+      try {
+        r = route(req, sink);
+      } catch (const std::exception& e) {
+        r = from_error(ApiError(500, "server_error", std::string("internal error: ") + e.what()));
+      }
+      if (r.status == 0) {  // streamed
+        if (sink.peer_closed()) break;
+      } else {
+        write(s, r, version, keep_alive);
+      }
+      if (!keep_alive) break;
+    }
+    beast::error_code ec;
+    s.shutdown(tcp::socket::shutdown_both, ec);
+    s.close(ec);
+  }
+};
+
+HttpServer::HttpServer(ServerState& state, const HttpConfig& cfg)
+    : impl_(std::make_unique<Impl>(state, cfg)) {
+  impl_->owner = this;
+  beast::error_code ec;
+  const auto address = net::ip::make_address(cfg.host, ec);
+  if (ec) throw Error("--host '" + cfg.host + "': not an IP address (" + ec.message() + ")");
+  const tcp::endpoint ep{address, cfg.port};
+  tcp::acceptor& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw Error("cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) + ": " +
+                ec.message());
+}
+
+HttpServer::~HttpServer() = default;
+
+uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void HttpServer::run(int stop_fd) {
+  Impl& m = *impl_;
+  for (;;) {
+    pollfd p[2] = {{m.acceptor.native_handle(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      throw Error(std::string("poll failed: ") + std::strerror(errno));
+    }
+    if (p[1].revents != 0) break;
+    if ((p[0].revents & POLLIN) == 0) continue;
+    tcp::socket s(m.ioc);
+    beast::error_code ec;
+    m.acceptor.accept(s, ec);
+    if (ec) continue;
+    std::unique_lock lock(m.mu);
+    if (m.conns.size() >= m.cfg.max_connections) {
+      lock.unlock();
+      m.write(s, from_error(ApiError(503, "service_unavailable",
+                                     "too many connections (the limit is " +
+                                         std::to_string(m.cfg.max_connections) + ")")),
+              11, false);
+      continue;
+    }
+    const uint64_t id = m.next_conn++;
+    m.conns[id] = {s.native_handle(), true};
+    lock.unlock();
+    std::thread([&m, id, sock = std::move(s)]() mutable {
+      m.serve(id, std::move(sock));
+      std::lock_guard l(m.mu);
+      m.conns.erase(id);
+      m.cv.notify_all();
+    }).detach();
+  }
+
+  // Drain: refuse new work, let requests in flight finish, close idle connections.
+  m.st.draining.store(true);
+  beast::error_code ec;
+  m.acceptor.close(ec);
+  std::unique_lock lock(m.mu);
+  m.draining = true;
+  spdlog::info("draining: {} connection(s) open", m.conns.size());
+  for (auto& [id, c] : m.conns)
+    if (c.idle) ::shutdown(c.fd, SHUT_RD);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(m.cfg.drain_seconds);
+  if (!m.cv.wait_until(lock, deadline, [&] { return m.conns.empty(); })) {
+    spdlog::warn("drain: {} connection(s) still busy after {} s; cancelling their requests",
+                 m.conns.size(), m.cfg.drain_seconds);
+    for (auto& [id, c] : m.conns) ::shutdown(c.fd, SHUT_RDWR);  // their handlers cancel
+    m.cv.wait(lock, [&] { return m.conns.empty(); });
+  }
+}
+
+}  // namespace vc::server

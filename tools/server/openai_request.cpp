@@ -1,0 +1,200 @@
+// OpenAI body -> batch request JSON -> the shared validation layer (openai_request.hpp).
+#include "tools/server/openai_request.hpp"
+
+#include <algorithm>
+
+#include "runtime/model/tokenizer.hpp"
+
+namespace vc::server {
+
+namespace {
+
+using nlohmann::json;
+
+// Fields passed through unchanged to the shared request reader.
+constexpr const char* kPassThrough[] = {"temperature", "top_p", "top_k", "seed", "stop",
+                                        "mode", "compressor", "compressor_params", "ratio",
+                                        "draft", "fold_every", "ignore_eos"};
+
+bool is_pass_through(const std::string& key) {
+  return std::any_of(std::begin(kPassThrough), std::end(kPassThrough),
+                     [&](const char* k) { return key == k; });
+}
+
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+// A numeric field that must hold one value (an OpenAI knob without an engine
+// counterpart): absent, null or `neutral` are fine.
+void require_neutral(const std::string& key, const json& v, double neutral) {
+  if (v.is_null()) return;
+  if (!v.is_number() || v.get<double>() != neutral)
+    throw bad_request(key, "'" + key + "' is not supported: only " + shown(json(neutral)) +
+                               " (or absent), got " + shown(v));
+}
+
+// The prompt of /v1/completions: a string, a list of one string, a list of token
+// ids, or a list of one list of token ids.
+void read_prompt(const json& v, json& line) {
+  if (v.is_string()) {
+    line["prompt"] = v;
+    return;
+  }
+  if (v.is_array() && !v.empty()) {
+    if (v.size() == 1 && v[0].is_string()) {
+      line["prompt"] = v[0];
+      return;
+    }
+    if (v[0].is_number_integer()) {
+      line["prompt_ids"] = v;
+      return;
+    }
+    if (v.size() == 1 && v[0].is_array()) {
+      line["prompt_ids"] = v[0];
+      return;
+    }
+    if (v.size() > 1 && (v[0].is_string() || v[0].is_array()))
+      throw bad_request("prompt", "one prompt per request is supported, got " +
+                                      std::to_string(v.size()));
+  }
+  throw bad_request("prompt",
+                    "expected a string, a list of token ids, or a list of one of them, got " +
+                        shown(v));
+}
+
+}  // namespace
+
+ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSettings& settings,
+                            const RequestLimits& limits, const Tokenizer& tokenizer,
+                            const std::string& prompt_text) {
+  if (!body.is_object()) throw bad_request("", "the request body must be a JSON object");
+  ParsedRequest out;
+  json line = {{"mode", settings.mode},
+               {"compressor", settings.compressor},
+               {"ratio", settings.ratio},
+               {"draft", settings.draft},
+               {"max_tokens", settings.default_max_tokens}};
+  const bool chat = endpoint == Endpoint::chat;
+  if (chat) line["prompt"] = prompt_text;
+  bool has_prompt = chat;
+  bool has_stream_options = false;
+  for (const auto& [key, v] : body.items()) {
+    if (is_pass_through(key)) {
+      if (!v.is_null()) line[key] = v;
+    } else if (key == "model") {
+      if (!v.is_string()) throw bad_request(key, "expected a string, got " + shown(v));
+      if (v.get<std::string>() != settings.model_name)
+        throw ApiError(404, "invalid_request_error",
+                       "The model '" + v.get<std::string>() + "' does not exist; this server "
+                       "serves '" + settings.model_name + "'",
+                       key, "model_not_found");
+    } else if (key == "prompt" && !chat) {
+      read_prompt(v, line);
+      has_prompt = true;
+    } else if (key == "messages" && chat) {
+      // rendered by the caller into prompt_text
+    } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat)) {
+      if (v.is_null()) continue;
+      if (!v.is_number_integer() || v.get<int64_t>() < 1)
+        throw bad_request(key, "expected an integer >= 1, got " + shown(v));
+      line["max_tokens"] = v;
+    } else if (key == "n" || key == "best_of") {
+      require_neutral(key, v, 1);
+    } else if (key == "presence_penalty" || key == "frequency_penalty") {
+      require_neutral(key, v, 0);
+    } else if (key == "stream") {
+      if (!v.is_null() && !v.is_boolean()) throw bad_request(key, "expected true or false, got " + shown(v));
+      out.stream = v.is_boolean() && v.get<bool>();
+    } else if (key == "stream_options") {
+      if (v.is_null()) continue;
+      if (!v.is_object()) throw bad_request(key, "expected an object, got " + shown(v));
+      for (const auto& [k, x] : v.items()) {
+        if (k != "include_usage")
+          throw bad_request(key + "." + k, "unknown field (known: include_usage)");
+        if (!x.is_boolean()) throw bad_request(key + "." + k, "expected true or false, got " + shown(x));
+        out.include_usage = x.get<bool>();
+      }
+      has_stream_options = true;
+    } else if (key == "logprobs") {
+      if (v.is_null()) continue;
+      if (chat) {
+        if (!v.is_boolean()) throw bad_request(key, "expected true or false, got " + shown(v));
+        out.logprobs = v.get<bool>();
+      } else {
+        if (!v.is_number_integer())
+          throw bad_request(key, "expected an integer, got " + shown(v));
+        if (v.get<int64_t>() != 0)
+          throw bad_request(key, "only logprobs 0 (the chosen tokens' log-probabilities, no "
+                                 "alternatives) is supported, got " + shown(v));
+        out.logprobs = true;
+      }
+    } else if (key == "top_logprobs" && chat) {
+      require_neutral(key, v, 0);
+    } else if (key == "echo") {
+      if (!v.is_null() && v != json(false))
+        throw bad_request(key, "'echo' is not supported: only false (or absent), got " + shown(v));
+    } else if (key == "logit_bias") {
+      if (!v.is_null() && !(v.is_object() && v.empty()))
+        throw bad_request(key, "'logit_bias' is not supported: only {} (or absent)");
+    } else if (key == "user" || (key == "suffix" && v.is_null())) {
+      // accepted and unused
+    } else {
+      throw bad_request(key, "unknown field '" + key + "'");
+    }
+  }
+  if (!has_prompt) throw bad_request("prompt", "missing 'prompt'");
+  if (has_stream_options && !out.stream)
+    throw bad_request("stream_options", "'stream_options' is only allowed with stream: true");
+  if (out.stream && out.logprobs)
+    throw bad_request("logprobs", "logprobs with stream: true is not supported");
+  const int64_t max_tokens = line["max_tokens"].get<int64_t>();
+  const int64_t cap = settings.max_tokens_limit > 0 ? settings.max_tokens_limit
+                                                     : int64_t(limits.context);
+  if (max_tokens > cap)
+    throw bad_request(chat && body.contains("max_completion_tokens") ? "max_completion_tokens"
+                                                                      : "max_tokens",
+                      "expected at most " + std::to_string(cap) + " (the server's limit), got " +
+                          std::to_string(max_tokens));
+  if (out.logprobs) line["logprobs"] = true;
+
+  // The shared reader and checks: the same as `vericache batch` and `generate`.
+  ValidRequest valid;
+  RequestInput in;
+  try {
+    in = request_from_json(line);
+    valid = validate_request(in, limits, &tokenizer);
+  } catch (const FieldError& e) {
+    std::string param = e.field();
+    if (param == "prompt_ids") param = "prompt";
+    if (chat && param == "prompt") param = "messages";
+    throw bad_request(param, e.what());
+  }
+  const int64_t prompt_cap = settings.max_prompt_tokens > 0 ? settings.max_prompt_tokens
+                                                            : int64_t(limits.context);
+  if (int64_t(valid.prompt_ids.size()) > prompt_cap)
+    throw bad_request(chat ? "messages" : "prompt",
+                      "the prompt has " + std::to_string(valid.prompt_ids.size()) +
+                          " tokens, more than the server's limit of " + std::to_string(prompt_cap));
+  vericache::Request& r = out.engine_request;
+  r.prompt_ids = valid.prompt_ids;
+  r.max_tokens = valid.options.max_tokens;
+  r.mode = in.mode;
+  r.compressor = in.compressor;
+  r.compressor_params = in.compressor_params;
+  r.ratio = in.ratio;
+  r.draft = in.draft;
+  r.fold_every = valid.options.fold_every;
+  r.temperature = valid.options.sampling.temperature;
+  r.top_k = valid.options.sampling.top_k;
+  r.top_p = valid.options.sampling.top_p;
+  r.seed = valid.options.sampling.seed;
+  r.stop = in.stop;
+  r.ignore_eos = in.ignore_eos;
+  out.prompt_tokens = valid.prompt_ids.size();
+  return out;
+}
+
+}  // namespace vc::server

@@ -1,0 +1,72 @@
+// Engine results -> OpenAI response bodies: the completion and chat completion
+// objects, their streamed chunks, usage, and VeriCache's stats in an extra
+// "vericache" field. TextStream turns a request's streamed token ids into text
+// deltas whose concatenation is exactly the final text.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <vericache/engine.hpp>
+
+#include "tools/server/openai_request.hpp"
+
+namespace vc::server {
+
+/// What every object of one response shares.
+struct ResponseMeta {
+  std::string id;       ///< "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  ///< unix seconds
+  std::string model;
+  Endpoint endpoint = Endpoint::completions;
+};
+
+using Decoder = std::function<std::string(const std::vector<int32_t>&)>;
+
+/// OpenAI's finish_reason for the engine's ("eos" and "stop" -> "stop").
+[[nodiscard]] std::string finish_reason(const std::string& engine_reason);
+
+/// {"prompt_tokens", "completion_tokens", "total_tokens"}.
+[[nodiscard]] nlohmann::json usage_json(const vericache::Result& r);
+
+/// The "vericache" field: mode, compressor, rounds, drafted/accepted, timings.
+[[nodiscard]] nlohmann::json vericache_stats_json(const vericache::Request& q,
+                                                  const vericache::Result& r);
+
+/// The whole (non-streamed) response body.
+[[nodiscard]] nlohmann::json response_body(const ResponseMeta& m, const ParsedRequest& p,
+                                           const vericache::Result& r, const Decoder& decode);
+
+/// One streamed chunk: `delta` text, finish_reason null when empty. The first chat
+/// chunk carries the assistant role.
+[[nodiscard]] nlohmann::json chunk_body(const ResponseMeta& m, const std::string& delta,
+                                        const std::string& finish, bool first);
+
+/// The final usage-only chunk of stream_options.include_usage (choices empty).
+[[nodiscard]] nlohmann::json usage_chunk_body(const ResponseMeta& m, const ParsedRequest& p,
+                                              const vericache::Result& r);
+
+/// Token ids in, text deltas out. Holds back text that may still change: an
+/// incomplete UTF-8 sequence at the end, and a tail that could begin a stop string
+/// (the engine cuts the final text before a stop string). finish() returns the rest
+/// of the final text, so the deltas always add up to it.
+class TextStream {
+ public:
+  TextStream(Decoder decode, std::vector<std::string> stop)
+      : decode_(std::move(decode)), stop_(std::move(stop)) {}
+  /// The text that token `id` lets out ("" if none yet).
+  [[nodiscard]] std::string push(int32_t id);
+  /// What remains of `final_text` after everything already let out.
+  [[nodiscard]] std::string finish(const std::string& final_text);
+  [[nodiscard]] const std::string& sent() const { return sent_; }
+
+ private:
+  Decoder decode_;
+  std::vector<std::string> stop_;
+  std::vector<int32_t> ids_;
+  std::string sent_;
+};
+
+}  // namespace vc::server

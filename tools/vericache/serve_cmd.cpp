@@ -1,0 +1,218 @@
+// `vericache serve`: an OpenAI-compatible HTTP server over the actor engine
+// (tools/server/). Prints "listening on http://HOST:PORT" on stdout once it accepts
+// connections. SIGTERM or SIGINT drains (requests in flight finish, new ones get
+// 503) and exits 0; a second signal exits at once (128 + signo).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <vericache/engine.hpp>
+
+#include "kernels/error.hpp"
+#include "kvtiers/scratch_registry.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/model/tokenizer.hpp"
+#include "tools/server/http_server.hpp"
+#include "tools/vericache/commands.hpp"
+#include "tools/vericache/options.hpp"
+
+namespace vc::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model_dir = default_model_dir();
+  std::string served_name;  // "" = the model directory's name
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  size_t max_concurrency = 16;
+  size_t max_queue = 64;
+  size_t max_connections = 256;
+  std::string max_body = "1M";
+  int64_t max_prompt_tokens = 0;
+  int64_t max_tokens_limit = 0;
+  int64_t default_max_tokens = 128;
+  std::string mode = "vericache";
+  std::string compressor = "snapkv";
+  double ratio = 4.0;
+  std::string draft = "16";
+  double drain_seconds = 30;
+  int threads = 0;
+  std::string full_tier = "host";
+  std::string disk_dir;
+  std::string fast_memory = "0";
+  std::string full_tier_budget = "0";
+  std::string kv_dtype = "bf16";
+};
+
+int g_stop_pipe[2] = {-1, -1};
+std::atomic<int> g_stop_signals{0};
+
+// First signal: wake the accept loop (it drains). Second: leave now.
+void on_stop_signal(int signo) {
+  const int saved = errno;
+  if (g_stop_signals.fetch_add(1) == 0) {
+    const char b = 1;
+    if (::write(g_stop_pipe[1], &b, 1) == 1) {
+      errno = saved;
+      return;
+    }
+  }
+  remove_all_scratch();
+  ::_exit(128 + signo);
+}
+
+void install_drain_handlers() {
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0)
+    throw Error(std::string("cannot create the signal pipe: ") + std::strerror(errno));
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error value, not a signal
+}
+
+bool is_loopback(const std::string& host) {
+  in_addr a4{};
+  in6_addr a6{};
+  if (::inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  if (::inet_pton(AF_INET6, host.c_str(), &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+  return false;
+}
+
+int run_serve(const ServeArgs& a) {
+  if (!is_loopback(a.host) && a.api_key.empty())
+    throw Error("--host " + a.host + ": binding a non-loopback address needs --api-key");
+  server::ServeSettings settings;
+  settings.model_name = a.served_name.empty()
+                            ? std::filesystem::path(a.model_dir).lexically_normal().filename().string()
+                            : a.served_name;
+  if (settings.model_name.empty())
+    settings.model_name = std::filesystem::path(a.model_dir).parent_path().filename().string();
+  settings.mode = a.mode;
+  settings.compressor = a.compressor;
+  settings.ratio = a.ratio;
+  settings.draft = a.draft;
+  settings.default_max_tokens = a.default_max_tokens;
+  settings.max_tokens_limit = a.max_tokens_limit;
+  settings.max_prompt_tokens = a.max_prompt_tokens;
+  settings.max_body_bytes = parse_bytes("--max-body", a.max_body);
+  if (settings.max_body_bytes == 0) throw Error("--max-body: expected a size > 0, got 0");
+
+  vericache::EngineConfig cfg;
+  cfg.model_dir = a.model_dir;
+  cfg.threads = a.threads;
+  cfg.full_tier = a.full_tier;
+  cfg.disk_dir = a.disk_dir;
+  cfg.kv_dtype = a.kv_dtype;
+  cfg.max_active = a.max_concurrency;
+  cfg.max_queue = a.max_queue;
+  cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
+  cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
+
+  spdlog::info("loading model from {}", a.model_dir);
+  const ModelConfig mc = load_model_config(std::filesystem::path(a.model_dir) / "config.json");
+  const Tokenizer tok = Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json");
+  std::optional<vericache::Engine> engine;
+  try {
+    engine.emplace(cfg);
+  } catch (const std::exception& e) {
+    throw Error(e.what());
+  }
+  server::ServerState state;
+  state.engine = &*engine;
+  state.tokenizer = &tok;
+  state.limits = RequestLimits::of(mc);
+  state.settings = settings;
+
+  server::HttpConfig http;
+  http.host = a.host;
+  http.port = uint16_t(a.port);
+  http.api_key = a.api_key;
+  http.max_connections = a.max_connections;
+  http.drain_seconds = a.drain_seconds;
+  install_drain_handlers();
+  server::HttpServer srv(state, http);
+  std::cout << fmt::format("listening on http://{}:{} (model '{}')", a.host, srv.port(),
+                           settings.model_name)
+            << std::endl;
+  srv.run(g_stop_pipe[0]);
+  spdlog::info("drained; shutting down");
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, "
+               "/v1/models, /health, /metrics)");
+  cmd->add_option("--model", a->model_dir, "Model directory (Hugging Face layout)")
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", a->served_name,
+                  "The model id clients name (default: the model directory's name)");
+  cmd->add_option("--host", a->host, "Address to bind (a non-loopback one needs --api-key)")
+      ->capture_default_str();
+  cmd->add_option("--port", a->port, "TCP port (0 = any free port, printed at start)")
+      ->capture_default_str()->check(integer_in(0, 65535));
+  cmd->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--max-concurrency", a->max_concurrency, "Requests decoding at once")
+      ->capture_default_str()->check(integer_in(1, 4096));
+  cmd->add_option("--max-queue", a->max_queue,
+                  "Requests waiting beyond --max-concurrency; more get 429")
+      ->capture_default_str()->check(integer_in(1, 1 << 20));
+  cmd->add_option("--max-connections", a->max_connections, "Open connections; more get 503")
+      ->capture_default_str()->check(integer_in(1, 1 << 16));
+  cmd->add_option("--max-body", a->max_body, "Largest request body, e.g. 1M (more gets 413)")
+      ->capture_default_str()->check(bytes_value());
+  cmd->add_option("--max-prompt-tokens", a->max_prompt_tokens,
+                  "Longest prompt in tokens (0 = the model's context)")
+      ->capture_default_str()->check(integer_in(0));
+  cmd->add_option("--max-tokens-limit", a->max_tokens_limit,
+                  "Largest max_tokens a request may ask for (0 = the model's context)")
+      ->capture_default_str()->check(integer_in(0));
+  cmd->add_option("--default-max-tokens", a->default_max_tokens,
+                  "max_tokens of a request that does not say")
+      ->capture_default_str()->check(integer_in(1));
+  cmd->add_option("--mode", a->mode, "Default decode mode of a request")
+      ->capture_default_str()->check(CLI::IsMember({"full", "lossy", "vericache"}));
+  cmd->add_option("--compressor", a->compressor, "Default compressor")->capture_default_str();
+  cmd->add_option("--ratio", a->ratio, "Default compression ratio")
+      ->capture_default_str()->check(number_in(1.0, 1000.0));
+  cmd->add_option("--draft", a->draft, "Default draft length, or auto")
+      ->capture_default_str()->check(draft_value());
+  cmd->add_option("--drain-seconds", a->drain_seconds,
+                  "On SIGTERM, how long requests in flight may finish before they are cancelled")
+      ->capture_default_str()->check(number_in(0.0));
+  cmd->add_option("--threads", a->threads, "Worker threads per compute actor (0 = auto)")
+      ->capture_default_str()->check(integer_in(0, 1024));
+  cmd->add_option("--full-tier", a->full_tier, "Where the full KV lives")
+      ->capture_default_str()->check(CLI::IsMember({"host", "disk"}));
+  cmd->add_option("--disk-dir", a->disk_dir, "Directory of the disk tier (default: a temp dir)");
+  cmd->add_option("--fast-memory", a->fast_memory,
+                  "Fast-memory budget for all KV in fast memory, e.g. 256M (0 = 65,536 tokens "
+                  "of full KV)")
+      ->capture_default_str()->check(bytes_value());
+  cmd->add_option("--full-tier-budget", a->full_tier_budget,
+                  "Budget of the full tier, e.g. 4G (0 = unlimited)")
+      ->capture_default_str()->check(bytes_value());
+  cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->callback([&run, a] { run = [a] { return run_serve(*a); }; });
+}
+
+}  // namespace vc::cli
