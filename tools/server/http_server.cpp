@@ -200,7 +200,12 @@ struct HttpServer::Impl {
       http::read_header(s, buf, parser, ec);
       const bool open = set_idle(id, false);
       if (ec) {
-        if (ec == http::error::header_limit)
+        if (ec == http::error::body_limit)  // a Content-Length over the limit
+          write(s, from_error(ApiError(413, "invalid_request_error",
+                                       "the body is larger than the limit of " +
+                                           std::to_string(st.settings.max_body_bytes) + " bytes")),
+                11, false);
+        else if (ec == http::error::header_limit)
           write(s, from_error(ApiError(431, "invalid_request_error", "request headers too large")),
                 11, false);
         else if (ec != http::error::end_of_stream && ec != net::error::eof &&
@@ -210,15 +215,6 @@ struct HttpServer::Impl {
         break;
       }
       const unsigned version = parser.get().version();
-      const auto length = parser.content_length();
-      if (length && *length > st.settings.max_body_bytes) {
-        write(s, from_error(ApiError(413, "invalid_request_error",
-                                     "the body has " + std::to_string(*length) +
-                                         " bytes, more than the limit of " +
-                                         std::to_string(st.settings.max_body_bytes))),
-              version, false);
-        break;
-      }
       if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, version};
         http::write(s, cont, ec);
@@ -242,6 +238,7 @@ struct HttpServer::Impl {
       } catch (const std::exception& e) {
         r = from_error(ApiError(500, "server_error", std::string("internal error: ") + e.what()));
       }
+      keep_alive = keep_alive && !st.draining.load();
       if (r.status == 0) {  // streamed
         if (sink.peer_closed()) break;
       } else {

@@ -150,9 +150,12 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     throw bad_request("stream_options", "'stream_options' is only allowed with stream: true");
   if (out.stream && out.logprobs)
     throw bad_request("logprobs", "logprobs with stream: true is not supported");
-  const int64_t max_tokens = line["max_tokens"].get<int64_t>();
   const int64_t cap = settings.max_tokens_limit > 0 ? settings.max_tokens_limit
                                                      : int64_t(limits.context);
+  auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
+  if (!given("max_tokens") && !(chat && given("max_completion_tokens")))
+    line["max_tokens"] = std::min(settings.default_max_tokens, cap);
+  const int64_t max_tokens = line["max_tokens"].get<int64_t>();
   if (max_tokens > cap)
     throw bad_request(chat && body.contains("max_completion_tokens") ? "max_completion_tokens"
                                                                       : "max_tokens",

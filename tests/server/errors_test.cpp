@@ -1,0 +1,131 @@
+// `vericache serve` refuses bad requests the way OpenAI clients expect: a JSON
+// error object (message, type, param, code) and the fitting status.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_support.hpp"
+#include "tests/server/server_support.hpp"
+
+namespace vc::test {
+namespace {
+
+using nlohmann::json;
+
+// Checks the shape of an error reply and returns its "error" object.
+json error_of(const HttpResponse& r, int status) {
+  EXPECT_EQ(r.status, status) << r.body;
+  const json j = json::parse(r.body);
+  const json e = j.at("error");
+  EXPECT_TRUE(e.at("message").is_string());
+  EXPECT_TRUE(e.at("type").is_string());
+  EXPECT_TRUE(e.contains("param"));
+  EXPECT_TRUE(e.contains("code"));
+  return e;
+}
+
+TEST(serve_errors, bad_requests_get_400_naming_the_field) {
+  ServerProcess server({"--max-tokens-limit", "64", "--max-prompt-tokens", "16"});
+  const int port = server.port();
+  auto post = [&](const std::string& body) {
+    return http_request(port, "POST", "/v1/completions", body);
+  };
+  const json bad_json = error_of(post("{\"prompt\": "), 400);
+  EXPECT_EQ(bad_json["type"], "invalid_request_error");
+  EXPECT_NE(bad_json["message"].get<std::string>().find("JSON"), std::string::npos);
+
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"prompt", "x"}, {"max_tokenz", 3}}, "max_tokenz"},
+      {{{"prompt", "x"}, {"max_tokens", 65}}, "max_tokens"},
+      {{{"prompt", "x"}, {"max_tokens", 0}}, "max_tokens"},
+      {{{"prompt", std::string(200, 'a') + " b c d e f g h i j k l m n o p q"}}, "prompt"},
+      {{{"prompt", "x"}, {"temperature", -1}}, "temperature"},
+      {{{"prompt", "x"}, {"top_p", 0}}, "top_p"},
+      {{{"prompt", "x"}, {"compressor", "nope"}}, "compressor"},
+      {{{"prompt", "x"}, {"mode", "fast"}}, "mode"},
+      {{{"prompt", "x"}, {"n", 2}}, "n"},
+      {{{"prompt", "x"}, {"logprobs", 5}}, "logprobs"},
+      {{{"prompt", {"a", "b"}}}, "prompt"},
+      {{{"max_tokens", 3}}, "prompt"},
+      {{{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, "stream_options"},
+  };
+  for (const auto& [body, param] : cases) {
+    SCOPED_TRACE(body.dump());
+    const json e = error_of(post(body.dump()), 400);
+    EXPECT_EQ(e["param"], param) << e["message"];
+    EXPECT_EQ(e["type"], "invalid_request_error");
+  }
+}
+
+TEST(serve_errors, unknown_model_and_route_get_404_and_wrong_method_405) {
+  ServerProcess server;
+  const json e = error_of(http_request(server.port(), "POST", "/v1/completions",
+                                       json{{"model", "gpt-4"}, {"prompt", "x"}}.dump()),
+                          404);
+  EXPECT_EQ(e["code"], "model_not_found");
+  EXPECT_EQ(e["param"], "model");
+  (void)error_of(http_request(server.port(), "GET", "/v2/things"), 404);
+  (void)error_of(http_request(server.port(), "GET", "/v1/completions"), 405);
+}
+
+TEST(serve_errors, a_body_over_the_limit_gets_413) {
+  ServerProcess server({"--max-body", "1K"});
+  const json b = {{"prompt", std::string(2000, 'a')}};
+  const json e = error_of(http_request(server.port(), "POST", "/v1/completions", b.dump()), 413);
+  EXPECT_NE(e["message"].get<std::string>().find("1024"), std::string::npos) << e["message"];
+}
+
+TEST(serve_errors, an_api_key_guards_the_v1_routes_but_not_health) {
+  ServerProcess server({"--api-key", "sekret"});
+  const json e = error_of(http_request(server.port(), "GET", "/v1/models"), 401);
+  EXPECT_EQ(e["code"], "invalid_api_key");
+  (void)error_of(http_request(server.port(), "GET", "/v1/models", "", {"Authorization: Bearer nope"}),
+                 401);
+  EXPECT_EQ(http_request(server.port(), "GET", "/v1/models", "", {"Authorization: Bearer sekret"})
+                .status,
+            200);
+  EXPECT_EQ(http_request(server.port(), "POST", "/v1/completions",
+                         json{{"prompt", "x"}, {"max_tokens", 2}}.dump(),
+                         {"Authorization: Bearer sekret"})
+                .status,
+            200);
+  EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200);
+}
+
+TEST(serve_errors, a_non_loopback_address_without_an_api_key_is_refused_at_start) {
+  const CliRun r = run_vericache("serve --host 0.0.0.0 --port 0", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("error: --host 0.0.0.0: binding a non-loopback address needs --api-key"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(serve_errors, a_full_queue_gets_429) {
+  ServerProcess server({"--max-concurrency", "1", "--max-queue", "1"});
+  const json longer = {{"prompt", "<|begin_of_text|>x"}, {"max_tokens", 30000},
+                       {"ignore_eos", true}, {"mode", "full"}};
+  HttpConnection a(server.port()), b(server.port());
+  a.send("POST", "/v1/completions", longer.dump());
+  b.send("POST", "/v1/completions", longer.dump());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const json e = error_of(http_request(server.port(), "POST", "/v1/completions",
+                                       json{{"prompt", "x"}, {"max_tokens", 2}}.dump()),
+                          429);
+  EXPECT_EQ(e["code"], "rate_limit_exceeded");
+  // Leaving cancels both; the server is free again.
+  a.close();
+  b.close();
+  HttpResponse ok;
+  for (int i = 0; i < 100 && ok.status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ok = http_request(server.port(), "POST", "/v1/completions",
+                      json{{"prompt", "x"}, {"max_tokens", 2}}.dump());
+  }
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+}  // namespace
+}  // namespace vc::test

@@ -1,0 +1,68 @@
+// `vericache serve` over a request's life: a client that disconnects cancels its
+// request (plain or streamed), and SIGTERM drains: requests in flight finish, new
+// ones are refused, the process exits 0.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/server/server_support.hpp"
+
+namespace vc::test {
+namespace {
+
+using nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+// Tens of seconds of decoding on one slot: only cancellation frees it quickly.
+const json kEndless = {{"prompt", "<|begin_of_text|>x"}, {"max_tokens", 30000},
+                       {"ignore_eos", true}, {"mode", "full"}};
+
+double seconds_for_a_short_request(int port) {
+  const auto t0 = clock_type::now();
+  const HttpResponse r = http_request(port, "POST", "/v1/completions",
+                                      json{{"prompt", "x"}, {"max_tokens", 2}}.dump());
+  EXPECT_EQ(r.status, 200) << r.body;
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+TEST(serve_lifecycle, a_client_that_disconnects_cancels_its_request) {
+  ServerProcess server({"--max-concurrency", "1"});
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "plain");
+    json b = kEndless;
+    b["stream"] = stream;
+    {
+      HttpConnection c(server.port());
+      c.send("POST", "/v1/completions", b.dump());
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }  // closed
+    // The one slot is free again long before the endless request could finish.
+    EXPECT_LT(seconds_for_a_short_request(server.port()), 8.0);
+  }
+}
+
+TEST(serve_lifecycle, sigterm_lets_requests_in_flight_finish_then_exits_0) {
+  ServerProcess server;
+  HttpConnection busy(server.port());
+  const json b = {{"prompt", "<|begin_of_text|>x"}, {"max_tokens", 300}, {"ignore_eos", true},
+                  {"mode", "full"}};
+  busy.send("POST", "/v1/completions", b.dump());
+  HttpConnection idle(server.port());
+  EXPECT_EQ(idle.request("GET", "/health").status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server.signal(SIGTERM);
+  const HttpResponse r = busy.read();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["usage"]["completion_tokens"], 300);
+  EXPECT_EQ(r.headers.at("connection"), "close");
+  EXPECT_TRUE(idle.closed_by_peer(5.0));
+  EXPECT_EQ(server.wait_exit(10.0), 0);
+}
+
+}  // namespace
+}  // namespace vc::test
