@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -25,7 +26,8 @@ namespace vc::test {
 /// A `vericache serve` child process.
 class ServerProcess {
  public:
-  /// Starts `vericache serve --port 0 --model <bundled> ARGS`; waits until it listens.
+  /// Starts `vericache serve --port 0 ARGS` (with the bundled model unless ARGS name
+  /// a --model); waits until it listens.
   explicit ServerProcess(const std::vector<std::string>& args = {}) {
     int out[2];
     if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
@@ -34,7 +36,11 @@ class ServerProcess {
       ::dup2(out[1], 1);
       ::close(out[0]);
       ::close(out[1]);
-      std::vector<std::string> all = {VC_CLI_PATH, "serve", "--port", "0", "--model", VC_MODEL_DIR};
+      std::vector<std::string> all = {VC_CLI_PATH, "serve", "--port", "0"};
+      if (std::find(args.begin(), args.end(), "--model") == args.end()) {
+        all.push_back("--model");
+        all.push_back(VC_MODEL_DIR);
+      }
       all.insert(all.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());

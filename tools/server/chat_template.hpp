@@ -1,18 +1,39 @@
 // A model's chat template: OpenAI chat messages -> the prompt text the model was
-// trained on. Errors (a template it cannot render, malformed messages) are ApiErrors.
+// trained on, rendered from the checkpoint's own `chat_template`
+// (tokenizer_config.json) with the Jinja subset of jinja.hpp, as Hugging Face
+// renders it (add_generation_prompt, bos_token, eos_token, raise_exception).
 #pragma once
+#include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "tools/server/jinja.hpp"
 
 namespace vc::server {
 
 class ChatTemplate {
  public:
-  virtual ~ChatTemplate() = default;
-  /// The prompt for `messages` (an array of {"role", "content"}), ending with the
-  /// assistant's generation prompt.
-  [[nodiscard]] virtual std::string render(const nlohmann::json& messages) const = 0;
+  /// Parses `source`; a template outside the supported subset is kept as the reason
+  /// every render fails (so the server still serves /v1/completions).
+  ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token);
+  /// From DIR/tokenizer_config.json; nullopt when it has no chat_template. Throws
+  /// vc::Error for a malformed file.
+  [[nodiscard]] static std::optional<ChatTemplate> from_model_dir(const std::string& dir);
+
+  /// The prompt for `messages` (an array of {"role", "content", ...}; content a string,
+  /// null, or a list of {"type": "text", "text"} parts), ending with the assistant's
+  /// generation prompt. Throws ApiError: 400 for malformed messages or the template's
+  /// own raise_exception, 500 for a template this renderer cannot run.
+  [[nodiscard]] std::string render(const nlohmann::json& messages) const;
+  /// Why the template cannot be used ("" when it parsed).
+  [[nodiscard]] const std::string& parse_error() const { return parse_error_; }
+
+ private:
+  std::shared_ptr<jinja::Template> template_;
+  std::string parse_error_;
+  std::string bos_, eos_;
 };
 
 }  // namespace vc::server

@@ -23,6 +23,7 @@
 #include "kvtiers/scratch_registry.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/tokenizer.hpp"
+#include "tools/server/chat_template.hpp"
 #include "tools/server/http_server.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
@@ -132,7 +133,16 @@ int run_serve(const ServeArgs& a) {
   } catch (const std::exception& e) {
     throw Error(e.what());
   }
+  // The checkpoint's chat template, for /v1/chat/completions.
+  const std::optional<server::ChatTemplate> chat = server::ChatTemplate::from_model_dir(a.model_dir);
+  if (!chat)
+    spdlog::warn("{}: no chat_template in tokenizer_config.json; /v1/chat/completions answers 400",
+                 a.model_dir);
+  else if (!chat->parse_error().empty())
+    spdlog::warn("the model's chat template cannot be rendered ({}); /v1/chat/completions answers 500",
+                 chat->parse_error());
   server::ServerState state;
+  state.chat_template = chat ? &*chat : nullptr;
   state.engine = &*engine;
   state.tokenizer = &tok;
   state.limits = RequestLimits::of(mc);

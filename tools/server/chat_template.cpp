@@ -1,0 +1,113 @@
+// Chat templates from tokenizer_config.json (chat_template.hpp).
+#include "tools/server/chat_template.hpp"
+
+#include <filesystem>
+
+#include "runtime/model/bounded_input.hpp"
+#include "tools/server/api_error.hpp"
+
+namespace vc::server {
+
+namespace {
+
+using nlohmann::json;
+
+// A special token in tokenizer_config.json: a string, or {"content": ...}, or null.
+std::string token_text(const json& cfg, const char* key) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return "";
+  const json& v = cfg[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
+  throw Error(std::string("tokenizer_config.json: field '") + key +
+              "': expected a string or an object with 'content'");
+}
+
+// Messages as the template sees them: content parts joined into one string.
+json normalized(const json& messages) {
+  if (!messages.is_array() || messages.empty())
+    throw bad_request("messages", "expected a non-empty array of messages");
+  json out = json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    const json& m = messages[i];
+    if (!m.is_object()) throw bad_request(where, "expected an object with 'role' and 'content'");
+    if (!m.contains("role") || !m["role"].is_string())
+      throw bad_request(where + ".role", "expected a string");
+    json n = m;
+    if (!m.contains("content") || m["content"].is_null()) {
+      n["content"] = nullptr;
+    } else if (m["content"].is_array()) {
+      std::string text;
+      for (const json& part : m["content"]) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          throw bad_request(where + ".content",
+                            "only text parts ({\"type\": \"text\", \"text\": ...}) are supported");
+        text += part["text"].get<std::string>();
+      }
+      n["content"] = text;
+    } else if (!m["content"].is_string()) {
+      throw bad_request(where + ".content", "expected a string or a list of text parts");
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token)
+    : bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
+  try {
+    template_ = std::make_shared<jinja::Template>(source);
+  } catch (const jinja::TemplateError& e) {
+    parse_error_ = e.what();
+  }
+}
+
+std::optional<ChatTemplate> ChatTemplate::from_model_dir(const std::string& dir) {
+  const auto path = std::filesystem::path(dir) / "tokenizer_config.json";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  const json cfg = parse_json_bounded(read_file_bounded(path, size_t(16) << 20, path.string()),
+                                      path.string());
+  if (!cfg.is_object() || !cfg.contains("chat_template") || cfg["chat_template"].is_null())
+    return std::nullopt;
+  const json& t = cfg["chat_template"];
+  std::string source;
+  if (t.is_string()) {
+    source = t.get<std::string>();
+  } else if (t.is_array()) {  // named templates: the "default" one
+    for (const json& named : t)
+      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+          named["template"].is_string())
+        source = named["template"].get<std::string>();
+    if (source.empty())
+      throw Error(path.string() + ": field 'chat_template': no template named 'default'");
+  } else {
+    throw Error(path.string() + ": field 'chat_template': expected a string or a list");
+  }
+  return ChatTemplate(source, token_text(cfg, "bos_token"), token_text(cfg, "eos_token"));
+}
+
+std::string ChatTemplate::render(const json& messages) const {
+  const json ctx = {{"messages", normalized(messages)},
+                    {"add_generation_prompt", true},
+                    {"bos_token", bos_},
+                    {"eos_token", eos_}};
+  if (!template_)
+    throw ApiError(500, "server_error",
+                   "the model's chat template cannot be rendered: " + parse_error_, "",
+                   "chat_template_unsupported");
+  try {
+    return template_->render(ctx);
+  } catch (const jinja::RaisedError& e) {
+    throw bad_request("messages", std::string("the chat template refused the messages: ") + e.what());
+  } catch (const jinja::TemplateError& e) {
+    throw ApiError(500, "server_error",
+                   std::string("the model's chat template cannot be rendered: ") + e.what(), "",
+                   "chat_template_unsupported");
+  }
+}
+
+}  // namespace vc::server

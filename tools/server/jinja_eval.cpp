@@ -1,0 +1,675 @@
+// Rendering of the Jinja subset (jinja.hpp): values are JSON, "undefined" is a
+// discarded JSON value, a namespace() is an object the template may set attributes
+// of. Python semantics where templates depend on them: truthiness, str() of
+// values, negative indices and slices by code point, string methods.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "tools/server/jinja.hpp"
+#include "tools/server/jinja_ast.hpp"
+
+namespace vc::server::jinja {
+
+namespace {
+
+using nlohmann::json;
+
+const json kUndefined = json(json::value_t::discarded);
+
+bool undefined(const json& v) { return v.is_discarded(); }
+
+[[noreturn]] void fail(int line, const std::string& what) {
+  throw TemplateError("chat template line " + std::to_string(line) + ": " + what);
+}
+
+// UTF-8 code points of a string (Python indexes strings by them).
+std::vector<std::string> code_points(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+std::string type_name(const json& v) { return undefined(v) ? "undefined" : v.type_name(); }
+
+bool truthy(const json& v) {
+  if (undefined(v) || v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer()) return v.get<int64_t>() != 0;
+  if (v.is_number()) return v.get<double>() != 0.0;
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();
+  return !v.empty();
+}
+
+std::string py_float(double d) {
+  if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e16) return fmt::format("{:.1f}", d);
+  return fmt::format("{}", d);
+}
+
+std::string repr(const json& v);
+
+// Python's str().
+std::string str(const json& v) {
+  if (undefined(v)) return "";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "None";
+  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number()) return py_float(v.get<double>());
+  return repr(v);
+}
+
+std::string repr(const json& v) {
+  if (v.is_string()) {
+    std::string s = "'";
+    for (char c : v.get<std::string>()) {
+      if (c == '\'' || c == '\\') s += '\\';
+      if (c == '\n') s += "\\n";
+      else s += c;
+    }
+    return s + "'";
+  }
+  if (v.is_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + repr(v[i]);
+    return s + "]";
+  }
+  if (v.is_object()) {
+    std::string s = "{";
+    bool first = true;
+    for (const auto& [k, x] : v.items()) {
+      s += (first ? "" : ", ") + repr(json(k)) + ": " + repr(x);
+      first = false;
+    }
+    return s + "}";
+  }
+  return str(v);
+}
+
+// Python's json.dumps(ensure_ascii=False) with its default separators.
+std::string to_json(const json& v) {
+  if (undefined(v)) return "null";
+  if (v.is_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + to_json(v[i]);
+    return s + "]";
+  }
+  if (v.is_object()) {
+    std::string s = "{";
+    bool first = true;
+    for (const auto& [k, x] : v.items()) {
+      s += (first ? "" : ", ") + json(k).dump() + ": " + to_json(x);
+      first = false;
+    }
+    return s + "}";
+  }
+  if (v.is_number_float()) return py_float(v.get<double>());
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+int64_t as_int(const json& v, int line, const char* what) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_boolean()) return v.get<bool>() ? 1 : 0;
+  fail(line, std::string(what) + ": expected an integer, got " + type_name(v));
+}
+
+double as_number(const json& v, int line) {
+  if (v.is_number() || v.is_boolean()) return v.is_boolean() ? double(v.get<bool>()) : v.get<double>();
+  fail(line, "expected a number, got " + type_name(v));
+}
+
+json sequence_slice(const json& v, const json& a, const json& b, const json& c, int line) {
+  const bool text = v.is_string();
+  std::vector<json> items;
+  if (text) {
+    for (auto& cp : code_points(v.get<std::string>())) items.emplace_back(cp);
+  } else if (v.is_array()) {
+    items.assign(v.begin(), v.end());
+  } else {
+    fail(line, "cannot slice a " + type_name(v));
+  }
+  const auto n = int64_t(items.size());
+  const int64_t step = c.is_null() || undefined(c) ? 1 : as_int(c, line, "slice step");
+  if (step == 0) fail(line, "slice step cannot be zero");
+  auto norm = [&](const json& x, int64_t dflt) {
+    if (x.is_null() || undefined(x)) return dflt;
+    int64_t i = as_int(x, line, "slice index");
+    if (i < 0) i += n;
+    if (step > 0) return std::clamp<int64_t>(i, 0, n);
+    return std::clamp<int64_t>(i, -1, n - 1);
+  };
+  const int64_t lo = norm(a, step > 0 ? 0 : n - 1), hi = norm(b, step > 0 ? n : -1);
+  json out = text ? json("") : json::array();
+  for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
+    if (text) out.get_ref<std::string&>() += items[size_t(i)].get<std::string>();
+    else out.push_back(items[size_t(i)]);
+  }
+  return out;
+}
+
+json item(const json& v, const json& key, int line) {
+  if (undefined(v)) fail(line, "cannot index an undefined value");
+  if (v.is_object()) {
+    if (!key.is_string()) return kUndefined;
+    const auto it = v.find(key.get<std::string>());
+    return it == v.end() ? kUndefined : *it;
+  }
+  if (v.is_array() || v.is_string()) {
+    if (!key.is_number_integer()) return kUndefined;
+    int64_t i = key.get<int64_t>();
+    if (v.is_string()) {
+      const auto cps = code_points(v.get<std::string>());
+      const auto n = int64_t(cps.size());
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) fail(line, "string index out of range");
+      return cps[size_t(i)];
+    }
+    const auto n = int64_t(v.size());
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) return kUndefined;
+    return v[size_t(i)];
+  }
+  return kUndefined;
+}
+
+std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
+  size_t b = 0, e = s.size();
+  if (left) while (b < e && chars.find(s[b]) != std::string::npos) ++b;
+  if (right) while (e > b && chars.find(s[e - 1]) != std::string::npos) --e;
+  return s.substr(b, e - b);
+}
+
+const std::string kSpace = " \t\n\r\f\v";
+
+bool equal(const json& a, const json& b) {
+  if (undefined(a) || undefined(b)) return undefined(a) && undefined(b);
+  return a == b;
+}
+
+class Renderer {
+ public:
+  explicit Renderer(const json& ctx) { scopes_.push_back(ctx); }
+
+  void run(const Body& body, std::string& out) {
+    for (const NodePtr& n : body) exec(*n, out);
+  }
+
+ private:
+  std::vector<json> scopes_;  // innermost last; objects
+
+  json lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      const auto f = it->find(name);
+      if (f != it->end()) return *f;
+    }
+    return kUndefined;
+  }
+  json* find_var(const std::string& name) {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      const auto f = it->find(name);
+      if (f != it->end()) return &*f;
+    }
+    return nullptr;
+  }
+
+  void exec(const Node& n, std::string& out) {
+    switch (n.kind) {
+      case Node::Kind::text: out += n.text; break;
+      case Node::Kind::output: out += str(eval(*n.expr)); break;
+      case Node::Kind::if_:
+        for (const auto& [cond, body] : n.branches)
+          if (!cond || truthy(eval(*cond))) {
+            run(body, out);
+            break;
+          }
+        break;
+      case Node::Kind::set: {
+        json v = eval(*n.expr);
+        if (n.targets.size() == 1) {
+          scopes_.back()[n.targets[0]] = v;
+        } else {
+          json* ns = find_var(n.targets[0]);
+          if (ns == nullptr || !ns->is_object() || !ns->contains("__namespace__"))
+            fail(n.line, "'" + n.targets[0] + "' is not a namespace: cannot set attributes of it");
+          (*ns)[n.targets[1]] = v;
+        }
+        break;
+      }
+      case Node::Kind::for_: loop(n, out); break;
+    }
+  }
+
+  void loop(const Node& n, std::string& out) {
+    const json seq = eval(*n.expr);
+    std::vector<json> items;
+    if (seq.is_array()) items.assign(seq.begin(), seq.end());
+    else if (seq.is_object())
+      for (const auto& [k, v] : seq.items()) items.emplace_back(k);
+    else if (seq.is_string())
+      for (auto& cp : code_points(seq.get<std::string>())) items.emplace_back(cp);
+    else if (!undefined(seq) && !seq.is_null())
+      fail(n.line, "cannot loop over a " + type_name(seq));
+    auto bind = [&](json& scope, const json& x) {
+      if (n.targets.size() == 1) {
+        scope[n.targets[0]] = x;
+        return;
+      }
+      if (!x.is_array() || x.size() != n.targets.size())
+        fail(n.line, "cannot unpack a " + type_name(x) + " into " + std::to_string(n.targets.size()) +
+                         " loop variables");
+      for (size_t k = 0; k < n.targets.size(); ++k) scope[n.targets[k]] = x[k];
+    };
+    if (n.filter) {
+      std::vector<json> kept;
+      for (const json& x : items) {
+        scopes_.push_back(json::object());
+        bind(scopes_.back(), x);
+        const bool keep = truthy(eval(*n.filter));
+        scopes_.pop_back();
+        if (keep) kept.push_back(x);
+      }
+      items.swap(kept);
+    }
+    const size_t len = items.size();
+    for (size_t i = 0; i < len; ++i) {
+      json scope = json::object();
+      bind(scope, items[i]);
+      scope["loop"] = {{"index0", i},          {"index", i + 1},
+                       {"revindex0", len - 1 - i}, {"revindex", len - i},
+                       {"first", i == 0},      {"last", i + 1 == len},
+                       {"length", len},
+                       {"previtem", i > 0 ? items[i - 1] : kUndefined},
+                       {"nextitem", i + 1 < len ? items[i + 1] : kUndefined}};
+      scopes_.push_back(std::move(scope));
+      run(n.body, out);
+      scopes_.pop_back();
+    }
+    if (len == 0) run(n.else_body, out);
+  }
+
+  std::vector<json> args(const Expr& e, size_t from) {
+    std::vector<json> a;
+    for (size_t i = from; i < e.items.size(); ++i) a.push_back(eval(*e.items[i]));
+    return a;
+  }
+  json kwarg(const Expr& e, const std::string& name, const json& dflt) {
+    for (const auto& [k, v] : e.kwargs)
+      if (k == name) return eval(*v);
+    return dflt;
+  }
+
+  json eval(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Kind::literal: return e.value;
+      case Expr::Kind::name: return lookup(e.name);
+      case Expr::Kind::list: {
+        json l = json::array();
+        for (const auto& x : e.items) l.push_back(eval(*x));
+        return l;
+      }
+      case Expr::Kind::dict: {
+        json d = json::object();
+        for (size_t i = 0; i + 1 < e.items.size(); i += 2) d[str(eval(*e.items[i]))] = eval(*e.items[i + 1]);
+        return d;
+      }
+      case Expr::Kind::attr: {
+        const json v = eval(*e.items[0]);
+        if (undefined(v)) fail(e.line, "'" + e.name + "' of an undefined value");
+        return item(v, json(e.name), e.line);
+      }
+      case Expr::Kind::index: return item(eval(*e.items[0]), eval(*e.items[1]), e.line);
+      case Expr::Kind::slice: {
+        auto part = [&](size_t k) { return e.items[k] ? eval(*e.items[k]) : json(nullptr); };
+        return sequence_slice(eval(*e.items[0]), part(1), part(2), part(3), e.line);
+      }
+      case Expr::Kind::call: return call(e);
+      case Expr::Kind::filter: return filter(e);
+      case Expr::Kind::test: return test(e) != e.negated;
+      case Expr::Kind::unary: {
+        const json v = eval(*e.items[0]);
+        if (e.name == "not") return !truthy(v);
+        if (v.is_number_integer()) return -v.get<int64_t>();
+        return -as_number(v, e.line);
+      }
+      case Expr::Kind::binary: return binary(e);
+      case Expr::Kind::cond: {
+        if (truthy(eval(*e.items[1]))) return eval(*e.items[0]);
+        return e.items[2] ? eval(*e.items[2]) : kUndefined;
+      }
+    }
+    return kUndefined;
+  }
+
+  json binary(const Expr& e) {
+    const std::string& op = e.name;
+    if (op == "and") {
+      json a = eval(*e.items[0]);
+      return truthy(a) ? eval(*e.items[1]) : a;
+    }
+    if (op == "or") {
+      json a = eval(*e.items[0]);
+      return truthy(a) ? a : eval(*e.items[1]);
+    }
+    const json a = eval(*e.items[0]), b = eval(*e.items[1]);
+    if (op == "==") return equal(a, b);
+    if (op == "!=") return !equal(a, b);
+    if (op == "~") return str(a) + str(b);
+    if (op == "in" || op == "not in") {
+      bool found = false;
+      if (b.is_string()) found = b.get<std::string>().find(str(a)) != std::string::npos;
+      else if (b.is_array()) found = std::any_of(b.begin(), b.end(), [&](const json& x) { return equal(x, a); });
+      else if (b.is_object()) found = a.is_string() && b.contains(a.get<std::string>());
+      else fail(e.line, "'in' needs a string, list or mapping on its right, got " + type_name(b));
+      return op == "in" ? found : !found;
+    }
+    if (undefined(a) || undefined(b)) fail(e.line, "'" + op + "' with an undefined value");
+    if (op == "+") {
+      if (a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
+      if (a.is_array() && b.is_array()) {
+        json r = a;
+        for (const auto& x : b) r.push_back(x);
+        return r;
+      }
+      if (a.is_string() || b.is_string())
+        fail(e.line, "cannot add a " + type_name(a) + " and a " + type_name(b));
+    }
+    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
+      int c;
+      if (a.is_string() && b.is_string()) c = a.get<std::string>().compare(b.get<std::string>());
+      else {
+        const double x = as_number(a, e.line), y = as_number(b, e.line);
+        c = x < y ? -1 : x > y ? 1 : 0;
+      }
+      if (op == "<") return c < 0;
+      if (op == ">") return c > 0;
+      if (op == "<=") return c <= 0;
+      return c >= 0;
+    }
+    const bool ints = a.is_number_integer() && b.is_number_integer();
+    if (ints && op != "/") {
+      const int64_t x = a.get<int64_t>(), y = b.get<int64_t>();
+      if (op == "+") return x + y;
+      if (op == "-") return x - y;
+      if (op == "*") return x * y;
+      if (y == 0) fail(e.line, "division by zero");
+      if (op == "//") return int64_t(std::floor(double(x) / double(y)));
+      if (op == "%") return ((x % y) + y) % y;
+    }
+    const double x = as_number(a, e.line), y = as_number(b, e.line);
+    if (op == "+") return x + y;
+    if (op == "-") return x - y;
+    if (op == "*") return x * y;
+    if (y == 0) fail(e.line, "division by zero");
+    if (op == "/") return x / y;
+    if (op == "//") return std::floor(x / y);
+    if (op == "%") return x - y * std::floor(x / y);
+    fail(e.line, "unknown operator '" + op + "'");
+  }
+
+  json call(const Expr& e) {
+    const Expr& target = *e.items[0];
+    if (target.kind == Expr::Kind::name) {
+      const std::vector<json> a = args(e, 1);
+      if (target.name == "raise_exception")
+        throw RaisedError(a.empty() ? "raise_exception() called" : str(a[0]));
+      if (target.name == "namespace") {
+        json ns = {{"__namespace__", true}};
+        for (const auto& [k, v] : e.kwargs) ns[k] = eval(*v);
+        return ns;
+      }
+      if (target.name == "range") {
+        int64_t lo = 0, hi = 0, step = 1;
+        if (a.size() == 1) hi = as_int(a[0], e.line, "range");
+        else if (a.size() >= 2) {
+          lo = as_int(a[0], e.line, "range");
+          hi = as_int(a[1], e.line, "range");
+          if (a.size() == 3) step = as_int(a[2], e.line, "range");
+        }
+        if (step == 0) fail(e.line, "range() step cannot be zero");
+        json r = json::array();
+        for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) r.push_back(i);
+        return r;
+      }
+      fail(e.line, "the function '" + target.name + "' is not supported");
+    }
+    if (target.kind != Expr::Kind::attr) fail(e.line, "this call is not supported");
+    const json self = eval(*target.items[0]);
+    const std::string& m = target.name;
+    const std::vector<json> a = args(e, 1);
+    if (self.is_string()) {
+      const std::string s = self.get<std::string>();
+      auto arg_str = [&](size_t i) {
+        if (i >= a.size() || !a[i].is_string()) fail(e.line, m + "() needs a string argument");
+        return a[i].get<std::string>();
+      };
+      if (m == "strip" || m == "lstrip" || m == "rstrip") {
+        const std::string chars = a.empty() || a[0].is_null() ? kSpace : arg_str(0);
+        return strip_chars(s, chars, m != "rstrip", m != "lstrip");
+      }
+      if (m == "startswith") return s.starts_with(arg_str(0));
+      if (m == "endswith") return s.ends_with(arg_str(0));
+      if (m == "upper" || m == "lower") {
+        std::string r = s;
+        for (char& c : r) c = char(m == "upper" ? std::toupper(c) : std::tolower(c));
+        return r;
+      }
+      if (m == "replace") {
+        const std::string from = arg_str(0), to = arg_str(1);
+        if (from.empty()) return s;
+        std::string r;
+        size_t pos = 0, at;
+        while ((at = s.find(from, pos)) != std::string::npos) {
+          r += s.substr(pos, at - pos) + to;
+          pos = at + from.size();
+        }
+        return r + s.substr(pos);
+      }
+      if (m == "split") {
+        json r = json::array();
+        if (a.empty() || a[0].is_null()) {
+          size_t i = 0;
+          while (i < s.size()) {
+            while (i < s.size() && kSpace.find(s[i]) != std::string::npos) ++i;
+            size_t j = i;
+            while (j < s.size() && kSpace.find(s[j]) == std::string::npos) ++j;
+            if (j > i) r.push_back(s.substr(i, j - i));
+            i = j;
+          }
+          return r;
+        }
+        const std::string sep = arg_str(0);
+        if (sep.empty()) fail(e.line, "split() with an empty separator");
+        size_t pos = 0, at;
+        while ((at = s.find(sep, pos)) != std::string::npos) {
+          r.push_back(s.substr(pos, at - pos));
+          pos = at + sep.size();
+        }
+        r.push_back(s.substr(pos));
+        return r;
+      }
+    }
+    if (self.is_object()) {
+      if (m == "get") {
+        if (a.empty()) fail(e.line, "get() needs a key");
+        const json v = item(self, a[0], e.line);
+        return undefined(v) ? (a.size() > 1 ? a[1] : json(nullptr)) : v;
+      }
+      if (m == "items") {
+        json r = json::array();
+        for (const auto& [k, v] : self.items())
+          if (k != "__namespace__") r.push_back(json::array({k, v}));
+        return r;
+      }
+      if (m == "keys" || m == "values") {
+        json r = json::array();
+        for (const auto& [k, v] : self.items())
+          if (k != "__namespace__") r.push_back(m == "keys" ? json(k) : v);
+        return r;
+      }
+    }
+    fail(e.line, "the method '" + m + "' of a " + type_name(self) + " is not supported");
+  }
+
+  json filter(const Expr& e) {
+    const json v = eval(*e.items[0]);
+    const std::vector<json> a = args(e, 1);
+    const std::string& f = e.name;
+    if (f == "trim") return strip_chars(str(v), a.empty() ? kSpace : str(a[0]), true, true);
+    if (f == "length" || f == "count") {
+      if (v.is_string()) return code_points(v.get<std::string>()).size();
+      if (v.is_array() || v.is_object()) return v.size();
+      fail(e.line, "length of a " + type_name(v));
+    }
+    if (f == "string") return str(v);
+    if (f == "tojson") return to_json(v);
+    if (f == "lower" || f == "upper") {
+      std::string r = str(v);
+      for (char& c : r) c = char(f == "upper" ? std::toupper(c) : std::tolower(c));
+      return r;
+    }
+    if (f == "capitalize") {
+      std::string r = str(v);
+      for (char& c : r) c = char(std::tolower(c));
+      if (!r.empty()) r[0] = char(std::toupper(r[0]));
+      return r;
+    }
+    if (f == "default" || f == "d") {
+      const bool boolean = a.size() > 1 && truthy(a[1]);
+      if (undefined(v) || (boolean && !truthy(v))) return a.empty() ? json("") : a[0];
+      return v;
+    }
+    if (f == "list") {
+      if (v.is_array()) return v;
+      if (v.is_string()) {
+        json r = json::array();
+        for (auto& cp : code_points(v.get<std::string>())) r.push_back(cp);
+        return r;
+      }
+      if (v.is_object()) {
+        json r = json::array();
+        for (const auto& [k, x] : v.items()) r.push_back(k);
+        return r;
+      }
+      fail(e.line, "list of a " + type_name(v));
+    }
+    if (f == "first" || f == "last") {
+      if (v.is_array()) return v.empty() ? kUndefined : (f == "first" ? v.front() : v.back());
+      if (v.is_string()) {
+        const auto cps = code_points(v.get<std::string>());
+        return cps.empty() ? kUndefined : json(f == "first" ? cps.front() : cps.back());
+      }
+      fail(e.line, f + " of a " + type_name(v));
+    }
+    if (f == "reverse") {
+      if (v.is_string()) {
+        auto cps = code_points(v.get<std::string>());
+        std::string r;
+        for (auto it = cps.rbegin(); it != cps.rend(); ++it) r += *it;
+        return r;
+      }
+      if (v.is_array()) {
+        json r = json::array();
+        for (auto it = v.rbegin(); it != v.rend(); ++it) r.push_back(*it);
+        return r;
+      }
+      fail(e.line, "reverse of a " + type_name(v));
+    }
+    if (f == "join") {
+      const std::string sep = a.empty() ? "" : str(a[0]);
+      std::string r;
+      if (!v.is_array()) fail(e.line, "join of a " + type_name(v));
+      for (size_t i = 0; i < v.size(); ++i) r += (i ? sep : "") + str(v[i]);
+      return r;
+    }
+    if (f == "items") {
+      if (!v.is_object()) fail(e.line, "items of a " + type_name(v));
+      json r = json::array();
+      for (const auto& [k, x] : v.items()) r.push_back(json::array({k, x}));
+      return r;
+    }
+    if (f == "int") {
+      if (v.is_number()) return int64_t(v.get<double>());
+      try {
+        return int64_t(std::stoll(str(v)));
+      } catch (...) {
+        return a.empty() ? json(0) : a[0];
+      }
+    }
+    if (f == "selectattr" || f == "rejectattr") {
+      if (!v.is_array()) fail(e.line, f + " of a " + type_name(v));
+      if (a.empty() || !a[0].is_string()) fail(e.line, f + "() needs an attribute name");
+      json r = json::array();
+      for (const json& x : v) {
+        const json attr = item(x, a[0], e.line);
+        bool ok;
+        if (a.size() < 2) ok = truthy(attr);
+        else ok = apply_test(str(a[1]), attr, std::vector<json>(a.begin() + 2, a.end()), e.line);
+        if (ok == (f == "selectattr")) r.push_back(x);
+      }
+      return r;
+    }
+    if (f == "map") {
+      if (!v.is_array()) fail(e.line, "map of a " + type_name(v));
+      const json attr = kwarg(e, "attribute", kUndefined);
+      if (!attr.is_string()) fail(e.line, "map() is supported with attribute= only");
+      json r = json::array();
+      for (const json& x : v) r.push_back(item(x, attr, e.line));
+      return r;
+    }
+    if (f == "safe" || f == "e" || f == "escape") return f == "safe" ? v : json(str(v));
+    fail(e.line, "the filter '" + f + "' is not supported");
+  }
+
+  bool test(const Expr& e) {
+    const json v = eval(*e.items[0]);
+    return apply_test(e.name, v, args(e, 1), e.line);
+  }
+
+  static bool apply_test(const std::string& t, const json& v, const std::vector<json>& a, int line) {
+    if (t == "defined") return !undefined(v);
+    if (t == "undefined") return undefined(v);
+    if (t == "none") return v.is_null();
+    if (t == "string") return v.is_string();
+    if (t == "number") return v.is_number();
+    if (t == "integer") return v.is_number_integer();
+    if (t == "float") return v.is_number_float();
+    if (t == "boolean") return v.is_boolean();
+    if (t == "true") return v.is_boolean() && v.get<bool>();
+    if (t == "false") return v.is_boolean() && !v.get<bool>();
+    if (t == "mapping") return v.is_object();
+    if (t == "sequence" || t == "iterable") return v.is_array() || v.is_string() || v.is_object();
+    if (t == "equalto" || t == "eq" || t == "sameas" || t == "==") {
+      if (a.empty()) fail(line, "'" + t + "' needs a value");
+      return equal(v, a[0]);
+    }
+    if (t == "odd" || t == "even") {
+      const int64_t x = as_int(v, line, t.c_str());
+      return (x % 2 != 0) == (t == "odd");
+    }
+    if (t == "divisibleby") {
+      if (a.empty()) fail(line, "'divisibleby' needs a value");
+      const int64_t d = as_int(a[0], line, "divisibleby");
+      return d != 0 && as_int(v, line, "divisibleby") % d == 0;
+    }
+    fail(line, "the test '" + t + "' is not supported");
+  }
+};
+
+}  // namespace
+
+std::string Template::render(const json& context) const {
+  if (!context.is_object()) throw TemplateError("chat template: the context must be an object");
+  Renderer r(context);
+  std::string out;
+  r.run(*body_, out);
+  return out;
+}
+
+}  // namespace vc::server::jinja
