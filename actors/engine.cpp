@@ -210,6 +210,11 @@ EngineStats Engine::stats() {
   s.cancelled = c.cancelled;
   s.rejected = c.rejected;
   s.tokens = c.tokens;
+  s.running = c.running;
+  s.waiting = c.waiting;
+  s.prompt_tokens = c.prompt_tokens;
+  s.drafted_tokens = c.drafted;
+  s.accepted_tokens = c.accepted;
   const auto now = TraceRecorder::clock::now();
   s.seconds = std::chrono::duration<double>(now - m.started).count();
   s.busy_fraction = m.trace->busy_fraction(m.started, now);

@@ -43,6 +43,11 @@ void SchedulerCore::submit(std::shared_ptr<RequestCtx> ctx) {
   admit();
 }
 
+void SchedulerCore::publish_sizes() {
+  counters_->running.store(active_.size(), std::memory_order_relaxed);
+  counters_->waiting.store(queue_.size(), std::memory_order_relaxed);
+}
+
 void SchedulerCore::admit() {
   while (active_.size() < max_active_ && !queue_.empty() && fits(*queue_.front())) {
     auto c = std::move(queue_.front());
@@ -53,9 +58,11 @@ void SchedulerCore::admit() {
     c->started = std::chrono::steady_clock::now();
     c->result.stats.queue_seconds = since(c->submitted);
     c->phase = RequestCtx::Phase::prefill;
+    counters_->prompt_tokens += c->spec.prompt.size();
     active_.emplace(c->id, c);
     out_.prefill(c->spec);
   }
+  publish_sizes();
 }
 
 size_t SchedulerCore::remaining(const RequestCtx& c) const {
@@ -146,6 +153,8 @@ void SchedulerCore::on_verified(std::shared_ptr<const VerifyOutcome> v) {
     s.rounds += 1;
     s.drafted += c->drafts.size();
     s.accepted += accepted;
+    counters_->drafted += c->drafts.size();
+    counters_->accepted += accepted;
     if (s.accepted_histogram.size() <= accepted) s.accepted_histogram.resize(accepted + 1);
     s.accepted_histogram[accepted] += 1;
     s.verify_seconds += v->seconds;
@@ -171,6 +180,7 @@ void SchedulerCore::cancel(uint64_t id) {
     if ((*it)->id == id) {
       auto c = *it;
       queue_.erase(it);
+      publish_sizes();
       ++counters_->cancelled;
       c->result.finish_reason = "cancelled";
       c->result.ok = true;

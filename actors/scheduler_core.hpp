@@ -57,6 +57,9 @@ class Outbox {
 /// Requests by outcome and tokens emitted: a snapshot.
 struct SchedulerCounters {
   size_t submitted = 0, completed = 0, failed = 0, cancelled = 0, rejected = 0, tokens = 0;
+  size_t running = 0, waiting = 0;           // requests active / queued now
+  size_t prompt_tokens = 0;                  // prompts of admitted requests
+  size_t drafted = 0, accepted = 0;          // draft tokens verified, and accepted
 };
 
 /// The live counters: written by the scheduler thread only, read from any thread
@@ -66,10 +69,13 @@ struct SchedulerCounters {
 struct LiveCounters {
   std::atomic<size_t> submitted{0}, completed{0}, failed{0}, cancelled{0}, rejected{0}, tokens{0};
   std::atomic<size_t> fast_reserved{0};  // bytes admission reserved for active requests
+  std::atomic<size_t> running{0}, waiting{0}, prompt_tokens{0}, drafted{0}, accepted{0};
   [[nodiscard]] SchedulerCounters snapshot() const {
     constexpr auto r = std::memory_order_relaxed;
     return {submitted.load(r), completed.load(r), failed.load(r),
-            cancelled.load(r), rejected.load(r), tokens.load(r)};
+            cancelled.load(r), rejected.load(r), tokens.load(r),
+            running.load(r),   waiting.load(r),   prompt_tokens.load(r),
+            drafted.load(r),   accepted.load(r)};
   }
 };
 
@@ -104,6 +110,7 @@ class SchedulerCore {
  private:
   std::shared_ptr<RequestCtx> find(uint64_t id) const;
   void admit();
+  void publish_sizes();  // running/waiting gauges from active_ and queue_
   void next_round(RequestCtx& c);
   bool emit(RequestCtx& c, int32_t tok, float logprob);  // true: stop (finished)
   /// Appends a token and calls back; returns the stop reason ("" to go on).

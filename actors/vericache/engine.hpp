@@ -88,6 +88,9 @@ struct Result {
 struct EngineStats {
   size_t submitted = 0, completed = 0, failed = 0, cancelled = 0, rejected = 0;
   size_t tokens = 0;
+  size_t running = 0, waiting = 0;             ///< requests active / queued now
+  size_t prompt_tokens = 0;                    ///< prompt tokens of admitted requests
+  size_t drafted_tokens = 0, accepted_tokens = 0;  ///< vericache rounds: drafts verified, accepted
   double seconds = 0;                          ///< since the engine started
   std::map<std::string, double> busy_fraction; ///< per resource
   size_t full_tier_bytes_read = 0, full_tier_bytes_written = 0;

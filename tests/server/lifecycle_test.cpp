@@ -44,6 +44,10 @@ TEST(serve_lifecycle, a_client_that_disconnects_cancels_its_request) {
     // The one slot is free again long before the endless request could finish.
     EXPECT_LT(seconds_for_a_short_request(server.port()), 8.0);
   }
+  const std::string metrics = http_request(server.port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("vericache:engine_requests_total{outcome=\"cancelled\"} 2\n"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST(serve_lifecycle, sigterm_lets_requests_in_flight_finish_then_exits_0) {

@@ -11,6 +11,7 @@
 #include "runtime/model/bounded_input.hpp"
 #include "tools/server/chat_template.hpp"
 #include "tools/server/openai_response.hpp"
+#include "tools/server/server_metrics.hpp"
 
 namespace vc::server {
 
@@ -32,6 +33,16 @@ struct TokenQueue {
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+// A finished request into the metrics.
+vericache::Result account(ServerState& st, const TokenTimer& timer, vericache::Result r) {
+  if (st.metrics == nullptr) return r;
+  std::string outcome = r.ok ? finish_reason(r.finish_reason) : "error";
+  if (!r.ok && r.error.starts_with("overloaded")) outcome = "rejected";
+  st.metrics->observe_e2e(timer.since_start());
+  st.metrics->on_finished(outcome, r.stats.accepted_histogram);
+  return r;
+}
 
 // An engine failure as an OpenAI error.
 ApiError engine_error(const vericache::Result& r) {
@@ -79,12 +90,12 @@ bool wait_result(ServerState& st, uint64_t id, std::future<vericache::Result>& f
 
 Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
              vericache::Engine::Submission& sub, const std::shared_ptr<TokenQueue>& q,
-             const Decoder& decode, StreamSink& sink) {
+             const Decoder& decode, StreamSink& sink, const TokenTimer& timer) {
   TextStream text(decode, p.engine_request.stop);
   bool begun = false, first = true;
   auto cancel = [&] {
     st.engine->cancel(sub.id);
-    (void)sub.result.get();
+    (void)account(st, timer, sub.result.get());
     return Reply{0, "", true};
   };
   for (;;) {
@@ -116,7 +127,7 @@ Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
       if (q->tokens.empty()) break;
     }
   }
-  const vericache::Result r = sub.result.get();
+  const vericache::Result r = account(st, timer, sub.result.get());
   if (!r.ok && !begun) return error_reply(engine_error(r));
   if (!begun && !sink.begin_stream()) return {0, "", true};
   if (!r.ok) {
@@ -148,22 +159,25 @@ Reply run(ServerState& st, Endpoint endpoint, const std::string& body_text, Stre
   };
 
   auto q = std::make_shared<TokenQueue>();
-  vericache::TokenCallback on_token;
-  if (p.stream)
-    on_token = [q](uint64_t, int32_t t) {
-      {
-        std::lock_guard lock(q->mu);
-        q->tokens.push_back(t);
-      }
-      q->cv.notify_one();
-    };
+  auto timer = std::make_shared<TokenTimer>(st.metrics);
+  const bool streamed = p.stream;
+  // Runs on the engine's scheduler thread: short, never blocks.
+  vericache::TokenCallback on_token = [q, timer, streamed](uint64_t, int32_t t) {
+    timer->on_token();
+    if (!streamed) return;
+    {
+      std::lock_guard lock(q->mu);
+      q->tokens.push_back(t);
+    }
+    q->cv.notify_one();
+  };
   vericache::Engine::Submission sub = st.engine->submit(p.engine_request, std::move(on_token));
-  if (p.stream) return stream(st, meta, p, sub, q, decode, sink);
+  if (p.stream) return stream(st, meta, p, sub, q, decode, sink, *timer);
   if (!wait_result(st, sub.id, sub.result, sink)) {
-    (void)sub.result.get();
+    (void)account(st, *timer, sub.result.get());
     return {0, "", true};  // nobody to answer
   }
-  const vericache::Result r = sub.result.get();
+  const vericache::Result r = account(st, *timer, sub.result.get());
   if (!r.ok) throw engine_error(r);
   return {200, dump(response_body(meta, p, r, decode)), false};
 }

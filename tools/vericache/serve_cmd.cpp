@@ -25,6 +25,7 @@
 #include "runtime/model/tokenizer.hpp"
 #include "tools/server/chat_template.hpp"
 #include "tools/server/http_server.hpp"
+#include "tools/server/server_metrics.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
 
@@ -141,8 +142,10 @@ int run_serve(const ServeArgs& a) {
   else if (!chat->parse_error().empty())
     spdlog::warn("the model's chat template cannot be rendered ({}); /v1/chat/completions answers 500",
                  chat->parse_error());
+  server::ServerMetrics metrics;
   server::ServerState state;
   state.chat_template = chat ? &*chat : nullptr;
+  state.metrics = &metrics;
   state.engine = &*engine;
   state.tokenizer = &tok;
   state.limits = RequestLimits::of(mc);
@@ -156,6 +159,7 @@ int run_serve(const ServeArgs& a) {
   http.drain_seconds = a.drain_seconds;
   install_drain_handlers();
   server::HttpServer srv(state, http);
+  srv.metrics_text = [&] { return metrics.render(engine->stats()); };
   std::cout << fmt::format("listening on http://{}:{} (model '{}')", a.host, srv.port(),
                            settings.model_name)
             << std::endl;
