@@ -24,6 +24,15 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The official OpenAI client for Node, for the server tests (tests/server/node): only
+# where node and npm are present; without them, or offline, that one test skips.
+node_dir=$root/tests/server/node
+if command -v node >/dev/null && command -v npm >/dev/null &&
+   [ ! -f "$node_dir/node_modules/openai/package.json" ]; then
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1) ||
+    echo "setup: npm could not install the 'openai' client into $node_dir; its test will skip" >&2
+fi
+
 # tools/sanitize.sh: the packages only, it builds elsewhere.
 [ "${SETUP_ONLY_PACKAGES:-0}" = 1 ] && exit 0
 
