@@ -36,6 +36,7 @@ TEST(serve_lifecycle, a_client_that_disconnects_cancels_its_request) {
     SCOPED_TRACE(stream ? "streamed" : "plain");
     json b = kEndless;
     b["stream"] = stream;
+    if (stream) b["mode"] = "vericache";  // its full KV in the full tier too
     {
       HttpConnection c(server.port());
       c.send("POST", "/v1/completions", b.dump());
@@ -48,6 +49,10 @@ TEST(serve_lifecycle, a_client_that_disconnects_cancels_its_request) {
   EXPECT_NE(metrics.find("vericache:engine_requests_total{outcome=\"cancelled\"} 2\n"),
             std::string::npos)
       << metrics;
+  // Nothing of theirs is left in any tier.
+  EXPECT_NE(metrics.find("vericache:fast_memory_reserved_bytes 0\n"), std::string::npos);
+  EXPECT_NE(metrics.find("vericache:full_tier_bytes_held 0\n"), std::string::npos);
+  EXPECT_NE(metrics.find("vericache:num_requests_running 0\n"), std::string::npos);
 }
 
 TEST(serve_lifecycle, sigterm_lets_requests_in_flight_finish_then_exits_0) {
