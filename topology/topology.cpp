@@ -37,6 +37,22 @@ const NumaNode& Topology::node(unsigned os) const {
   throw Error("topology " + source + ": no NUMA node P#" + std::to_string(os));
 }
 
+std::string format_index_list(const std::vector<unsigned>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    size_t j = i;  // runs a-b: 0-15
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!s.empty()) s.push_back(',');
+    s.append(std::to_string(v[i]));
+    if (j > i) {
+      s.push_back('-');
+      s.append(std::to_string(v[j]));
+    }
+    i = j;
+  }
+  return s;
+}
+
 std::string canonical_bus_id(const std::string& bus_id) {
   unsigned dom = 0, bus = 0, dev = 0, fn = 0;
   char tail = 0;

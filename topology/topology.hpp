@@ -76,6 +76,9 @@ struct Topology {
   [[nodiscard]] const NumaNode& node(unsigned os) const;
 };
 
+/// "0-6,14,32-38": sorted indexes with runs collapsed.
+[[nodiscard]] std::string format_index_list(const std::vector<unsigned>& v);
+
 /// The bus ids' canonical form: lower case, domain included ("0000:18:00.0").
 [[nodiscard]] std::string canonical_bus_id(const std::string& bus_id);
 
