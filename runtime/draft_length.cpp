@@ -29,6 +29,17 @@ double DraftLengthPolicy::acceptance() const {
   return std::clamp(matches_ / (matches_ + mismatches_), 0.0, 0.999);
 }
 
+void DraftLengthPolicy::set_prior(double acceptance, double draft_step_seconds) {
+  if (!(acceptance > 0 && acceptance < 1))
+    throw Error("draft length: acceptance must be in (0, 1), got " + std::to_string(acceptance));
+  if (!(draft_step_seconds >= 0) || !std::isfinite(draft_step_seconds))
+    throw Error("draft length: draft step seconds must be >= 0");
+  constexpr double kWeight = 10.0;  // as much weight as the built-in prior
+  matches_ = kWeight * acceptance;
+  mismatches_ = kWeight * (1.0 - acceptance);
+  t_draft_ = draft_step_seconds;
+}
+
 void DraftLengthPolicy::set_row_costs(std::vector<RowCostPoint> curve) {
   if (curve.empty()) throw Error("draft length: the row-cost curve has no points");
   for (size_t i = 0; i < curve.size(); ++i) {

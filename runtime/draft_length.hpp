@@ -29,6 +29,11 @@ class DraftLengthPolicy {
   /// (accepted < drafted means a mismatch ended the round), and its costs.
   void observe(size_t drafted, size_t accepted, double draft_seconds, double verify_seconds);
 
+  /// Starts the estimates from an expected per-token acceptance in (0, 1) and a
+  /// draft step cost (planning, `vericache plan`); observe() then moves them as
+  /// rounds are measured. Throws vc::Error outside those ranges.
+  void set_prior(double acceptance, double draft_step_seconds);
+
   /// The measured cost of a pass of n rows (ascending rows, at least one point):
   /// the verify cost of L drafts is then curve(L + 1), linear between the points
   /// and beyond the last along its last segment, plus what the observed passes

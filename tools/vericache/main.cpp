@@ -1,4 +1,4 @@
-// vericache: command-line entry point (generate, batch, serve, bench, compressors, model, topo).
+// vericache: command-line entry point (generate, batch, serve, bench, compressors, model, topo, plan).
 //
 // Exit codes: 0 success; 1 bad input (an option, a config file, a model file, a
 // request), always with exactly one "error: ..." line on stderr; 2 an internal error;
@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   vc::cli::add_model_command(app, run);
   vc::cli::add_serve_command(app, run);
   vc::cli::add_topo_command(app, run);
+  vc::cli::add_plan_command(app, run);
   try {
     check_config_path(argc, argv);
     app.parse(argc, argv);

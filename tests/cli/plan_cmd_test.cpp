@@ -1,0 +1,33 @@
+// `vericache plan`: prints every figure with its arithmetic; bad input is one line.
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_support.hpp"
+
+namespace vc {
+namespace {
+
+TEST(plan_cmd, prints_the_arithmetic_for_a_preset) {
+  const auto r = test::run_vericache(
+      "plan --preset llama-3-70b-2xh100-nvl --context 32768 --compressor snapkv --ratio 8", false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* s : {"weights per GPU", "compressed views that fit in HBM", "full KV on NUMA node P#1",
+                        "link time per verify round", "suggested concurrency", "suggested draft length"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  const auto j = nlohmann::json::parse(test::run_vericache(
+      "plan --preset llama-3.1-8b-1xh200 --context 4096 --compressor snapkv --ratio 4 --json", false).out);
+  EXPECT_EQ(j["tp"], 1);
+  EXPECT_GT(j["concurrency"].get<int>(), 0);
+}
+
+TEST(plan_cmd, rejects_an_unknown_preset_with_one_error_line) {
+  const auto r = test::run_vericache("plan --preset nope --context 1024", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out.rfind("error: --preset 'nope': unknown preset", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
+}
+
+}  // namespace
+}  // namespace vc
