@@ -161,6 +161,32 @@ void CompressedView::decode(size_t l, size_t g, float* k, float* v) const {
   head.packed.v.decode(v, n, head_dim_, pos, rope_inv_freq_.data());
 }
 
+namespace {
+
+// The element type `side` holds its n x d values in, when they are plain rows.
+std::optional<DType> plain_rows(const PackedSide& side, size_t n, size_t d) {
+  if (side.transform != PackedTransform::none) return std::nullopt;
+  if (!side.raw.empty()) return side.raw.size() == n * d ? std::optional(DType::f32) : std::nullopt;
+  if (side.quant_rows == 0 && side.outlier_index.empty() && side.full.size() == n * d)
+    return DType::bf16;
+  return std::nullopt;
+}
+
+const void* plain_data(const PackedSide& side) {
+  return side.raw.empty() ? static_cast<const void*>(side.full.data()) : side.raw.data();
+}
+
+}  // namespace
+
+std::optional<CompressedView::Rows> CompressedView::rows_in_place(size_t l, size_t g) const {
+  const Head& head = heads_[l * kv_heads_ + g];
+  const size_t n = head.positions.size();
+  const std::optional<DType> k = plain_rows(head.packed.k, n, head_dim_);
+  const std::optional<DType> v = plain_rows(head.packed.v, n, head_dim_);
+  if (n == 0 || !k || !v || *k != *v) return std::nullopt;
+  return Rows{*k, plain_data(head.packed.k), plain_data(head.packed.v)};
+}
+
 size_t CompressedView::held_bytes() const {
   size_t bytes = rope_inv_freq_.size() * sizeof(float);
   for (const Head& head : heads_) {

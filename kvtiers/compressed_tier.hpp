@@ -2,8 +2,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "kernels/dtype.hpp"
 #include "kvtiers/compressor.hpp"
 
 namespace vc {
@@ -47,6 +49,16 @@ class CompressedView {
   /// Writes the kept K and V rows of layer l, KV head g, dequantized, into k and v
   /// ([count(l, g), head_dim] fp32 each).
   void decode(size_t l, size_t g, float* k, float* v) const;
+  /// The kept K and V rows of layer l, KV head g as stored, when both sides hold
+  /// them unquantized and untransformed in one element type (token dropping:
+  /// bf16, or fp32 from an undescribed codec), so the drafter reads them in place;
+  /// nullopt when they must go through decode().
+  struct Rows {
+    DType dtype;
+    const void* k;
+    const void* v;
+  };
+  [[nodiscard]] std::optional<Rows> rows_in_place(size_t l, size_t g) const;
 
   /// Bytes stored at the plan's precision.
   [[nodiscard]] size_t stored_bytes() const { return stored_bytes_; }

@@ -108,18 +108,24 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
                            max_sum != nullptr ? max_sum + m * nh * 2 : nullptr);
         continue;
       }
-      // The view holds its rows packed: decode each KV head into scratch.
+      // Plain rows (token dropping) are read in place; packed ones (quantized,
+      // transformed) are decoded per KV head into scratch.
       thread_local std::vector<float> scratch;
       size_t total = 0;
-      for (size_t g = 0; g < nkv; ++g) total += cv->count(l, g) * hd * 2;
+      for (size_t g = 0; g < nkv; ++g)
+        if (!cv->rows_in_place(l, g)) total += cv->count(l, g) * hd * 2;
       if (scratch.size() < total) scratch.resize(total);
       prefix.resize(nkv);
       for (size_t g = 0, at = 0; g < nkv; ++g) {
         const size_t n = cv->count(l, g);
+        if (const auto rows = cv->rows_in_place(l, g)) {
+          prefix[g] = {rows->k, rows->v, n, rows->dtype};
+          continue;
+        }
         float* k = scratch.data() + at;
         float* v = k + n * hd;
         cv->decode(l, g, k, v);
-        prefix[g] = {k, v, n};
+        prefix[g] = {k, v, n, DType::f32};
         at += 2 * n * hd;
       }
       cpu::attention_row_mixed(ws.q.data() + m * qd, nh, prefix.data(),

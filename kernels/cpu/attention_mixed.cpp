@@ -1,9 +1,12 @@
-// Two-pass softmax attention over explicit rows + a paged tail (portable C++;
-// the loops over head_dim vectorise).
+// Mixed attention as blocked online softmax: each KV head's prefix rows form a
+// sequence of kMixedBlockRows-row blocks read in place (bf16 or fp32); the last
+// partial block and the paged tail are gathered as fp32 into per-thread scratch
+// and appended as further blocks. AttentionRowState merges the blocks in order.
 #include "kernels/cpu/attention_mixed.hpp"
 
 #include <algorithm>
-#include <cmath>
+#include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "kernels/error.hpp"
@@ -11,12 +14,6 @@
 namespace vc::cpu {
 
 namespace {
-
-float dot(const float* a, const float* b, size_t n) {
-  float s = 0.f;
-  for (size_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 // Reads tail position `pos` of KV head g as fp32 into k, v.
 void load_tail(const PagedKv& kv, size_t g, size_t pos, float* k, float* v) {
@@ -32,37 +29,46 @@ void load_tail(const PagedKv& kv, size_t g, size_t pos, float* k, float* v) {
 void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* prefix,
                          const PagedKv& tail, size_t tail_begin, size_t n_ctx, float scale,
                          float* out) {
-  const size_t D = tail.head_dim, G = tail.kv_heads;
+  const size_t D = tail.head_dim, G = tail.kv_heads, B = kMixedBlockRows;
   if (G == 0 || n_heads % G != 0)
     throw Error("attention_row_mixed: query heads must be a multiple of KV heads");
   const size_t group = n_heads / G;
   const size_t n_tail = n_ctx > tail_begin ? n_ctx - tail_begin : 0;
-  thread_local std::vector<float> tk, tv, scores;
-  tk.resize(n_tail * D);
-  tv.resize(n_tail * D);
+  thread_local std::vector<float> sk, sv;
+  thread_local std::vector<int32_t> table_in_place, table_scratch;
+  thread_local AttentionRowState state;
   for (size_t g = 0; g < G; ++g) {
-    for (size_t t = 0; t < n_tail; ++t) load_tail(tail, g, tail_begin + t, &tk[t * D], &tv[t * D]);
     const DenseKvHead& p = prefix[g];
+    if (p.dtype != DType::f32 && p.dtype != DType::bf16)
+      throw Error("attention_row_mixed: prefix rows must be f32 or bf16");
     const size_t n = p.n + n_tail;
     if (n == 0) throw Error("attention_row_mixed: nothing to attend to");
-    scores.resize(n);
-    for (size_t hh = 0; hh < group; ++hh) {
-      const size_t h = g * group + hh;
-      const float* qh = q + h * D;
-      float mx = -INFINITY;
-      for (size_t i = 0; i < p.n; ++i) mx = std::max(mx, scores[i] = scale * dot(qh, p.k + i * D, D));
-      for (size_t t = 0; t < n_tail; ++t)
-        mx = std::max(mx, scores[p.n + t] = scale * dot(qh, &tk[t * D], D));
-      float sum = 0.f;
-      for (size_t i = 0; i < n; ++i) sum += scores[i] = std::exp(scores[i] - mx);
-      float* o = out + h * D;
-      std::fill(o, o + D, 0.f);
-      for (size_t i = 0; i < n; ++i) {
-        const float w = scores[i] / sum;
-        const float* v = i < p.n ? p.v + i * D : &tv[(i - p.n) * D];
-        for (size_t d = 0; d < D; ++d) o[d] += w * v[d];
-      }
+    const size_t whole = p.n / B;                 // prefix blocks read in place
+    const size_t rest = n - whole * B;            // rows gathered into scratch
+    const size_t blocks = (n + B - 1) / B;
+    sk.resize(std::max<size_t>(1, (rest + B - 1) / B) * B * D);
+    sv.resize(sk.size());
+    const size_t esz = dtype_size(p.dtype);
+    for (size_t i = whole * B; i < p.n; ++i) {
+      const size_t at = (i - whole * B) * D;
+      to_f32(p.dtype, static_cast<const char*>(p.k) + i * D * esz, &sk[at], D);
+      to_f32(p.dtype, static_cast<const char*>(p.v) + i * D * esz, &sv[at], D);
     }
+    for (size_t t = 0; t < n_tail; ++t) {
+      const size_t at = (p.n - whole * B + t) * D;
+      load_tail(tail, g, tail_begin + t, &sk[at], &sv[at]);
+    }
+    table_in_place.resize(blocks);
+    std::iota(table_in_place.begin(), table_in_place.end(), 0);
+    table_scratch.resize(blocks);
+    for (size_t j = 0; j < blocks; ++j) table_scratch[j] = int32_t(j < whole ? 0 : j - whole);
+    PagedKv in_place{p.k, p.v, p.dtype, B, 1, D, table_in_place.data()};
+    PagedKv scratch{sk.data(), sv.data(), DType::f32, B, 1, D, table_scratch.data()};
+    const float* qg = q + g * group * D;
+    state.begin(qg, group, scratch, n, scale);
+    if (whole > 0) state.add(in_place, 0, whole);
+    state.add(scratch, whole, blocks);
+    state.finish(out + g * group * D);
   }
 }
 

@@ -1,20 +1,27 @@
 // Attention of one query row over a compressed prefix (explicit rows per KV head,
 // as the compressed tier holds them) followed by a paged tail of recent positions.
 // This is the drafter's attention: it need not be batch invariant (drafts are
-// verified), only fast enough and correct.
+// verified), only fast and correct. It runs the same SIMD kernels as attention_row.
 #pragma once
 #include <cstddef>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/dtype.hpp"
 
 namespace vc::cpu {
 
-/// One KV head's explicit rows: k, v: [n, head_dim] fp32.
+/// One KV head's explicit rows: k, v: [n, head_dim] in `dtype` (f32 or bf16),
+/// read in place.
 struct DenseKvHead {
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
   size_t n = 0;
+  DType dtype = DType::f32;
 };
+
+/// Rows of the prefix read in place per block; the rest (a partial block and the
+/// tail) is copied to fp32 scratch.
+inline constexpr size_t kMixedBlockRows = 16;
 
 /// out[h] = softmax over (prefix[g] rows, then tail positions [tail_begin, n_ctx))
 /// of scale * q[h]·k, applied to the matching v; g = h / (n_heads / kv_heads).
