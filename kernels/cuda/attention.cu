@@ -26,6 +26,7 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxPairSteps = int(kAttentionMaxHeadDim / 64);  // head_dim pairs per lane
+constexpr int kPosAhead = 4;  // positions whose K a warp loads before scoring them
 
 struct ChunkArgs {
   const float* q;
@@ -83,29 +84,40 @@ static __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(ChunkA
     return static_cast<const char*>(base) + off;
   };
 
-  // Scores: one warp per position; K loaded once for all heads of the group.
+  // Scores: one warp per position, kPosAhead positions' K loaded before their FMAs
+  // (enough reads in flight to stream K at HBM speed); K loaded once for all heads
+  // of the group. Each score is its own dot product: the grouping changes no bits.
   const int steps = int((D + 63) / 64);
-  for (size_t t = warp; t < c; t += kWarps) {
-    const char* kr = row_of(kv.k, t);
-    float2 kp[kMaxPairSteps];
+  for (size_t t0 = warp; t0 < c; t0 += size_t(kWarps) * kPosAhead) {
+    float2 kp[kPosAhead][kMaxPairSteps];
 #pragma unroll
-    for (int s = 0; s < kMaxPairSteps; ++s) {
-      const size_t d = size_t(s) * 64 + 2 * lane;
-      kp[s] = s < steps && d < D ? load_pair<T>(kr, d) : make_float2(0.f, 0.f);
-    }
-    for (size_t h = 0; h < group; ++h) {
-      const float* qh = qs + h * D;
-      float acc = 0.f;
+    for (int p = 0; p < kPosAhead; ++p) {
+      const size_t t = t0 + size_t(p) * kWarps;
+      const char* kr = t < c ? row_of(kv.k, t) : nullptr;
 #pragma unroll
       for (int s = 0; s < kMaxPairSteps; ++s) {
         const size_t d = size_t(s) * 64 + 2 * lane;
-        if (s < steps && d < D) {
-          acc = fmaf(qh[d], kp[s].x, acc);
-          acc = fmaf(qh[d + 1], kp[s].y, acc);
-        }
+        kp[p][s] = kr != nullptr && s < steps && d < D ? load_pair<T>(kr, d) : make_float2(0.f, 0.f);
       }
-      for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
-      if (lane == 0) sc[h * a.chunk + t] = acc;
+    }
+#pragma unroll
+    for (int p = 0; p < kPosAhead; ++p) {
+      const size_t t = t0 + size_t(p) * kWarps;
+      if (t >= c) break;
+      for (size_t h = 0; h < group; ++h) {
+        const float* qh = qs + h * D;
+        float acc = 0.f;
+#pragma unroll
+        for (int s = 0; s < kMaxPairSteps; ++s) {
+          const size_t d = size_t(s) * 64 + 2 * lane;
+          if (s < steps && d < D) {
+            acc = fmaf(qh[d], kp[p][s].x, acc);
+            acc = fmaf(qh[d + 1], kp[p][s].y, acc);
+          }
+        }
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
+        if (lane == 0) sc[h * a.chunk + t] = acc;
+      }
     }
   }
   __syncthreads();
@@ -131,12 +143,19 @@ static __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(ChunkA
   }
   __syncthreads();
 
-  // Weighted V: one thread per (head, dim), positions in order.
+  // Weighted V: one thread per (head, dim), positions in order, a block at a time
+  // (neighbouring threads read neighbouring elements of a V row).
   for (size_t i = threadIdx.x; i < group * D; i += kThreads) {
     const size_t h = i / D, d = i % D;
     const float* p = sc + h * a.chunk;
     float o = 0.f;
-    for (size_t t = 0; t < c; ++t) o = fmaf(p[t], load_f32<T>(row_of(kv.v, t), d), o);
+    for (size_t b = 0, t = 0; b < blocks; ++b) {
+      const size_t off = ((size_t(phys[b]) * kv.kv_heads + g) * bt) * D + d;  // elements
+      const size_t end = t + bt < c ? t + bt : c;
+#pragma unroll 8
+      for (size_t within = 0; t < end; ++t, ++within)
+        o = fmaf(p[t], load_f32<T>(kv.v, off + within * D), o);
+    }
     a.part_o[((m * a.n_heads + g * group + h) * a.n_chunks + j) * D + d] = o;
   }
 }
@@ -148,7 +167,9 @@ static __global__ void attention_merge_kernel(const int32_t* __restrict__ n_ctx_
                                               float* __restrict__ out) {
   const size_t m = blockIdx.x, h = blockIdx.y;
   const size_t n_ctx = size_t(n_ctx_rows[m]);
-  const size_t chunks = (n_ctx + chunk - 1) / chunk;
+  // Rows past max_ctx (a caller's error) read no chunk that was never written.
+  const size_t want = (n_ctx + chunk - 1) / chunk;
+  const size_t chunks = want < n_chunks ? want : n_chunks;
   const size_t base = (m * n_heads + h) * n_chunks;
   float* o_out = out + (m * n_heads + h) * D;
   for (size_t d = threadIdx.x; d < D; d += blockDim.x) {

@@ -37,11 +37,12 @@ struct PagedKvRows {
   const int32_t* block_tables = nullptr;  // [M, table_stride]: logical -> physical block
   size_t table_stride = 0;
   const int32_t* n_ctx = nullptr;  // [M]: positions row m attends to (its position + 1)
-  size_t max_ctx = 0;              // host value >= every n_ctx: sizes grid and workspace
+  size_t max_ctx = 0;  // host value >= every n_ctx: sizes grid and workspace (a row
+                       // past it attends to its first max_ctx-covering chunks only)
 };
 
 /// Largest head_dim the kernel takes.
-constexpr size_t kAttentionMaxHeadDim = 512;
+constexpr size_t kAttentionMaxHeadDim = 256;
 
 /// Positions per chunk for a block size: whole blocks, about 256 positions. A
 /// function of block_tokens alone, so every pass over the same cache splits alike.

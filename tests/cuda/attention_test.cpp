@@ -197,6 +197,9 @@ TEST(cuda_attention, writes_zeros_for_an_empty_context_and_rejects_shapes_it_can
   bad.head_dim = 63;
   EXPECT_EQ(launch_attention_rows(nullptr, 1, 4, bad, 1.f, nullptr, nullptr, 0, nullptr),
             cudaErrorInvalidValue);  // odd head_dim
+  bad.head_dim = kAttentionMaxHeadDim + 2;
+  EXPECT_EQ(launch_attention_rows(nullptr, 1, 4, bad, 1.f, nullptr, nullptr, 0, nullptr),
+            cudaErrorInvalidValue);  // head_dim above the kernel's maximum
 }
 
 }  // namespace

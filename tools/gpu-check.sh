@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Checks the CUDA path on a machine with a GPU (H200/H100, sm_90), in one go:
+#   tools/gpu-check.sh OUTDIR     build, run the CUDA tests and the kernel benchmark
+#   tools/gpu-check.sh --prepare  (on a machine with the Debian packages, before a GPU
+#                                 session) copy GoogleTest's sources into .gpu-deps/
+#
+# It builds only what the check needs -- the CPU and CUDA kernels, test_cuda and
+# vc_cuda_bench -- in a separate build directory (build-gpu/, VC_CUDA_ONLY=ON: no
+# CAF, Boost, hwloc, ...), because the GPU machine's image has nvcc, CMake and ninja
+# but not this project's Debian packages, and cannot fetch them. GoogleTest is built
+# from .gpu-deps/googletest (made by --prepare; carry it to the GPU machine), else
+# /usr/src/googletest, else the system's package. Warnings are not errors there
+# (another compiler version); they are still in the build log.
+#
+# Steps: build; probe the GPU; the CUDA tests; the kernel benchmark; then, in the
+# time left, the CUDA tests again under compute-sanitizer memcheck (out-of-bounds and
+# misaligned accesses that a passing test can hide).
+# OUTDIR receives: build.log, tests.log, tests.json (GoogleTest's report),
+# bench.log (the table), bench.json, memcheck.log, summary.json (status, reason,
+# counts, times).
+# Exit status: 0 all passed; 1 a test or check failed; 2 no usable GPU (after the
+# build, so the build is still checked); 3 the build failed; 4 bad usage.
+# Time: every step's timeout is cut to what is left of GPU_CHECK_SECONDS (default
+# 460), so the whole run ends within 8 minutes; memcheck runs only with a minute left.
+#   JOBS=N (default: all cores), CUDA_ARCH=90, BUILD_DIR=build-gpu, BENCH_ARGS=--quick,
+#   BUILD_TIMEOUT=seconds (a cold build on 16 cores is not yet timed; on a slow
+#   machine set it and GPU_CHECK_SECONDS higher), GPU_CHECK_SECONDS=460
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+if [ "${1:-}" = "--prepare" ]; then
+  src=/usr/src/googletest
+  [ -f "$src/CMakeLists.txt" ] || { echo "gpu-check: $src not found (apt-get install libgtest-dev)" >&2; exit 4; }
+  rm -rf "$root/.gpu-deps/googletest" && mkdir -p "$root/.gpu-deps" &&
+    cp -r "$src" "$root/.gpu-deps/googletest" || exit 4
+  echo "gpu-check: GoogleTest sources in .gpu-deps/googletest; carry .gpu-deps to the GPU machine"
+  exit 0
+fi
+if [ $# -ne 1 ] || [ -z "$1" ] || [ "${1#-}" != "$1" ]; then
+  echo "usage: tools/gpu-check.sh OUTDIR | --prepare" >&2
+  exit 4
+fi
+
+out=$1
+mkdir -p "$out" || exit 4
+out=$(cd "$out" && pwd)
+build=${BUILD_DIR:-$root/build-gpu}
+jobs=${JOBS:-$(nproc)}
+arch=${CUDA_ARCH:-90}
+started=$(date +%s)
+deadline=$((started + ${GPU_CHECK_SECONDS:-460}))
+device=""
+tests_passed=0 tests_failed=0 tests_skipped=0 tests_rc=-1 bench_rc=-1 memcheck_rc=-1
+
+say() { echo "gpu-check: $*" >&2; }
+# limit DEFAULT RESERVE: a step's timeout, DEFAULT seconds at most, leaving RESERVE
+# seconds of the deadline for the steps after it (at least 10).
+limit() {
+  local left=$((deadline - $(date +%s) - $2))
+  [ "$left" -lt "$1" ] || left=$1
+  [ "$left" -ge 10 ] || left=10
+  echo "$left"
+}
+json_str() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr '\n' ' '; }
+# finish STATUS EXIT REASON: writes summary.json and exits.
+finish() {
+  local status=$1 code=$2 reason=$3
+  cat >"$out/summary.json" <<EOF
+{
+  "status": "$status",
+  "reason": "$(json_str "$reason")",
+  "device": "$(json_str "$device")",
+  "commit": "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo '+dirty')",
+  "cuda_arch": "$arch",
+  "tests": {"exit": $tests_rc, "passed": $tests_passed, "failed": $tests_failed, "skipped": $tests_skipped},
+  "bench_exit": $bench_rc,
+  "memcheck_exit": $memcheck_rc,
+  "seconds": $(( $(date +%s) - started ))
+}
+EOF
+  say "$status: $reason (summary in $out/summary.json)"
+  exit "$code"
+}
+
+# --- toolchain ---------------------------------------------------------------
+nvcc=$(command -v nvcc || true)
+[ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+[ -n "$nvcc" ] || finish build_failed 3 "nvcc not found (not on PATH, not /usr/local/cuda/bin/nvcc)"
+command -v cmake >/dev/null || finish build_failed 3 "cmake not found"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+gtest=()
+if [ -f "$root/.gpu-deps/googletest/CMakeLists.txt" ]; then
+  gtest=(-DVC_GTEST_SOURCE_DIR="$root/.gpu-deps/googletest")
+elif [ -f /usr/src/googletest/CMakeLists.txt ]; then
+  gtest=(-DVC_GTEST_SOURCE_DIR=/usr/src/googletest)
+fi
+
+# --- build (only the CUDA targets and what they need) --------------------------
+say "building test_cuda and vc_cuda_bench in $build ($jobs jobs, sm_$arch, $nvcc)"
+{
+  echo "== configure"
+  timeout "$(limit 90 300)" cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DVC_CUDA_ONLY=ON -DVC_WERROR=OFF -DCMAKE_CUDA_COMPILER="$nvcc" \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" "${gtest[@]}" &&
+  echo "== build" &&
+  timeout "${BUILD_TIMEOUT:-$(limit 300 150)}" cmake --build "$build" -j "$jobs" --target test_cuda vc_cuda_bench
+} >"$out/build.log" 2>&1
+build_rc=$?
+if [ $build_rc -ne 0 ]; then
+  tail -n 30 "$out/build.log" >&2
+  finish build_failed 3 "the build failed (exit $build_rc; build.log)"
+fi
+test_bin=$build/tests/test_cuda
+bench_bin=$build/tools/cuda_bench/vc_cuda_bench
+
+# --- is there a GPU? -------------------------------------------------------------
+probe=$("$bench_bin" --probe 2>&1)
+probe_rc=$?
+if [ $probe_rc -ne 0 ]; then
+  finish no_gpu 2 "no GPU: ${probe#no GPU: }"
+fi
+device=${probe#GPU: }
+say "GPU: $device"
+
+# --- CUDA tests ----------------------------------------------------------------
+timeout "$(limit 120 100)" "$test_bin" --gtest_output=json:"$out/tests.json" >"$out/tests.log" 2>&1
+tests_rc=$?
+tests_passed=$(grep -c '^\[       OK \]' "$out/tests.log")
+tests_failed=$(grep -c '^\[  FAILED  \] [a-z_0-9]*\.[a-z_0-9]* (' "$out/tests.log")
+tests_skipped=$(grep -c '^\[  SKIPPED \] [a-z_0-9]*\.[a-z_0-9]* (' "$out/tests.log")
+say "tests: $tests_passed passed, $tests_failed failed, $tests_skipped skipped (exit $tests_rc)"
+
+# --- kernel benchmark --------------------------------------------------------------
+# shellcheck disable=SC2086 # BENCH_ARGS is a word list
+timeout "$(limit 150 20)" "$bench_bin" ${BENCH_ARGS:-} --json "$out/bench.json" >"$out/bench.log" 2>&1
+bench_rc=$?
+cat "$out/bench.log"
+
+# --- memcheck, in the time left ------------------------------------------------------
+sanitizer=$(command -v compute-sanitizer || true)
+[ -z "$sanitizer" ] && [ -x "$(dirname "$nvcc")/compute-sanitizer" ] && sanitizer=$(dirname "$nvcc")/compute-sanitizer
+if [ -z "$sanitizer" ]; then
+  echo "compute-sanitizer not found: memcheck skipped" >"$out/memcheck.log"
+elif [ $((deadline - $(date +%s))) -lt 60 ]; then
+  echo "under a minute left: memcheck skipped" >"$out/memcheck.log"
+else
+  timeout "$(limit 240 10)" "$sanitizer" --tool memcheck --error-exitcode 9 "$test_bin" \
+    >"$out/memcheck.log" 2>&1
+  memcheck_rc=$?
+  say "memcheck: exit $memcheck_rc (124: ran out of time; 9: errors found)"
+fi
+
+if [ $tests_rc -ne 0 ] || [ "$tests_failed" -ne 0 ]; then
+  finish failed 1 "CUDA tests failed (tests.log)"
+fi
+if [ "$tests_skipped" -ne 0 ]; then
+  finish failed 1 "CUDA tests skipped on a GPU machine (tests.log)"
+fi
+if [ $bench_rc -ne 0 ]; then
+  finish failed 1 "the benchmark failed or a batch-invariance check failed (exit $bench_rc; bench.log)"
+fi
+if [ $memcheck_rc -eq 9 ]; then
+  finish failed 1 "compute-sanitizer memcheck found errors (memcheck.log)"
+fi
+finish ok 0 "all CUDA tests passed; benchmark in bench.log / bench.json; memcheck exit $memcheck_rc"
