@@ -14,7 +14,7 @@ namespace vc::cuda::bench {
 /// per call (mean over the timed calls), `roofline_s` = bytes / the device-to-device
 /// copy bandwidth (0 where not applicable).
 struct Row {
-  std::string group;   // "copy", "gemm", "attention", ...
+  std::string group;   // "copy", "gemm", "attention", "drafter"
   std::string name;    // what ran, with its shape
   size_t rows = 0;     // M (batch rows), 0 where not applicable
   double bytes = 0;
@@ -72,6 +72,8 @@ void bench_copies(Report& r, bool quick);
 void bench_gemm(Report& r, bool quick);
 /// Paged attention of decode and verify rows at several contexts.
 void bench_attention(Report& r, bool quick);
+/// The drafter's attention over 4x-compressed prefixes and a paged tail.
+void bench_drafter(Report& r, bool quick);
 
 }  // namespace vc::cuda::bench
 

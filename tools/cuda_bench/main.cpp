@@ -110,6 +110,7 @@ int run(int argc, char** argv) {
   bench_copies(r, quick);
   bench_gemm(r, quick);
   bench_attention(r, quick);
+  bench_drafter(r, quick);
   print_table(r);
   if (!json.empty()) write_json(r, json);
   for (const Check& c : r.checks)

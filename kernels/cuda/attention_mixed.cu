@@ -1,0 +1,221 @@
+// The drafter's attention (see attention_mixed.cuh), in the two steps of
+// attention.cu: one thread block per (row, KV head, chunk of kChunk entries) scores
+// its entries (one warp per entry, lanes over head_dim pairs), takes the chunk's max,
+// probabilities and sum, and its weighted V (one thread per (head, dim), entries in
+// order); one block per (row, query head) merges the chunks in order. An entry is a
+// prefix row (entry < count) or a tail position (tail_begin + entry - count).
+#include <algorithm>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_mixed.cuh"
+#include "kernels/cuda/dtype_load.cuh"
+#include "kernels/cuda/exp_approx.cuh"
+
+namespace vc::cuda {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxPairSteps = int(kAttentionMaxHeadDim / 64);
+constexpr size_t kChunk = 256;  // entries per chunk
+
+struct MixedArgs {
+  const float* q;
+  size_t n_heads;
+  MixedKvRows kv;
+  float scale;
+  size_t n_chunks;
+  float* part_o;   // [M, n_heads, n_chunks, head_dim]
+  float* part_ml;  // [M, n_heads, n_chunks, 2]
+};
+
+// Entries of (row m, KV head g).
+__device__ __forceinline__ size_t entries_of(const MixedKvRows& kv, size_t m, size_t g) {
+  const size_t count = size_t(kv.prefix_count[m * kv.kv_heads + g]);
+  const size_t n_ctx = size_t(kv.n_ctx[m]), begin = size_t(kv.tail_begin[m]);
+  return count + (n_ctx > begin ? n_ctx - begin : 0);
+}
+
+template <DType T>
+__device__ __forceinline__ float2 load_pair(const char* row, size_t i) {
+  if constexpr (T == DType::f32) {
+    return __ldg(reinterpret_cast<const float2*>(row) + i / 2);
+  } else {
+    const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(row) + i / 2);
+    return make_float2(elem_to_f32<T>(uint16_t(w & 0xffffu)), elem_to_f32<T>(uint16_t(w >> 16)));
+  }
+}
+
+}  // namespace
+
+template <DType T>
+static __global__ void __launch_bounds__(kThreads) attention_mixed_chunk_kernel(MixedArgs a) {
+  const size_t m = blockIdx.x, g = blockIdx.y, j = blockIdx.z;
+  const MixedKvRows& kv = a.kv;
+  const size_t n = entries_of(kv, m, g), start = j * kChunk;
+  if (start >= n) return;
+  const size_t c = n - start < kChunk ? n - start : kChunk;
+  const size_t D = kv.head_dim, bt = kv.block_tokens, group = a.n_heads / kv.kv_heads;
+  const size_t esz = T == DType::f32 ? 4 : 2;
+  const size_t count = size_t(kv.prefix_count[m * kv.kv_heads + g]);
+  const size_t tail_begin = size_t(kv.tail_begin[m]);
+
+  extern __shared__ float smem[];
+  float* qs = smem;            // [group][D]
+  float* sc = qs + group * D;  // [group][kChunk]
+  const size_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+  const float* qrow = a.q + (m * a.n_heads + g * group) * D;
+  for (size_t i = threadIdx.x; i < group * D; i += kThreads) qs[i] = qrow[i];
+  __syncthreads();
+
+  // Row of entry e (of this chunk) in K (is_v false) or V.
+  auto row_of = [&](size_t e, bool is_v) -> const char* {
+    e += start;
+    if (e < count) {
+      const void* base = is_v ? kv.prefix_v[m * kv.kv_heads + g] : kv.prefix_k[m * kv.kv_heads + g];
+      return static_cast<const char*>(base) + e * D * esz;
+    }
+    const size_t pos = tail_begin + (e - count);
+    const size_t block = size_t(kv.block_tables[m * kv.table_stride + pos / bt]);
+    const size_t off = ((block * kv.kv_heads + g) * bt + pos % bt) * D * esz;
+    return static_cast<const char*>(is_v ? kv.v : kv.k) + off;
+  };
+
+  // Scores scale * (q · k), as the CPU's mixed attention computes them.
+  const int steps = int((D + 63) / 64);
+  for (size_t t = warp; t < c; t += kWarps) {
+    const char* kr = row_of(t, false);
+    float2 kp[kMaxPairSteps];
+#pragma unroll
+    for (int s = 0; s < kMaxPairSteps; ++s) {
+      const size_t d = size_t(s) * 64 + 2 * lane;
+      kp[s] = s < steps && d < D ? load_pair<T>(kr, d) : make_float2(0.f, 0.f);
+    }
+    for (size_t h = 0; h < group; ++h) {
+      const float* qh = qs + h * D;
+      float acc = 0.f;
+#pragma unroll
+      for (int s = 0; s < kMaxPairSteps; ++s) {
+        const size_t d = size_t(s) * 64 + 2 * lane;
+        if (s < steps && d < D) {
+          acc = fmaf(qh[d], kp[s].x, acc);
+          acc = fmaf(qh[d + 1], kp[s].y, acc);
+        }
+      }
+      for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
+      if (lane == 0) sc[h * kChunk + t] = a.scale * acc;
+    }
+  }
+  __syncthreads();
+
+  for (size_t h = warp; h < group; h += kWarps) {
+    float* s = sc + h * kChunk;
+    float mx = -__int_as_float(0x7f800000);
+    for (size_t t = lane; t < c; t += 32) mx = fmaxf(mx, s[t]);
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
+    float sum = 0.f;
+    for (size_t t = lane; t < c; t += 32) {
+      const float p = exp_approx(s[t] - mx);
+      s[t] = p;
+      sum += p;
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
+    if (lane == 0) {
+      float* ml = a.part_ml + ((m * a.n_heads + g * group + h) * a.n_chunks + j) * 2;
+      ml[0] = mx;
+      ml[1] = sum;
+    }
+  }
+  __syncthreads();
+
+  for (size_t i = threadIdx.x; i < group * D; i += kThreads) {
+    const size_t h = i / D, d = i % D;
+    const float* p = sc + h * kChunk;
+    float o = 0.f;
+    for (size_t t = 0; t < c; ++t)
+      o = fmaf(p[t], elem_to_f32<T>(reinterpret_cast<const typename Elem<T>::type*>(row_of(t, true))[d]), o);
+    a.part_o[((m * a.n_heads + g * group + h) * a.n_chunks + j) * D + d] = o;
+  }
+}
+
+static __global__ void attention_mixed_merge_kernel(MixedKvRows kv, size_t n_heads,
+                                                    size_t n_chunks, const float* part_o,
+                                                    const float* part_ml, float* out) {
+  const size_t m = blockIdx.x, h = blockIdx.y, D = kv.head_dim;
+  const size_t g = h / (n_heads / kv.kv_heads);
+  const size_t want = (entries_of(kv, m, g) + kChunk - 1) / kChunk;
+  const size_t chunks = want < n_chunks ? want : n_chunks;
+  const size_t base = (m * n_heads + h) * n_chunks;
+  for (size_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float M = -__int_as_float(0x7f800000), L = 0.f, O = 0.f;
+    for (size_t j = 0; j < chunks; ++j) {
+      const float mj = part_ml[(base + j) * 2], lj = part_ml[(base + j) * 2 + 1];
+      const float mn = fmaxf(M, mj);
+      const float fa = exp_approx(M - mn), fb = exp_approx(mj - mn);
+      L = fmaf(L, fa, lj * fb);
+      O = fmaf(O, fa, part_o[(base + j) * D + d] * fb);
+      M = mn;
+    }
+    out[(m * n_heads + h) * D + d] = chunks == 0 ? 0.f : O / L;
+  }
+}
+
+size_t attention_mixed_workspace_floats(size_t M, size_t n_heads, size_t head_dim,
+                                        size_t max_entries) {
+  return M * n_heads * ((max_entries + kChunk - 1) / kChunk) * (head_dim + 2);
+}
+
+cudaError_t launch_attention_rows_mixed(const float* q, size_t M, size_t n_heads,
+                                        const MixedKvRows& kv, float scale, float* out,
+                                        float* workspace, size_t workspace_floats,
+                                        cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  const size_t D = kv.head_dim;
+  if (kv.kv_heads == 0 || n_heads == 0 || n_heads % kv.kv_heads != 0 || kv.block_tokens == 0 ||
+      D == 0 || D % 2 != 0 || D > kAttentionMaxHeadDim)
+    return cudaErrorInvalidValue;
+  const size_t n_chunks = std::max<size_t>(1, (kv.max_entries + kChunk - 1) / kChunk);
+  if (workspace_floats < attention_mixed_workspace_floats(M, n_heads, D, kv.max_entries))
+    return cudaErrorInvalidValue;
+  if (M > 0x7fffffffu || kv.kv_heads > 65535 || n_chunks > 65535 || n_heads > 65535)
+    return cudaErrorInvalidValue;
+  const size_t group = n_heads / kv.kv_heads;
+  const size_t smem = (group * D + group * kChunk) * sizeof(float);
+  if (smem > 227 * 1024) return cudaErrorInvalidValue;
+  float* part_o = workspace;
+  float* part_ml = workspace + M * n_heads * n_chunks * D;
+  if (kv.max_entries > 0) {
+    const MixedArgs a{q, n_heads, kv, scale, n_chunks, part_o, part_ml};
+    const dim3 grid{unsigned(M), unsigned(kv.kv_heads), unsigned(n_chunks)};
+    auto launch = [&](auto kernel) {
+      if (smem > 48 * 1024) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        if (e != cudaSuccess) return e;
+      }
+      kernel<<<grid, kThreads, smem, stream>>>(a);
+      return cudaGetLastError();
+    };
+    cudaError_t e = cudaErrorInvalidValue;
+    switch (kv.dtype) {
+      case DType::f32:
+        e = launch(attention_mixed_chunk_kernel<DType::f32>);
+        break;
+      case DType::f16:
+        e = launch(attention_mixed_chunk_kernel<DType::f16>);
+        break;
+      case DType::bf16:
+        e = launch(attention_mixed_chunk_kernel<DType::bf16>);
+        break;
+    }
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid{unsigned(M), unsigned(n_heads)};
+  const unsigned threads = D >= 128 ? 128u : unsigned((D + 31) / 32 * 32);
+  attention_mixed_merge_kernel<<<grid, threads, 0, stream>>>(kv, n_heads, n_chunks, part_o,
+                                                             part_ml, out);
+  return cudaGetLastError();
+}
+
+}  // namespace vc::cuda

@@ -1,0 +1,91 @@
+// The drafter's attention (compressed prefix rows + paged tail) at the Llama-3.1-8B
+// attention shape for one layer: contexts compressed 4x (a quarter of the positions
+// kept per KV head, bf16) plus a 64-position tail, for batches of draft rows of
+// different requests. The roofline counts the kept rows and the tail once per row.
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention_mixed.cuh"
+#include "kernels/cuda/cuda_check.hpp"
+#include "tools/cuda_bench/bench.hpp"
+
+namespace vc::cuda::bench {
+namespace {
+
+constexpr size_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlockTokens = 16, kTail = 64;
+constexpr size_t kRatio = 4;
+
+}  // namespace
+
+void bench_drafter(Report& r, bool quick) {
+  const std::vector<size_t> contexts = quick ? std::vector<size_t>{32768}
+                                             : std::vector<size_t>{8192, 32768, 131072};
+  const std::vector<size_t> row_counts = quick ? std::vector<size_t>{1, 16}
+                                               : std::vector<size_t>{1, 8, 32};
+  for (size_t ctx : contexts) {
+    const size_t kept = ctx / kRatio, row_bytes = kHeadDim * 2;
+    for (size_t M : row_counts) {
+      // Every row its own request: kept rows [M * kv_heads][kept, head_dim], tail blocks.
+      const size_t prefix_bytes = M * kKvHeads * kept * row_bytes;
+      const size_t tail_blocks = kTail / kBlockTokens;
+      const size_t tail_bytes = M * tail_blocks * kKvHeads * kBlockTokens * row_bytes;
+      DeviceMem pk(prefix_bytes), pv(prefix_bytes), k(tail_bytes), v(tail_bytes);
+      fill_device(pk.get(), prefix_bytes);
+      fill_device(pv.get(), prefix_bytes);
+      fill_device(k.get(), tail_bytes);
+      fill_device(v.get(), tail_bytes);
+      std::vector<const void*> kp, vp;
+      for (size_t i = 0; i < M * kKvHeads; ++i) {
+        kp.push_back(pk.as<char>() + i * kept * row_bytes);
+        vp.push_back(pv.as<char>() + i * kept * row_bytes);
+      }
+      // Logical blocks below ctx are never read (the view covers them): map all to 0.
+      const size_t stride = (ctx + kTail + kBlockTokens - 1) / kBlockTokens;
+      std::vector<int32_t> tables(M * stride, 0), counts(M * kKvHeads, int32_t(kept));
+      std::vector<int32_t> begin(M, int32_t(ctx)), n_ctx(M, int32_t(ctx + kTail));
+      for (size_t m = 0; m < M; ++m)
+        for (size_t b = 0; b < tail_blocks; ++b)
+          tables[m * stride + ctx / kBlockTokens + b] = int32_t(m * tail_blocks + b);
+      DeviceMem dkp(kp.size() * sizeof(void*)), dvp(vp.size() * sizeof(void*));
+      DeviceMem dtables(tables.size() * 4), dcounts(counts.size() * 4), dbegin(M * 4), dctx(M * 4);
+      CUDA_CHECK(cudaMemcpy(dkp.get(), kp.data(), kp.size() * sizeof(void*), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dvp.get(), vp.data(), vp.size() * sizeof(void*), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dtables.get(), tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dcounts.get(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dbegin.get(), begin.data(), M * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dctx.get(), n_ctx.data(), M * 4, cudaMemcpyHostToDevice));
+      DeviceMem q(M * kHeads * kHeadDim * 4), out(M * kHeads * kHeadDim * 4);
+      fill_device(q.get(), M * kHeads * kHeadDim * 4);
+
+      MixedKvRows kv;
+      kv.prefix_k = static_cast<const void* const*>(dkp.get());
+      kv.prefix_v = static_cast<const void* const*>(dvp.get());
+      kv.prefix_count = dcounts.as<int32_t>();
+      kv.k = k.get();
+      kv.v = v.get();
+      kv.dtype = DType::bf16;
+      kv.block_tokens = kBlockTokens;
+      kv.kv_heads = kKvHeads;
+      kv.head_dim = kHeadDim;
+      kv.block_tables = dtables.as<int32_t>();
+      kv.table_stride = stride;
+      kv.tail_begin = dbegin.as<int32_t>();
+      kv.n_ctx = dctx.as<int32_t>();
+      kv.max_entries = kept + kTail;
+      const size_t ws = attention_mixed_workspace_floats(M, kHeads, kHeadDim, kv.max_entries);
+      DeviceMem work(ws * 4);
+      auto call = [&](int) {
+        return launch_attention_rows_mixed(q.as<float>(), M, kHeads, kv, 0.08838835f,
+                                           out.as<float>(), work.as<float>(), ws, nullptr);
+      };
+      const double sec = time_calls(call, 2, quick ? 10 : 30);
+      const double bytes = 2.0 * double(prefix_bytes + tail_bytes);
+      r.rows.push_back({"drafter", "ctx " + std::to_string(ctx) + " kept 1/4 + tail 64", M, bytes,
+                        sec, bytes / (r.d2d_gbps * 1e9)});
+    }
+  }
+}
+
+}  // namespace vc::cuda::bench
