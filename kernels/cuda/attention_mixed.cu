@@ -62,11 +62,11 @@ static __global__ void __launch_bounds__(kThreads) attention_mixed_chunk_kernel(
   const size_t tail_begin = size_t(kv.tail_begin[m]);
 
   extern __shared__ float smem[];
-  float* qs = smem;            // [group][D]
+  float* qs = smem;            // [group][D] scaled queries
   float* sc = qs + group * D;  // [group][kChunk]
   const size_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
   const float* qrow = a.q + (m * a.n_heads + g * group) * D;
-  for (size_t i = threadIdx.x; i < group * D; i += kThreads) qs[i] = qrow[i];
+  for (size_t i = threadIdx.x; i < group * D; i += kThreads) qs[i] = __fmul_rn(qrow[i], a.scale);
   __syncthreads();
 
   // Row of entry e (of this chunk) in K (is_v false) or V.
@@ -82,7 +82,7 @@ static __global__ void __launch_bounds__(kThreads) attention_mixed_chunk_kernel(
     return static_cast<const char*>(is_v ? kv.v : kv.k) + off;
   };
 
-  // Scores scale * (q · k), as the CPU's mixed attention computes them.
+  // Scores (scale * q) · k, as the CPU's attention kernels compute them.
   const int steps = int((D + 63) / 64);
   for (size_t t = warp; t < c; t += kWarps) {
     const char* kr = row_of(t, false);
@@ -104,7 +104,7 @@ static __global__ void __launch_bounds__(kThreads) attention_mixed_chunk_kernel(
         }
       }
       for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
-      if (lane == 0) sc[h * kChunk + t] = a.scale * acc;
+      if (lane == 0) sc[h * kChunk + t] = acc;
     }
   }
   __syncthreads();
