@@ -62,6 +62,12 @@ limit() {
   echo "$left"
 }
 json_str() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr '\n' ' '; }
+# The commit checked (the GPU machine's copy of the tree may not be a git checkout).
+if commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null); then
+  git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
+else
+  commit=unknown
+fi
 # finish STATUS EXIT REASON: writes summary.json and exits.
 finish() {
   local status=$1 code=$2 reason=$3
@@ -70,7 +76,7 @@ finish() {
   "status": "$status",
   "reason": "$(json_str "$reason")",
   "device": "$(json_str "$device")",
-  "commit": "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo '+dirty')",
+  "commit": "$commit",
   "cuda_arch": "$arch",
   "tests": {"exit": $tests_rc, "passed": $tests_passed, "failed": $tests_failed, "skipped": $tests_skipped},
   "bench_exit": $bench_rc,
@@ -102,7 +108,7 @@ say "building test_cuda and vc_cuda_bench in $build ($jobs jobs, sm_$arch, $nvcc
   echo "== configure"
   timeout "$(limit 90 300)" cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DVC_CUDA_ONLY=ON -DVC_WERROR=OFF -DCMAKE_CUDA_COMPILER="$nvcc" \
-    -DCMAKE_CUDA_ARCHITECTURES="$arch" "${gtest[@]}" &&
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 "${gtest[@]}" &&
   echo "== build" &&
   timeout "${BUILD_TIMEOUT:-$(limit 300 150)}" cmake --build "$build" -j "$jobs" --target test_cuda vc_cuda_bench
 } >"$out/build.log" 2>&1
