@@ -1,5 +1,5 @@
 // Tests of the CUDA SwiGLU against vc::cpu::swiglu: bit for bit against the CPU's
-// scalar path (the same exp approximation, the same unfused steps), within 4 ulp of
+// scalar path (the same exp approximation, the same unfused steps), within 8 ulp of
 // whichever SIMD path this CPU runs. Skipped where no CUDA device is usable.
 #include <cmath>
 #include <random>
@@ -15,7 +15,7 @@ namespace {
 
 using test::DeviceBuffer;
 
-TEST(cuda_swiglu, equals_the_cpu_scalar_path_bit_for_bit_and_the_active_path_within_4_ulp) {
+TEST(cuda_swiglu, equals_the_cpu_scalar_path_bit_for_bit_and_the_active_path_within_8_ulp) {
   VC_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(61);
   for (size_t n : {1u, 15u, 16u, 1000u, 14336u * 3u}) {
@@ -35,7 +35,7 @@ TEST(cuda_swiglu, equals_the_cpu_scalar_path_bit_for_bit_and_the_active_path_wit
     for (size_t i = 0; i < n; ++i) {
       const float a = std::fabs(active[i]);
       const float ulp = std::nextafter(a, INFINITY) - a;
-      ASSERT_NEAR(out[i], active[i], 4.f * ulp) << "n=" << n << " i=" << i << " gate=" << gate[i];
+      ASSERT_NEAR(out[i], active[i], 8.f * ulp) << "n=" << n << " i=" << i << " gate=" << gate[i];
     }
   }
 }
