@@ -36,7 +36,8 @@ cudaError_t launch_add_inplace(float* y, const float* x, size_t n, cudaStream_t 
         reinterpret_cast<float4*>(y), reinterpret_cast<const float4*>(x), n4);
     done = n4 * 4;
   }
-  if (done < n) add_inplace_kernel<<<grid_for(n - done), kThreads, 0, stream>>>(y + done, x + done, n - done);
+  if (done < n)
+    add_inplace_kernel<<<grid_for(n - done), kThreads, 0, stream>>>(y + done, x + done, n - done);
   return cudaGetLastError();
 }
 

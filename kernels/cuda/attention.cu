@@ -45,7 +45,8 @@ __device__ __forceinline__ float2 load_pair(const void* base, size_t i) {
   if constexpr (T == DType::f32) {
     return __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(base) + i));
   } else {
-    const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(base) + i));
+    const uint32_t w =
+        __ldg(reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(base) + i));
     return make_float2(elem_to_f32<T>(uint16_t(w & 0xffffu)), elem_to_f32<T>(uint16_t(w >> 16)));
   }
 }
@@ -65,8 +66,8 @@ static __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(ChunkA
   const size_t esz = T == DType::f32 ? 4 : 2;
 
   extern __shared__ float smem[];
-  float* qs = smem;             // [group][D] scaled queries
-  float* sc = qs + group * D;   // [group][chunk] scores, then probabilities
+  float* qs = smem;            // [group][D] scaled queries
+  float* sc = qs + group * D;  // [group][chunk] scores, then probabilities
   int32_t* phys = reinterpret_cast<int32_t*>(sc + group * a.chunk);  // physical blocks
   const size_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
 
@@ -97,7 +98,8 @@ static __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(ChunkA
 #pragma unroll
       for (int s = 0; s < kMaxPairSteps; ++s) {
         const size_t d = size_t(s) * 64 + 2 * lane;
-        kp[p][s] = kr != nullptr && s < steps && d < D ? load_pair<T>(kr, d) : make_float2(0.f, 0.f);
+        kp[p][s] =
+            kr != nullptr && s < steps && d < D ? load_pair<T>(kr, d) : make_float2(0.f, 0.f);
       }
     }
 #pragma unroll
@@ -191,9 +193,8 @@ namespace {
 template <DType T>
 cudaError_t launch_chunks(const ChunkArgs& a, size_t M, size_t smem, cudaStream_t stream) {
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(attention_chunk_kernel<T>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(smem));
+    const cudaError_t e = cudaFuncSetAttribute(
+        attention_chunk_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
   }
   const dim3 grid{unsigned(M), unsigned(a.kv.kv_heads), unsigned(a.n_chunks)};
@@ -203,10 +204,9 @@ cudaError_t launch_chunks(const ChunkArgs& a, size_t M, size_t smem, cudaStream_
 
 }  // namespace
 
-cudaError_t launch_attention_rows(const float* q, size_t M, size_t n_heads,
-                                  const PagedKvRows& kv, float scale, float* out,
-                                  float* workspace, size_t workspace_floats,
-                                  cudaStream_t stream) {
+cudaError_t launch_attention_rows(const float* q, size_t M, size_t n_heads, const PagedKvRows& kv,
+                                  float scale, float* out, float* workspace,
+                                  size_t workspace_floats, cudaStream_t stream) {
   if (M == 0) return cudaSuccess;
   const size_t D = kv.head_dim, bt = kv.block_tokens;
   if (kv.kv_heads == 0 || n_heads == 0 || n_heads % kv.kv_heads != 0 || bt == 0 || D == 0 ||

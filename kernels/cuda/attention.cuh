@@ -37,8 +37,8 @@ struct PagedKvRows {
   const int32_t* block_tables = nullptr;  // [M, table_stride]: logical -> physical block
   size_t table_stride = 0;
   const int32_t* n_ctx = nullptr;  // [M]: positions row m attends to (its position + 1)
-  size_t max_ctx = 0;  // host value >= every n_ctx: sizes grid and workspace (a row
-                       // past it attends to its first max_ctx-covering chunks only)
+  size_t max_ctx = 0;              // host value >= every n_ctx: sizes grid and workspace (a row
+                                   // past it attends to its first max_ctx-covering chunks only)
 };
 
 /// Largest head_dim the kernel takes.
@@ -51,9 +51,8 @@ constexpr size_t kAttentionMaxHeadDim = 256;
 }
 
 /// Floats of device workspace launch_attention_rows needs for M rows.
-[[nodiscard]] constexpr size_t attention_workspace_floats(size_t M, size_t n_heads,
-                                                          size_t head_dim, size_t block_tokens,
-                                                          size_t max_ctx) {
+[[nodiscard]] constexpr size_t attention_workspace_floats(size_t M, size_t n_heads, size_t head_dim,
+                                                          size_t block_tokens, size_t max_ctx) {
   const size_t chunk = attention_chunk_positions(block_tokens == 0 ? 1 : block_tokens);
   const size_t chunks = (max_ctx + chunk - 1) / chunk;
   return M * n_heads * chunks * (head_dim + 2);
@@ -65,9 +64,8 @@ constexpr size_t kAttentionMaxHeadDim = 256;
 /// cudaErrorInvalidValue for a shape the kernel does not take (n_heads not a multiple
 /// of kv_heads, odd or too large head_dim, block_tokens 0, workspace too small, the
 /// chunk's scores not fitting in shared memory), else the launch status.
-cudaError_t launch_attention_rows(const float* q, size_t M, size_t n_heads,
-                                  const PagedKvRows& kv, float scale, float* out,
-                                  float* workspace, size_t workspace_floats,
-                                  cudaStream_t stream);
+cudaError_t launch_attention_rows(const float* q, size_t M, size_t n_heads, const PagedKvRows& kv,
+                                  float scale, float* out, float* workspace,
+                                  size_t workspace_floats, cudaStream_t stream);
 
 }  // namespace vc::cuda

@@ -134,14 +134,16 @@ static __global__ void __launch_bounds__(kThreads) attention_mixed_chunk_kernel(
     const float* p = sc + h * kChunk;
     float o = 0.f;
     for (size_t t = 0; t < c; ++t)
-      o = fmaf(p[t], elem_to_f32<T>(reinterpret_cast<const typename Elem<T>::type*>(row_of(t, true))[d]), o);
+      o = fmaf(p[t],
+               elem_to_f32<T>(reinterpret_cast<const typename Elem<T>::type*>(row_of(t, true))[d]),
+               o);
     a.part_o[((m * a.n_heads + g * group + h) * a.n_chunks + j) * D + d] = o;
   }
 }
 
-static __global__ void attention_mixed_merge_kernel(MixedKvRows kv, size_t n_heads,
-                                                    size_t n_chunks, const float* part_o,
-                                                    const float* part_ml, float* out) {
+static __global__ void attention_mixed_merge_kernel(MixedKvRows kv, size_t n_heads, size_t n_chunks,
+                                                    const float* part_o, const float* part_ml,
+                                                    float* out) {
   const size_t m = blockIdx.x, h = blockIdx.y, D = kv.head_dim;
   const size_t g = h / (n_heads / kv.kv_heads);
   const size_t want = (entries_of(kv, m, g) + kChunk - 1) / kChunk;
@@ -213,8 +215,8 @@ cudaError_t launch_attention_rows_mixed(const float* q, size_t M, size_t n_heads
   }
   const dim3 grid{unsigned(M), unsigned(n_heads)};
   const unsigned threads = D >= 128 ? 128u : unsigned((D + 31) / 32 * 32);
-  attention_mixed_merge_kernel<<<grid, threads, 0, stream>>>(kv, n_heads, n_chunks, part_o,
-                                                             part_ml, out);
+  attention_mixed_merge_kernel<<<grid, threads, 0, stream>>>(kv, n_heads, n_chunks, part_o, part_ml,
+                                                             out);
   return cudaGetLastError();
 }
 

@@ -23,7 +23,7 @@ struct MixedKvRows {
   const void* const* prefix_k = nullptr;  // [M * kv_heads] -> [count, head_dim] rows
   const void* const* prefix_v = nullptr;  // same
   const int32_t* prefix_count = nullptr;  // [M * kv_heads]: rows kept for (row, head)
-  const void* k = nullptr;                // paged tail: [num_blocks, kv_heads, block_tokens, head_dim]
+  const void* k = nullptr;  // paged tail: [num_blocks, kv_heads, block_tokens, head_dim]
   const void* v = nullptr;
   DType dtype = DType::bf16;
   size_t block_tokens = 0;
@@ -31,8 +31,8 @@ struct MixedKvRows {
   size_t head_dim = 0;                    // even, at most kAttentionMaxHeadDim
   const int32_t* block_tables = nullptr;  // [M, table_stride]: logical -> physical block
   size_t table_stride = 0;
-  const int32_t* tail_begin = nullptr;    // [M]: first tail position (the view covers below)
-  const int32_t* n_ctx = nullptr;         // [M]: positions the row attends to (its position + 1)
+  const int32_t* tail_begin = nullptr;  // [M]: first tail position (the view covers below)
+  const int32_t* n_ctx = nullptr;       // [M]: positions the row attends to (its position + 1)
   size_t max_entries = 0;  // host value >= count + n_ctx - tail_begin of every row and head
 };
 

@@ -28,13 +28,16 @@ cudaError_t launch_embedding(const int32_t* ids, size_t M, const void* table, DT
   const unsigned threads = dim >= 256 ? 256u : unsigned((dim + 31) / 32 * 32);
   switch (dt) {
     case DType::f32:
-      embedding_kernel<DType::f32><<<unsigned(M), threads, 0, stream>>>(ids, table, vocab, dim, out, bad_ids);
+      embedding_kernel<DType::f32>
+          <<<unsigned(M), threads, 0, stream>>>(ids, table, vocab, dim, out, bad_ids);
       break;
     case DType::f16:
-      embedding_kernel<DType::f16><<<unsigned(M), threads, 0, stream>>>(ids, table, vocab, dim, out, bad_ids);
+      embedding_kernel<DType::f16>
+          <<<unsigned(M), threads, 0, stream>>>(ids, table, vocab, dim, out, bad_ids);
       break;
     case DType::bf16:
-      embedding_kernel<DType::bf16><<<unsigned(M), threads, 0, stream>>>(ids, table, vocab, dim, out, bad_ids);
+      embedding_kernel<DType::bf16>
+          <<<unsigned(M), threads, 0, stream>>>(ids, table, vocab, dim, out, bad_ids);
       break;
   }
   return cudaGetLastError();

@@ -92,8 +92,8 @@ cudaError_t launch_typed(const float* x, size_t M, size_t K, const void* w, size
   // 16-byte loads need 16-byte aligned rows: K a multiple of 8 (4 for f32 weights,
   // but x is f32 too, so 8 keeps both simple) and aligned base pointers. The choice
   // changes how elements are loaded, never the arithmetic.
-  const bool vec = K % 8 == 0 &&
-                   ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16) == 0;
+  const bool vec =
+      K % 8 == 0 && ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16) == 0;
   const unsigned grid = unsigned(blocks), block = kWarpsPerBlock * 32;
   if (vec) {
     matmul_kernel<T, true><<<grid, block, 0, stream>>>(x, M, K, w, N, bias, y);
@@ -105,8 +105,8 @@ cudaError_t launch_typed(const float* x, size_t M, size_t K, const void* w, size
 
 }  // namespace
 
-cudaError_t launch_matmul(const float* x, size_t M, size_t K, const void* w, DType wt,
-                          size_t N, const float* bias, float* y, cudaStream_t stream) {
+cudaError_t launch_matmul(const float* x, size_t M, size_t K, const void* w, DType wt, size_t N,
+                          const float* bias, float* y, cudaStream_t stream) {
   if (M == 0 || N == 0) return cudaSuccess;
   switch (wt) {
     case DType::f32:

@@ -35,7 +35,7 @@ constexpr size_t kMatmulRowTile = 8;
 /// Launches on `stream` (asynchronous). x[M, K] f32, w[N, K] in `wt`, bias[N] f32 or
 /// nullptr, y[M, N] f32: device pointers; y must not overlap x. Returns the launch
 /// status (cudaSuccess when M or N is 0: nothing to do; with K == 0, y = bias or 0).
-cudaError_t launch_matmul(const float* x, size_t M, size_t K, const void* w, DType wt,
-                          size_t N, const float* bias, float* y, cudaStream_t stream);
+cudaError_t launch_matmul(const float* x, size_t M, size_t K, const void* w, DType wt, size_t N,
+                          const float* bias, float* y, cudaStream_t stream);
 
 }  // namespace vc::cuda

@@ -1,10 +1,11 @@
 // Tests of the CUDA residual add against vc::cpu::add_inplace (one f32 addition per
 // element: the same bits). Skipped where no CUDA device is usable.
+#include "kernels/cuda/add_inplace.cuh"
+
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/elementwise.hpp"
-#include "kernels/cuda/add_inplace.cuh"
 #include "tests/cuda/cuda_test_support.hpp"
 
 namespace vc::cuda {

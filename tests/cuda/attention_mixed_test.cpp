@@ -1,6 +1,8 @@
 // Tests of the CUDA drafter attention against vc::cpu::attention_row_mixed: each row
 // with its own compressed prefix per KV head (kept rows, counts that differ by head,
 // an empty one) and its own paged tail. Skipped where no CUDA device is usable.
+#include "kernels/cpu/attention_mixed.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -9,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/attention_mixed.hpp"
 #include "kernels/cuda/attention_mixed.cuh"
 #include "tests/cuda/cuda_test_support.hpp"
 
@@ -85,8 +86,8 @@ TEST(cuda_attention_mixed, matches_the_cpu_drafter_attention_over_prefix_rows_an
   kv.max_entries = max_entries;
   const size_t ws = attention_mixed_workspace_floats(M, n_heads, D, max_entries);
   DeviceBuffer<float> dws(ws);
-  CUDA_CHECK(launch_attention_rows_mixed(dq.get(), M, n_heads, kv, scale, dout.get(), dws.get(),
-                                         ws, nullptr));
+  CUDA_CHECK(launch_attention_rows_mixed(dq.get(), M, n_heads, kv, scale, dout.get(), dws.get(), ws,
+                                         nullptr));
   CUDA_CHECK(cudaDeviceSynchronize());
   const auto got = dout.download();
 
@@ -104,9 +105,11 @@ TEST(cuda_attention_mixed, matches_the_cpu_drafter_attention_over_prefix_rows_an
     const cpu::PagedKv tail{kpool.data(), vpool.data(), dt, bt, kvh, D, order.data()};
     std::vector<float> ref(qd);
     cpu::attention_row_mixed(q.data() + m * qd, n_heads, prefix.data(), tail,
-                             size_t(cases[m].tail_begin), size_t(cases[m].n_ctx), scale, ref.data());
+                             size_t(cases[m].tail_begin), size_t(cases[m].n_ctx), scale,
+                             ref.data());
     for (size_t i = 0; i < qd; ++i)
-      ASSERT_NEAR(got[m * qd + i], ref[i], 2e-5 + 2e-5 * std::fabs(ref[i])) << "row " << m << " i=" << i;
+      ASSERT_NEAR(got[m * qd + i], ref[i], 2e-5 + 2e-5 * std::fabs(ref[i]))
+          << "row " << m << " i=" << i;
   }
 }
 

@@ -4,6 +4,8 @@
 // tables), and bit for bit against itself across batches -- a row alone equals the
 // same row among 1..N others (verify rows of one sequence, rows of other
 // sequences). Skipped where no CUDA device is usable.
+#include "kernels/cpu/attention.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -11,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/attention.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "tests/cuda/cuda_test_support.hpp"
 
@@ -67,7 +68,8 @@ std::vector<float> gpu_attention(const KvLayer& kv, const DeviceBuffer<uint8_t>&
   p.table_stride = rows.stride;
   p.n_ctx = dctx.get();
   p.max_ctx = max_ctx;
-  CUDA_CHECK(launch_attention_rows(dq.get(), M, n_heads, p, scale, dout.get(), dws.get(), ws, nullptr));
+  CUDA_CHECK(
+      launch_attention_rows(dq.get(), M, n_heads, p, scale, dout.get(), dws.get(), ws, nullptr));
   CUDA_CHECK(cudaDeviceSynchronize());
   return dout.download();
 }
@@ -77,8 +79,9 @@ struct Shape {
   DType dtype;
   std::string str() const {
     return "n_heads=" + std::to_string(n_heads) + " kv_heads=" + std::to_string(kv_heads) +
-           " head_dim=" + std::to_string(head_dim) + " block_tokens=" +
-           std::to_string(block_tokens) + " dtype=" + std::string(dtype_name(dtype));
+           " head_dim=" + std::to_string(head_dim) +
+           " block_tokens=" + std::to_string(block_tokens) +
+           " dtype=" + std::string(dtype_name(dtype));
   }
 };
 
@@ -89,8 +92,9 @@ TEST(cuda_attention, matches_the_cpu_attention_row_at_block_and_chunk_edges) {
                          Shape{7, 1, 80, 7, DType::f16}, Shape{4, 4, 96, 32, DType::f32},
                          Shape{16, 2, 256, 16, DType::bf16}}) {
     const size_t chunk = attention_chunk_positions(s.block_tokens);
-    std::vector<size_t> lengths = {1, s.block_tokens - 1, s.block_tokens, s.block_tokens + 1,
-                                   chunk - 1, chunk, chunk + 1, 1000, 3 * chunk + 5};
+    std::vector<size_t> lengths = {
+        1,     s.block_tokens - 1, s.block_tokens, s.block_tokens + 1, chunk - 1,
+        chunk, chunk + 1,          1000,           3 * chunk + 5};
     lengths.erase(std::remove(lengths.begin(), lengths.end(), size_t(0)), lengths.end());
     const size_t max_ctx = *std::max_element(lengths.begin(), lengths.end());
     const size_t stride = (max_ctx + s.block_tokens - 1) / s.block_tokens;
@@ -140,15 +144,16 @@ TEST(cuda_attention, gives_a_verify_row_the_same_bits_alone_and_in_blocks_of_1_t
   std::vector<std::vector<float>> alone(max_rows);
   for (size_t i = 0; i < max_rows; ++i) {
     Rows r{std::vector<int32_t>(kv.order.begin(), kv.order.end()), {int32_t(base + i + 1)}, stride};
-    alone[i] = gpu_attention(kv, dk, dv, std::vector<float>(q.begin() + i * qd, q.begin() + (i + 1) * qd),
-                             s.n_heads, r, scale);
+    alone[i] =
+        gpu_attention(kv, dk, dv, std::vector<float>(q.begin() + i * qd, q.begin() + (i + 1) * qd),
+                      s.n_heads, r, scale);
   }
   for (size_t M = 1; M <= max_rows; ++M) {
     const auto got = gpu_attention(kv, dk, dv, std::vector<float>(q.begin(), q.begin() + M * qd),
                                    s.n_heads, table(M), scale);
     for (size_t i = 0; i < M; ++i)
-      ASSERT_TRUE(test::same_bits(std::vector<float>(got.begin() + i * qd, got.begin() + (i + 1) * qd),
-                                  alone[i]))
+      ASSERT_TRUE(test::same_bits(
+          std::vector<float>(got.begin() + i * qd, got.begin() + (i + 1) * qd), alone[i]))
           << "M=" << M << " row " << i;
   }
 }
@@ -164,16 +169,20 @@ TEST(cuda_attention, gives_a_row_the_same_bits_among_rows_of_other_sequences) {
   const auto q = test::random_floats(rng, ctx.size() * qd, -1.f, 1.f);
   Rows all{{}, ctx, stride};
   for (size_t i = 0; i < ctx.size(); ++i) {  // each row its own sequence (blocks)
-    for (size_t j = 0; j < stride; ++j) all.tables.push_back(kv.order[(i * 17 + j) % kv.order.size()]);
+    for (size_t j = 0; j < stride; ++j)
+      all.tables.push_back(kv.order[(i * 17 + j) % kv.order.size()]);
   }
   const auto batch = gpu_attention(kv, dk, dv, q, s.n_heads, all, 0.125f);
   for (size_t i = 0; i < ctx.size(); ++i) {
     Rows one{std::vector<int32_t>(all.tables.begin() + long(i * stride),
                                   all.tables.begin() + long((i + 1) * stride)),
-             {ctx[i]}, stride};
-    const auto got = gpu_attention(kv, dk, dv, std::vector<float>(q.begin() + i * qd, q.begin() + (i + 1) * qd),
-                                   s.n_heads, one, 0.125f);
-    EXPECT_TRUE(test::same_bits(got, std::vector<float>(batch.begin() + i * qd, batch.begin() + (i + 1) * qd)))
+             {ctx[i]},
+             stride};
+    const auto got =
+        gpu_attention(kv, dk, dv, std::vector<float>(q.begin() + i * qd, q.begin() + (i + 1) * qd),
+                      s.n_heads, one, 0.125f);
+    EXPECT_TRUE(test::same_bits(
+        got, std::vector<float>(batch.begin() + i * qd, batch.begin() + (i + 1) * qd)))
         << "row " << i << " n_ctx=" << ctx[i];
   }
 }
@@ -184,7 +193,8 @@ TEST(cuda_attention, writes_zeros_for_an_empty_context_and_rejects_shapes_it_can
   const KvLayer kv(rng, 2, 1, 16, 64, DType::bf16);
   DeviceBuffer<uint8_t> dk(kv.k), dv(kv.v);
   Rows r{{0, 1}, {0}, 2};
-  const auto got = gpu_attention(kv, dk, dv, test::random_floats(rng, 2 * 64, -1.f, 1.f), 2, r, 1.f);
+  const auto got =
+      gpu_attention(kv, dk, dv, test::random_floats(rng, 2 * 64, -1.f, 1.f), 2, r, 1.f);
   EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return x == 0.f; }));
 
   PagedKvRows bad;

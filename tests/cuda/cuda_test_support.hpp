@@ -17,15 +17,14 @@ namespace vc::cuda::test {
 
 /// Skips the test when there is no CUDA device to run on (a machine with nvcc but no
 /// driver reports cudaErrorInsufficientDriver and leaves the count unwritten).
-#define VC_REQUIRE_CUDA_DEVICE()                                                \
-  do {                                                                          \
-    int vc_count_ = 0;                                                          \
-    const cudaError_t vc_err_ = cudaGetDeviceCount(&vc_count_);                 \
-    if (vc_err_ != cudaSuccess || vc_count_ == 0) {                             \
-      GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount returned "            \
-                   << cudaGetErrorName(vc_err_) << " (" << cudaGetErrorString(vc_err_) \
-                   << "), count " << vc_count_;                                 \
-    }                                                                           \
+#define VC_REQUIRE_CUDA_DEVICE()                                                                  \
+  do {                                                                                            \
+    int vc_count_ = 0;                                                                            \
+    const cudaError_t vc_err_ = cudaGetDeviceCount(&vc_count_);                                   \
+    if (vc_err_ != cudaSuccess || vc_count_ == 0) {                                               \
+      GTEST_SKIP() << "no CUDA device: cudaGetDeviceCount returned " << cudaGetErrorName(vc_err_) \
+                   << " (" << cudaGetErrorString(vc_err_) << "), count " << vc_count_;            \
+    }                                                                                             \
   } while (0)
 
 /// Device array of n elements of T, freed on scope exit.

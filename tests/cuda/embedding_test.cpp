@@ -1,10 +1,11 @@
 // Tests of the CUDA embedding gather against the CPU forward's gather (vc::to_f32 of
 // one table row per token). Skipped where no CUDA device is usable.
+#include "kernels/cuda/embedding.cuh"
+
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "kernels/cuda/embedding.cuh"
 #include "tests/cuda/cuda_test_support.hpp"
 
 namespace vc::cuda {
@@ -31,8 +32,8 @@ TEST(cuda_embedding, gathers_the_same_bits_as_the_cpu_for_every_table_type) {
       DeviceBuffer<int32_t> dids(ids);
       DeviceBuffer<float> dout(M * dim);
       DeviceBuffer<int> dbad(std::vector<int>{0});
-      CUDA_CHECK(launch_embedding(dids.get(), M, dtab.get(), dt, vocab, dim, dout.get(),
-                                  dbad.get(), nullptr));
+      CUDA_CHECK(launch_embedding(dids.get(), M, dtab.get(), dt, vocab, dim, dout.get(), dbad.get(),
+                                  nullptr));
       CUDA_CHECK(cudaDeviceSynchronize());
       EXPECT_TRUE(test::same_bits(dout.download(), ref))
           << "dtype=" << dtype_name(dt) << " dim=" << dim;
@@ -58,13 +59,13 @@ TEST(cuda_embedding, writes_zeros_and_counts_ids_outside_the_vocabulary) {
   for (size_t i = 0; i < dim; ++i) {
     EXPECT_EQ(out[1 * dim + i], 0.f) << "id -1, element " << i;
     EXPECT_EQ(out[2 * dim + i], 0.f) << "id 10, element " << i;
-    EXPECT_EQ(out[0 * dim + i], bf16_to_f32(uint16_t(table[(3 * dim + i) * 2] |
-                                                     table[(3 * dim + i) * 2 + 1] << 8)));
+    EXPECT_EQ(out[0 * dim + i],
+              bf16_to_f32(uint16_t(table[(3 * dim + i) * 2] | table[(3 * dim + i) * 2 + 1] << 8)));
   }
   EXPECT_EQ(dbad.download()[0], 2);
-  EXPECT_EQ(launch_embedding(nullptr, 0, nullptr, DType::bf16, vocab, dim, nullptr, nullptr,
-                             nullptr),
-            cudaSuccess);
+  EXPECT_EQ(
+      launch_embedding(nullptr, 0, nullptr, DType::bf16, vocab, dim, nullptr, nullptr, nullptr),
+      cudaSuccess);
 }
 
 }  // namespace

@@ -2,12 +2,13 @@
 // rounding (the two sum K products in different orders), and bit for bit against
 // itself across batch sizes -- a row computed alone equals the same row in a batch
 // of 1..N rows, at any place in the batch. Skipped where no CUDA device is usable.
+#include "kernels/cpu/matmul.hpp"
+
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/matmul.hpp"
 #include "kernels/cuda/matmul.cuh"
 #include "tests/cuda/cuda_test_support.hpp"
 
@@ -59,10 +60,10 @@ TEST(cuda_matmul, matches_the_cpu_matmul_for_awkward_shapes_and_every_weight_typ
   VC_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(81);
   for (DType wt : {DType::bf16, DType::f16, DType::f32}) {
-    for (const Case& c : {Case{1, 1, 1, wt, false}, Case{1, 7, 5, wt, true},
-                          Case{3, 8, 9, wt, false}, Case{9, 255, 33, wt, true},
-                          Case{17, 256, 64, wt, true}, Case{2, 1000, 130, wt, false},
-                          Case{5, 4096, 96, wt, true}}) {
+    for (const Case& c :
+         {Case{1, 1, 1, wt, false}, Case{1, 7, 5, wt, true}, Case{3, 8, 9, wt, false},
+          Case{9, 255, 33, wt, true}, Case{17, 256, 64, wt, true}, Case{2, 1000, 130, wt, false},
+          Case{5, 4096, 96, wt, true}}) {
       expect_matches_cpu(c, rng);
     }
   }
@@ -100,12 +101,14 @@ TEST(cuda_matmul, gives_a_row_the_same_bits_alone_and_in_batches_of_1_to_64) {
     for (size_t r = 0; r < max_m; ++r) {
       DeviceBuffer<float> drow(std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K));
       DeviceBuffer<float> dy(N);
-      CUDA_CHECK(launch_matmul(drow.get(), 1, K, dw.get(), DType::bf16, N, db.get(), dy.get(), nullptr));
+      CUDA_CHECK(
+          launch_matmul(drow.get(), 1, K, dw.get(), DType::bf16, N, db.get(), dy.get(), nullptr));
       alone[r] = dy.download();
     }
     for (size_t M = 1; M <= max_m; ++M) {
       DeviceBuffer<float> dy(M * N);
-      CUDA_CHECK(launch_matmul(dx.get(), M, K, dw.get(), DType::bf16, N, db.get(), dy.get(), nullptr));
+      CUDA_CHECK(
+          launch_matmul(dx.get(), M, K, dw.get(), DType::bf16, N, db.get(), dy.get(), nullptr));
       const auto y = dy.download();
       for (size_t r = 0; r < M; ++r) {
         const std::vector<float> row(y.begin() + r * N, y.begin() + (r + 1) * N);
@@ -115,7 +118,8 @@ TEST(cuda_matmul, gives_a_row_the_same_bits_alone_and_in_batches_of_1_to_64) {
     // A row at another place in the batch (another row tile, another neighbour).
     DeviceBuffer<float> dy(2 * N);
     DeviceBuffer<float> pair(std::vector<float>(x.begin() + 9 * K, x.begin() + 11 * K));
-    CUDA_CHECK(launch_matmul(pair.get(), 2, K, dw.get(), DType::bf16, N, db.get(), dy.get(), nullptr));
+    CUDA_CHECK(
+        launch_matmul(pair.get(), 2, K, dw.get(), DType::bf16, N, db.get(), dy.get(), nullptr));
     const auto y = dy.download();
     EXPECT_TRUE(test::same_bits(std::vector<float>(y.begin(), y.begin() + N), alone[9]));
     EXPECT_TRUE(test::same_bits(std::vector<float>(y.begin() + N, y.end()), alone[10]));

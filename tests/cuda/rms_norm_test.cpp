@@ -1,12 +1,13 @@
 // Tests of the CUDA RMSNorm kernel against vc::cpu::rms_norm. Skipped (with the
 // CUDA error) where no device is usable, e.g. a machine with nvcc but no driver.
+#include "kernels/cuda/rms_norm.cuh"
+
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/rms_norm.cuh"
 #include "tests/cuda/cuda_test_support.hpp"
 
 namespace vc::cuda {

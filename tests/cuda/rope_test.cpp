@@ -2,6 +2,8 @@
 // frequencies (the formula of ModelConfig::rope_inv_freq) and Qwen3's per-head
 // q/k norm before it (launch_rms_norm over rows of head_dim, as runtime/forward.cpp
 // calls cpu::rms_norm). Skipped where no CUDA device is usable.
+#include "kernels/cuda/rope.cuh"
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -9,7 +11,6 @@
 
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cuda/rms_norm.cuh"
-#include "kernels/cuda/rope.cuh"
 #include "tests/cuda/cuda_test_support.hpp"
 
 namespace vc::cuda {
@@ -50,8 +51,8 @@ std::vector<int32_t> positions(std::mt19937& rng, size_t M) {
 
 // The device's double sin/cos may round to a different float than the host's in a
 // rare last-bit case; each such element is then off by about |x| * 2^-24.
-void expect_close_and_mostly_identical(const std::vector<float>& got,
-                                       const std::vector<float>& ref, const char* what) {
+void expect_close_and_mostly_identical(const std::vector<float>& got, const std::vector<float>& ref,
+                                       const char* what) {
   size_t identical = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     identical += got[i] == ref[i];
@@ -76,8 +77,8 @@ TEST(cuda_rope, matches_the_cpu_rope_with_and_without_llama3_scaling) {
       DeviceBuffer<int32_t> dpos(pos);
       CUDA_CHECK(launch_rope(dx.get(), M, nh, size_t(hd), dpos.get(), dinv.get(), nullptr));
       CUDA_CHECK(cudaDeviceSynchronize());
-      const std::string what = std::string("llama3=") + (llama3 ? "1" : "0") +
-                               " head_dim=" + std::to_string(hd);
+      const std::string what =
+          std::string("llama3=") + (llama3 ? "1" : "0") + " head_dim=" + std::to_string(hd);
       expect_close_and_mostly_identical(dx.download(), ref, what.c_str());
     }
   }
@@ -105,7 +106,8 @@ TEST(cuda_rope, applies_qwen3_qk_norm_then_rope_like_the_cpu_forward) {
     const auto got = dx.download();
     // RMSNorm's sum of squares is an f32 tree on the GPU, double on the CPU.
     for (size_t i = 0; i < ref.size(); ++i)
-      ASSERT_NEAR(got[i], ref[i], 1e-5 + 1e-5 * std::fabs(ref[i])) << "heads=" << heads << " i=" << i;
+      ASSERT_NEAR(got[i], ref[i], 1e-5 + 1e-5 * std::fabs(ref[i]))
+          << "heads=" << heads << " i=" << i;
   }
 }
 

@@ -2,13 +2,14 @@
 // vc::token_logprob, compiled into this test): the same token for greedy and seeded
 // Gumbel-max rows, the same noise for the same (seed, position), log-probabilities
 // within a last-bit difference. Skipped where no CUDA device is usable.
+#include "kernels/cuda/sampling.cuh"
+
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <span>
 #include <vector>
 
-#include "kernels/cuda/sampling.cuh"
 #include "runtime/sampler.hpp"
 #include "tests/cuda/cuda_test_support.hpp"
 

@@ -1,13 +1,14 @@
 // Tests of the CUDA SwiGLU against vc::cpu::swiglu: bit for bit against the CPU's
 // scalar path (the same exp approximation, the same unfused steps), within 8 ulp of
 // whichever SIMD path this CPU runs. Skipped where no CUDA device is usable.
+#include "kernels/cuda/swiglu.cuh"
+
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/elementwise_paths.hpp"
-#include "kernels/cuda/swiglu.cuh"
 #include "tests/cuda/cuda_test_support.hpp"
 
 namespace vc::cuda {

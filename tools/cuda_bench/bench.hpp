@@ -14,9 +14,9 @@ namespace vc::cuda::bench {
 /// per call (mean over the timed calls), `roofline_s` = bytes / the device-to-device
 /// copy bandwidth (0 where not applicable).
 struct Row {
-  std::string group;   // "copy", "gemm", "attention", "drafter"
-  std::string name;    // what ran, with its shape
-  size_t rows = 0;     // M (batch rows), 0 where not applicable
+  std::string group;  // "copy", "gemm", "attention", "drafter"
+  std::string name;   // what ran, with its shape
+  size_t rows = 0;    // M (batch rows), 0 where not applicable
   double bytes = 0;
   double seconds = 0;
   double roofline_s = 0;

@@ -41,10 +41,10 @@ Pass verify_pass(size_t ctx, size_t M, const std::vector<int32_t>& order) {
 }  // namespace
 
 void bench_attention(Report& r, bool quick) {
-  const std::vector<size_t> contexts = quick ? std::vector<size_t>{8192, 32768}
-                                             : std::vector<size_t>{1024, 8192, 32768, 131072};
-  const std::vector<size_t> row_counts = quick ? std::vector<size_t>{1, 16}
-                                               : std::vector<size_t>{1, 8, 16, 32};
+  const std::vector<size_t> contexts =
+      quick ? std::vector<size_t>{8192, 32768} : std::vector<size_t>{1024, 8192, 32768, 131072};
+  const std::vector<size_t> row_counts =
+      quick ? std::vector<size_t>{1, 16} : std::vector<size_t>{1, 8, 16, 32};
   std::mt19937 rng(7);
   for (size_t ctx : contexts) {
     const size_t blocks = (ctx + kBlockTokens - 1) / kBlockTokens;
@@ -63,7 +63,8 @@ void bench_attention(Report& r, bool quick) {
       DeviceMem q(M * kHeads * kHeadDim * 4), out(M * kHeads * kHeadDim * 4);
       DeviceMem tables(p.tables.size() * 4), n_ctx(M * 4);
       fill_device(q.get(), M * kHeads * kHeadDim * 4);
-      CUDA_CHECK(cudaMemcpy(tables.get(), p.tables.data(), p.tables.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(
+          cudaMemcpy(tables.get(), p.tables.data(), p.tables.size() * 4, cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemcpy(n_ctx.get(), p.n_ctx.data(), M * 4, cudaMemcpyHostToDevice));
       const size_t ws = attention_workspace_floats(M, kHeads, kHeadDim, kBlockTokens, p.max_ctx);
       DeviceMem work(ws * 4);

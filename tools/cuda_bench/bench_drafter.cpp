@@ -20,10 +20,10 @@ constexpr size_t kRatio = 4;
 }  // namespace
 
 void bench_drafter(Report& r, bool quick) {
-  const std::vector<size_t> contexts = quick ? std::vector<size_t>{32768}
-                                             : std::vector<size_t>{8192, 32768, 131072};
-  const std::vector<size_t> row_counts = quick ? std::vector<size_t>{1, 16}
-                                               : std::vector<size_t>{1, 8, 32};
+  const std::vector<size_t> contexts =
+      quick ? std::vector<size_t>{32768} : std::vector<size_t>{8192, 32768, 131072};
+  const std::vector<size_t> row_counts =
+      quick ? std::vector<size_t>{1, 16} : std::vector<size_t>{1, 8, 32};
   for (size_t ctx : contexts) {
     const size_t kept = ctx / kRatio, row_bytes = kHeadDim * 2;
     for (size_t M : row_counts) {
@@ -50,10 +50,14 @@ void bench_drafter(Report& r, bool quick) {
           tables[m * stride + ctx / kBlockTokens + b] = int32_t(m * tail_blocks + b);
       DeviceMem dkp(kp.size() * sizeof(void*)), dvp(vp.size() * sizeof(void*));
       DeviceMem dtables(tables.size() * 4), dcounts(counts.size() * 4), dbegin(M * 4), dctx(M * 4);
-      CUDA_CHECK(cudaMemcpy(dkp.get(), kp.data(), kp.size() * sizeof(void*), cudaMemcpyHostToDevice));
-      CUDA_CHECK(cudaMemcpy(dvp.get(), vp.data(), vp.size() * sizeof(void*), cudaMemcpyHostToDevice));
-      CUDA_CHECK(cudaMemcpy(dtables.get(), tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
-      CUDA_CHECK(cudaMemcpy(dcounts.get(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(
+          cudaMemcpy(dkp.get(), kp.data(), kp.size() * sizeof(void*), cudaMemcpyHostToDevice));
+      CUDA_CHECK(
+          cudaMemcpy(dvp.get(), vp.data(), vp.size() * sizeof(void*), cudaMemcpyHostToDevice));
+      CUDA_CHECK(
+          cudaMemcpy(dtables.get(), tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(
+          cudaMemcpy(dcounts.get(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemcpy(dbegin.get(), begin.data(), M * 4, cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemcpy(dctx.get(), n_ctx.data(), M * 4, cudaMemcpyHostToDevice));
       DeviceMem q(M * kHeads * kHeadDim * 4), out(M * kHeads * kHeadDim * 4);

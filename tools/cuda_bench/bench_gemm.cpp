@@ -23,8 +23,8 @@ struct Shape {
 };
 
 constexpr Shape kShapes[] = {
-    {"q_proj 4096x4096", 4096, 4096, 32},   {"k_proj 4096x1024", 4096, 1024, 32},
-    {"v_proj 4096x1024", 4096, 1024, 32},   {"o_proj 4096x4096", 4096, 4096, 32},
+    {"q_proj 4096x4096", 4096, 4096, 32},      {"k_proj 4096x1024", 4096, 1024, 32},
+    {"v_proj 4096x1024", 4096, 1024, 32},      {"o_proj 4096x4096", 4096, 4096, 32},
     {"gate_proj 4096x14336", 4096, 14336, 32}, {"up_proj 4096x14336", 4096, 14336, 32},
     {"down_proj 14336x4096", 14336, 4096, 32}, {"lm_head 4096x128256", 4096, 128256, 1},
 };
@@ -36,8 +36,8 @@ double roofline(const Report& r, double bytes) { return bytes / (r.d2d_gbps * 1e
 }  // namespace
 
 void bench_gemm(Report& r, bool quick) {
-  const std::vector<size_t> row_counts = quick ? std::vector<size_t>{1, 32}
-                                               : std::vector<size_t>{1, 4, 8, 16, 32, 64};
+  const std::vector<size_t> row_counts =
+      quick ? std::vector<size_t>{1, 32} : std::vector<size_t>{1, 4, 8, 16, 32, 64};
   const size_t max_m = row_counts.back();
   double step_s = 0, step_bytes = 0;
   for (const Shape& s : kShapes) {

@@ -69,15 +69,15 @@ void write_json(const Report& r, const std::string& path) {
     f << "    {\"group\": \"" << json_escape(w.group) << "\", \"case\": \"" << json_escape(w.name)
       << "\", \"M\": " << w.rows << ", \"bytes\": " << w.bytes << ", \"seconds\": " << w.seconds
       << ", \"gbps\": " << w.gbps() << ", \"roofline_seconds\": " << w.roofline_s
-      << ", \"fraction_of_roofline\": " << w.fraction() << "}"
-      << (i + 1 < r.rows.size() ? "," : "") << "\n";
+      << ", \"fraction_of_roofline\": " << w.fraction() << "}" << (i + 1 < r.rows.size() ? "," : "")
+      << "\n";
   }
   f << "  ],\n  \"checks\": [\n";
   for (size_t i = 0; i < r.checks.size(); ++i) {
     const Check& c = r.checks[i];
     f << "    {\"name\": \"" << json_escape(c.name) << "\", \"ok\": " << (c.ok ? "true" : "false")
-      << ", \"detail\": \"" << json_escape(c.detail) << "\"}" << (i + 1 < r.checks.size() ? "," : "")
-      << "\n";
+      << ", \"detail\": \"" << json_escape(c.detail) << "\"}"
+      << (i + 1 < r.checks.size() ? "," : "") << "\n";
   }
   f << "  ]\n}\n";
   if (!f) throw std::runtime_error("cannot write " + path);
