@@ -7,7 +7,7 @@
 # It builds only what the check needs -- the CPU and CUDA kernels, test_cuda and
 # vc_cuda_bench -- in a separate build directory (build-gpu/, VC_CUDA_ONLY=ON: no
 # CAF, Boost, hwloc, ...), because the GPU machine's image has nvcc, CMake and ninja
-# but not this project's Debian packages, and cannot fetch them. GoogleTest is built
+# but is not known to have this project's Debian packages, and cannot fetch them. GoogleTest is built
 # from .gpu-deps/googletest (made by --prepare; carry it to the GPU machine), else
 # /usr/src/googletest, else the system's package. Warnings are not errors there
 # (another compiler version); they are still in the build log.
@@ -22,7 +22,7 @@
 # build, so the build is still checked); 3 the build failed; 4 bad usage.
 # Time: every step's timeout is cut to what is left of GPU_CHECK_SECONDS (default
 # 460), so the whole run ends within 8 minutes; memcheck runs only with a minute left.
-#   JOBS=N (default: all cores), CUDA_ARCH=90, BUILD_DIR=build-gpu, BENCH_ARGS=--quick,
+#   JOBS=N (default: all cores), CUDA_ARCH=90, BUILD_DIR=build-gpu, BENCH_ARGS (e.g. --quick),
 #   BUILD_TIMEOUT=seconds (a cold build on 16 cores is not yet timed; on a slow
 #   machine set it and GPU_CHECK_SECONDS higher), GPU_CHECK_SECONDS=460
 set -uo pipefail
