@@ -3,6 +3,7 @@
 // neighbouring floats), the block reduces with warp shuffles (no shared-memory
 // round trips inside a warp) and one shared-memory step across warps, then every
 // thread scales its slice.
+#include "kernels/cuda/dtype_load.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 
 namespace vc::cuda {
@@ -19,8 +20,8 @@ __device__ float warp_sum(float v) {
 
 }  // namespace
 
-static __global__ void rms_norm_kernel(const float* x, size_t dim,
-                                       const float* __restrict__ weight, float eps,
+template <DType WT>
+static __global__ void rms_norm_kernel(const float* x, size_t dim, const void* weight, float eps,
                                        float* out) {
   __shared__ float warp_sums[kMaxThreads / 32];
   const float* xr = x + size_t(blockIdx.x) * dim;
@@ -43,18 +44,34 @@ static __global__ void rms_norm_kernel(const float* x, size_t dim,
 
   const float inv = 1.0f / sqrtf(warp_sums[0] / float(dim) + eps);
   // Each thread rewrites only the elements it read: in place (out == x) is safe.
-  for (size_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] * inv) * weight[i];
+  for (size_t i = threadIdx.x; i < dim; i += blockDim.x)
+    yr[i] = (xr[i] * inv) * load_f32<WT>(weight, i);
 }
 
-cudaError_t launch_rms_norm(const float* x, size_t M, size_t dim, const float* weight,
+cudaError_t launch_rms_norm(const float* x, size_t M, size_t dim, const void* weight, DType wt,
                             float eps, float* out, cudaStream_t stream) {
   if (M == 0 || dim == 0) return cudaSuccess;
   if (M > 0x7fffffffu) return cudaErrorInvalidValue;  // gridDim.x limit
   // Enough threads for one element each up to 1024, in whole warps.
   const size_t want = dim < size_t(kMaxThreads) ? dim : size_t(kMaxThreads);
   const unsigned threads = unsigned((want + 31) / 32 * 32);
-  rms_norm_kernel<<<unsigned(M), threads, 0, stream>>>(x, dim, weight, eps, out);
+  switch (wt) {
+    case DType::f32:
+      rms_norm_kernel<DType::f32><<<unsigned(M), threads, 0, stream>>>(x, dim, weight, eps, out);
+      break;
+    case DType::f16:
+      rms_norm_kernel<DType::f16><<<unsigned(M), threads, 0, stream>>>(x, dim, weight, eps, out);
+      break;
+    case DType::bf16:
+      rms_norm_kernel<DType::bf16><<<unsigned(M), threads, 0, stream>>>(x, dim, weight, eps, out);
+      break;
+  }
   return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm(const float* x, size_t M, size_t dim, const float* weight, float eps,
+                            float* out, cudaStream_t stream) {
+  return launch_rms_norm(x, M, dim, weight, DType::f32, eps, out, stream);
 }
 
 }  // namespace vc::cuda

@@ -58,5 +58,24 @@ TEST(cuda_rms_norm, works_in_place_and_accepts_empty_input) {
   EXPECT_EQ(launch_rms_norm(nullptr, 0, dim, nullptr, 1e-6f, nullptr, nullptr), cudaSuccess);
 }
 
+TEST(cuda_rms_norm, takes_weights_stored_as_bf16_or_f16_like_the_cpu) {
+  VC_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(33);
+  const size_t M = 7, dim = 128;  // Qwen3's q/k norm: rows of head_dim
+  for (DType wt : {DType::bf16, DType::f16}) {
+    const auto x = random_floats(rng, M * dim, -3.f, 3.f);
+    const auto w = test::random_typed(rng, dim, wt, 0.5f, 1.5f);
+    std::vector<float> ref(M * dim);
+    cpu::rms_norm(x.data(), M, dim, w.data(), wt, 1e-6f, ref.data());
+    DeviceBuffer<float> dx(x), dy(M * dim);
+    DeviceBuffer<uint8_t> dw(w);
+    CUDA_CHECK(launch_rms_norm(dx.get(), M, dim, dw.get(), wt, 1e-6f, dy.get(), nullptr));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto y = dy.download();
+    for (size_t i = 0; i < M * dim; ++i)
+      ASSERT_NEAR(y[i], ref[i], 1e-5 + 1e-5 * std::fabs(ref[i])) << dtype_name(wt) << " i=" << i;
+  }
+}
+
 }  // namespace
 }  // namespace vc::cuda

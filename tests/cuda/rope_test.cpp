@@ -93,14 +93,16 @@ TEST(cuda_rope, applies_qwen3_qk_norm_then_rope_like_the_cpu_forward) {
   const auto pos = positions(rng, M);
   for (size_t heads : {nh, nkv}) {
     const auto x = test::random_floats(rng, M * heads * hd, -3.f, 3.f);
-    const auto w = test::random_floats(rng, hd, 0.5f, 1.5f);
+    const auto w = test::random_typed(rng, hd, DType::bf16, 0.5f, 1.5f);  // as loaded
     std::vector<float> ref = x;
-    cpu::rms_norm(ref.data(), M * heads, hd, w.data(), DType::f32, eps, ref.data());
+    cpu::rms_norm(ref.data(), M * heads, hd, w.data(), DType::bf16, eps, ref.data());
     cpu::rope(ref.data(), M, heads, hd, pos.data(), inv.data());
 
-    DeviceBuffer<float> dx(x), dw(w), dinv(inv);
+    DeviceBuffer<float> dx(x), dinv(inv);
+    DeviceBuffer<uint8_t> dw(w);
     DeviceBuffer<int32_t> dpos(pos);
-    CUDA_CHECK(launch_rms_norm(dx.get(), M * heads, hd, dw.get(), eps, dx.get(), nullptr));
+    CUDA_CHECK(
+        launch_rms_norm(dx.get(), M * heads, hd, dw.get(), DType::bf16, eps, dx.get(), nullptr));
     CUDA_CHECK(launch_rope(dx.get(), M, heads, hd, dpos.get(), dinv.get(), nullptr));
     CUDA_CHECK(cudaDeviceSynchronize());
     const auto got = dx.download();
