@@ -15,10 +15,11 @@
 // (its SIMD lanes), so GPU and CPU agree within f32 rounding, not bit for bit.
 //
 // Built for M up to a verify block (tens of rows): every warp streams its weight
-// row once per tile of kMatmulRowTile rows, with 16-byte loads, so the kernel runs
-// at HBM speed for decode (M = 1) and reads the weights ceil(M / kMatmulRowTile)
-// times (the repeats mostly from L2) for larger M. Prefill chunks belong to a GEMM
-// library; this kernel gives them correct results, slowly.
+// rows (one, or four from 4 rows of x on) once per tile of kMatmulRowTile rows,
+// with 16-byte loads, meant to run at HBM speed for decode and batched drafting;
+// the weights are read ceil(M / kMatmulRowTile) times (the repeats mostly from L2).
+// Not yet measured on a GPU. Prefill chunks belong to a GEMM library; this kernel
+// gives them correct results, slowly.
 #pragma once
 #include <cuda_runtime_api.h>
 
