@@ -76,7 +76,10 @@ t1=$(date +%s)
 # (exit code 66 at exit); leaks are checked (LeakSanitizer) at exit.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-second_deadlock_stack=1:history_size=4}
+# die_after_fork=0: `bench memory` forks one child per row from a process that has
+# threads (the signal watcher), and the child starts its own; TSan refuses that by
+# default ("starting new threads after multi-threaded fork is not supported").
+export TSAN_OPTIONS=${TSAN_OPTIONS:-second_deadlock_stack=1:history_size=4:die_after_fork=0}
 set +e
 (cd "$build" && ctest --output-on-failure -j "$(nproc)" "${ctest_filter[@]}" "$@")
 rc=$?

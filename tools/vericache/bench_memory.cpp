@@ -30,6 +30,7 @@
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/interrupt.hpp"
 #include "tools/vericache/options.hpp"
 
 namespace vc::cli {
@@ -74,6 +75,7 @@ Measured run_child(const MemoryArgs& a, const Config& c, size_t ctx) {
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(std::string("bench memory: fork: ") + std::strerror(errno));
   if (pid == 0) {
+    handle_interrupts_without_watcher();  // the parent's watcher thread is not in the child
     ::close(fds[0]);
     nlohmann::json out;
     try {

@@ -3,6 +3,7 @@
 #include "tools/vericache/interrupt.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -40,6 +41,13 @@ void on_signal(int signo) {
   ::_exit(128 + signo);
 }
 
+sigset_t interrupt_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, s);
+  return set;
+}
+
 const char* signal_name(int signo) {
   switch (signo) {
     case SIGINT: return "SIGINT";
@@ -50,6 +58,10 @@ const char* signal_name(int signo) {
 }
 
 void watch() {
+  // The one thread that takes these signals (install_interrupt_handlers blocks them
+  // in every other thread).
+  sigset_t ours = interrupt_signals();
+  ::pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
   unsigned char b = 0;
   for (;;) {
     const ssize_t n = ::read(g_pipe[0], &b, 1);
@@ -70,7 +82,6 @@ void watch() {
 void install_interrupt_handlers() {
   if (::pipe2(g_pipe, O_CLOEXEC) != 0)
     throw Error(std::string("cannot create the signal pipe: ") + std::strerror(errno));
-  std::thread(watch).detach();
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -79,6 +90,26 @@ void install_interrupt_handlers() {
     if (::sigaction(s, &sa, nullptr) != 0)
       throw Error(std::string("cannot install the handler for ") + signal_name(s) + ": " +
                   std::strerror(errno));
+  // Blocked here, so in every thread made from now on; the watcher unblocks them, so
+  // the handler always runs on the watcher while it waits in read(). Otherwise the
+  // kernel may pick a thread parked in a raw futex wait (a std::future), and a runtime
+  // that defers handlers to a safe point (ThreadSanitizer does) runs it only when that
+  // wait ends: minutes later. A signal arriving before the watcher starts stays pending.
+  sigset_t ours = interrupt_signals();
+  if (const int rc = ::pthread_sigmask(SIG_BLOCK, &ours, nullptr); rc != 0)
+    throw Error(std::string("cannot block the interrupt signals: ") + std::strerror(rc));
+  std::thread(watch).detach();
+}
+
+void wait_if_interrupted() {
+  if (g_signals.load() == 0) return;
+  for (;;) ::pause();  // the watcher (or the handler) exits with 128 + signo
+}
+
+void handle_interrupts_without_watcher() {
+  g_signals.store(1);  // as after a first signal: the handler cleans up and exits itself
+  sigset_t ours = interrupt_signals();
+  ::pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
 }
 
 }  // namespace vc::cli

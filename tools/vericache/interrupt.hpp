@@ -10,6 +10,17 @@ namespace vc::cli {
 /// writes the signal number to a pipe; a watcher thread reads it, deletes the
 /// scratch and calls _exit. A second signal while that runs deletes the scratch
 /// from the handler (async-signal-safe) and exits at once.
+/// The signals are blocked in the calling thread (call it before making any other
+/// thread) and taken only by the watcher thread.
 void install_interrupt_handlers();
+
+/// When a signal came: waits for the watcher to exit the process (so a command that
+/// ended because its scratch was deleted under it does not exit 0 or print errors
+/// first). Otherwise returns at once. main calls it before leaving.
+void wait_if_interrupted();
+
+/// In a forked child, which has no watcher thread: the signals are unblocked and the
+/// handler deletes the child's scratch and exits at once.
+void handle_interrupts_without_watcher();
 
 }  // namespace vc::cli

@@ -88,14 +88,19 @@ int main(int argc, char** argv) {
   try {
     // SIGINT, SIGTERM, SIGHUP: delete the disk tier's scratch, exit 128 + signo.
     vc::cli::install_interrupt_handlers();
-    return run();
+    const int rc = run();
+    vc::cli::wait_if_interrupted();
+    return rc;
   } catch (const vc::Error& e) {
+    vc::cli::wait_if_interrupted();
     vc::cli::report_error(e.what(), config.get());
     return kExitBadInput;
   } catch (const std::bad_alloc&) {
+    vc::cli::wait_if_interrupted();
     vc::cli::report_error("internal error: out of memory", nullptr);
     return kExitInternal;
   } catch (const std::exception& e) {
+    vc::cli::wait_if_interrupted();
     vc::cli::report_error(std::string("internal error: ") + e.what(), nullptr);
     return kExitInternal;
   }
