@@ -67,6 +67,10 @@ RequestInput to_input(const Request& r) {
   in.ratio = r.ratio;
   in.draft = r.draft;
   in.fold_every = int64_t(std::min<size_t>(r.fold_every, size_t(INT64_MAX)));
+  in.draft_hierarchy = r.draft_hierarchy;
+  in.ngram_min = int64_t(std::min<size_t>(r.ngram_min, size_t(INT64_MAX)));
+  in.ngram_max = int64_t(std::min<size_t>(r.ngram_max, size_t(INT64_MAX)));
+  in.ngram_proposal = int64_t(std::min<size_t>(r.ngram_proposal, size_t(INT64_MAX)));
   in.temperature = r.temperature;
   in.top_k = r.top_k;
   in.top_p = r.top_p;

@@ -107,6 +107,7 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
   if (!c) return;
   c->result.stats.prefill_seconds = r.seconds;
   c->result.stats.compressed_bytes = r.compressed_bytes;
+  c->result.stats.compressed_full_bytes = r.compressed_full_bytes;
   c->result.stats.fast_bytes_peak = std::max(c->result.stats.fast_bytes_peak, r.fast_bytes_peak);
   if (!emit(*c, r.token, r.logprob)) next_round(*c);
   check_barriers();
@@ -124,6 +125,13 @@ void SchedulerCore::on_drafted(DraftBlock& b) {
     return check_barriers();
   }
   c->drafts = std::move(b.tokens);
+  c->drafts_from_ngram = std::move(b.proposed_by_ngram);
+  {
+    auto& s = c->result.stats;
+    s.drafter_passes += b.levels.drafter_passes;
+    s.ngram_proposed += b.levels.ngram_proposed;
+    s.ngram_confirmed += b.levels.ngram_confirmed;
+  }
   c->round_draft_seconds = b.seconds;
   c->phase = RequestCtx::Phase::verify;
   const size_t p0 = pending_position(*c);
@@ -153,6 +161,8 @@ void SchedulerCore::on_verified(std::shared_ptr<const VerifyOutcome> v) {
     s.rounds += 1;
     s.drafted += c->drafts.size();
     s.accepted += accepted;
+    for (size_t j = 0; j < accepted && j < c->drafts_from_ngram.size(); ++j)
+      s.ngram_accepted += c->drafts_from_ngram[j];
     counters_->drafted += c->drafts.size();
     counters_->accepted += accepted;
     if (s.accepted_histogram.size() <= accepted) s.accepted_histogram.resize(accepted + 1);

@@ -35,6 +35,7 @@ struct RequestCtx {
   Phase phase = Phase::queued;
   size_t round_drafts = 0;       // L of the round in flight
   std::vector<int32_t> drafts;   // the round's drafts, once drafted
+  std::vector<uint8_t> drafts_from_ngram;  // per draft: an n-gram proposal (draft_pass.hpp)
   double round_draft_seconds = 0;
   bool wants_stats = false;      // the round's verify gathers statistics for a fold
   size_t fast_need = 0;          // fast-memory bytes reserved for it while active

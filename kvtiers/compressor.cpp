@@ -190,12 +190,64 @@ std::vector<int32_t> select_positions(const std::vector<float>& scores, size_t b
   return keep;
 }
 
+std::vector<int32_t> select_by_threshold(const std::vector<float>& scores, double tau,
+                                         size_t recent, const std::vector<int32_t>& forced) {
+  const size_t n = scores.size();
+  std::vector<char> kept(n, 0);
+  for (int32_t p : forced) kept[size_t(p)] = 1;
+  for (size_t p = n - std::min(recent, n); p < n; ++p) kept[p] = 1;
+  for (size_t p = 0; p < n; ++p)
+    if (double(scores[p]) >= tau) kept[p] = 1;  // NaN compares false
+  std::vector<int32_t> out;
+  for (size_t p = 0; p < n; ++p)
+    if (kept[p]) out.push_back(int32_t(p));
+  return out;
+}
+
+void Compressor::set_selection(const TokenSelection& s) {
+  if (s.by_threshold && !scores_tokens())
+    throw Error(std::string(name()) + ": threshold selection needs a method that scores tokens "
+                "(snapkv, h2o, expected_attention, kvzip, laprox)");
+  if (s.by_threshold && !std::isfinite(s.threshold))
+    throw Error(std::string(name()) + ": threshold must be a finite number");
+  selection_ = s;
+}
+
+std::vector<int32_t> Compressor::select_kept(const std::vector<float>& scores, size_t budget,
+                                             const std::vector<int32_t>& forced) const {
+  const TokenSelection& s = selection();
+  if (!s.by_threshold) return select_positions(scores, budget, forced);
+  return select_by_threshold(scores, s.threshold, s.recent, forced);
+}
+
 std::unique_ptr<Compressor> make_compressor(const std::string& name,
                                             const CompressorSettings& settings) {
   auto c = make_compressor(name);
+  TokenSelection sel;
+  bool selection_set = false;
   for (const auto& [param, value] : settings) {
     try {
+      if (param == "threshold" || param == "keep_recent") {
+        if (param == "threshold") {
+          sel.by_threshold = true;
+          sel.threshold = value;
+        } else {
+          if (!(value >= 0 && value <= 1e9) || value != std::floor(value))
+            throw Error("parameter 'keep_recent' must be an integer >= 0, got " +
+                        std::to_string(value));
+          sel.recent = size_t(value);
+        }
+        selection_set = true;
+        continue;
+      }
       c->set_param(param, value);
+    } catch (const Error& e) {
+      throw Error("compressor '" + name + "': " + e.what());
+    }
+  }
+  if (selection_set) {
+    try {
+      c->set_selection(sel);
     } catch (const Error& e) {
       throw Error("compressor '" + name + "': " + e.what());
     }

@@ -191,6 +191,18 @@ struct CompressorParam {
   std::string help;
 };
 
+/// How a method that scores tokens picks the ones to keep (kvpress's split of a
+/// scorer from its selector): by ratio (a budget of kept_per_head positions per
+/// head, or the model-wide budget), or by threshold: every position whose score is
+/// >= threshold, the method's own always-kept positions (sinks, observation
+/// window), and the `recent` most recent positions. With a threshold the achieved
+/// ratio varies per request (CompressedView::full_bytes / stored_bytes says it).
+struct TokenSelection {
+  bool by_threshold = false;
+  double threshold = 0;
+  size_t recent = 128;
+};
+
 /// One compression method. A method plans layer by layer (plan_layer, a pure
 /// function of its input and parameters), so that working memory is about one
 /// layer's KV: per-layer methods give the kept positions of a layer at once;
@@ -223,6 +235,12 @@ class Compressor {
   /// for a request of `shape` at `ratio`.
   virtual void select_globally(std::vector<LayerPlan>& layers, const KvShape& shape,
                                double ratio) const;
+  /// True for methods that rank tokens by a score; set_selection applies to them.
+  [[nodiscard]] virtual bool scores_tokens() const { return false; }
+  /// Ratio or threshold selection (make_compressor sets it from the settings
+  /// "threshold" and "keep_recent"); throws vc::Error for a method without scores.
+  virtual void set_selection(const TokenSelection& s);
+  [[nodiscard]] virtual const TokenSelection& selection() const { return selection_; }
   /// True when the method stores kept rows below bf16 (plan_quant decides how).
   [[nodiscard]] virtual bool quantizes() const { return false; }
   /// True when the method keeps every position (its plan_quant can then run before
@@ -243,7 +261,23 @@ class Compressor {
   virtual size_t quantize(size_t l, size_t g, const int32_t* positions, size_t n,
                           size_t head_dim, const ModelFacts& model, float* k, float* v,
                           PackedHead* packed = nullptr) const;
+
+ protected:
+  /// The positions of one head to keep: by ratio, select_positions(scores, budget,
+  /// forced); by threshold, `forced`, the selection's recent window and every
+  /// position scoring >= the threshold (NaN never does). Ascending.
+  [[nodiscard]] std::vector<int32_t> select_kept(const std::vector<float>& scores, size_t budget,
+                                                 const std::vector<int32_t>& forced) const;
+
+ private:
+  TokenSelection selection_;
 };
+
+/// Threshold selection of one head (see TokenSelection): `forced`, the last
+/// `recent` positions and every position with score >= tau; ascending.
+[[nodiscard]] std::vector<int32_t> select_by_threshold(const std::vector<float>& scores,
+                                                       double tau, size_t recent,
+                                                       const std::vector<int32_t>& forced);
 
 /// Every registered method, by name: streaming_llm, snapkv, h2o, expected_attention,
 /// kvzip, laprox, kivi, kvquant, rotate_kv; and "DROP+QUANT" compositions

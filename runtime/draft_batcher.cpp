@@ -23,6 +23,8 @@ DraftSpec make_draft_spec(uint64_t id, std::span<const int32_t> prompt,
   s.max_new_tokens = size_t(std::max(0, opt.max_tokens));
   s.fold_every = opt.fold_every;
   s.sampling = opt.sampling;
+  s.draft_hierarchy = opt.draft_hierarchy;
+  s.ngram = opt.ngram;
   return s;
 }
 
@@ -89,6 +91,10 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     r.compressor = std::move(compressor);
     r.pos = spec.prompt.size();
     r.cur = sample_token(p.logits, spec.sampling, int64_t(r.pos));
+    if (spec.mode == DecodeMode::vericache && spec.draft_hierarchy != DraftHierarchy::none) {
+      r.context = spec.prompt;
+      r.context.push_back(r.cur);
+    }
     PrefillResult out;
     out.id = spec.id;
     out.token = r.cur;
@@ -117,7 +123,8 @@ void DraftBatcher::start(uint64_t id, size_t n) {
   r.block.id = id;
   r.block.final = r.spec.mode != DecodeMode::vericache;
   r.block.wants_stats = !r.block.final && fold_due(r) && r.compressor->needs_stats();
-  cache_.reserve(r.seq, r.pos + n + 1);
+  r.block_end = r.pos + n + 1;
+  cache_.reserve(r.seq, r.block_end);
   note_fast(r);
   if (std::find(active_.begin(), active_.end(), id) == active_.end()) active_.push_back(id);
 }
@@ -126,30 +133,51 @@ std::vector<DraftBlock> DraftBatcher::step() {
   std::vector<DraftBlock> done;
   std::vector<ForwardRow> rows;
   std::vector<uint64_t> stepping;
+  std::vector<std::vector<int32_t>> proposals;  // per stepping request (draft_pass.hpp)
+  std::vector<size_t> first_row;
   for (uint64_t id : active_) {
     Req& r = reqs_.at(id);
     if (r.want == 0) continue;
-    rows.push_back(ForwardRow{r.cur, int32_t(r.pos), &r.seq, true, r.view ? &*r.view : nullptr});
+    const CompressedView* view = r.view ? &*r.view : nullptr;
+    std::vector<int32_t> g;
+    if (!r.block.final) g = next_proposal(r.spec.draft_hierarchy, r.spec.ngram, r.context, r.want);
+    first_row.push_back(rows.size());
+    const std::vector<int32_t> toks = draft_pass_rows(r.cur, g);
+    for (size_t i = 0; i < toks.size(); ++i)
+      rows.push_back(ForwardRow{toks[i], int32_t(r.pos + i), &r.seq, true, view});
+    proposals.push_back(std::move(g));
     stepping.push_back(id);
   }
   last_ids_ = stepping;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<float> logits;
   if (!rows.empty()) forward(*model_, rows, cache_, ws_, logits);
-  const double share = rows.empty() ? 0.0
-                                    : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                                          double(rows.size());
+  const double per_row = rows.empty() ? 0.0
+                                      : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                                            double(rows.size());
   const size_t V = size_t(model_->config().vocab_size);
   for (size_t i = 0; i < stepping.size(); ++i) {
     Req& r = reqs_.at(stepping[i]);
-    const std::span<const float> lg(&logits[i * V], V);
-    const int32_t t = sample_token(lg, r.spec.sampling, int64_t(r.pos + 1));
-    r.block.tokens.push_back(t);
-    if (r.block.final) r.block.logprobs.push_back(token_logprob(lg, t));
-    r.block.seconds += share;
-    r.cur = t;
-    r.pos += 1;
-    r.want -= 1;
+    const std::vector<int32_t>& g = proposals[i];
+    const std::span<const float> lg(&logits[first_row[i] * V], (g.size() + 1) * V);
+    const DraftPassResult pr = check_proposals(lg, V, g, r.spec.sampling, int64_t(r.pos));
+    if (r.block.final) r.block.logprobs.push_back(token_logprob(lg, pr.tokens[0]));
+    if (pr.confirmed < g.size()) {  // drop the KV of proposals the drafter refused
+      cache_.truncate(r.seq, r.pos + pr.confirmed + 1);
+      cache_.reserve(r.seq, r.block_end);
+    }
+    r.block.tokens.insert(r.block.tokens.end(), pr.tokens.begin(), pr.tokens.end());
+    r.block.proposed_by_ngram.insert(r.block.proposed_by_ngram.end(), pr.confirmed, 1);
+    r.block.proposed_by_ngram.push_back(0);
+    r.block.levels.drafter_passes += 1;
+    r.block.levels.drafter_own += 1;
+    r.block.levels.ngram_proposed += pr.proposed;
+    r.block.levels.ngram_confirmed += pr.confirmed;
+    r.block.seconds += per_row * double(g.size() + 1);
+    if (!r.context.empty()) r.context.insert(r.context.end(), pr.tokens.begin(), pr.tokens.end());
+    r.cur = pr.tokens.back();
+    r.pos += pr.tokens.size();
+    r.want -= pr.tokens.size();
   }
   for (auto it = active_.begin(); it != active_.end();) {
     Req& r = reqs_.at(*it);
@@ -181,6 +209,10 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v) {
   note_fast(r);
   r.pos = r.p0 + v.accepted + 1;
   r.cur = v.tokens.back();
+  if (!r.context.empty()) {  // the verifier's tokens replace the drafts
+    r.context.resize(r.p0 + 1);
+    r.context.insert(r.context.end(), v.tokens.begin(), v.tokens.end());
+  }
 }
 
 bool DraftBatcher::fold_due(const Req& r) const {

@@ -33,6 +33,8 @@ struct DraftSpec {
   size_t max_new_tokens = 0;  // sizes the full tier's file / memory
   size_t fold_every = 64;     // vericache: see GenerateOptions::fold_every
   SamplingParams sampling;
+  DraftHierarchy draft_hierarchy = DraftHierarchy::none;  // vericache: see GenerateOptions
+  NgramParams ngram;
 };
 
 /// The drafter's view of a generate request: its prompt and the options that shape
@@ -60,6 +62,8 @@ struct DraftBlock {
   /// compressor needs the verify pass's statistics (VerifyJob::collect_stats).
   bool wants_stats = false;
   size_t fast_bytes_peak = 0;   // the request's fast memory so far (view + blocks)
+  DraftLevelStats levels;       // this block's passes and n-gram proposals
+  std::vector<uint8_t> proposed_by_ngram;  // per token: an n-gram proposal the drafter kept
 };
 
 class DraftBatcher {
@@ -124,6 +128,8 @@ class DraftBatcher {
     int32_t start_token = 0;  // the pending token when the block started (verify's t0)
     size_t p0 = 0;            // its position
     size_t want = 0;     // tokens this block still needs
+    size_t block_end = 0;     // p0 + the block's length + 1: positions reserved
+    std::vector<int32_t> context;  // tokens at positions [0, pos]: the n-gram level's text
     DraftBlock block;
     FastCharge view_charge;   // the view's held bytes, charged to the budget
     size_t fast_peak = 0;

@@ -45,7 +45,9 @@ FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv, size_t
     need.blocks = blocks_between(0, n + gen + 1, bt) * block;
     return need;
   }
-  const double ratio = std::max(1.0, spec.ratio);
+  const std::unique_ptr<Compressor> c = make_compressor(spec.compressor, spec.compressor_params);
+  // By threshold, the view may keep every position: bound it as uncompressed.
+  const double ratio = c->selection().by_threshold ? 1.0 : std::max(1.0, spec.ratio);
   auto view_bound = [&](size_t positions) {
     const double full = double(positions) * double(per_token);
     const double rows = double(positions) * double(kv.num_layers * kv.kv_heads);
@@ -62,7 +64,7 @@ FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv, size_t
     need.view = view_bound(n);
     need.blocks = blocks_between(n, n + gen + L, bt) * block;
   }
-  if (auto c = make_compressor(spec.compressor, spec.compressor_params)) {
+  {
     if (prefill_stats_need_whole_layers(*c)) need.staging = whole_layer_staging(kv, n);
     if (spec.mode == DecodeMode::vericache && spec.fold_every > 0 && verify_stats_need_whole_layers(*c))
       need.staging = std::max(need.staging, whole_layer_staging(kv, n + gen + L));

@@ -10,6 +10,7 @@
 #include "kernels/dtype.hpp"
 #include "kvtiers/fast_memory.hpp"
 #include "runtime/draft_length.hpp"
+#include "runtime/draft_pass.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -42,6 +43,11 @@ struct GenerateOptions {
   size_t draft_length = 16;           // vericache: drafts per verification round
   bool draft_auto = false;            // vericache: choose the length per round instead
   size_t max_draft = 64;              // vericache: the adaptive policy's cap
+  /// vericache: levels above the compressed-KV drafter. ngram: a prompt-lookup
+  /// proposer offers tokens from the request's own context, the drafter checks them
+  /// in one pass (draft_pass.hpp); the drafts, and so the output, are unchanged.
+  DraftHierarchy draft_hierarchy = DraftHierarchy::none;
+  NgramParams ngram;
   /// vericache with draft_auto: the measured cost of a forward pass by row count at
   /// about the request's context (`vericache bench rows`), which the policy weighs
   /// verify passes of L+1 rows with (DraftLengthPolicy::set_row_costs). Empty: the
@@ -78,6 +84,7 @@ struct GenerateStats {
   size_t drafted = 0;                // draft tokens proposed
   size_t accepted = 0;               // drafts the verifier accepted
   std::vector<size_t> accepted_histogram;  // [k]: rounds that accepted k drafts
+  DraftLevelStats levels;            // per level of the draft hierarchy
   double draft_seconds = 0, verify_seconds = 0, commit_seconds = 0;
   double verify_wait_seconds = 0;    // verify time spent waiting for full-KV layers
   size_t full_tier_bytes_read = 0;   // streamed by verify passes

@@ -70,7 +70,8 @@ bool json_bool(std::string_view field, const json& v) {
 
 constexpr const char* kFields[] = {"prompt", "prompt_ids", "max_tokens", "mode",
                                    "compressor", "compressor_params", "ratio", "draft",
-                                   "fold_every", "temperature", "top_k", "top_p",
+                                   "fold_every", "draft_hierarchy", "ngram_min", "ngram_max",
+                                   "ngram_proposal", "temperature", "top_k", "top_p",
                                    "seed", "stop", "ignore_eos", "logprobs"};
 
 }  // namespace
@@ -203,6 +204,18 @@ ValidRequest validate_request(const RequestInput& in, const RequestLimits& limit
   o.draft_auto = d.is_auto;
   check_integer_range("fold_every", in.fold_every, 0, int64_t(1) << 30);
   o.fold_every = size_t(in.fold_every);
+  if (in.draft_hierarchy == "none") o.draft_hierarchy = DraftHierarchy::none;
+  else if (in.draft_hierarchy == "ngram") o.draft_hierarchy = DraftHierarchy::ngram;
+  else
+    throw FieldError("draft_hierarchy",
+                     "expected none or ngram, got " + quote_text(in.draft_hierarchy));
+  check_integer_range("ngram_min", in.ngram_min, 1, kMaxNgram);
+  check_integer_range("ngram_max", in.ngram_max, 1, kMaxNgram);
+  if (in.ngram_max < in.ngram_min)
+    throw FieldError("ngram_max", "expected at least ngram_min (" + std::to_string(in.ngram_min) +
+                                      "), got " + std::to_string(in.ngram_max));
+  check_integer_range("ngram_proposal", in.ngram_proposal, 1, int64_t(kMaxDraftLength));
+  o.ngram = NgramParams{size_t(in.ngram_min), size_t(in.ngram_max), size_t(in.ngram_proposal)};
   // Sampling.
   check_number_range("temperature", in.temperature, 0.0, 1e6);
   check_integer_range("top_k", in.top_k, 0, limits.vocab_size);
@@ -218,9 +231,10 @@ ValidRequest validate_request(const RequestInput& in, const RequestLimits& limit
   return out;
 }
 
-RequestInput request_from_json(const json& obj, const std::vector<std::string>& extra_keys) {
+RequestInput request_from_json(const json& obj, const std::vector<std::string>& extra_keys,
+                               const RequestInput& base) {
   if (!obj.is_object()) throw FieldError("(request)", "expected a JSON object, got " + shown(obj));
-  RequestInput r;
+  RequestInput r = base;
   const bool has_text = obj.contains("prompt"), has_ids = obj.contains("prompt_ids");
   if (!has_text && !has_ids)
     throw FieldError("prompt", "missing; give 'prompt' (a string) or 'prompt_ids' (an array)");
@@ -252,6 +266,14 @@ RequestInput request_from_json(const json& obj, const std::vector<std::string>& 
       else bad(key, "a length 0.." + std::to_string(kMaxDraftLength) + " or \"auto\"", v);
     } else if (key == "fold_every") {
       r.fold_every = json_integer(key, v, 0, int64_t(1) << 30);
+    } else if (key == "draft_hierarchy") {
+      r.draft_hierarchy = json_string(key, v);
+    } else if (key == "ngram_min") {
+      r.ngram_min = json_integer(key, v, 1, kMaxNgram);
+    } else if (key == "ngram_max") {
+      r.ngram_max = json_integer(key, v, 1, kMaxNgram);
+    } else if (key == "ngram_proposal") {
+      r.ngram_proposal = json_integer(key, v, 1, int64_t(kMaxDraftLength));
     } else if (key == "temperature") {
       r.temperature = json_number(key, v);
     } else if (key == "top_k") {

@@ -44,6 +44,8 @@ struct RequestInput {
   double ratio = 4.0;
   std::string draft = "16";         ///< a length 0..4096, or "auto"
   int64_t fold_every = 64;
+  std::string draft_hierarchy = "none";  ///< "none" or "ngram"
+  int64_t ngram_min = 2, ngram_max = 4, ngram_proposal = 8;
   double temperature = 0.0;
   int64_t top_k = 0;
   double top_p = 1.0;
@@ -69,6 +71,7 @@ struct ValidRequest {
 
 // Range limits, declared once.
 inline constexpr size_t kMaxDraftLength = 4096;
+inline constexpr int64_t kMaxNgram = 64;  ///< ngram_min, ngram_max
 inline constexpr double kMaxRatio = 1000.0;
 inline constexpr size_t kMaxPromptBytes = size_t(16) << 20;  ///< prompt text
 
@@ -80,8 +83,10 @@ inline constexpr size_t kMaxPromptBytes = size_t(16) << 20;  ///< prompt text
 /// Reads a JSON object into a RequestInput: type errors and unknown fields throw
 /// FieldError. Keys in `extra_keys` (e.g. "id") are the caller's and skipped. The
 /// JSON must come from parse_json_bounded (depth-limited).
+/// Fields the object does not set keep their value in `base` (e.g. a CLI default).
 [[nodiscard]] RequestInput request_from_json(const nlohmann::json& obj,
-                                             const std::vector<std::string>& extra_keys = {});
+                                             const std::vector<std::string>& extra_keys = {},
+                                             const RequestInput& base = {});
 
 /// The field names request_from_json accepts, comma-separated (for messages).
 [[nodiscard]] std::string request_field_names();

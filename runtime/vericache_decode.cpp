@@ -3,6 +3,9 @@
 //   round: pending token t0 at position p0 (emitted, its KV not yet verified)
 //   1. draft  L tokens over the compressed view + paged tail: t0, d1..d(L-1) run as
 //             single rows, each draw uses the request's (seed, position) noise;
+//             with the n-gram level, a pass runs the pending token and the
+//             proposals together and keeps the prefix the drafter agrees with,
+//             plus its own next draw (draft_pass.hpp): the same drafts, fewer passes;
 //   2. verify one pass over rows t0, d1..dL (positions p0..p0+L) attending over the
 //             full KV, streamed layer by layer from the full tier, and themselves;
 //   3. accept the verifier's token at each position while it equals the draft;
@@ -71,24 +74,47 @@ void Generator::decode_verified(Request& rq) {
   if (rq.emit(t0, token_logprob(rq.logits, t0), rq.logits)) return;
 
   std::vector<ForwardRow> rows;
-  std::vector<int32_t> drafts;
+  std::vector<int32_t> drafts, context;
+  std::vector<uint8_t> proposed_by_ngram;
   std::vector<float> lg;
+  const size_t vocab = size_t(model_->config().vocab_size);
   while (!rq.done) {
     const size_t remaining = size_t(rq.steps) - rq.result.output_ids.size();
     const size_t L = policy.next(remaining);
 
-    // 1. Draft.
+    // 1. Draft (each pass: the pending token and any proposals of the level above).
     const auto td = clock::now();
     drafts.clear();
     cache_.reserve(rq.seq, p0 + L + 1);
     rq.note_fast(cache_);
+    context.assign(rq.result.prompt_ids.begin(), rq.result.prompt_ids.end());
+    context.insert(context.end(), rq.result.output_ids.begin(), rq.result.output_ids.end());
+    proposed_by_ngram.clear();  // per draft: an n-gram proposal the drafter kept
     int32_t tok = t0;
-    for (size_t i = 0; i < L; ++i) {
-      rows.assign(1, ForwardRow{tok, int32_t(p0 + i), &rq.seq, true, &*rq.view});
+    while (drafts.size() < L) {
+      const size_t at = p0 + drafts.size();  // tok's position
+      const std::vector<int32_t> g =
+          next_proposal(opt.draft_hierarchy, opt.ngram, context, L - drafts.size());
+      const std::vector<int32_t> toks = draft_pass_rows(tok, g);
+      rows.clear();
+      for (size_t i = 0; i < toks.size(); ++i)
+        rows.push_back(ForwardRow{toks[i], int32_t(at + i), &rq.seq, true, &*rq.view});
       forward(*model_, rows, cache_, ws_, lg);
       st.compressed_bytes_read += rq.draft_step_bytes(cache_);
-      tok = sample_token(lg, opt.sampling, int64_t(p0 + i + 1));
-      drafts.push_back(tok);
+      const DraftPassResult pr = check_proposals(lg, vocab, g, opt.sampling, int64_t(at));
+      if (pr.confirmed < g.size()) {  // drop the KV of proposals the drafter refused
+        cache_.truncate(rq.seq, at + pr.confirmed + 1);
+        cache_.reserve(rq.seq, p0 + L + 1);
+      }
+      st.levels.drafter_passes += 1;
+      st.levels.ngram_proposed += pr.proposed;
+      st.levels.ngram_confirmed += pr.confirmed;
+      st.levels.drafter_own += 1;
+      proposed_by_ngram.insert(proposed_by_ngram.end(), pr.confirmed, 1);
+      proposed_by_ngram.push_back(0);
+      drafts.insert(drafts.end(), pr.tokens.begin(), pr.tokens.end());
+      context.insert(context.end(), pr.tokens.begin(), pr.tokens.end());
+      tok = drafts.back();
     }
     const double draft_s = seconds_since(td);
 
@@ -132,6 +158,7 @@ void Generator::decode_verified(Request& rq) {
     st.rounds += 1;
     st.drafted += L;
     st.accepted += n;
+    for (size_t j = 0; j < n; ++j) st.levels.ngram_accepted += proposed_by_ngram[j];
     st.accepted_histogram[std::min(n, hist_size - 1)] += 1;
     st.draft_seconds += draft_s;
     st.verify_seconds += verify_s;

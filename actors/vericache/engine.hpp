@@ -52,6 +52,13 @@ struct Request {
   /// adaptive policy weighs verify passes of L+1 rows with it. Empty: fitted from
   /// the request's own passes.
   std::vector<std::pair<double, double>> row_costs;
+  /// Levels above the compressed-KV drafter: "none", or "ngram" (a prompt-lookup
+  /// proposer over the request's own text whose proposals the drafter checks in one
+  /// pass; the output is unchanged, the drafter needs fewer passes).
+  std::string draft_hierarchy = "none";
+  size_t ngram_min = 2;             ///< shortest context suffix the n-gram level matches
+  size_t ngram_max = 4;             ///< longest
+  size_t ngram_proposal = 8;        ///< tokens it proposes per drafter pass at most
   size_t fold_every = 64;           ///< rebuild the compressed view after this many verified tokens (0 = never)
   float temperature = 0.0f;         ///< 0 = greedy
   int top_k = 0;
@@ -66,9 +73,16 @@ struct RequestStats {
   size_t prompt_tokens = 0, output_tokens = 0;
   size_t rounds = 0, drafted = 0, accepted = 0;
   std::vector<size_t> accepted_histogram;
+  /// The draft hierarchy, per level: the n-gram level's proposals, those the
+  /// compressed-KV drafter kept, those the verifier then accepted; the drafter's
+  /// forward passes (without the n-gram level: one per draft).
+  size_t ngram_proposed = 0, ngram_confirmed = 0, ngram_accepted = 0, drafter_passes = 0;
   double queue_seconds = 0, prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;
   double total_seconds = 0;
   size_t compressed_bytes = 0;
+  /// The same positions' full KV (bf16): compressed_full_bytes / compressed_bytes is
+  /// the achieved ratio (it varies per request with threshold selection).
+  size_t compressed_full_bytes = 0;
   size_t fast_bytes_peak = 0;       ///< most fast memory it held (view + blocks)
   size_t fast_bytes_reserved = 0;   ///< what admission reserved for it (its bound)
 };

@@ -62,6 +62,9 @@ class Composition final : public Compressor {
   }
 
   [[nodiscard]] StatsNeeds stats_needs() const override { return dropper_->stats_needs(); }
+  [[nodiscard]] bool scores_tokens() const override { return dropper_->scores_tokens(); }
+  void set_selection(const TokenSelection& s) override { dropper_->set_selection(s); }
+  [[nodiscard]] const TokenSelection& selection() const override { return dropper_->selection(); }
 
   /// The dropper's plan at r_drop.
   [[nodiscard]] LayerPlan plan_layer(const LayerInput& in) const override {

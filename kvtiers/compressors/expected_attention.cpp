@@ -28,6 +28,7 @@ namespace {
 class ExpectedAttention final : public Compressor {
  public:
   [[nodiscard]] std::string_view name() const override { return "expected_attention"; }
+  [[nodiscard]] bool scores_tokens() const override { return true; }
   [[nodiscard]] std::string_view summary() const override {
     return "keep sinks and the keys with the largest attention expected from a Gaussian "
            "model of future queries, times |v| (Expected Attention, Devoto et al., "
@@ -92,7 +93,7 @@ class ExpectedAttention final : public Compressor {
         for (size_t i = 0; i < d; ++i) norm += double(v[i]) * double(v[i]);
         scores[p] = float(mean[p] * std::sqrt(norm));
       }
-      plan.keep[g] = select_positions(scores, budget, forced);
+      plan.keep[g] = select_kept(scores, budget, forced);
     }
     return plan;
   }

@@ -24,6 +24,7 @@ namespace {
 class H2o final : public Compressor {
  public:
   [[nodiscard]] std::string_view name() const override { return "h2o"; }
+  [[nodiscard]] bool scores_tokens() const override { return true; }
   [[nodiscard]] std::string_view summary() const override {
     return "keep the most recent tokens and the heavy hitters by accumulated attention "
            "(H2O, Zhang et al., arXiv 2306.14048)";
@@ -64,7 +65,7 @@ class H2o final : public Compressor {
     for (size_t p = n; p-- > n - recent;) forced.push_back(int32_t(p));
     for (size_t g = 0; g < kv.kv_heads; ++g) {
       const float* acc = s->accumulated(g);
-      plan.keep[g] = select_positions(std::vector<float>(acc, acc + n), budget, forced);
+      plan.keep[g] = select_kept(std::vector<float>(acc, acc + n), budget, forced);
     }
     return plan;
   }

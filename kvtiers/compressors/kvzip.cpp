@@ -37,6 +37,7 @@ namespace {
 class KvZip final : public Compressor {
  public:
   [[nodiscard]] std::string_view name() const override { return "kvzip"; }
+  [[nodiscard]] bool scores_tokens() const override { return true; }
   [[nodiscard]] std::string_view summary() const override {
     return "keep the positions with the largest maximum attention received from any "
            "prompt query (approximating KVzip, Kim et al., arXiv 2505.23416)";
@@ -78,9 +79,7 @@ class KvZip final : public Compressor {
       for (float& x : scores) {
         if (std::isnan(x)) x = std::numeric_limits<float>::lowest();
       }
-      std::vector<int32_t> keep = keep_top(scores, budget);
-      std::sort(keep.begin(), keep.end());
-      plan.keep[g] = std::move(keep);
+      plan.keep[g] = select_kept(scores, budget, {});
     }
     return plan;
   }

@@ -18,6 +18,8 @@
 // least `min_per_head` (these forced positions capped at the per-head budget, sinks
 // first); the rest of the model budget goes to the top scores over all (l, g, p).
 // Heads therefore keep different counts; the total is exactly the model budget.
+// By threshold (TokenSelection): per head, the sinks, the recent positions and
+// every position whose layer-normalised score is >= the threshold.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -61,6 +63,7 @@ std::vector<size_t> top_free(const std::vector<float>& scores, const std::vector
 class LaProx final : public Compressor {
  public:
   [[nodiscard]] std::string_view name() const override { return "laprox"; }
+  [[nodiscard]] bool scores_tokens() const override { return true; }
   [[nodiscard]] std::string_view summary() const override {
     return "keep the tokens with the largest output contribution a(p)·|W_o v_p|, "
            "selected model-wide (LaProx, arXiv 2605.07234)";
@@ -108,6 +111,21 @@ class LaProx final : public Compressor {
       for (float x : p.scores) scores.push_back(total > 0 ? float(double(x) / total) : x);
     }
 
+    if (selection().by_threshold) {  // per head: sinks, recent, scores >= tau (normalised)
+      const TokenSelection& sel = selection();
+      std::vector<float> head(n);
+      std::vector<int32_t> forced;
+      for (size_t p = 0; p < std::min(sinks_, n); ++p) forced.push_back(int32_t(p));
+      for (size_t p = n; p-- > n - std::min(recent_, n);) forced.push_back(int32_t(p));
+      for (size_t l = 0; l < shape.layers; ++l) {
+        for (size_t g = 0; g < shape.kv_heads; ++g) {
+          std::copy_n(scores.begin() + long((l * shape.kv_heads + g) * n), n, head.begin());
+          layers[l].keep[g] = select_by_threshold(head, sel.threshold, sel.recent, forced);
+        }
+        layers[l].scores.clear();
+      }
+      return;
+    }
     // Forced positions per head: sinks, recent window, then the min_per_head floor.
     const size_t budget = std::min(kept_per_head(n, ratio), n);
     std::vector<char> taken(scores.size(), 0);

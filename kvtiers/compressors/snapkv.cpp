@@ -35,6 +35,7 @@ size_t count_param(const std::string& name, double value, double lo) {
 class SnapKv final : public Compressor {
  public:
   [[nodiscard]] std::string_view name() const override { return "snapkv"; }
+  [[nodiscard]] bool scores_tokens() const override { return true; }
   [[nodiscard]] std::string_view summary() const override {
     return "keep the observation window and the positions it attends to most, "
            "max-pooled (SnapKV, Li et al., arXiv 2404.14469)";
@@ -91,7 +92,7 @@ class SnapKv final : public Compressor {
         const size_t lo = p >= half ? p - half : 0, hi = std::min(prefix, p + half + 1);
         pooled[p] = *std::max_element(votes.begin() + long(lo), votes.begin() + long(hi));
       }
-      plan.keep[g] = select_positions(pooled, budget, forced);
+      plan.keep[g] = select_kept(pooled, budget, forced);
     }
     return plan;
   }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -320,6 +321,68 @@ TEST(laprox, planning_without_output_projections_is_an_error) {
   Case c(1, 1, 1, 4, 16, 4);
   c.model.wo.clear();
   expect_error_naming([&] { (void)c.plan(*make_laprox(), 4.0); }, "wo");
+}
+
+
+// ---- threshold selection (TokenSelection): the selector every scorer shares ----
+
+TEST(threshold_selection, keeps_exactly_the_positions_scoring_at_least_tau) {
+  Case c(1, 1, 1, 4, 32, 4);
+  for (size_t w = 0; w < 4; ++w)
+    for (size_t p = 0; p < 32; ++p) c.row(0, 0, w, p) = 0.0f;
+  // KVzip's score is max(acc / (n - p), window rows): here (p % 5) / 10.
+  for (size_t p = 0; p < 32; ++p) c.acc(0, 0, p) = float(p % 5) / 10.0f * float(32 - p);
+  std::vector<int32_t> expected;
+  for (int32_t p = 0; p < 32; ++p)
+    if (p % 5 >= 3) expected.push_back(p);
+  const auto m = make_compressor("kvzip", {{"threshold", 0.25}, {"keep_recent", 0}});
+  EXPECT_EQ(c.plan(*m, 4.0).keep[0][0], expected);
+  EXPECT_EQ(c.plan(*m, 16.0).keep[0][0], expected) << "the ratio plays no part";
+  // The recent window is kept on top.
+  const auto recent = make_compressor("kvzip", {{"threshold", 0.25}, {"keep_recent", 4}});
+  for (int32_t p : {28, 29, 30, 31})
+    if (!contains(expected, p)) expected.push_back(p);
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(c.plan(*recent, 4.0).keep[0][0], expected);
+}
+
+TEST(threshold_selection, select_by_threshold_keeps_forced_recent_and_scores_at_least_tau) {
+  const std::vector<float> scores = {0.5f, 0.1f, std::nanf(""), 0.3f, 0.2f, 0.9f, 0.0f};
+  EXPECT_EQ(select_by_threshold(scores, 0.3, 0, {}), (std::vector<int32_t>{0, 3, 5}));
+  EXPECT_EQ(select_by_threshold(scores, 0.3, 2, {1}), (std::vector<int32_t>{0, 1, 3, 5, 6}));
+  EXPECT_EQ(select_by_threshold(scores, 2.0, 0, {}), std::vector<int32_t>{});
+}
+
+TEST(threshold_selection, lowering_tau_keeps_a_superset_for_every_scoring_method) {
+  Case c(2, 2, 4, 4, 48, 8);
+  for (const char* name : {"snapkv", "h2o", "expected_attention", "kvzip", "laprox"}) {
+    const auto by_ratio = make_compressor(name);
+    // A tau between the scores: the median of what the ratio plan keeps is unknown
+    // per method, so sweep a wide range and check the nesting and both extremes.
+    std::vector<CompressionPlan> plans;
+    for (double tau : {1e30, 1.0, 0.1, 0.01, 1e-3, -1e30})
+      plans.push_back(c.plan(*make_compressor(name, {{"threshold", tau}, {"keep_recent", 2}}), 4.0));
+    for (size_t l = 0; l < 2; ++l)
+      for (size_t g = 0; g < 2; ++g) {
+        for (size_t i = 1; i < plans.size(); ++i)
+          for (int32_t p : plans[i - 1].keep[l][g])
+            EXPECT_TRUE(contains(plans[i].keep[l][g], p)) << name << " tau step " << i;
+        EXPECT_EQ(plans.back().keep[l][g].size(), 48u) << name << ": tau -1e30 keeps everything";
+        EXPECT_LT(plans.front().keep[l][g].size(), 48u) << name << ": tau 1e30 drops";
+      }
+  }
+}
+
+TEST(threshold_selection, applies_to_scorers_and_compositions_and_is_refused_by_the_others) {
+  for (const char* name : {"snapkv", "h2o", "expected_attention", "kvzip", "laprox", "snapkv+kivi"}) {
+    const auto m = make_compressor(name, {{"threshold", 0.5}});
+    EXPECT_TRUE(m->selection().by_threshold) << name;
+    EXPECT_EQ(m->selection().recent, 128u) << name;
+  }
+  for (const char* name : {"streaming_llm", "kivi", "streaming_llm+kivi"})
+    expect_error_naming([&] { (void)make_compressor(name, {{"threshold", 0.5}}); },
+                        "threshold selection needs a method that scores tokens");
+  expect_error_naming([&] { (void)make_compressor("snapkv", {{"keep_recent", -1}}); }, "keep_recent");
 }
 
 }  // namespace

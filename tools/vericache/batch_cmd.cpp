@@ -47,6 +47,7 @@ struct BatchArgs {
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
   std::string row_costs;  // --row-costs FILE
+  RequestInput line_defaults;  // --draft-hierarchy and the n-gram options
 };
 
 constexpr size_t kMaxLineBytes = size_t(16) << 20;
@@ -66,7 +67,7 @@ struct BatchLine {
 
 // Reads the JSON of one line into `b.input` (types and names only; ranges come
 // with validate()).
-BatchLine parse_line(const std::string& text, size_t line) {
+BatchLine parse_line(const std::string& text, size_t line, const RequestInput& defaults) {
   BatchLine b;
   b.line = line;
   b.id = line;
@@ -78,7 +79,7 @@ BatchLine parse_line(const std::string& text, size_t line) {
         throw FieldError("id", "expected a string or a number, got " + std::string(id.type_name()));
       b.id = id;
     }
-    b.input = request_from_json(j, {"id"});
+    b.input = request_from_json(j, {"id"}, defaults);
   } catch (const std::exception& e) {
     b.error = fmt::format("line {}: {}", line, e.what());
   }
@@ -100,6 +101,10 @@ void validate(BatchLine& b, const RequestLimits& limits, const Tokenizer& tok) {
     r.ratio = in.ratio;
     r.draft = in.draft;
     r.fold_every = v.options.fold_every;
+    r.draft_hierarchy = in.draft_hierarchy;
+    r.ngram_min = v.options.ngram.min_n;
+    r.ngram_max = v.options.ngram.max_n;
+    r.ngram_proposal = v.options.ngram.max_proposal;
     r.temperature = v.options.sampling.temperature;
     r.top_k = v.options.sampling.top_k;
     r.top_p = v.options.sampling.top_p;
@@ -143,12 +148,21 @@ json stats_json(const vericache::Request& q, const vericache::RequestStats& s,
         {"acceptance_rate", s.drafted ? double(s.accepted) / double(s.drafted) : 0.0},
         {"draft_seconds", s.draft_seconds},
         {"verify_seconds", s.verify_seconds},
-        {"full_tier", a.full_tier}};
+        {"full_tier", a.full_tier},
+        {"draft_hierarchy", q.draft_hierarchy},
+        {"levels", {{"ngram", {{"proposed", s.ngram_proposed},
+                               {"kept_by_drafter", s.ngram_confirmed},
+                               {"accepted_by_verifier", s.ngram_accepted}}},
+                    {"drafter", {{"passes", s.drafter_passes}}}}}};
   }
   if (q.mode != "full")
     j["compression"] = {{"compressor", q.compressor},
                         {"ratio", q.ratio},
-                        {"compressed_bytes", s.compressed_bytes}};
+                        {"compressed_bytes", s.compressed_bytes},
+                        {"achieved_ratio", s.compressed_bytes > 0
+                                               ? double(s.compressed_full_bytes) /
+                                                     double(s.compressed_bytes)
+                                               : 0.0}};
   return j;
 }
 
@@ -174,7 +188,7 @@ json result_json(const BatchLine& b, const vericache::Result& r, const BatchArgs
   return j;
 }
 
-std::vector<BatchLine> read_lines(const std::string& path) {
+std::vector<BatchLine> read_lines(const std::string& path, const RequestInput& defaults) {
   const std::string what = "--input '" + path + "'";
   require_readable_file(path, what);
   std::ifstream in(path, std::ios::binary);
@@ -184,7 +198,7 @@ std::vector<BatchLine> read_lines(const std::string& path) {
     const std::optional<std::string> text = read_line_bounded(in, kMaxLineBytes, n, what);
     if (!text) break;
     if (text->find_first_not_of(" \t") == std::string::npos) continue;  // blank line
-    lines.push_back(parse_line(*text, n));
+    lines.push_back(parse_line(*text, n, defaults));
   }
   if (in.bad()) throw Error(what + ": read failed");
   return lines;
@@ -209,7 +223,8 @@ void print_summary(const BatchArgs& a, size_t requests, size_t ok, size_t tokens
 
 int run_batch(const BatchArgs& a) {
   using clock = std::chrono::steady_clock;
-  std::vector<BatchLine> lines = read_lines(a.input);
+  check_ngram_sizes(a.line_defaults);
+  std::vector<BatchLine> lines = read_lines(a.input, a.line_defaults);
   // A bad --row-costs file fails before the output is touched or the model loads.
   const auto row_costs =
       a.row_costs.empty() ? std::vector<std::pair<double, double>>{} : load_row_costs(a.row_costs);
@@ -328,6 +343,7 @@ void add_batch_command(CLI::App& app, Runner& run) {
   cmd->add_option("--row-costs", a->row_costs,
                   "Requests with draft auto weigh verify passes with this measured row-cost "
                   "curve (the JSON of `vericache bench rows --json`)");
+  add_draft_hierarchy_options(*cmd, a->line_defaults);
   cmd->add_option("--link-gbps", a->link_gbps,
                   "Modelled link bandwidth to the full tier in GB/s (0 = unthrottled)")
       ->capture_default_str()->check(number_in(0.0));

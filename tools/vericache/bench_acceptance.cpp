@@ -29,13 +29,29 @@ struct AcceptanceArgs {
   size_t min_prompt_tokens = 256, max_prompt_tokens = 1000;
   int steps = 256;
   size_t fold_every = 0;  // 0: verified tokens keep exact KV (the published setting)
+  std::vector<std::string> hierarchies = {"none"};  // draft hierarchies to compare
+  RequestInput ngram;  // --ngram-min/max/proposal (its draft_hierarchy is unused)
+  std::string prompt_kind = "plain";  // plain, or edit: the prompt repeats its context
   bool json = false;
 };
+
+// "edit": the file, then an instruction to write it out again and its first lines,
+// as a code-editing request does; the answer repeats the context, which is what the
+// n-gram level is for. "plain": the file alone.
+std::string shape_prompt(const std::string& text, const std::string& kind) {
+  if (kind == "plain") return text;
+  const std::string body = text.rfind("<|begin_of_text|>", 0) == 0 ? text.substr(17) : text;
+  size_t cut = 0;
+  for (int line = 0; line < 3 && cut != std::string::npos; ++line) cut = body.find('\n', cut + 1);
+  return text + "\n\n# The same file again, with typos fixed:\n" +
+         body.substr(0, cut == std::string::npos ? body.size() : cut + 1);
+}
 
 int run_acceptance(const AcceptanceArgs& a) {
   if (a.min_prompt_tokens > a.max_prompt_tokens)
     throw Error(fmt::format("--min-prompt-tokens: {} is above --max-prompt-tokens ({})",
                             a.min_prompt_tokens, a.max_prompt_tokens));
+  check_ngram_sizes(a.ngram);
   auto model = Model::load(a.model_dir);
   if (const size_t ctx = size_t(model->config().max_position_embeddings);
       a.max_prompt_tokens + size_t(a.steps) + 16 > ctx)
@@ -45,7 +61,7 @@ int run_acceptance(const AcceptanceArgs& a) {
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& p : load_prompts(a.prompts)) {
-    auto ids = tok->encode(p.text);
+    auto ids = tok->encode(shape_prompt(p.text, a.prompt_kind));
     if (ids.size() >= a.min_prompt_tokens && ids.size() <= a.max_prompt_tokens)
       prompts.push_back(std::move(ids));
   }
@@ -76,8 +92,10 @@ int run_acceptance(const AcceptanceArgs& a) {
   size_t mismatches = 0;
   for (const auto& name : names)
     for (double ratio : a.ratios)
-      for (const auto& d : a.drafts) {
+      for (const auto& d : a.drafts)
+      for (const auto& h : a.hierarchies) {
         size_t rounds = 0, drafted = 0, accepted = 0, emitted = 0;
+        DraftLevelStats levels;
         double seconds = 0, draft_s = 0, verify_s = 0;
         for (size_t i = 0; i < prompts.size(); ++i) {
           GenerateOptions o;
@@ -89,7 +107,11 @@ int run_acceptance(const AcceptanceArgs& a) {
           o.draft_auto = d == "auto";
           o.draft_length = o.draft_auto ? 0 : size_t(std::stoul(d));
           o.fold_every = a.fold_every;
+          o.draft_hierarchy = parse_draft_hierarchy(h);
+          o.ngram = NgramParams{size_t(a.ngram.ngram_min), size_t(a.ngram.ngram_max),
+                                size_t(a.ngram.ngram_proposal)};
           const auto r = gen.generate(prompts[i], o);
+          levels += r.stats.levels;
           mismatches += r.output_ids != reference[i];
           rounds += r.stats.rounds;
           drafted += r.stats.drafted;
@@ -102,20 +124,26 @@ int run_acceptance(const AcceptanceArgs& a) {
         rows.push_back({{"compressor", name},
                         {"ratio", ratio},
                         {"draft", d},
+                        {"draft_hierarchy", h},
                         {"rounds", rounds},
+                        {"drafter_passes_per_round", double(levels.drafter_passes) / double(rounds)},
+                        {"ngram_proposed", levels.ngram_proposed},
+                        {"ngram_kept_by_drafter", levels.ngram_confirmed},
+                        {"ngram_accepted_by_verifier", levels.ngram_accepted},
                         {"tokens_per_round", double(emitted) / double(rounds)},
                         {"accepted_per_round", double(accepted) / double(rounds)},
                         {"acceptance_rate", drafted ? double(accepted) / double(drafted) : 0.0},
                         {"tokens_per_second", double(emitted + prompts.size()) / seconds},
                         {"draft_seconds", draft_s},
                         {"verify_seconds", verify_s}});
-        spdlog::info("{} {}x L={}: {:.1f} tokens/round", name, ratio, d,
+        spdlog::info("{} {}x L={} {}: {:.1f} tokens/round", name, ratio, d, h,
                      rows.back()["tokens_per_round"].get<double>());
       }
 
   const double full_tps = double(full_tokens) / full_seconds;
   if (a.json) {
     std::cout << nlohmann::json{{"prompts", prompts.size()},
+                                {"prompt_kind", a.prompt_kind},
                                 {"steps", a.steps},
                                 {"full_kv_tokens_per_second", full_tps},
                                 {"outputs_differing_from_full", mismatches},
@@ -125,22 +153,27 @@ int run_acceptance(const AcceptanceArgs& a) {
     return mismatches == 0 ? 0 : 3;
   }
   std::cout << fmt::format(
-      "bench acceptance: {} prompts of {}-{} tokens, {} greedy tokens each; full-KV decoding "
+      "bench acceptance: {} {} prompts of {}-{} tokens, {} greedy tokens each; full-KV decoding "
       "{:.0f} tokens/s on this CPU\n\n",
-      prompts.size(), a.min_prompt_tokens, a.max_prompt_tokens, a.steps, full_tps);
-  std::cout << fmt::format("{:<26} {:>5} {:>5} {:>12} {:>14} {:>10} {:>9} {:>8}\n", "compressor",
-                           "ratio", "L", "tokens/round", "accepted/round", "accept %",
-                           "tok/s", "vs full");
+      prompts.size(), a.prompt_kind, a.min_prompt_tokens, a.max_prompt_tokens, a.steps, full_tps);
+  std::cout << fmt::format("{:<26} {:>5} {:>5} {:>6} {:>12} {:>14} {:>10} {:>13} {:>9} {:>9} {:>8}\n",
+                           "compressor", "ratio", "L", "levels", "tokens/round", "accepted/round",
+                           "accept %", "passes/round", "ngram acc", "tok/s", "vs full");
   for (const auto& r : rows)
-    std::cout << fmt::format("{:<26} {:>4g}x {:>5} {:>12.2f} {:>14.2f} {:>9.1f}% {:>9.0f} {:>7.2f}x\n",
+    std::cout << fmt::format("{:<26} {:>4g}x {:>5} {:>6} {:>12.2f} {:>14.2f} {:>9.1f}% {:>13.2f} {:>9} {:>9.0f} {:>7.2f}x\n",
                              r["compressor"].get<std::string>(), r["ratio"].get<double>(),
-                             r["draft"].get<std::string>(), r["tokens_per_round"].get<double>(),
+                             r["draft"].get<std::string>(), r["draft_hierarchy"].get<std::string>(),
+                             r["tokens_per_round"].get<double>(),
                              r["accepted_per_round"].get<double>(),
                              100 * r["acceptance_rate"].get<double>(),
+                             r["drafter_passes_per_round"].get<double>(),
+                             r["ngram_accepted_by_verifier"].get<size_t>(),
                              r["tokens_per_second"].get<double>(),
                              r["tokens_per_second"].get<double>() / full_tps);
   std::cout << fmt::format(
       "\ntokens/round: emitted per verification (accepted drafts + the verifier's token).\n"
+      "levels: ngram = prompt lookup in front of the compressed-KV drafter; passes/round: the "
+      "drafter's forward passes per round; ngram acc: n-gram proposals the verifier accepted.\n"
       "tok/s here is CPU-only with the full KV in host RAM: no slow link, so it says little "
       "about a GPU deployment (see bench throughput).\noutputs differing from full-KV "
       "decoding: {}\n",
@@ -169,6 +202,20 @@ void add_bench_acceptance_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--fold-every", a->fold_every,
                   "Rebuild the view every N verified tokens (0 = keep them exact)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
+  cmd->add_option("--hierarchies", a->hierarchies,
+                  "Draft hierarchies to compare: none, ngram (e.g. --hierarchies none ngram)")
+      ->capture_default_str()->check(CLI::IsMember({"none", "ngram"}));
+  cmd->add_option("--ngram-min", a->ngram.ngram_min, "ngram: shortest context suffix matched")
+      ->capture_default_str()->check(integer_in(1, kMaxNgram));
+  cmd->add_option("--ngram-max", a->ngram.ngram_max, "ngram: longest context suffix matched")
+      ->capture_default_str()->check(integer_in(1, kMaxNgram));
+  cmd->add_option("--ngram-proposal", a->ngram.ngram_proposal,
+                  "ngram: tokens proposed per drafter pass at most")
+      ->capture_default_str()->check(integer_in(1, int64_t(kMaxDraftLength)));
+  cmd->add_option("--prompt-kind", a->prompt_kind,
+                  "plain: the prompt files as they are; edit: each file, then a request to "
+                  "write it out again and its first lines (the answer repeats the context)")
+      ->capture_default_str()->check(CLI::IsMember({"plain", "edit"}));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_acceptance(*a); }; });
 }

@@ -45,6 +45,7 @@ struct ThroughputArgs {
   std::string draft = "30";
   double hbm_gbps = 4800, link_gbps = 55;
   size_t fold_every = 64;
+  RequestInput hierarchy;  // --draft-hierarchy and the n-gram options (vericache requests)
   bool disk = true;
   bool json = false;
 };
@@ -103,6 +104,10 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
     r.ratio = a.ratio;
     r.draft = c.draft;
     r.fold_every = a.fold_every;
+    r.draft_hierarchy = a.hierarchy.draft_hierarchy;
+    r.ngram_min = size_t(a.hierarchy.ngram_min);
+    r.ngram_max = size_t(a.hierarchy.ngram_max);
+    r.ngram_proposal = size_t(a.hierarchy.ngram_proposal);
     r.ignore_eos = true;
     subs.push_back(engine.submit(r, [&, i](uint64_t, int32_t) {
       std::lock_guard<std::mutex> lock(mu);
@@ -142,6 +147,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
 }
 
 int run_throughput(const ThroughputArgs& a) {
+  check_ngram_sizes(a.hierarchy);
   const auto model = Model::load(a.model_dir);
   const ModelConfig& mc = model->config();
   (void)make_compressor(a.compressor);  // an unknown name fails before any work
@@ -264,6 +270,7 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
       ->check(number_in(0.0, 1e9, /*lo_open=*/true));
   cmd->add_option("--link-gbps", a->link_gbps, "Modelled link bandwidth")->capture_default_str()
       ->check(number_in(0.0, 1e9, /*lo_open=*/true));
+  add_draft_hierarchy_options(*cmd, a->hierarchy);
   cmd->add_option("--fold-every", a->fold_every, "Rebuild views every N verified tokens")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd->add_flag("!--no-disk", a->disk, "Skip the disk-tier row");

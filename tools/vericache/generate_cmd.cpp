@@ -24,6 +24,8 @@ struct GenerateArgs {
   RequestInput request;  // the request's fields; defaults shared with batch lines
   std::string seed = "0";
   std::vector<std::string> compressor_params;
+  std::string threshold;  // --threshold TAU: select by threshold instead of --ratio
+  size_t keep_recent = 128;
   bool json = false;
   int threads = 0;
   std::string kv_dtype = "bf16";
@@ -54,6 +56,10 @@ ValidRequest validated_request(const GenerateArgs& a, const std::string& prompt,
   in.prompt = prompt;
   try {
     in.seed = parse_seed("seed", a.seed);
+    if (!a.threshold.empty()) {
+      in.compressor_params.emplace_back("threshold", parse_number("threshold", a.threshold));
+      in.compressor_params.emplace_back("keep_recent", double(a.keep_recent));
+    }
     for (const auto& p : a.compressor_params) {
       try {
         in.compressor_params.push_back(parse_compressor_setting(p));
@@ -141,11 +147,22 @@ int run_generate(const GenerateArgs& a) {
           {"full_tier_bytes_written", s.full_tier_bytes_written},
           {"view_rebuilds", s.folds},
           {"full_tier_bytes_read_by_view_rebuilds", s.full_tier_bytes_read_refold},
-          {"fast_bytes_at_end", s.fast_bytes_end}};
+          {"fast_bytes_at_end", s.fast_bytes_end},
+          {"draft_hierarchy", draft_hierarchy_name(opt.draft_hierarchy)},
+          {"levels", {{"ngram", {{"proposed", s.levels.ngram_proposed},
+                                 {"kept_by_drafter", s.levels.ngram_confirmed},
+                                 {"accepted_by_verifier", s.levels.ngram_accepted}}},
+                      {"drafter", {{"passes", s.levels.drafter_passes},
+                                   {"own_drafts", s.levels.drafter_own},
+                                   {"seconds", s.draft_seconds}}},
+                      {"verifier", {{"passes", s.rounds},
+                                    {"accepted", s.accepted},
+                                    {"seconds", s.verify_seconds}}}}}};
     }
     if (opt.mode != DecodeMode::full)
       j["stats"]["compression"] = {{"compressor", opt.compressor},
                                    {"ratio", opt.ratio},
+                                   {"selection", a.threshold.empty() ? "ratio" : "threshold"},
                                    {"compressed_bytes", s.compressed_bytes},
                                    {"full_bytes_of_same_positions", s.compressed_full_bytes},
                                    {"achieved_ratio", s.compressed_bytes > 0
@@ -163,9 +180,14 @@ int run_generate(const GenerateArgs& a) {
         s.decode_tokens_per_second(), s.kv_bytes / 1024, a.kv_dtype, gen.workspace().threads(),
         cpu::simd_path_name(cpu::active_simd_path()));
     if (opt.mode != DecodeMode::full)
-      std::cerr << fmt::format("{} {} at {}x: compressed view {} KiB of {} KiB\n", a.request.mode,
-                               opt.compressor, opt.ratio, s.compressed_bytes / 1024,
-                               s.compressed_full_bytes / 1024);
+      std::cerr << fmt::format("{} {} {}: compressed view {} KiB of {} KiB (achieved {:.2f}x)\n",
+                               a.request.mode, opt.compressor,
+                               a.threshold.empty() ? fmt::format("at {}x", opt.ratio)
+                                                   : "threshold " + a.threshold,
+                               s.compressed_bytes / 1024, s.compressed_full_bytes / 1024,
+                               s.compressed_bytes > 0 ? double(s.compressed_full_bytes) /
+                                                            double(s.compressed_bytes)
+                                                      : 0.0);
     if (opt.mode == DecodeMode::vericache)
       std::cerr << fmt::format(
           "vericache: {} rounds, {:.2f} tokens/round, {} of {} drafts accepted ({:.0f}%), "
@@ -174,6 +196,12 @@ int run_generate(const GenerateArgs& a) {
           s.rounds, s.rounds ? double(s.output_tokens - 1) / double(s.rounds) : 0.0, s.accepted,
           s.drafted, s.drafted ? 100.0 * double(s.accepted) / double(s.drafted) : 0.0,
           s.draft_seconds, s.verify_seconds, s.full_tier, s.full_tier_bytes_read / 1024, s.folds);
+    if (opt.mode == DecodeMode::vericache && opt.draft_hierarchy == DraftHierarchy::ngram)
+      std::cerr << fmt::format(
+          "draft hierarchy: ngram proposed {}, drafter kept {}, verifier accepted {} of them; "
+          "drafter {} passes for {} drafts\n",
+          s.levels.ngram_proposed, s.levels.ngram_confirmed, s.levels.ngram_accepted,
+          s.levels.drafter_passes, s.drafted);
   }
   return 0;
 }
@@ -213,6 +241,7 @@ void add_generate_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(CLI::IsMember({"full", "lossy", "vericache"}));
   cmd->add_option("--draft", q.draft, "vericache: drafts per round (0..4096), or 'auto'")
       ->capture_default_str()->check(draft_value());
+  add_draft_hierarchy_options(*cmd, q);
   cmd->add_option("--fold-every", q.fold_every,
                   "vericache: rebuild the compressed view after this many verified tokens (0 = never)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
@@ -235,6 +264,14 @@ void add_generate_command(CLI::App& app, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--compressor-param", a->compressor_params,
                   "A method parameter NAME=VALUE (repeatable; see `vericache compressors`)");
+  cmd->add_option("--threshold", a->threshold,
+                  "Token-dropping scorers: keep every position scoring >= TAU (plus the "
+                  "method's always-kept positions and --keep-recent) instead of a --ratio "
+                  "budget; the achieved ratio is reported")
+      ->check(number_in(-std::numeric_limits<double>::max()));
+  cmd->add_option("--keep-recent", a->keep_recent,
+                  "With --threshold: the most recent positions always kept")
+      ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd->add_option("--ratio", q.ratio, "Compression ratio: full KV bytes / compressed bytes")
       ->capture_default_str()->check(number_in(1.0, kMaxRatio));
   cmd->callback([&run, a, p, pf] {

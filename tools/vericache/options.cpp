@@ -102,6 +102,30 @@ CLI::Validator bytes_value() {
       "BYTES");
 }
 
+void add_draft_hierarchy_options(CLI::App& cmd, RequestInput& q) {
+  cmd.add_option("--draft-hierarchy", q.draft_hierarchy,
+                 "vericache: levels above the compressed-KV drafter: none, or ngram (prompt "
+                 "lookup proposes tokens from the request's own text; the drafter checks them "
+                 "in one pass)")
+      ->capture_default_str()->check(checked("none|ngram", [](const std::string& s) {
+        if (s != "none" && s != "ngram")
+          throw FieldError("draft_hierarchy", "expected none or ngram, got '" + s + "'");
+      }));
+  cmd.add_option("--ngram-min", q.ngram_min, "ngram: shortest context suffix matched")
+      ->capture_default_str()->check(integer_in(1, kMaxNgram));
+  cmd.add_option("--ngram-max", q.ngram_max, "ngram: longest context suffix matched")
+      ->capture_default_str()->check(integer_in(1, kMaxNgram));
+  cmd.add_option("--ngram-proposal", q.ngram_proposal,
+                 "ngram: tokens proposed per drafter pass at most")
+      ->capture_default_str()->check(integer_in(1, int64_t(kMaxDraftLength)));
+}
+
+void check_ngram_sizes(const RequestInput& q) {
+  if (q.ngram_max < q.ngram_min)
+    throw Error("--ngram-max: expected at least --ngram-min (" + std::to_string(q.ngram_min) +
+                "), got " + std::to_string(q.ngram_max));
+}
+
 std::string option_of_field(const std::string& field) {
   std::string o = field;
   std::replace(o.begin(), o.end(), '_', '-');

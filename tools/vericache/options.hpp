@@ -12,7 +12,18 @@
 
 #include <CLI/CLI.hpp>
 
+namespace vc {
+struct RequestInput;
+}
+
 namespace vc::cli {
+
+/// --draft-hierarchy none|ngram and the n-gram level's --ngram-min, --ngram-max,
+/// --ngram-proposal, written into `q` (generate: the request; batch: every line's
+/// default).
+void add_draft_hierarchy_options(CLI::App& cmd, RequestInput& q);
+/// --ngram-max must be at least --ngram-min: vc::Error naming --ngram-max otherwise.
+void check_ngram_sizes(const RequestInput& q);
 
 /// An integer in [lo, hi] ("expected an integer >= 0, got '-2'").
 [[nodiscard]] CLI::Validator integer_in(int64_t lo,
