@@ -73,7 +73,9 @@ TEST(engine_draft_hierarchy, concurrent_ngram_requests_match_full_decoding_bit_f
     EXPECT_EQ(r.output_logprobs, full.output_logprobs) << "request " << i;
     EXPECT_LE(r.stats.ngram_accepted, r.stats.ngram_confirmed);
     EXPECT_LE(r.stats.ngram_confirmed, r.stats.ngram_proposed);
-    if (reqs[i].draft_hierarchy == "none") EXPECT_EQ(r.stats.ngram_proposed, 0u);
+    if (reqs[i].draft_hierarchy == "none") {
+      EXPECT_EQ(r.stats.ngram_proposed, 0u);
+    }
     ngram_accepted += r.stats.ngram_accepted;
   }
   EXPECT_GT(ngram_accepted, 0u) << "the n-gram level supplied no accepted draft";

@@ -60,8 +60,12 @@ TEST(threshold_exactness, the_achieved_ratio_grows_with_the_threshold) {
     const auto r = gen.generate(prompt, o);
     const double achieved = double(r.stats.compressed_full_bytes) / double(r.stats.compressed_bytes);
     EXPECT_GE(achieved, last) << "tau " << tau;
-    if (tau < -1e29) EXPECT_DOUBLE_EQ(achieved, 1.0);
-    if (tau > 1e29) EXPECT_GT(achieved, 4.0) << "keeps only the recent window";
+    if (tau < -1e29) {
+      EXPECT_DOUBLE_EQ(achieved, 1.0);
+    }
+    if (tau > 1e29) {
+      EXPECT_GT(achieved, 4.0) << "keeps only the recent window";
+    }
     last = achieved;
   }
 }
