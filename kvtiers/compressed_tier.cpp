@@ -3,6 +3,7 @@
 // them, and counting the bytes they take at the plan's precision.
 #include "kvtiers/compressed_tier.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -159,6 +160,16 @@ void CompressedView::decode(size_t l, size_t g, float* k, float* v) const {
   const int32_t* pos = head.abs_positions.empty() ? head.positions.data() : head.abs_positions.data();
   head.packed.k.decode(k, n, head_dim_, pos, rope_inv_freq_.data());
   head.packed.v.decode(v, n, head_dim_, pos, rope_inv_freq_.data());
+}
+
+void CompressedView::decode_rows(size_t l, size_t g, size_t r0, size_t r1, float* k,
+                                 float* v) const {
+  const Head& head = heads_[l * kv_heads_ + g];
+  const size_t n = head.positions.size();
+  if (r0 >= std::min(r1, n)) return;
+  const int32_t* pos = head.abs_positions.empty() ? head.positions.data() : head.abs_positions.data();
+  head.packed.k.decode_rows(k, r0, r1, n, head_dim_, pos, rope_inv_freq_.data());
+  head.packed.v.decode_rows(v, r0, r1, n, head_dim_, pos, rope_inv_freq_.data());
 }
 
 namespace {

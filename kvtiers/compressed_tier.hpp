@@ -49,6 +49,9 @@ class CompressedView {
   /// Writes the kept K and V rows of layer l, KV head g, dequantized, into k and v
   /// ([count(l, g), head_dim] fp32 each).
   void decode(size_t l, size_t g, float* k, float* v) const;
+  /// Rows [r0, r1) of what decode() writes, bit-identical ([r1 - r0, head_dim]
+  /// each): the drafter dequantizes one block of rows at a time.
+  void decode_rows(size_t l, size_t g, size_t r0, size_t r1, float* k, float* v) const;
   /// The kept K and V rows of layer l, KV head g as stored, when both sides hold
   /// them unquantized and untransformed in one element type (token dropping:
   /// bf16, or fp32 from an undescribed codec), so the drafter reads them in place;

@@ -139,6 +139,76 @@ void PackedSide::decode(float* out, size_t n, size_t d, const int32_t* positions
   }
 }
 
+namespace {
+
+// Codes [i, i + count) of `bits` (a compile-time width) bits, dequantized with one
+// scale and zero: the inner loop of decode_rows, unrolled per width.
+template <int Bits>
+void dequantize_run(const uint8_t* codes, size_t i, size_t count, float z, float s, float* out) {
+  constexpr uint32_t mask = (1u << Bits) - 1u;
+  if constexpr (8 % Bits == 0) {
+    for (size_t c = 0; c < count; ++c) {
+      const size_t bit = (i + c) * Bits;
+      out[c] = dequantize_code(z, s, float(uint32_t(codes[bit / 8] >> (bit % 8)) & mask));
+    }
+  } else {
+    for (size_t c = 0; c < count; ++c) {  // a code may straddle two bytes
+      const size_t bit = (i + c) * Bits;
+      const uint32_t two = uint32_t(codes[bit / 8]) |
+                           (bit / 8 + 1 < (bit + Bits + 7) / 8 ? uint32_t(codes[bit / 8 + 1]) << 8 : 0u);
+      out[c] = dequantize_code(z, s, float((two >> (bit % 8)) & mask));
+    }
+  }
+}
+
+}  // namespace
+
+void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t d,
+                             const int32_t* positions, const float* inv_freq) const {
+  r1 = std::min(r1, n);
+  if (r0 >= r1) return;
+  if (!raw.empty()) {
+    std::memcpy(out, raw.data() + r0 * d, (r1 - r0) * d * sizeof(float));
+  } else {
+    const size_t q = std::min(quant_rows, n);
+    const size_t br = block.rows, bc = block.cols, col_blocks = (d + bc - 1) / bc;
+    for (size_t r = r0; r < std::min(r1, q); ++r) {
+      float* row = out + (r - r0) * d;
+      for (size_t cb = 0, c0 = 0; cb < col_blocks; ++cb, c0 += bc) {
+        const size_t b = (r / br) * col_blocks + cb, count = std::min(c0 + bc, d) - c0;
+        const float s = f16_to_f32(scale[b]), z = f16_to_f32(zero[b]);
+        const size_t i = r * d + c0;
+        switch (bits) {
+          case 1: dequantize_run<1>(codes.data(), i, count, z, s, row + c0); break;
+          case 2: dequantize_run<2>(codes.data(), i, count, z, s, row + c0); break;
+          case 3: dequantize_run<3>(codes.data(), i, count, z, s, row + c0); break;
+          case 4: dequantize_run<4>(codes.data(), i, count, z, s, row + c0); break;
+          case 8: dequantize_run<8>(codes.data(), i, count, z, s, row + c0); break;
+          default:
+            for (size_t c = 0; c < count; ++c)
+              row[c0 + c] = dequantize_code(z, s, float(code_at(codes.data(), i + c, bits)));
+        }
+      }
+    }
+    for (size_t r = std::max(r0, q); r < r1; ++r)
+      for (size_t c = 0; c < d; ++c) out[(r - r0) * d + c] = bf16_to_f32(full[(r - q) * d + c]);
+    const auto first = std::lower_bound(outlier_index.begin(), outlier_index.end(), uint32_t(r0 * d));
+    for (auto it = first; it != outlier_index.end() && *it < r1 * d; ++it)
+      out[*it - r0 * d] = bf16_to_f32(outlier_value[size_t(it - outlier_index.begin())]);
+  }
+  switch (transform) {
+    case PackedTransform::none:
+      break;
+    case PackedTransform::hadamard:
+      for (size_t r = r0; r < r1; ++r) hadamard_inplace(out + (r - r0) * d, d);
+      break;
+    case PackedTransform::rope:
+      for (size_t r = r0; r < r1; ++r)
+        rope_rotate_half(out + (r - r0) * d, d, inv_freq, double(positions[r]), 1.0);
+      break;
+  }
+}
+
 size_t PackedSide::held_bytes() const {
   return (scale.size() + zero.size() + full.size() + outlier_value.size()) * 2 + codes.size() +
          outlier_index.size() * 4 + raw.size() * 4;

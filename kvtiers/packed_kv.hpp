@@ -48,6 +48,12 @@ struct PackedSide {
   /// `inv_freq` (d / 2) are read only for the rope transform.
   void decode(float* out, size_t n, size_t d, const int32_t* positions,
               const float* inv_freq) const;
+  /// Rows [r0, r1) of those n x d values, bit-identical to the same rows of
+  /// decode(), into `out` ([r1 - r0, d]): the drafter dequantizes a block of rows
+  /// right before attending to it instead of the whole side. `positions` holds all
+  /// n positions. Needs outlier_index ascending (as every codec records it).
+  void decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t d,
+                   const int32_t* positions, const float* inv_freq) const;
   /// Bytes held by the vectors above.
   [[nodiscard]] size_t held_bytes() const;
 };

@@ -87,6 +87,17 @@ void attend_tiles(const cpu::PagedKv& kv, size_t M, size_t b_begin, size_t b_end
   }
 }
 
+// One KV head of a compressed view whose rows are packed, for the drafter's kernel.
+struct PackedRows {
+  const CompressedView* view = nullptr;
+  size_t l = 0, g = 0;
+};
+
+void decode_packed_rows(const void* ctx, size_t r0, size_t r1, float* k, float* v) {
+  const auto* p = static_cast<const PackedRows*>(ctx);
+  p->view->decode_rows(p->l, p->g, r0, r1, k, v);
+}
+
 // Attention of every row over the cache (and the compressed views of draft rows):
 // rows are independent; split them across the pool.
 void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
@@ -98,6 +109,7 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
   const std::vector<int32_t>& pos = ws.positions;
   auto attend = [&](size_t begin, size_t end) {
     thread_local std::vector<cpu::DenseKvHead> prefix;  // reused across steps
+    thread_local std::vector<PackedRows> packed;
     for (size_t m = begin; m < end; ++m) {
       const CompressedView* cv = rows[m].view;
       if (cv == nullptr) {
@@ -109,24 +121,17 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
         continue;
       }
       // Plain rows (token dropping) are read in place; packed ones (quantized,
-      // transformed) are decoded per KV head into scratch.
-      thread_local std::vector<float> scratch;
-      size_t total = 0;
-      for (size_t g = 0; g < nkv; ++g)
-        if (!cv->rows_in_place(l, g)) total += cv->count(l, g) * hd * 2;
-      if (scratch.size() < total) scratch.resize(total);
+      // transformed) are decoded a block of rows at a time inside the kernel.
       prefix.resize(nkv);
-      for (size_t g = 0, at = 0; g < nkv; ++g) {
+      packed.resize(nkv);
+      for (size_t g = 0; g < nkv; ++g) {
         const size_t n = cv->count(l, g);
         if (const auto rows = cv->rows_in_place(l, g)) {
           prefix[g] = {rows->k, rows->v, n, rows->dtype};
           continue;
         }
-        float* k = scratch.data() + at;
-        float* v = k + n * hd;
-        cv->decode(l, g, k, v);
-        prefix[g] = {k, v, n, DType::f32};
-        at += 2 * n * hd;
+        packed[g] = {cv, l, g};
+        prefix[g] = {nullptr, nullptr, n, DType::f32, &decode_packed_rows, &packed[g]};
       }
       cpu::attention_row_mixed(ws.q.data() + m * qd, nh, prefix.data(),
                                cache.view(l, *rows[m].seq), cv->covered(), size_t(pos[m]) + 1,

@@ -1,7 +1,9 @@
 // Mixed attention as blocked online softmax: each KV head's prefix rows form a
 // sequence of kMixedBlockRows-row blocks read in place (bf16 or fp32); the last
 // partial block and the paged tail are gathered as fp32 into per-thread scratch
-// and appended as further blocks. AttentionRowState merges the blocks in order.
+// and appended as further blocks. A packed (quantized) prefix is decoded one block
+// at a time into a per-thread fp32 tile right before that block is attended to, so
+// no step materialises the whole prefix. AttentionRowState merges the blocks in order.
 #include "kernels/cpu/attention_mixed.hpp"
 
 #include <algorithm>
@@ -34,12 +36,12 @@ void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* pref
     throw Error("attention_row_mixed: query heads must be a multiple of KV heads");
   const size_t group = n_heads / G;
   const size_t n_tail = n_ctx > tail_begin ? n_ctx - tail_begin : 0;
-  thread_local std::vector<float> sk, sv;
+  thread_local std::vector<float> sk, sv, tk, tv;
   thread_local std::vector<int32_t> table_in_place, table_scratch;
   thread_local AttentionRowState state;
   for (size_t g = 0; g < G; ++g) {
     const DenseKvHead& p = prefix[g];
-    if (p.dtype != DType::f32 && p.dtype != DType::bf16)
+    if (p.rows == nullptr && p.dtype != DType::f32 && p.dtype != DType::bf16)
       throw Error("attention_row_mixed: prefix rows must be f32 or bf16");
     const size_t n = p.n + n_tail;
     if (n == 0) throw Error("attention_row_mixed: nothing to attend to");
@@ -49,24 +51,41 @@ void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* pref
     sk.resize(std::max<size_t>(1, (rest + B - 1) / B) * B * D);
     sv.resize(sk.size());
     const size_t esz = dtype_size(p.dtype);
-    for (size_t i = whole * B; i < p.n; ++i) {
-      const size_t at = (i - whole * B) * D;
-      to_f32(p.dtype, static_cast<const char*>(p.k) + i * D * esz, &sk[at], D);
-      to_f32(p.dtype, static_cast<const char*>(p.v) + i * D * esz, &sv[at], D);
+    if (p.rows != nullptr) {
+      if (whole * B < p.n) p.rows(p.ctx, whole * B, p.n, sk.data(), sv.data());
+    } else {
+      for (size_t i = whole * B; i < p.n; ++i) {
+        const size_t at = (i - whole * B) * D;
+        to_f32(p.dtype, static_cast<const char*>(p.k) + i * D * esz, &sk[at], D);
+        to_f32(p.dtype, static_cast<const char*>(p.v) + i * D * esz, &sv[at], D);
+      }
     }
     for (size_t t = 0; t < n_tail; ++t) {
       const size_t at = (p.n - whole * B + t) * D;
       load_tail(tail, g, tail_begin + t, &sk[at], &sv[at]);
     }
     table_in_place.resize(blocks);
-    std::iota(table_in_place.begin(), table_in_place.end(), 0);
     table_scratch.resize(blocks);
-    for (size_t j = 0; j < blocks; ++j) table_scratch[j] = int32_t(j < whole ? 0 : j - whole);
-    PagedKv in_place{p.k, p.v, p.dtype, B, 1, D, table_in_place.data()};
+    for (size_t j = 0; j < blocks; ++j) {
+      table_in_place[j] = p.rows != nullptr ? 0 : int32_t(j);  // packed: the tile
+      table_scratch[j] = int32_t(j < whole ? 0 : j - whole);
+    }
     PagedKv scratch{sk.data(), sv.data(), DType::f32, B, 1, D, table_scratch.data()};
     const float* qg = q + g * group * D;
     state.begin(qg, group, scratch, n, scale);
-    if (whole > 0) state.add(in_place, 0, whole);
+    if (p.rows != nullptr) {
+      // Packed rows: each whole block is decoded into the fp32 tile, then attended.
+      tk.resize(B * D);
+      tv.resize(B * D);
+      const PagedKv tile{tk.data(), tv.data(), DType::f32, B, 1, D, table_in_place.data()};
+      for (size_t j = 0; j < whole; ++j) {
+        p.rows(p.ctx, j * B, (j + 1) * B, tk.data(), tv.data());
+        state.add(tile, j, j + 1);
+      }
+    } else if (whole > 0) {
+      const PagedKv in_place{p.k, p.v, p.dtype, B, 1, D, table_in_place.data()};
+      state.add(in_place, 0, whole);
+    }
     state.add(scratch, whole, blocks);
     state.finish(out + g * group * D);
   }

@@ -10,13 +10,21 @@
 
 namespace vc::cpu {
 
+/// Writes rows [r0, r1) of a packed prefix as fp32 into k and v ([r1 - r0,
+/// head_dim] each); ctx is DenseKvHead::ctx.
+using PrefixRowsFn = void (*)(const void* ctx, size_t r0, size_t r1, float* k, float* v);
+
 /// One KV head's explicit rows: k, v: [n, head_dim] in `dtype` (f32 or bf16),
-/// read in place.
+/// read in place. With `rows` set, k and v are unused: the rows are packed
+/// (quantized, transformed) and rows(ctx, ...) decodes one block of them at a time
+/// into a per-thread fp32 tile right before it is attended to.
 struct DenseKvHead {
   const void* k = nullptr;
   const void* v = nullptr;
   size_t n = 0;
   DType dtype = DType::f32;
+  PrefixRowsFn rows = nullptr;
+  const void* ctx = nullptr;
 };
 
 /// Rows of the prefix read in place per block; the rest (a partial block and the

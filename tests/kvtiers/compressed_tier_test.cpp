@@ -181,6 +181,15 @@ CompressedView build_and_check_decode(const Compressor& c, const Case& cs, doubl
       view.decode(l, g, dk.data(), dv.data());
       EXPECT_TRUE(same_bits(dk, k)) << c.name() << " " << ratio << "x, K of layer " << l << " head " << g;
       EXPECT_TRUE(same_bits(dv, v)) << c.name() << " " << ratio << "x, V of layer " << l << " head " << g;
+      // decode_rows: the same bits for any row range (16-row blocks as the drafter
+      // reads them, and ranges that start and end inside a quantization block).
+      for (size_t step : {size_t(16), size_t(7)}) {
+        std::vector<float> rk(n * d, NAN), rv(n * d, NAN);
+        for (size_t r0 = 0; r0 < n; r0 += step)
+          view.decode_rows(l, g, r0, std::min(n, r0 + step), &rk[r0 * d], &rv[r0 * d]);
+        EXPECT_TRUE(same_bits(rk, k)) << c.name() << " " << ratio << "x, rows of " << step << ", K of layer " << l << " head " << g;
+        EXPECT_TRUE(same_bits(rv, v)) << c.name() << " " << ratio << "x, rows of " << step << ", V of layer " << l << " head " << g;
+      }
     }
   }
   return view;
