@@ -167,6 +167,30 @@ void FullTier::copy_from(uint64_t id, const PagedKvCache& cache, const KvSequenc
   written_ += n * bytes_per_token();
 }
 
+void FullTier::write_blocks(uint64_t id, size_t layer, size_t first_block, size_t n_blocks,
+                            const void* k, const void* v) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Slot& s = slot(id, "write_blocks");
+  check_layer(id, layer, "write_blocks");
+  const size_t bt = cfg_.block_tokens;
+  if (s.layer_length[layer] != first_block * bt)
+    throw Error(where(id) + ": write_blocks of layer " + std::to_string(layer) + " at block " +
+                std::to_string(first_block) + " does not append (the layer holds " +
+                std::to_string(s.layer_length[layer]) + " positions)");
+  if (n_blocks == 0) return;
+  const size_t end = (first_block + n_blocks) * bt;
+  check_capacity(id, s, end);
+  ensure_blocks(id, s, first_block + n_blocks);
+  for (size_t j = 0; j < n_blocks; ++j) {
+    const BlockRef r = block_for_write(id, s, layer, first_block + j);
+    std::memcpy(r.k, static_cast<const std::byte*>(k) + j * block_bytes(), block_bytes());
+    std::memcpy(r.v, static_cast<const std::byte*>(v) + j * block_bytes(), block_bytes());
+  }
+  s.layer_length[layer] = end;
+  s.length = std::max(s.length, end);
+  written_ += n_blocks * bt * 2 * row_bytes_;
+}
+
 size_t FullTier::staging_bytes(size_t n_pos) const {
   return round_up(blocks_for(n_pos) * block_bytes(), kTierAlign);
 }

@@ -115,6 +115,14 @@ class FullTier {
   void read_blocks(uint64_t id, size_t layer, size_t first_block, size_t n_blocks, void* k_out,
                    void* v_out);
 
+  /// Appends whole blocks of layer `layer` from raw bytes in the tier's dtype and
+  /// block layout (k, v: block j at j * block bytes, as read_blocks writes them):
+  /// the layer must hold exactly first_block * block_tokens positions, and holds
+  /// (first_block + n_blocks) * block_tokens after. How a prefix fetched from the
+  /// remote store enters the tier, bit for bit as it was computed.
+  void write_blocks(uint64_t id, size_t layer, size_t first_block, size_t n_blocks,
+                    const void* k, const void* v);
+
   /// Drops positions >= `length` in every layer (rollback); no-op if not shorter.
   void truncate(uint64_t id, size_t length);
   /// Forgets request `id` and frees its storage.

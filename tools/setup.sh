@@ -10,7 +10,8 @@ build=${BUILD_DIR:-$root/build}
 packages=(cmake ninja-build g++ pkg-config ccache
   libcaf-dev libhwloc-dev hwloc-nox libboost-dev libboost-system-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libxxhash-dev curl)
+  libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libxxhash-dev curl
+  redis-server libhiredis-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,243 @@
+// Fetching a cached prefix into the full tier, and write-behind publishing (see the
+// header for the fault policy).
+#include "kvtiers/remote/remote_tier.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "kvtiers/remote/chunk_value.hpp"
+
+namespace vc {
+
+namespace {
+
+ChunkLayout make_layout(const RemoteTierConfig& cfg, const KvCacheConfig& kv, uint64_t fp) {
+  ChunkLayout l;
+  l.model_fingerprint = fp;
+  l.num_layers = kv.num_layers;
+  l.kv_heads = kv.kv_heads;
+  l.head_dim = kv.head_dim;
+  l.block_tokens = kv.block_tokens;
+  l.dtype = kv.dtype;
+  l.tp_rank = cfg.tp_rank;
+  l.tp_degree = cfg.tp_degree;
+  l.chunk_tokens = cfg.chunk_tokens;
+  if (cfg.chunk_tokens == 0 || cfg.chunk_tokens % kv.block_tokens != 0)
+    throw Error("remote tier: chunk tokens (" + std::to_string(cfg.chunk_tokens) +
+                ") must be a positive multiple of the KV block size (" +
+                std::to_string(kv.block_tokens) + ")");
+  return l;
+}
+
+size_t block_bytes(const ChunkLayout& l) {
+  return l.block_tokens * l.kv_heads * l.head_dim * dtype_size(l.dtype);
+}
+
+}  // namespace
+
+RemoteTier::RemoteTier(const RemoteTierConfig& cfg, const KvCacheConfig& kv, uint64_t model_fingerprint)
+    : cfg_(cfg), endpoint_(parse_redis_url(cfg.url)), kv_(kv),
+      layout_(make_layout(cfg, kv, model_fingerprint)),
+      fetch_client_(endpoint_, cfg.timeouts, cfg.connections) {
+  publisher_ = std::thread([this] { publisher_loop(); });
+}
+
+RemoteTier::~RemoteTier() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  publisher_.join();
+}
+
+RemoteFetch RemoteTier::fetch_prefix(std::span<const int32_t> tokens, size_t max_positions,
+                                     FullTier& tier, uint64_t id) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RemoteFetch out;
+  const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
+  const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
+  const size_t cb = layout_.chunk_tokens / layout_.block_tokens;
+  const size_t region = cb * block_bytes(layout_);  // one layer's K (or V) of a chunk
+  bool stop = false;
+  for (size_t first = 0; first < limit && !stop;) {
+    const size_t n = std::min(std::max<size_t>(1, cfg_.fetch_window), limit - first);
+    std::vector<RedisCommand> cmds;
+    for (size_t i = first; i < first + n; ++i) cmds.push_back({"GET", full_chunk_key(keys[i])});
+    std::vector<RedisReply> replies;
+    try {
+      replies = fetch_client_.pipeline(cmds);
+    } catch (const RedisError& e) {
+      out.stop_reason = e.what();
+      break;
+    }
+    for (size_t j = 0; j < n; ++j) {
+      const size_t c = first + j;
+      const RedisReply& r = replies[j];
+      if (r.type != RedisReply::Type::string) {
+        out.stop_reason = r.type == RedisReply::Type::error ? "chunk " + std::to_string(c) + ": store error: " + r.str
+                                                            : "chunk " + std::to_string(c) + " not in the store";
+        stop = true;
+        break;
+      }
+      std::string why;
+      const std::span<const std::byte> payload =
+          decode_chunk_value(r.str, layout_, keys[c], ChunkKind::full, why);
+      if (payload.empty()) {
+        out.stop_reason = "chunk " + std::to_string(c) + " rejected: " + why;
+        stop = true;
+        break;
+      }
+      for (size_t l = 0; l < layout_.num_layers; ++l) {
+        const std::byte* k = payload.data() + 2 * l * region;
+        tier.write_blocks(id, l, c * cb, cb, k, k + region);
+      }
+      out.chunks += 1;
+      out.bytes_full += r.str.size();
+    }
+    first += n;
+  }
+  out.positions = out.chunks * layout_.chunk_tokens;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+size_t RemoteTier::publish(std::span<const int32_t> tokens, size_t first_chunk, FullTier& tier,
+                           uint64_t id) {
+  const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
+  const size_t cb = layout_.chunk_tokens / layout_.block_tokens;
+  const size_t region = cb * block_bytes(layout_);
+  std::vector<std::byte> payload(2 * layout_.num_layers * region);
+  std::vector<std::byte> k(tier.staging_bytes(layout_.chunk_tokens)), v(k.size());
+  size_t queued = 0;
+  for (size_t c = first_chunk; c < keys.size(); ++c) {
+    if ((c + 1) * layout_.chunk_tokens > tier.length(id)) break;
+    const size_t bytes = kChunkHeaderBytes + payload.size();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queued_bytes_ + bytes > cfg_.publish_queue_bytes) {
+        pstats_.dropped_full_queue += keys.size() - c;
+        break;
+      }
+    }
+    for (size_t l = 0; l < layout_.num_layers; ++l) {
+      tier.read_blocks(id, l, c * cb, cb, k.data(), v.data());
+      std::memcpy(payload.data() + 2 * l * region, k.data(), region);
+      std::memcpy(payload.data() + (2 * l + 1) * region, v.data(), region);
+    }
+    std::string value = encode_chunk_value(layout_, keys[c], ChunkKind::full, payload);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queued_bytes_ += value.size();
+      queue_.emplace_back(full_chunk_key(keys[c]), std::move(value));
+      pstats_.queued += 1;
+    }
+    ++queued;
+  }
+  if (queued > 0) cv_.notify_all();
+  return queued;
+}
+
+void RemoteTier::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !sending_; });
+}
+
+RemotePublishStats RemoteTier::publish_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pstats_;
+}
+
+void RemoteTier::publisher_loop() {
+  RedisClient client(endpoint_, cfg_.timeouts, 1);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_ and nothing left
+    std::vector<std::pair<std::string, std::string>> batch;
+    while (!queue_.empty() && batch.size() < 16) {
+      queued_bytes_ -= queue_.front().second.size();
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    sending_ = true;
+    lock.unlock();
+    std::vector<RedisCommand> cmds;
+    for (auto& [key, value] : batch) {
+      RedisCommand c{"SET", key, std::move(value)};
+      if (cfg_.ttl_seconds > 0) {
+        c.push_back("EX");
+        c.push_back(std::to_string(cfg_.ttl_seconds));
+      }
+      cmds.push_back(std::move(c));
+    }
+    size_t sent = 0, failed = 0;
+    try {
+      for (const RedisReply& r : client.pipeline(cmds))
+        (r.type == RedisReply::Type::status ? sent : failed) += 1;
+    } catch (const RedisError&) {
+      failed = cmds.size();
+    }
+    lock.lock();
+    sending_ = false;
+    pstats_.sent += sent;
+    pstats_.failed += failed;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+namespace {
+
+template <class F>
+void scan_keys(RedisClient& client, F&& each_batch) {
+  std::string cursor = "0";
+  do {
+    const RedisReply r =
+        client.command({"SCAN", cursor, "MATCH", std::string(kRemoteKeyPrefix) + "*", "COUNT", "1000"});
+    if (r.type != RedisReply::Type::array || r.elements.size() != 2)
+      throw RedisError("remote store " + client.endpoint().url() + ": unexpected SCAN reply");
+    cursor = r.elements[0].str;
+    std::vector<std::string> keys;
+    for (const RedisReply& k : r.elements[1].elements) keys.push_back(k.str);
+    if (!keys.empty()) each_batch(keys);
+  } while (cursor != "0");
+}
+
+}  // namespace
+
+RemoteStoreStats remote_store_stats(const RedisEndpoint& ep, RedisTimeouts t) {
+  RedisClient client(ep, t, 1);
+  RemoteStoreStats s;
+  scan_keys(client, [&](const std::vector<std::string>& keys) {
+    std::vector<RedisCommand> cmds;
+    for (const std::string& k : keys) {
+      (k.rfind(std::string(kRemoteKeyPrefix) + "full:", 0) == 0 ? s.full_chunks : s.compressed_chunks) += 1;
+      cmds.push_back({"STRLEN", k});
+    }
+    for (const RedisReply& r : client.pipeline(cmds)) s.value_bytes += size_t(std::max(0LL, r.integer));
+  });
+  const RedisReply info = client.command({"INFO", "memory"});
+  const std::string tag = "used_memory_human:";
+  const size_t at = info.str.find(tag);
+  if (at != std::string::npos) {
+    const size_t e = info.str.find_first_of("\r\n", at);
+    s.used_memory_human = info.str.substr(at + tag.size(), e - at - tag.size());
+  }
+  return s;
+}
+
+size_t remote_store_clear(const RedisEndpoint& ep, RedisTimeouts t) {
+  RedisClient client(ep, t, 1);
+  size_t n = 0;
+  std::vector<std::string> all;
+  scan_keys(client, [&](const std::vector<std::string>& keys) { all.insert(all.end(), keys.begin(), keys.end()); });
+  for (size_t b = 0; b < all.size(); b += 500) {
+    RedisCommand cmd{"UNLINK"};
+    cmd.insert(cmd.end(), all.begin() + b, all.begin() + std::min(all.size(), b + 500));
+    n += size_t(std::max(0LL, client.command(cmd).integer));
+  }
+  return n;
+}
+
+}  // namespace vc
