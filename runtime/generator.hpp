@@ -20,6 +20,7 @@ namespace vc {
 
 class FullTier;
 class LayerStreamer;
+class RemoteTier;
 class Verifier;
 
 /// How the decode steps see the KV cache.
@@ -98,6 +99,17 @@ struct GenerateStats {
   size_t fast_bytes_peak = 0;
   size_t fast_kv_bytes_peak = 0;
   std::string full_tier;             // "host" or "disk"
+  // Every mode: seconds from the call to the first emitted token.
+  double time_to_first_token_seconds = 0;
+  // Remote prefix cache (GeneratorConfig::remote_url; lossy and vericache):
+  bool remote = false;               // a remote store was configured for this request
+  size_t remote_chunks_hit = 0;      // prompt chunks taken from the store, from the first
+  size_t remote_positions = 0;       // prompt positions they cover (not prefilled here)
+  size_t remote_bytes_full = 0;      // value bytes fetched, full form
+  size_t remote_bytes_compressed = 0;  // value bytes fetched, compressed form (not yet used: 0)
+  double remote_fetch_seconds = 0;
+  std::string remote_stop_reason;    // why the cached prefix ended where it did ("" = limit)
+  size_t remote_chunks_published = 0;  // chunks queued for write-behind publishing
 
   [[nodiscard]] double prefill_tokens_per_second() const {
     return prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0.0;
@@ -134,6 +146,14 @@ struct GeneratorConfig {
   size_t fast_memory_bytes = 0;
   /// The full tier's own budget in bytes (host memory or disk); 0: not limited.
   size_t full_tier_bytes = 0;
+  /// The remote prefix cache, "redis://HOST:PORT" ("" = none). lossy and vericache
+  /// requests take the longest cached prefix of their prompt from it (full chunks
+  /// into the full tier) and prefill only the rest; after prefill they publish the
+  /// chunks it lacked, write-behind. A store fault means recompute (RemoteTier).
+  std::string remote_url;
+  size_t remote_chunk_tokens = 256;  // tokens per remote chunk (a multiple of block_tokens)
+  int remote_ttl_seconds = 86400;    // published chunks expire (0: never)
+  int remote_timeout_ms = 1000;      // connect, and each pipelined batch
 };
 
 /// Called with each emitted token id; return false to stop.
@@ -158,11 +178,16 @@ class Generator {
   [[nodiscard]] const Model& model() const { return *model_; }
   [[nodiscard]] Workspace& workspace() { return ws_; }
   [[nodiscard]] PagedKvCache& cache() { return cache_; }
+  /// The remote prefix cache (nullptr without GeneratorConfig::remote_url).
+  [[nodiscard]] RemoteTier* remote() { return remote_.get(); }
 
  private:
   struct Request;
   void decode_stepwise(Request& rq);
   void decode_verified(Request& rq);
+  /// Takes the longest cached prefix of `prompt` from the remote store into the
+  /// request's full tier entry; returns the positions it covers (0 on any fault).
+  size_t fetch_remote_prefix(Request& rq, std::span<const int32_t> prompt);
   /// Creates the full tier, its streamer and the verifier on first use.
   void ensure_full_tier();
 
@@ -175,6 +200,7 @@ class Generator {
   std::unique_ptr<FullTier> full_tier_;
   std::unique_ptr<LayerStreamer> streamer_;
   std::unique_ptr<Verifier> verifier_;
+  std::unique_ptr<RemoteTier> remote_;
   uint64_t next_request_id_ = 1;
 };
 

@@ -38,6 +38,7 @@ struct Generator::Request {
   uint64_t tier_id = 0;
   FastCharge view_charge;    // the view's held bytes in the fast-memory budget
   size_t kv_peak = 0;        // the most view + blocks held
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
   Request(const Model& m, const Tokenizer* tok, PagedKvCache& c, std::span<const int32_t> prompt,
           const GenerateOptions& o, const TokenCallback& cb)
@@ -71,6 +72,7 @@ struct Generator::Request {
   bool emit(int32_t tok, float logprob, std::span<const float> lg) {
     if (opt.keep_logits) result.step_logits.insert(result.step_logits.end(), lg.begin(), lg.end());
     result.output_ids.push_back(tok);
+    if (result.output_ids.size() == 1) result.stats.time_to_first_token_seconds = seconds_since(start);
     result.output_logprobs.push_back(logprob);
     if (on_token && !on_token(tok)) {
       result.finish_reason = "cancelled";

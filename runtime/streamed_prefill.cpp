@@ -51,7 +51,11 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
                                     KvSequence& seq, PagedKvCache& cache, Workspace& ws,
                                     const Compressor& compressor, double ratio,
                                     size_t stats_window, size_t prefill_chunk, FullTier& tier,
-                                    LayerStreamer& stream, uint64_t id) {
+                                    LayerStreamer& stream, uint64_t id, size_t cached) {
+  if (cached >= prompt.size() || tier.length(id) != cached)
+    throw Error("prefill: " + std::to_string(cached) + " cached positions of a " +
+                std::to_string(prompt.size()) + "-token prompt, the tier holds " +
+                std::to_string(tier.length(id)));
   using clock = std::chrono::steady_clock;
   PrefilledRequest out;
   std::optional<PrefillStatsCollector> collector;
@@ -61,7 +65,8 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
   auto t0 = clock::now();
   ws.stats = collector ? &*collector : nullptr;
   try {
-    out.logits = prefill_to_tier(model, prompt, id, tier, stream, cache, ws, prefill_chunk);
+    out.logits = prefill_to_tier(model, prompt.subspan(cached), id, tier, stream, cache, ws,
+                                 prefill_chunk);
   } catch (...) {
     ws.stats = nullptr;
     throw;

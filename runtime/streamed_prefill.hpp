@@ -40,13 +40,17 @@ namespace vc {
 /// `tier` (created by the caller, empty) through prefill_to_tier, gathering the
 /// statistics `compressor` needs; the view is built from the tier; `seq` (empty)
 /// starts after the prompt (cache.start_at), so fast memory holds the view and,
-/// later, the tail. A lossy caller releases the tier entry afterwards.
+/// later, the tail. A lossy caller releases the tier entry afterwards. `cached`:
+/// positions [0, cached) of the prompt are already in the tier (a prefix fetched
+/// from the remote store, cached < prompt.size()); only the rest is computed, and
+/// the statistics observe only those rows.
 [[nodiscard]] PrefilledRequest prefill_compressed(const Model& model,
                                                   std::span<const int32_t> prompt,
                                                   KvSequence& seq, PagedKvCache& cache,
                                                   Workspace& ws, const Compressor& compressor,
                                                   double ratio, size_t stats_window,
                                                   size_t prefill_chunk, FullTier& tier,
-                                                  LayerStreamer& stream, uint64_t id);
+                                                  LayerStreamer& stream, uint64_t id,
+                                                  size_t cached = 0);
 
 }  // namespace vc

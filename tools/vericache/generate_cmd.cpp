@@ -35,6 +35,10 @@ struct GenerateArgs {
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
   std::string row_costs;  // --row-costs FILE
+  std::string remote;     // --remote redis://HOST:PORT
+  size_t remote_chunk = 256;
+  int remote_ttl = 86400;
+  int remote_timeout_ms = 1000;
 };
 
 std::string read_prompt(const GenerateArgs& a) {
@@ -96,6 +100,10 @@ int run_generate(const GenerateArgs& a) {
   gc.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   gc.stage_positions = a.stage_positions;
   gc.disk_dir = a.disk_dir;
+  gc.remote_url = a.remote;
+  gc.remote_chunk_tokens = a.remote_chunk;
+  gc.remote_ttl_seconds = a.remote_ttl;
+  gc.remote_timeout_ms = a.remote_timeout_ms;
   Generator gen(model, tok, gc);
   const GenerateResult r = gen.generate(v.prompt_ids, opt);
 
@@ -119,12 +127,23 @@ int run_generate(const GenerateArgs& a) {
                   {"prefill_tokens_per_second", s.prefill_tokens_per_second()},
                   {"decode_tokens_per_second", s.decode_tokens_per_second()},
                   {"kv_bytes", s.kv_bytes},
+                  {"time_to_first_token_seconds", s.time_to_first_token_seconds},
                   {"fast_memory", {{"peak_bytes", s.fast_bytes_peak},
                                    {"peak_kv_bytes", s.fast_kv_bytes_peak},
                                    {"budget_bytes", gc.fast_memory_bytes}}},
                   {"kv_dtype", a.kv_dtype},
                   {"threads", gen.workspace().threads()},
                   {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))}};
+    if (s.remote)
+      j["stats"]["remote"] = {{"url", a.remote},
+                              {"chunk_tokens", a.remote_chunk},
+                              {"chunks_hit", s.remote_chunks_hit},
+                              {"positions_hit", s.remote_positions},
+                              {"bytes_fetched_full", s.remote_bytes_full},
+                              {"bytes_fetched_compressed", s.remote_bytes_compressed},
+                              {"fetch_seconds", s.remote_fetch_seconds},
+                              {"stop_reason", s.remote_stop_reason},
+                              {"chunks_published", s.remote_chunks_published}};
     if (opt.mode == DecodeMode::vericache) {
       nlohmann::json hist = s.accepted_histogram;
       j["stats"]["vericache"] = {
@@ -202,6 +221,14 @@ int run_generate(const GenerateArgs& a) {
           "drafter {} passes for {} drafts\n",
           s.levels.ngram_proposed, s.levels.ngram_confirmed, s.levels.ngram_accepted,
           s.levels.drafter_passes, s.drafted);
+    if (s.remote)
+      std::cerr << fmt::format(
+          "remote {}: {} chunks hit ({} positions, {} KiB full, {} KiB compressed, {:.3f} s){}, "
+          "{} chunks queued to publish | first token after {:.3f} s\n",
+          a.remote, s.remote_chunks_hit, s.remote_positions, s.remote_bytes_full / 1024,
+          s.remote_bytes_compressed / 1024, s.remote_fetch_seconds,
+          s.remote_stop_reason.empty() ? "" : "; then " + s.remote_stop_reason + ", recomputed",
+          s.remote_chunks_published, s.time_to_first_token_seconds);
   }
   return 0;
 }
@@ -260,6 +287,16 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--row-costs", a->row_costs,
                   "vericache --draft auto: weigh verify passes with this measured row-cost "
                   "curve (the JSON of `vericache bench rows --json`)");
+  cmd->add_option("--remote", a->remote,
+                  "lossy/vericache: remote prefix cache redis://HOST:PORT (prefix KV fetched, "
+                  "the rest prefilled and published; a store fault means recompute)");
+  cmd->add_option("--remote-chunk", a->remote_chunk, "Tokens per remote chunk (a multiple of 16)")
+      ->capture_default_str()->check(integer_in(16, 1 << 20));
+  cmd->add_option("--remote-ttl", a->remote_ttl, "Seconds published chunks live (0 = no expiry)")
+      ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
+  cmd->add_option("--remote-timeout-ms", a->remote_timeout_ms,
+                  "Deadline of a connect and of each pipelined batch")
+      ->capture_default_str()->check(integer_in(1, 600000));
   cmd->add_option("--compressor", q.compressor, "Compression method (see `vericache compressors`)")
       ->capture_default_str();
   cmd->add_option("--compressor-param", a->compressor_params,

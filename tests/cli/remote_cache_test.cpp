@@ -1,0 +1,131 @@
+// `--remote redis://...` and `vericache cache` against a real redis-server: a second
+// request with the same prompt takes its prefix KV from the store instead of
+// prefilling it, and its tokens and logprobs still equal full decoding bit for bit;
+// a corrupt store, a store that is down, and a flushed store each cost a recompute,
+// never a different token.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kvtiers/remote/redis_client.hpp"
+#include "tests/cli/cli_support.hpp"
+#include "tests/kvtiers/redis_server.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+// A prompt of a few hundred tokens in a temporary file (removed on destruction).
+struct PromptFile {
+  std::string path;
+  PromptFile() {
+    char tmpl[] = "/tmp/vc-remote-prompt-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    close(fd);
+    path = tmpl;
+    std::ofstream out(path);
+    out << "<|begin_of_text|>";
+    for (int i = 0; i < 12; ++i)
+      out << "def f" << i << "(x):\n    return x * " << i << " + " << i * 3 << "\n\n";
+    out << "class Stack:\n    def push(self, item):";
+  }
+  ~PromptFile() { unlink(path.c_str()); }
+};
+
+json generate(const std::string& args) {
+  const auto r = vc::test::run_vericache("generate " + args, false);
+  EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
+  return r.code == 0 ? json::parse(r.out) : json::object();
+}
+
+void expect_same_tokens(const json& full, const json& j, const std::string& what) {
+  EXPECT_EQ(full["output_ids"], j["output_ids"]) << what;
+  EXPECT_EQ(full["output_logprobs"].dump(), j["output_logprobs"].dump()) << what;
+}
+
+// Flips one payload byte of every chunk this project holds in the store.
+void corrupt_every_chunk(const std::string& url) {
+  vc::RedisClient c(vc::parse_redis_url(url));
+  const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:*", "COUNT", "10000"});
+  for (const auto& k : scan.elements[1].elements) {
+    std::string v = c.command({"GET", k.str}).str;
+    v[v.size() - 5] ^= 0x01;
+    ASSERT_EQ(c.command({"SET", k.str, v}).str, "OK");
+  }
+}
+
+TEST(remote_cache, a_remote_prefix_hit_gives_the_tokens_and_logprobs_of_full_decoding) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  PromptFile prompt;
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
+  for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 11"}) {
+    const std::string base = "--prompt-file " + prompt.path +
+                             " --max-tokens 24 --json --logprobs --ignore-eos" + sampling;
+    const json full = generate(base);
+    for (const std::string mode : {" --mode vericache --compressor snapkv --ratio 4 --draft 8",
+                                   " --mode vericache --compressor kivi --ratio 4 --draft 8"}) {
+      const json cold = generate(base + mode + remote);
+      const json warm = generate(base + mode + remote);
+      expect_same_tokens(full, cold, "cold" + mode);
+      expect_same_tokens(full, warm, "warm" + mode);
+      const json& rs = warm["stats"]["remote"];
+      EXPECT_GT(rs["chunks_hit"].get<int>(), 3) << rs;
+      EXPECT_EQ(rs["positions_hit"].get<int>(), 32 * rs["chunks_hit"].get<int>());
+      EXPECT_GT(rs["bytes_fetched_full"].get<double>(), 0);
+      EXPECT_GT(warm["stats"]["time_to_first_token_seconds"].get<double>(), 0);
+    }
+  }
+  const auto cli = vc::test::run_vericache("cache stats --json --remote " + server.url(), false);
+  ASSERT_EQ(cli.code, 0) << cli.out;
+  EXPECT_GT(json::parse(cli.out)["full_chunks"].get<int>(), 3);
+}
+
+TEST(remote_cache, a_corrupt_flushed_or_dead_store_means_recompute_and_the_same_tokens) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  PromptFile prompt;
+  const std::string common = "--prompt-file " + prompt.path + " --max-tokens 24 --json --logprobs --ignore-eos";
+  const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 8";
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32 --remote-timeout-ms 300";
+  const json full = generate(common);
+  (void)generate(base + remote);  // publishes
+
+  corrupt_every_chunk(server.url());
+  json j = generate(base + remote);
+  expect_same_tokens(full, j, "corrupt");
+  EXPECT_EQ(j["stats"]["remote"]["chunks_hit"], 0);
+  EXPECT_NE(j["stats"]["remote"]["stop_reason"].get<std::string>().find("checksum"), std::string::npos)
+      << j["stats"]["remote"];
+  // That request republished good chunks over the corrupt ones.
+  EXPECT_GT(generate(base + remote)["stats"]["remote"]["chunks_hit"].get<int>(), 3);
+
+  auto r = vc::test::run_vericache("cache clear --remote " + server.url(), false);
+  EXPECT_EQ(r.code, 0) << r.out;
+  j = generate(base + remote);
+  expect_same_tokens(full, j, "cleared");
+  EXPECT_EQ(j["stats"]["remote"]["chunks_hit"], 0);
+
+  server.kill();
+  j = generate(base + remote);
+  expect_same_tokens(full, j, "store down");
+  EXPECT_EQ(j["stats"]["remote"]["chunks_hit"], 0);
+  EXPECT_NE(j["stats"]["remote"]["stop_reason"].get<std::string>().find("cannot connect"), std::string::npos);
+  r = vc::test::run_vericache("cache stats --timeout-ms 300 --remote " + server.url(), true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find(server.url()), std::string::npos) << r.out;
+}
+
+TEST(remote_cache, a_bad_remote_url_is_a_one_line_error) {
+  const auto r = vc::test::run_vericache(
+      "generate --prompt x --mode vericache --remote http://localhost:1", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("'http://localhost:1' is not a redis://HOST:PORT URL"), std::string::npos) << r.out;
+}
+
+}  // namespace
