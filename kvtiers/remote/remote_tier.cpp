@@ -183,6 +183,11 @@ void RemoteTier::publisher_loop() {
     sending_ = false;
     pstats_.sent += sent;
     pstats_.failed += failed;
+    if (failed > 0 && stop_) {  // shutting down with a failing store: do not wait on it again
+      pstats_.failed += queue_.size();
+      queue_.clear();
+      queued_bytes_ = 0;
+    }
     if (queue_.empty()) idle_cv_.notify_all();
   }
 }

@@ -60,7 +60,8 @@ class RemoteTier {
   /// Checks the URL (throws vc::Error, one line) and starts the publisher. Connects
   /// lazily: an unreachable store costs each fetch one connect timeout.
   RemoteTier(const RemoteTierConfig& cfg, const KvCacheConfig& kv, uint64_t model_fingerprint);
-  ~RemoteTier();  // sends what is queued (bounded by the store's timeouts), then stops
+  /// Sends what is queued, then stops; after a failed batch the rest is dropped.
+  ~RemoteTier();
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
 
