@@ -18,6 +18,7 @@
 #include "kvtiers/remote/redis_client.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "tests/kvtiers/redis_server.hpp"
+#include "tests/kvtiers/tcp_proxy.hpp"
 
 namespace vc {
 namespace {
@@ -296,6 +297,39 @@ TEST_F(remote_tier, a_store_that_is_down_or_paused_costs_a_timeout_and_delivers_
   EXPECT_EQ(r.publish(prompt, 0, src, 1), 4u);
   r.flush();
   EXPECT_EQ(r.publish_stats().failed, 4u);
+}
+
+TEST_F(remote_tier, a_connection_dropped_mid_transfer_keeps_only_the_chunks_that_arrived_whole) {
+  RemoteTier r(remote_cfg(server.url()), small_kv(), 99);
+  publish_all(r);
+  // Chunks are fetched two per batch, one on each pooled connection; the proxy cuts
+  // the second batch's replies short.
+  const size_t value = kChunkHeaderBytes + full_chunk_payload_bytes(r.layout());
+  test::TcpProxy proxy(server.port(), {.drop_after = 2 * value + value / 2});
+  ASSERT_GT(proxy.port(), 0);
+  RemoteTierConfig cfg = remote_cfg(proxy.url());
+  cfg.connections = 1;
+  RemoteTier via_proxy(cfg, small_kv(), 99);
+  const RemoteFetch f = fetch(via_proxy, 5);
+  EXPECT_EQ(f.chunks, 2u);
+  EXPECT_NE(f.stop_reason.find("closed"), std::string::npos) << f.stop_reason;
+  EXPECT_EQ(dst.length(5), 16u);
+  for (size_t l = 0; l < 2; ++l) EXPECT_EQ(layer_bytes(dst, 5, l, 16), layer_bytes(src, 1, l, 16));
+}
+
+TEST_F(remote_tier, a_byte_flipped_in_transfer_is_caught_and_ends_the_prefix) {
+  RemoteTier r(remote_cfg(server.url()), small_kv(), 99);
+  publish_all(r);
+  const size_t value = kChunkHeaderBytes + full_chunk_payload_bytes(r.layout());
+  // A byte inside chunk 1's payload (after chunk 0's reply and chunk 1's header).
+  test::TcpProxy proxy(server.port(), {.flip_at = value + 2 * 16 + kChunkHeaderBytes + 40});
+  RemoteTierConfig cfg = remote_cfg(proxy.url());
+  cfg.connections = 1;
+  RemoteTier via_proxy(cfg, small_kv(), 99);
+  const RemoteFetch f = fetch(via_proxy, 5);
+  EXPECT_EQ(f.chunks, 1u);
+  EXPECT_NE(f.stop_reason.find("checksum mismatch"), std::string::npos) << f.stop_reason;
+  EXPECT_EQ(layer_bytes(dst, 5, 0, 8), layer_bytes(src, 1, 0, 8));
 }
 
 TEST_F(remote_tier, publishing_drops_chunks_beyond_its_queue_bound) {
