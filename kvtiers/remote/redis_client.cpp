@@ -139,6 +139,8 @@ RedisClient::RedisClient(RedisEndpoint endpoint, RedisTimeouts timeouts, size_t 
 
 RedisClient::~RedisClient() = default;
 
+void RedisClient::set_timeouts(RedisTimeouts t) { impl_->timeouts = t; }
+
 RedisReply RedisClient::command(const RedisCommand& cmd) { return pipeline({cmd}).at(0); }
 
 std::vector<RedisReply> RedisClient::pipeline(const std::vector<RedisCommand>& commands) {

@@ -67,6 +67,8 @@ class RedisClient {
   [[nodiscard]] RedisReply command(const RedisCommand& cmd);
 
   [[nodiscard]] const RedisEndpoint& endpoint() const { return endpoint_; }
+  /// Deadlines of the next batches.
+  void set_timeouts(RedisTimeouts t);
   /// Bytes read from the sockets so far (replies, protocol included).
   [[nodiscard]] size_t bytes_received() const { return received_; }
 

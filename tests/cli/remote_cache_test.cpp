@@ -92,7 +92,7 @@ TEST(remote_cache, a_corrupt_flushed_or_dead_store_means_recompute_and_the_same_
   PromptFile prompt;
   const std::string common = "--prompt-file " + prompt.path + " --max-tokens 24 --json --logprobs --ignore-eos";
   const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 8";
-  const std::string remote = " --remote " + server.url() + " --remote-chunk 32 --remote-timeout-ms 300";
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
   const json full = generate(common);
   (void)generate(base + remote);  // publishes
 

@@ -38,8 +38,10 @@ RemoteTierConfig remote_cfg(const std::string& url) {
   RemoteTierConfig r;
   r.url = url;
   r.chunk_tokens = 8;
-  r.timeouts.connect = std::chrono::milliseconds(300);
-  r.timeouts.io = std::chrono::milliseconds(300);
+  // Generous: a loaded CI machine (or a sanitizer build) must not turn a slow reply
+  // into a fault; the tests of faults shorten them.
+  r.timeouts.connect = std::chrono::milliseconds(3000);
+  r.timeouts.io = std::chrono::milliseconds(3000);
   r.fetch_window = 2;
   return r;
 }
@@ -172,9 +174,9 @@ TEST(redis_client, pipelines_commands_over_a_pool_and_returns_replies_in_order) 
 TEST(redis_client, fails_in_one_line_when_the_store_is_down_and_reconnects_when_it_is_back) {
   test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  RedisClient c(parse_redis_url(server.url()), {std::chrono::milliseconds(300), std::chrono::milliseconds(300)}, 2);
+  RedisClient c(parse_redis_url(server.url()), {std::chrono::milliseconds(3000), std::chrono::milliseconds(3000)}, 2);
   EXPECT_EQ(c.command({"PING"}).str, "PONG");
-  server.kill();
+  server.kill();  // connections are refused at once
   try {
     (void)c.command({"PING"});
     ADD_FAILURE() << "a dead store answered";
@@ -189,13 +191,16 @@ TEST(redis_client, fails_in_one_line_when_the_store_is_down_and_reconnects_when_
 TEST(redis_client, times_out_on_a_paused_store) {
   test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  RedisClient c(parse_redis_url(server.url()), {std::chrono::milliseconds(300), std::chrono::milliseconds(200)}, 1);
+  const RedisTimeouts generous{std::chrono::milliseconds(3000), std::chrono::milliseconds(3000)};
+  RedisClient c(parse_redis_url(server.url()), generous, 1);
   EXPECT_EQ(c.command({"PING"}).str, "PONG");
   server.pause();
+  c.set_timeouts({std::chrono::milliseconds(3000), std::chrono::milliseconds(200)});
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_THROW((void)c.command({"PING"}), RedisError);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   server.resume();
+  c.set_timeouts(generous);
   EXPECT_EQ(c.command({"PING"}).str, "PONG");
 }
 
@@ -283,9 +288,12 @@ TEST_F(remote_tier, a_corrupt_or_foreign_value_ends_the_prefix_before_it) {
 TEST_F(remote_tier, a_store_that_is_down_or_paused_costs_a_timeout_and_delivers_nothing) {
   RemoteTier r(remote_cfg(server.url()), small_kv(), 99);
   publish_all(r);
+  RemoteTierConfig impatient = remote_cfg(server.url());
+  impatient.timeouts.io = std::chrono::milliseconds(300);
+  RemoteTier paused_reader(impatient, small_kv(), 99);
   server.pause();
   auto t0 = std::chrono::steady_clock::now();
-  RemoteFetch f = fetch(r, 5);
+  RemoteFetch f = fetch(paused_reader, 5);
   EXPECT_EQ(f.chunks, 0u);
   EXPECT_NE(f.stop_reason.find("no reply within"), std::string::npos) << f.stop_reason;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
