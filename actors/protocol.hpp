@@ -10,6 +10,7 @@
 
 #include <caf/all.hpp>
 
+#include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/draft_batcher.hpp"
 #include "runtime/layer_streamer.hpp"
 #include "runtime/verifier.hpp"
@@ -83,6 +84,30 @@ struct step_msg {};
 /// engine -> scheduler, once at the end: cancel everything, drop the worker
 /// handles; replies true.
 struct shutdown_msg {};
+/// -> net_fetcher, once per request at admission when a remote store is configured:
+/// append the longest cached prefix of `prompt` (at most `max_positions`) to request
+/// `id` of `tier` (empty). Answered by remote_fetched_msg; a store fault is a short
+/// or empty prefix with its reason, never an error.
+struct remote_fetch_msg {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  size_t max_positions = 0;
+  FullTier* tier = nullptr;
+};
+/// net_fetcher -> the sender of remote_fetch_msg.
+struct remote_fetched_msg {
+  uint64_t id = 0;
+  RemoteFetch fetch;
+};
+/// -> net_fetcher, once per request after its prefill: queue the prompt's chunks
+/// from `first_chunk` on (read from request `id` of `tier` now) for write-behind
+/// publishing. Answered with the number of chunks queued.
+struct remote_publish_msg {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  size_t first_chunk = 0;
+  FullTier* tier = nullptr;
+};
 /// engine -> scheduler, once at start: the worker actors (spawned after it).
 struct wire_msg {
   caf::actor drafter, verifier, mover;
@@ -105,4 +130,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::failed_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::step_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::wire_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::shutdown_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetch_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetched_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_publish_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::LayerStreamer>)

@@ -1,0 +1,88 @@
+// The net_fetcher actor against a real redis-server, driven by a caf::scoped_actor:
+// a prefix published through it comes back through it bit for bit; with the store
+// gone a fetch answers an empty prefix and its reason instead of an error.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include <caf/all.hpp>
+
+#include "actors/net_fetcher.hpp"
+#include "actors/protocol.hpp"
+#include "kvtiers/full_tier.hpp"
+#include "tests/kvtiers/redis_server.hpp"
+
+namespace vc::actors {
+namespace {
+
+KvCacheConfig small_kv() {
+  KvCacheConfig c;
+  c.num_layers = 2;
+  c.kv_heads = 2;
+  c.head_dim = 8;
+  c.block_tokens = 4;
+  c.num_blocks = 64;
+  return c;
+}
+
+TEST(net_fetcher, fetches_back_what_it_published_and_reports_a_dead_store_as_a_miss) {
+  test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  HostFullTier tier(small_kv());
+  std::vector<int32_t> prompt(20);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(i * 7 % 13);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d;
+  std::vector<float> k(16), v(16);
+  tier.create(1);
+  for (size_t p = 0; p < prompt.size(); ++p)
+    for (size_t l = 0; l < 2; ++l) {
+      for (float& x : k) x = d(rng);
+      for (float& x : v) x = d(rng);
+      tier.write(1, l, p, k.data(), v.data());
+    }
+  RemoteTierConfig rc;
+  rc.url = server.url();
+  rc.chunk_tokens = 8;
+  auto remote = std::make_shared<RemoteTier>(rc, small_kv(), 5);
+
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys(cfg);
+  {
+    caf::scoped_actor self{sys};
+    auto fetcher = sys.spawn<caf::detached>(net_fetcher, remote);
+    const auto timeout = std::chrono::seconds(10);
+    self->request(fetcher, timeout, remote_publish_msg{1, prompt, 0, &tier})
+        .receive([](size_t queued) { EXPECT_EQ(queued, 2u); },
+                 [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    remote->flush();
+    tier.create(2);
+    self->request(fetcher, timeout, remote_fetch_msg{2, prompt, prompt.size() - 1, &tier})
+        .receive([](const remote_fetched_msg& m) {
+                   EXPECT_EQ(m.id, 2u);
+                   EXPECT_EQ(m.fetch.chunks, 2u) << m.fetch.stop_reason;
+                 },
+                 [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    std::vector<std::byte> a(tier.staging_bytes(16)), b(a.size()), a2(a.size()), b2(a.size());
+    tier.read_layer(1, 1, 16, a.data(), b.data());
+    tier.read_layer(2, 1, 16, a2.data(), b2.data());
+    EXPECT_EQ(a, a2);
+    EXPECT_EQ(b, b2);
+
+    server.kill();
+    tier.create(3);
+    self->request(fetcher, timeout, remote_fetch_msg{3, prompt, prompt.size() - 1, &tier})
+        .receive([](const remote_fetched_msg& m) {
+                   EXPECT_EQ(m.fetch.chunks, 0u);
+                   // Its pooled connections were open: the store's end closed them.
+                   EXPECT_NE(m.fetch.stop_reason.find("remote store redis://127.0.0.1:"), std::string::npos)
+                       << m.fetch.stop_reason;
+                 },
+                 [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    self->send_exit(fetcher, caf::exit_reason::user_shutdown);
+  }
+}
+
+}  // namespace
+}  // namespace vc::actors
