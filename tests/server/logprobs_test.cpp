@@ -112,7 +112,7 @@ TEST(serve_logprobs, completions_logprobs_0_give_the_chosen_tokens_and_null_alte
   const json b = {{"prompt", kPrompt}, {"max_tokens", 6}, {"logprobs", 0}};
   const HttpResponse r = http_request(server.port(), "POST", "/v1/completions", b.dump());
   ASSERT_EQ(r.status, 200) << r.body;
-  const json& lp = r.json()["choices"][0]["logprobs"];
+  const json lp = r.json()["choices"][0]["logprobs"];
   EXPECT_EQ(lp["token_logprobs"].size(), 6u);
   EXPECT_TRUE(lp["top_logprobs"].is_null());
 }
@@ -137,7 +137,7 @@ TEST(serve_logprobs, chat_top_logprobs_hold_generates_values_plain_and_streamed)
             {"temperature", 0}};
   const HttpResponse plain = http_request(server.port(), "POST", "/v1/chat/completions", b.dump());
   ASSERT_EQ(plain.status, 200) << plain.body;
-  const json& content = plain.json()["choices"][0]["logprobs"]["content"];
+  const json content = plain.json()["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), size_t(kTokens));
   for (int i = 0; i < kTokens; ++i) {
     SCOPED_TRACE("token " + std::to_string(i));
@@ -176,7 +176,7 @@ TEST(serve_logprobs, chat_logprobs_without_alternatives_list_none) {
   const json b = {{"messages", kMessages}, {"max_tokens", 4}, {"logprobs", true}};
   const HttpResponse r = http_request(server.port(), "POST", "/v1/chat/completions", b.dump());
   ASSERT_EQ(r.status, 200) << r.body;
-  const json& content = r.json()["choices"][0]["logprobs"]["content"];
+  const json content = r.json()["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 4u);
   for (const json& c : content) EXPECT_EQ(c["top_logprobs"], json::array());
 }
