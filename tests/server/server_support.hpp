@@ -1,6 +1,6 @@
 // Running `vericache serve` in the server tests: start it on a free loopback port
 // (--port 0; the port is read from its first line of output), stop it with a
-// signal, and talk HTTP/1.1 to it over a plain POSIX socket.
+// signal, and talk HTTP/1.1 (or 1.0) to it over a plain POSIX socket.
 #pragma once
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -94,7 +94,7 @@ class ServerProcess {
 struct HttpResponse {
   int status = 0;
   std::map<std::string, std::string> headers;  // names lower-cased
-  std::string body;                            // de-chunked
+  std::string body;  // de-chunked, or (no length, not chunked) read until the close
   [[nodiscard]] nlohmann::json json() const { return nlohmann::json::parse(body); }
 };
 
