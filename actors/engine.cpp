@@ -77,6 +77,7 @@ RequestInput to_input(const Request& r) {
   in.seed = r.seed;
   in.stop = r.stop;
   in.ignore_eos = r.ignore_eos;
+  in.top_logprobs = r.top_logprobs;
   return in;
 }
 
@@ -150,6 +151,13 @@ Engine::~Engine() {
 }
 
 Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
+  TokenDetailCallback detail;
+  if (on_token)
+    detail = [cb = std::move(on_token)](uint64_t id, const EmittedToken& t) { cb(id, t.id); };
+  return submit(r, std::move(detail));
+}
+
+Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token) {
   Impl& m = *impl_;
   auto ctx = std::make_shared<actors::RequestCtx>();
   ctx->id = m.next_id++;

@@ -12,6 +12,12 @@ constexpr size_t kFinalBlock = 16;  // full/lossy decode: tokens per drafter mes
 double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
+// Token i's top-N list of a message (empty when the request asked for none).
+std::span<const TokenLogprob> top_at(const std::vector<std::vector<TokenLogprob>>& lists,
+                                     size_t i) {
+  return i < lists.size() ? std::span<const TokenLogprob>(lists[i])
+                          : std::span<const TokenLogprob>();
+}
 }  // namespace
 
 SchedulerCore::SchedulerCore(Outbox& out, size_t max_active, size_t max_queue, bool lockstep,
@@ -73,16 +79,24 @@ size_t SchedulerCore::pending_position(const RequestCtx& c) const {
   return c.spec.prompt.size() + c.result.output_ids.size() - 1;
 }
 
-std::string SchedulerCore::push(RequestCtx& c, int32_t tok, float logprob) {
+std::string SchedulerCore::push(RequestCtx& c, int32_t tok, float logprob,
+                                std::span<const TokenLogprob> top) {
   c.result.output_ids.push_back(tok);
   c.result.output_logprobs.push_back(logprob);
+  std::span<const vericache::TokenLogprob> reported;
+  if (c.spec.sampling.top_logprobs > 0) {
+    auto& list = c.result.output_top_logprobs.emplace_back();
+    for (const TokenLogprob& t : top) list.push_back({t.id, t.logprob});
+    reported = list;
+  }
   ++counters_->tokens;
-  if (c.on_token) c.on_token(c.id, tok);
+  if (c.on_token) c.on_token(c.id, vericache::EmittedToken{tok, logprob, reported});
   return c.stop.check(c.result.output_ids);
 }
 
-bool SchedulerCore::emit(RequestCtx& c, int32_t tok, float logprob) {
-  const std::string reason = push(c, tok, logprob);
+bool SchedulerCore::emit(RequestCtx& c, int32_t tok, float logprob,
+                         std::span<const TokenLogprob> top) {
+  const std::string reason = push(c, tok, logprob, top);
   if (reason.empty()) return false;
   finish(c, reason);
   return true;
@@ -109,7 +123,7 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
   c->result.stats.compressed_bytes = r.compressed_bytes;
   c->result.stats.compressed_full_bytes = r.compressed_full_bytes;
   c->result.stats.fast_bytes_peak = std::max(c->result.stats.fast_bytes_peak, r.fast_bytes_peak);
-  if (!emit(*c, r.token, r.logprob)) next_round(*c);
+  if (!emit(*c, r.token, r.logprob, r.top_logprobs)) next_round(*c);
   check_barriers();
 }
 
@@ -120,7 +134,7 @@ void SchedulerCore::on_drafted(DraftBlock& b) {
   c->result.stats.fast_bytes_peak = std::max(c->result.stats.fast_bytes_peak, b.fast_bytes_peak);
   if (b.final) {
     for (size_t i = 0; i < b.tokens.size(); ++i)
-      if (emit(*c, b.tokens[i], b.logprobs[i])) return check_barriers();
+      if (emit(*c, b.tokens[i], b.logprobs[i], top_at(b.top_logprobs, i))) return check_barriers();
     next_round(*c);
     return check_barriers();
   }
@@ -151,7 +165,7 @@ void SchedulerCore::on_verified(std::shared_ptr<const VerifyOutcome> v) {
   std::string reason;
   size_t emitted = 0;
   while (emitted < v->tokens.size() && reason.empty()) {
-    reason = push(*c, v->tokens[emitted], v->logprobs[emitted]);
+    reason = push(*c, v->tokens[emitted], v->logprobs[emitted], top_at(v->top_logprobs, emitted));
     ++emitted;
   }
   {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,7 +30,7 @@ struct RequestCtx {
   DraftSpec spec;
   StopRule stop;
   DraftLengthPolicy policy = DraftLengthPolicy::fixed(16);
-  vericache::TokenCallback on_token;
+  vericache::TokenDetailCallback on_token;
   std::promise<vericache::Result> promise;
   vericache::Result result;
   Phase phase = Phase::queued;
@@ -113,9 +114,10 @@ class SchedulerCore {
   void admit();
   void publish_sizes();  // running/waiting gauges from active_ and queue_
   void next_round(RequestCtx& c);
-  bool emit(RequestCtx& c, int32_t tok, float logprob);  // true: stop (finished)
+  /// true: stop (finished). `top`: the token's top-N list (empty when not asked for).
+  bool emit(RequestCtx& c, int32_t tok, float logprob, std::span<const TokenLogprob> top);
   /// Appends a token and calls back; returns the stop reason ("" to go on).
-  std::string push(RequestCtx& c, int32_t tok, float logprob);
+  std::string push(RequestCtx& c, int32_t tok, float logprob, std::span<const TokenLogprob> top);
   void finish(RequestCtx& c, const std::string& reason, const std::string& error = "");
   void check_barriers();
   [[nodiscard]] size_t remaining(const RequestCtx& c) const;

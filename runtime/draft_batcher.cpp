@@ -98,7 +98,9 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     PrefillResult out;
     out.id = spec.id;
     out.token = r.cur;
-    out.logprob = token_logprob(p.logits, r.cur);
+    TokenLogprobs lp = token_logprobs(p.logits, r.cur, size_t(spec.sampling.top_logprobs));
+    out.logprob = lp.logprob;
+    out.top_logprobs = std::move(lp.top);
     if (r.view) {
       out.compressed_bytes = r.view->stored_bytes();
       out.compressed_full_bytes = r.view->full_bytes();
@@ -161,7 +163,11 @@ std::vector<DraftBlock> DraftBatcher::step() {
     const std::vector<int32_t>& g = proposals[i];
     const std::span<const float> lg(&logits[first_row[i] * V], (g.size() + 1) * V);
     const DraftPassResult pr = check_proposals(lg, V, g, r.spec.sampling, int64_t(r.pos));
-    if (r.block.final) r.block.logprobs.push_back(token_logprob(lg, pr.tokens[0]));
+    if (r.block.final) {
+      TokenLogprobs lp = token_logprobs(lg.first(V), pr.tokens[0], size_t(r.spec.sampling.top_logprobs));
+      r.block.logprobs.push_back(lp.logprob);
+      if (r.spec.sampling.top_logprobs > 0) r.block.top_logprobs.push_back(std::move(lp.top));
+    }
     if (pr.confirmed < g.size()) {  // drop the KV of proposals the drafter refused
       cache_.truncate(r.seq, r.pos + pr.confirmed + 1);
       cache_.reserve(r.seq, r.block_end);

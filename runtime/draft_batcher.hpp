@@ -46,6 +46,7 @@ struct PrefillResult {
   uint64_t id = 0;
   int32_t token = 0;  // the first output token (from the prompt's last logits)
   float logprob = 0;
+  std::vector<TokenLogprob> top_logprobs;  // with sampling.top_logprobs > 0
   size_t compressed_bytes = 0, compressed_full_bytes = 0;
   size_t fast_bytes_peak = 0;  // the request's fast memory so far (view + blocks)
   double seconds = 0;
@@ -56,6 +57,8 @@ struct DraftBlock {
   uint64_t id = 0;
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;  // final tokens only
+  /// Final tokens with sampling.top_logprobs > 0: per token, its top-N list.
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
   bool final = false;
   double seconds = 0;           // this request's share of the batched steps
   /// vericache: the view is due to be rebuilt at this round's commit, and its

@@ -189,7 +189,7 @@ void Generator::decode_stepwise(Request& rq) {
   for (int i = 0; i < rq.steps; ++i) {
     const int64_t position = int64_t(rq.prompt_size) + i;
     const int32_t tok = rq.choose(rq.logits, position, size_t(i));
-    if (rq.emit(tok, token_logprob(rq.logits, tok), rq.logits)) return;
+    if (rq.emit(tok, rq.logprobs_of(rq.logits, tok), rq.logits)) return;
     if (i + 1 == rq.steps) return;
     cache_.reserve(rq.seq, size_t(position) + 1);
     rq.note_fast(cache_);

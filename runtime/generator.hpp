@@ -125,6 +125,10 @@ struct GenerateResult {
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> output_ids;
   std::vector<float> output_logprobs;  // log p(token) under the model, per output token
+  /// With sampling.top_logprobs = N > 0: per output token, the N most likely tokens
+  /// and their logprobs (token_logprobs; from the logits the token came from, so in
+  /// vericache mode the verifier's). Empty otherwise.
+  std::vector<std::vector<TokenLogprob>> output_top_logprobs;
   std::string text;                    // decoded output, cut before a stop string
   std::string finish_reason;           // "eos", "length" or "stop"
   std::vector<float> step_logits;      // [steps, vocab] when keep_logits

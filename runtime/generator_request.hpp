@@ -68,12 +68,18 @@ struct Generator::Request {
                                      : opt.forced_output[i];
   }
 
+  /// The logprobs reported for `tok` drawn from logits `lg`.
+  [[nodiscard]] TokenLogprobs logprobs_of(std::span<const float> lg, int32_t tok) const {
+    return token_logprobs(lg, tok, size_t(opt.sampling.top_logprobs));
+  }
+
   /// Appends one output token; returns true when generation must stop after it.
-  bool emit(int32_t tok, float logprob, std::span<const float> lg) {
+  bool emit(int32_t tok, TokenLogprobs lp, std::span<const float> lg) {
     if (opt.keep_logits) result.step_logits.insert(result.step_logits.end(), lg.begin(), lg.end());
     result.output_ids.push_back(tok);
     if (result.output_ids.size() == 1) result.stats.time_to_first_token_seconds = seconds_since(start);
-    result.output_logprobs.push_back(logprob);
+    result.output_logprobs.push_back(lp.logprob);
+    if (opt.sampling.top_logprobs > 0) result.output_top_logprobs.push_back(std::move(lp.top));
     if (on_token && !on_token(tok)) {
       result.finish_reason = "cancelled";
       return done = true;

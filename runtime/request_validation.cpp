@@ -72,7 +72,7 @@ constexpr const char* kFields[] = {"prompt", "prompt_ids", "max_tokens", "mode",
                                    "compressor", "compressor_params", "ratio", "draft",
                                    "fold_every", "draft_hierarchy", "ngram_min", "ngram_max",
                                    "ngram_proposal", "temperature", "top_k", "top_p",
-                                   "seed", "stop", "ignore_eos", "logprobs"};
+                                   "seed", "stop", "ignore_eos", "logprobs", "top_logprobs"};
 
 }  // namespace
 
@@ -220,14 +220,16 @@ ValidRequest validate_request(const RequestInput& in, const RequestLimits& limit
   check_number_range("temperature", in.temperature, 0.0, 1e6);
   check_integer_range("top_k", in.top_k, 0, limits.vocab_size);
   check_number_range("top_p", in.top_p, 0.0, 1.0, /*lo_open=*/true);
-  o.sampling = SamplingParams{float(in.temperature), int(in.top_k), float(in.top_p), in.seed};
+  check_integer_range("top_logprobs", in.top_logprobs, 0, kMaxTopLogprobs);
+  o.sampling = SamplingParams{float(in.temperature), int(in.top_k), float(in.top_p), in.seed,
+                              int(in.top_logprobs)};
   for (const std::string& s : in.stop)
     if (s.empty()) throw FieldError("stop", "expected non-empty stop strings, got an empty one");
   if (!in.stop.empty() && tokenizer == nullptr)
     throw FieldError("stop", "stop strings need a tokenizer");
   o.stop = in.stop;
   o.stop_at_eos = !in.ignore_eos;
-  out.logprobs = in.logprobs;
+  out.logprobs = in.logprobs || in.top_logprobs > 0;
   return out;
 }
 
@@ -296,6 +298,8 @@ RequestInput request_from_json(const json& obj, const std::vector<std::string>& 
       r.ignore_eos = json_bool(key, v);
     } else if (key == "logprobs") {
       r.logprobs = json_bool(key, v);
+    } else if (key == "top_logprobs") {
+      r.top_logprobs = json_integer(key, v, 0, kMaxTopLogprobs);
     } else {
       std::string known = request_field_names();
       for (const auto& k : extra_keys) known += ", " + k;

@@ -53,6 +53,8 @@ struct RequestInput {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool logprobs = false;
+  /// Alternatives reported per output token, 0..kMaxTopLogprobs; > 0 implies logprobs.
+  int64_t top_logprobs = 0;
 };
 
 /// What the model allows a request.
@@ -66,7 +68,9 @@ struct RequestLimits {
 struct ValidRequest {
   std::vector<int32_t> prompt_ids;
   GenerateOptions options;  ///< mode, compressor, ratio, draft, fold_every, sampling, stop, ...
-  bool logprobs = false;
+  bool logprobs = false;    ///< report output logprobs (also when top_logprobs > 0)
+  /// The same as options.sampling.top_logprobs.
+  [[nodiscard]] int top_logprobs() const { return options.sampling.top_logprobs; }
 };
 
 // Range limits, declared once.

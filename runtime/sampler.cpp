@@ -19,6 +19,9 @@ void validate(const SamplingParams& p) {
   if (p.top_k < 0) throw Error("sampling: top_k must be >= 0, got " + std::to_string(p.top_k));
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
     throw Error("sampling: top_p must be in (0, 1], got " + std::to_string(p.top_p));
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
+    throw Error("sampling: top_logprobs must be in 0.." + std::to_string(kMaxTopLogprobs) +
+                ", got " + std::to_string(p.top_logprobs));
 }
 
 int32_t argmax(std::span<const float> logits) {
@@ -89,12 +92,51 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   return best;
 }
 
-float token_logprob(std::span<const float> logits, int32_t token) {
+namespace {
+
+// log softmax(x)[i] = x[i] - max - log(sum exp(x - max)), in double.
+struct LogNormalizer {
+  double max = 0;
+  double log_z = 0;
+  [[nodiscard]] float logprob(float logit) const { return float(double(logit) - max - log_z); }
+};
+
+LogNormalizer log_normalizer(std::span<const float> logits) {
   double mx = -std::numeric_limits<double>::infinity();
   for (float v : logits) mx = std::max(mx, double(v));
   double z = 0.0;
   for (float v : logits) z += std::exp(double(v) - mx);
-  return float(double(logits[size_t(token)]) - mx - std::log(z));
+  return {mx, std::log(z)};
+}
+
+// a ranks before b: the larger logprob, then the smaller id.
+bool ranks_before(const TokenLogprob& a, const TokenLogprob& b) {
+  return a.logprob > b.logprob || (a.logprob == b.logprob && a.id < b.id);
+}
+
+}  // namespace
+
+float token_logprob(std::span<const float> logits, int32_t token) {
+  return log_normalizer(logits).logprob(logits[size_t(token)]);
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, size_t top_n) {
+  const LogNormalizer norm = log_normalizer(logits);
+  TokenLogprobs out;
+  out.logprob = norm.logprob(logits[size_t(token)]);
+  top_n = std::min(top_n, logits.size());
+  if (top_n == 0) return out;
+  // One pass keeping the best top_n sorted: a token that does not beat the last
+  // kept one costs a compare (top_n <= kMaxTopLogprobs in practice).
+  std::vector<TokenLogprob>& top = out.top;
+  top.reserve(top_n + 1);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const TokenLogprob c{int32_t(i), norm.logprob(logits[i])};
+    if (top.size() == top_n && !ranks_before(c, top.back())) continue;
+    top.insert(std::upper_bound(top.begin(), top.end(), c, ranks_before), c);
+    if (top.size() > top_n) top.pop_back();
+  }
+  return out;
 }
 
 }  // namespace vc

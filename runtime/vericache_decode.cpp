@@ -71,7 +71,7 @@ void Generator::decode_verified(Request& rq) {
 
   size_t p0 = rq.prompt_size;  // position of the pending token
   int32_t t0 = rq.choose(rq.logits, int64_t(p0), 0);
-  if (rq.emit(t0, token_logprob(rq.logits, t0), rq.logits)) return;
+  if (rq.emit(t0, rq.logprobs_of(rq.logits, t0), rq.logits)) return;
 
   std::vector<ForwardRow> rows;
   std::vector<int32_t> drafts, context;
@@ -130,7 +130,9 @@ void Generator::decode_verified(Request& rq) {
       const std::span<const float> vl =
           opt.keep_logits ? std::span<const float>(v.logits[j]) : std::span<const float>();
       t0 = v.tokens[j];
-      if (rq.emit(t0, v.logprobs[j], vl)) break;
+      TokenLogprobs lp{v.logprobs[j], v.top_logprobs.empty() ? std::vector<TokenLogprob>{}
+                                                             : v.top_logprobs[j]};
+      if (rq.emit(t0, std::move(lp), vl)) break;
     }
 
     // 4. Commit positions p0..p0+n (t0 and the accepted drafts), roll back the rest.

@@ -43,7 +43,9 @@ VerifyOutcome Verifier::run(const VerifyJob& job, LayerStreamer& stream, bool ke
     const std::span<const float> lg(&logits_[j * V], V);
     const int32_t v = sample_token(lg, job.sampling, int64_t(job.p0 + 1 + j));
     out.tokens.push_back(v);
-    out.logprobs.push_back(token_logprob(lg, v));
+    TokenLogprobs lp = token_logprobs(lg, v, size_t(job.sampling.top_logprobs));
+    out.logprobs.push_back(lp.logprob);
+    if (job.sampling.top_logprobs > 0) out.top_logprobs.push_back(std::move(lp.top));
     if (keep_logits) out.logits.emplace_back(lg.begin(), lg.end());
     if (j < L && v == job.drafts[j]) ++out.accepted;
     else break;

@@ -28,6 +28,8 @@ struct VerifyOutcome {
   /// then the correction (or the bonus token when every draft matched).
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  /// With sampling.top_logprobs > 0: per token, its top-N list (token_logprobs).
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
   std::vector<std::vector<float>> logits;  // per token, when kept
   size_t accepted = 0;
   /// Verified KV of positions p0 .. p0+accepted (t0 and the accepted drafts), fp32,

@@ -8,6 +8,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ struct EngineConfig {
   size_t max_queue = 256;           ///< waiting requests; beyond it submit answers "overloaded"
   bool lockstep = false;            ///< everyone drafts, then everyone verifies (comparison only)
   bool trace = false;               ///< record slices for write_trace()
+};
+
+/// One candidate token and its log-probability (natural log, under the model).
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
 };
 
 /// One request.
@@ -66,6 +73,11 @@ struct Request {
   uint64_t seed = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  /// Report the N most likely tokens at every output position (0..20; 0 = none) in
+  /// Result::output_top_logprobs and to the detailed token callback. They come from
+  /// the distribution the token was chosen from: in vericache mode the verifier's,
+  /// so they equal mode "full" bit for bit. Never changes the output.
+  int top_logprobs = 0;
 };
 
 /// Per-request figures.
@@ -92,7 +104,10 @@ struct Result {
   bool ok = false;
   std::string error;                ///< why it failed ("overloaded: ...", a tier error, ...)
   std::vector<int32_t> prompt_ids, output_ids;
-  std::vector<float> output_logprobs;
+  std::vector<float> output_logprobs;   ///< log p(token), per output token
+  /// With Request::top_logprobs = N > 0: per output token, the N most likely tokens,
+  /// by logprob descending (ties: the smaller id first). Empty otherwise.
+  std::vector<std::vector<TokenLogprob>> output_top_logprobs;
   std::string text;
   std::string finish_reason;        ///< eos, length, stop, cancelled, error
   RequestStats stats;
@@ -124,6 +139,16 @@ struct EngineStats {
 /// called from it (none of them waits for the scheduler).
 using TokenCallback = std::function<void(uint64_t id, int32_t token)>;
 
+/// One emitted token with its log-probabilities, as the detailed callback sees it.
+struct EmittedToken {
+  int32_t id = 0;
+  float logprob = 0;
+  /// Request::top_logprobs entries (empty when 0); valid only during the call.
+  std::span<const TokenLogprob> top_logprobs;
+};
+/// The same as TokenCallback (same thread, same rules), with the token's logprobs.
+using TokenDetailCallback = std::function<void(uint64_t id, const EmittedToken& token)>;
+
 class Engine {
  public:
   explicit Engine(const EngineConfig& cfg);
@@ -139,6 +164,8 @@ class Engine {
   /// what was wrong (ok = false; error names the field, as "field 'ratio': ...").
   /// Checks are those of every front end (runtime/request_validation.hpp).
   Submission submit(const Request& r, TokenCallback on_token = {});
+  /// The same, with a callback that also receives each token's logprobs.
+  Submission submit(const Request& r, TokenDetailCallback on_token);
   /// Cancels a request: its blocks are freed in every tier; its Result has
   /// finish_reason "cancelled".
   void cancel(uint64_t id);

@@ -68,9 +68,9 @@ TEST(scheduler_core, runs_prefill_draft_verify_rounds_and_stops_with_length_at_m
   SchedulerCore core(out, 4, 4, false, nullptr);
   auto r = make_request(5, /*prompt=*/10, /*max_tokens=*/6, /*L=*/3);
   std::vector<int32_t> streamed;
-  r.ctx->on_token = [&](uint64_t id, int32_t tok) {
+  r.ctx->on_token = [&](uint64_t id, const vericache::EmittedToken& tok) {
     EXPECT_EQ(5u, id);
-    streamed.push_back(tok);
+    streamed.push_back(tok.id);
   };
   core.submit(r.ctx);
   auto calls = out.take();
@@ -231,7 +231,7 @@ TEST(scheduler_core, stops_at_an_end_of_sequence_token_inside_a_verified_block) 
   auto r = make_request(1, 5, 50, 4);
   r.ctx->stop.eos_ids = {2};
   std::vector<int32_t> streamed;
-  r.ctx->on_token = [&](uint64_t, int32_t t) { streamed.push_back(t); };
+  r.ctx->on_token = [&](uint64_t, const vericache::EmittedToken& t) { streamed.push_back(t.id); };
   core.submit(r.ctx);
   core.on_prefilled(prefilled(1, 10));
   auto b = drafts(1, {11, 2, 12, 13});

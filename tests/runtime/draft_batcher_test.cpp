@@ -182,7 +182,7 @@ TEST(draft_batcher, a_vericache_prefill_puts_exactly_the_prompts_kv_in_the_full_
   EXPECT_FALSE(tier->contains(3));
 }
 
-TEST(draft_batcher, full_mode_emits_the_tokens_and_logprobs_of_generator_full_decoding) {
+TEST(draft_batcher, full_mode_emits_the_tokens_logprobs_and_top_logprobs_of_generator_full_decoding) {
   const size_t max_tokens = 37;
   struct Case {
     uint64_t id;
@@ -190,18 +190,20 @@ TEST(draft_batcher, full_mode_emits_the_tokens_and_logprobs_of_generator_full_de
     SamplingParams sampling;
   };
   std::vector<Case> cases = {{1, prompt(11, 45), SamplingParams{}},
-                             {2, prompt(12, 130), SamplingParams{0.9f, 50, 0.95f, 1234}},
+                             {2, prompt(12, 130), SamplingParams{0.9f, 50, 0.95f, 1234, 5}},
                              {3, test::golden()["cases"][0]["prompt_ids"].get<std::vector<int32_t>>(),
-                              SamplingParams{}}};
+                              SamplingParams{0.0f, 0, 1.0f, 0, 20}}};
   auto b = make_batcher(nullptr);  // no vericache request: no tier needed
   std::map<uint64_t, std::vector<int32_t>> ids;
   std::map<uint64_t, std::vector<float>> logprobs;
+  std::map<uint64_t, std::vector<std::vector<TokenLogprob>>> tops;
   for (const auto& c : cases) {
     DraftSpec s = make_spec(c.id, c.prompt, DecodeMode::full);
     s.sampling = c.sampling;
     const PrefillResult p = b.prefill(s);
     ids[c.id].push_back(p.token);
     logprobs[c.id].push_back(p.logprob);
+    if (c.sampling.top_logprobs > 0) tops[c.id].push_back(p.top_logprobs);
   }
   // Blocks of at most 16 final tokens, as the scheduler asks for them, all batched.
   for (;;) {
@@ -218,6 +220,7 @@ TEST(draft_batcher, full_mode_emits_the_tokens_and_logprobs_of_generator_full_de
       ASSERT_EQ(blk.tokens.size(), blk.logprobs.size());
       ids[id].insert(ids[id].end(), blk.tokens.begin(), blk.tokens.end());
       logprobs[id].insert(logprobs[id].end(), blk.logprobs.begin(), blk.logprobs.end());
+      tops[id].insert(tops[id].end(), blk.top_logprobs.begin(), blk.top_logprobs.end());
     }
   }
   for (const auto& c : cases) {
@@ -225,6 +228,22 @@ TEST(draft_batcher, full_mode_emits_the_tokens_and_logprobs_of_generator_full_de
     const std::string what = "request " + std::to_string(c.id);
     EXPECT_EQ(ref.output_ids, ids[c.id]) << what;
     expect_same_bits(ref.output_logprobs, logprobs[c.id], what);
+    ASSERT_EQ(ref.output_top_logprobs.size(), tops[c.id].size()) << what;
+    for (size_t i = 0; i < tops[c.id].size(); ++i) {
+      ASSERT_EQ(ref.output_top_logprobs[i].size(), size_t(c.sampling.top_logprobs)) << what;
+      std::vector<int32_t> want_ids, got_ids;
+      std::vector<float> want_lps, got_lps;
+      for (const TokenLogprob& t : ref.output_top_logprobs[i]) {
+        want_ids.push_back(t.id);
+        want_lps.push_back(t.logprob);
+      }
+      for (const TokenLogprob& t : tops[c.id][i]) {
+        got_ids.push_back(t.id);
+        got_lps.push_back(t.logprob);
+      }
+      EXPECT_EQ(want_ids, got_ids) << what << " token " << i;
+      expect_same_bits(want_lps, got_lps, what + " token " + std::to_string(i));
+    }
   }
 }
 

@@ -58,6 +58,8 @@ TEST(request_validation, each_out_of_range_field_is_named_with_its_value) {
       {[](RequestInput& r) { r.top_k = 5000; }, "top_k: expected an integer in 0..2048, got 5000"},
       {[](RequestInput& r) { r.top_p = 0; }, "top_p: expected a finite number in (0, 1], got 0"},
       {[](RequestInput& r) { r.stop = {""}; }, "stop"},
+      {[](RequestInput& r) { r.top_logprobs = 21; }, "top_logprobs: expected an integer in 0..20, got 21"},
+      {[](RequestInput& r) { r.top_logprobs = -1; }, "top_logprobs: expected an integer in 0..20, got -1"},
       {[](RequestInput& r) {
          r.mode = "vericache";
          r.compressor = "nope";
@@ -99,6 +101,20 @@ TEST(request_validation, json_fields_are_type_checked_and_unknown_ones_rejected)
       request_from_json(json::parse(R"({"id": 7, "prompt": "x", "seed": 18446744073709551615})"), {"id"});
   EXPECT_EQ(r.seed, ~uint64_t(0));
   EXPECT_EQ(r.mode, "full");
+}
+
+TEST(request_validation, top_logprobs_reach_the_sampling_settings_and_imply_logprobs) {
+  const ValidRequest none = validate_request(with_ids(), kLimits, nullptr);
+  EXPECT_FALSE(none.logprobs);
+  EXPECT_EQ(none.top_logprobs(), 0);
+  RequestInput in = request_from_json(json::parse(R"({"prompt_ids": [1, 2], "top_logprobs": 20})"));
+  const ValidRequest v = validate_request(in, kLimits, nullptr);
+  EXPECT_TRUE(v.logprobs);
+  EXPECT_EQ(v.options.sampling.top_logprobs, 20);
+  EXPECT_NE(field_of([] {
+              (void)request_from_json(json::parse(R"({"prompt": "x", "top_logprobs": 2.5})"));
+            }).find("top_logprobs: expected an integer in 0..20"),
+            std::string::npos);
 }
 
 TEST(request_validation, seeds_past_2_to_the_64_minus_1_and_negative_seeds_are_errors) {

@@ -166,6 +166,21 @@ TEST(serve, keeps_the_connection_alive_across_requests) {
             200);
 }
 
+TEST(serve, an_http_1_0_client_gets_a_stream_without_chunks_that_ends_when_the_server_closes) {
+  ServerProcess server;
+  const json b = {{"prompt", kPrompt}, {"max_tokens", 8}, {"stream", true}};
+  HttpConnection c(server.port());
+  c.set_version("HTTP/1.0");
+  const HttpResponse r = c.request("POST", "/v1/completions", b.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.count("transfer-encoding"), 0u) << "HTTP/1.0 knows no chunked encoding";
+  EXPECT_EQ(r.headers.count("content-length"), 0u);
+  const HttpResponse plain = http_request(server.port(), "POST", "/v1/completions",
+                                          json{{"prompt", kPrompt}, {"max_tokens", 8}}.dump());
+  EXPECT_EQ(stream_text(r.body), plain.json()["choices"][0]["text"]);
+  EXPECT_TRUE(c.closed_by_peer(5)) << "the close marks the end of the body";
+}
+
 TEST(serve, curl_gets_the_same_completion_as_a_socket_client) {
   if (std::system("command -v curl >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "curl is not installed (tools/setup.sh installs it)";

@@ -47,7 +47,7 @@ TEST(serve_errors, bad_requests_get_400_naming_the_field) {
       {{{"prompt", "x"}, {"compressor", "nope"}}, "compressor"},
       {{{"prompt", "x"}, {"mode", "fast"}}, "mode"},
       {{{"prompt", "x"}, {"n", 2}}, "n"},
-      {{{"prompt", "x"}, {"logprobs", 5}}, "logprobs"},
+      {{{"prompt", "x"}, {"logprobs", 6}}, "logprobs"},
       {{{"prompt", {"a", "b"}}}, "prompt"},
       {{{"max_tokens", 3}}, "prompt"},
       {{{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, "stream_options"},

@@ -1,6 +1,7 @@
 // The official OpenAI client for Node (npm `openai`, installed by tools/setup.sh into
 // tests/server/node) against `vericache serve`: completions and chat, plain and
-// streamed, equal `vericache generate`; its error classes see our statuses.
+// streamed, equal `vericache generate`; log-probabilities with alternatives come back
+// in the shapes its types declare; its error classes see our statuses.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -73,6 +74,26 @@ TEST(serve_openai_node, the_official_client_gets_what_generate_gives) {
       "<|begin_of_text|># user: add two numbers\n# assistant:\n", "--max-tokens 12 --mode vericache");
   EXPECT_EQ(r["chat"]["text"], chat);
   EXPECT_EQ(r["chat_stream"]["text"], chat);
+
+  const json& lc = r["completion_logprobs"];
+  EXPECT_EQ(lc["tokens"].size(), 6u);
+  EXPECT_EQ(lc["token_logprobs"].size(), 6u);
+  EXPECT_EQ(lc["text_offset"][0], 0);
+  for (const json& n : lc["top_sizes"]) {
+    EXPECT_GE(n.get<int>(), 1);
+    EXPECT_LE(n.get<int>(), 2);
+  }
+  const json& content = r["chat_logprobs"];
+  ASSERT_EQ(content.size(), 6u);
+  for (const json& c : content) {
+    EXPECT_TRUE(c["token"].is_string());
+    EXPECT_TRUE(c["logprob"].is_number());
+    EXPECT_TRUE(c["bytes"].is_array());
+    ASSERT_EQ(c["top_logprobs"].size(), 2u);
+    EXPECT_GE(c["top_logprobs"][0]["logprob"].get<double>(),
+              c["top_logprobs"][1]["logprob"].get<double>());
+  }
+  EXPECT_EQ(r["chat_stream_logprobs"], content) << "the chunks add up to the plain reply";
 
   EXPECT_EQ(r["bad_key"]["status"], 401);
   EXPECT_EQ(r["bad_key"]["code"], "invalid_api_key");

@@ -1,6 +1,6 @@
 // Running `vericache serve` in the server tests: start it on a free loopback port
 // (--port 0; the port is read from its first line of output), stop it with a
-// signal, and talk HTTP/1.1 to it over a plain POSIX socket.
+// signal, and talk HTTP/1.1 (or 1.0) to it over a plain POSIX socket.
 #pragma once
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -94,7 +94,7 @@ class ServerProcess {
 struct HttpResponse {
   int status = 0;
   std::map<std::string, std::string> headers;  // names lower-cased
-  std::string body;                            // de-chunked
+  std::string body;  // de-chunked, or (no length, not chunked) read until the close
   [[nodiscard]] nlohmann::json json() const { return nlohmann::json::parse(body); }
 };
 
@@ -118,10 +118,12 @@ class HttpConnection {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
+  /// The protocol version requests are sent with ("HTTP/1.1" unless set).
+  void set_version(std::string version) { version_ = std::move(version); }
   /// Sends a request (Content-Length set when there is a body).
   void send(const std::string& method, const std::string& path, const std::string& body = "",
             const std::vector<std::string>& headers = {}) {
-    std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    std::string r = method + " " + path + " " + version_ + "\r\nHost: 127.0.0.1\r\n";
     for (const auto& h : headers) r += h + "\r\n";
     if (!body.empty() || method == "POST")
       r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
@@ -156,7 +158,11 @@ class HttpConnection {
       for (char& ch : name) ch = char(std::tolower(ch));
       r.headers[name] = line.substr(line.find_first_not_of(' ', c + 1));
     }
-    if (r.headers["transfer-encoding"] == "chunked") {
+    const auto header = [&](const std::string& name) {
+      const auto it = r.headers.find(name);
+      return it == r.headers.end() ? std::string() : it->second;
+    };
+    if (header("transfer-encoding") == "chunked") {
       for (;;) {
         std::string size_line;
         if (!read_until("\r\n", size_line)) break;
@@ -167,7 +173,12 @@ class HttpConnection {
         r.body += chunk.substr(0, n);
       }
     } else if (r.headers.count("content-length")) {
-      (void)read_exact(std::stoul(r.headers["content-length"]), r.body);
+      (void)read_exact(std::stoul(header("content-length")), r.body);
+    } else {  // close-delimited (an HTTP/1.0 stream): everything until the peer closes
+      while (fill()) {
+      }
+      r.body = std::move(pending_);
+      pending_.clear();
     }
     return r;
   }
@@ -212,6 +223,7 @@ class HttpConnection {
     return true;
   }
   int fd_ = -1;
+  std::string version_ = "HTTP/1.1";
   std::string pending_;
 };
 

@@ -10,6 +10,7 @@
 #include "kernels/error.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "tools/server/chat_template.hpp"
+#include "tools/server/openai_logprobs.hpp"
 #include "tools/server/openai_response.hpp"
 #include "tools/server/server_metrics.hpp"
 
@@ -27,7 +28,7 @@ constexpr auto kPollInterval = 20ms;
 struct TokenQueue {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<int32_t> tokens;
+  std::deque<LoggedToken> tokens;
 };
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -93,13 +94,25 @@ Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
              const Decoder& decode, StreamSink& sink, const TokenTimer& timer) {
   TextStream text(decode, p.engine_request.stop);
   bool begun = false, first = true;
+  // Tokens whose logprobs no chunk has carried yet: a chunk carries those of the
+  // tokens that let its text out (text held back waits with its tokens), the last
+  // chunk the rest, so the chunks' lists add up to the whole response's.
+  std::vector<LoggedToken> unsent;
+  size_t text_offset = 0;
+  const TokenText token_text = [&](int32_t id) { return decode({id}); };
+  auto take_logprobs = [&]() -> json {
+    if (!p.logprobs || unsent.empty()) return nullptr;
+    json j = logprobs_json(meta.endpoint, unsent, p.top_logprobs, token_text, text_offset);
+    unsent.clear();
+    return j;
+  };
   auto cancel = [&] {
     st.engine->cancel(sub.id);
     (void)account(st, timer, sub.result.get());
     return Reply{0, "", true};
   };
   for (;;) {
-    std::deque<int32_t> batch;
+    std::deque<LoggedToken> batch;
     bool ready = false;
     {
       std::unique_lock lock(q->mu);
@@ -117,9 +130,12 @@ Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
       begun = true;
     }
     std::string delta;
-    for (int32_t t : batch) delta += text.push(t);
+    for (LoggedToken& t : batch) {
+      delta += text.push(t.id);
+      unsent.push_back(std::move(t));
+    }
     if (!delta.empty()) {
-      if (!sink.send(event(chunk_body(meta, delta, "", first)))) return cancel();
+      if (!sink.send(event(chunk_body(meta, delta, "", first, take_logprobs())))) return cancel();
       first = false;
     }
     if (ready) {
@@ -134,7 +150,7 @@ Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
     (void)sink.send(event(engine_error(r).body()));
   } else {
     (void)sink.send(event(chunk_body(meta, text.finish(r.text), finish_reason(r.finish_reason),
-                                     first)));
+                                     first, take_logprobs())));
     if (p.include_usage) (void)sink.send(event(usage_chunk_body(meta, p, r)));
   }
   (void)sink.send("data: [DONE]\n\n");
@@ -162,12 +178,13 @@ Reply run(ServerState& st, Endpoint endpoint, const std::string& body_text, Stre
   auto timer = std::make_shared<TokenTimer>(st.metrics);
   const bool streamed = p.stream;
   // Runs on the engine's scheduler thread: short, never blocks.
-  vericache::TokenCallback on_token = [q, timer, streamed](uint64_t, int32_t t) {
+  vericache::TokenDetailCallback on_token = [q, timer, streamed](uint64_t,
+                                                                 const vericache::EmittedToken& t) {
     timer->on_token();
     if (!streamed) return;
     {
       std::lock_guard lock(q->mu);
-      q->tokens.push_back(t);
+      q->tokens.push_back({t.id, t.logprob, {t.top_logprobs.begin(), t.top_logprobs.end()}});
     }
     q->cv.notify_one();
   };

@@ -45,18 +45,21 @@ Response from_reply(const Reply& r) { return {r.status, "application/json", r.bo
 
 Response from_error(const ApiError& e) { return from_reply(error_reply(e)); }
 
-// The event stream of one request, written as HTTP/1.1 chunks.
+// The event stream of one request: HTTP/1.1 chunks, or for an HTTP/1.0 client
+// (which knows no chunked encoding) the raw bytes, the end marked by closing the
+// connection.
 class SocketSink final : public StreamSink {
  public:
   SocketSink(tcp::socket& s, unsigned version, bool keep_alive)
-      : s_(s), version_(version), keep_alive_(keep_alive) {}
+      : s_(s), version_(version), keep_alive_(keep_alive), chunked_(version >= 11) {}
   bool begin_stream() override {
     http::response<http::empty_body> res{http::status::ok, version_};
     res.set(http::field::server, "vericache");
     res.set(http::field::content_type, "text/event-stream");
     res.set(http::field::cache_control, "no-cache");
-    res.keep_alive(keep_alive_);
-    res.chunked(true);
+    began_ = true;
+    res.keep_alive(keep_alive_ && chunked_);
+    if (chunked_) res.chunked(true);
     http::response_serializer<http::empty_body> sr{res};
     beast::error_code ec;
     http::write_header(s_, sr, ec);
@@ -64,14 +67,18 @@ class SocketSink final : public StreamSink {
   }
   bool send(const std::string& bytes) override {
     beast::error_code ec;
-    net::write(s_, http::make_chunk(net::buffer(bytes)), ec);
+    if (chunked_) net::write(s_, http::make_chunk(net::buffer(bytes)), ec);
+    else net::write(s_, net::buffer(bytes), ec);
     return ok(ec);
   }
   bool end_stream() override {
+    if (!chunked_) return !failed_;  // the caller closes the connection
     beast::error_code ec;
     net::write(s_, http::make_chunk_last(), ec);
     return ok(ec);
   }
+  /// True when a stream went out whose end is the connection's close.
+  [[nodiscard]] bool close_delimited() const { return began_ && !chunked_; }
   bool peer_closed() override {
     if (failed_) return true;
     pollfd p{s_.native_handle(), POLLIN | POLLRDHUP, 0};
@@ -91,6 +98,8 @@ class SocketSink final : public StreamSink {
   tcp::socket& s_;
   unsigned version_;
   bool keep_alive_;
+  bool chunked_;
+  bool began_ = false;
   bool failed_ = false;
 };
 
@@ -240,7 +249,7 @@ struct HttpServer::Impl {
       }
       keep_alive = keep_alive && !st.draining.load();
       if (r.status == 0) {  // streamed
-        if (sink.peer_closed()) break;
+        if (sink.peer_closed() || sink.close_delimited()) break;
       } else {
         write(s, r, version, keep_alive);
       }

@@ -36,6 +36,16 @@ void require_neutral(const std::string& key, const json& v, double neutral) {
                                " (or absent), got " + shown(v));
 }
 
+// An integer 0..hi (a number of logprobs).
+int64_t integer_in(const std::string& key, const json& v, int64_t hi) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(hi)
+                                                        : v.get<int64_t>() < 0 ||
+                                                              v.get<int64_t>() > hi))
+    throw bad_request(key, "'" + key + "': expected an integer in 0.." + std::to_string(hi) +
+                               ", got " + shown(v));
+  return v.get<int64_t>();
+}
+
 // The prompt of /v1/completions: a string, a list of one string, a list of token
 // ids, or a list of one list of token ids.
 void read_prompt(const json& v, json& line) {
@@ -81,6 +91,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
   if (chat) line["prompt"] = prompt_text;
   bool has_prompt = chat;
   bool has_stream_options = false;
+  bool has_top_logprobs = false;
   for (const auto& [key, v] : body.items()) {
     if (is_pass_through(key)) {
       if (!v.is_null()) line[key] = v;
@@ -121,18 +132,17 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     } else if (key == "logprobs") {
       if (v.is_null()) continue;
       if (chat) {
-        if (!v.is_boolean()) throw bad_request(key, "expected true or false, got " + shown(v));
+        if (!v.is_boolean())
+          throw bad_request(key, "'logprobs': expected true or false, got " + shown(v));
         out.logprobs = v.get<bool>();
-      } else {
-        if (!v.is_number_integer())
-          throw bad_request(key, "expected an integer, got " + shown(v));
-        if (v.get<int64_t>() != 0)
-          throw bad_request(key, "only logprobs 0 (the chosen tokens' log-probabilities, no "
-                                 "alternatives) is supported, got " + shown(v));
+      } else {  // legacy completions: the number of alternatives per token
+        out.top_logprobs = int(integer_in(key, v, kMaxCompletionLogprobs));
         out.logprobs = true;
       }
     } else if (key == "top_logprobs" && chat) {
-      require_neutral(key, v, 0);
+      if (v.is_null()) continue;
+      out.top_logprobs = int(integer_in(key, v, kMaxChatTopLogprobs));
+      has_top_logprobs = true;
     } else if (key == "echo") {
       if (!v.is_null() && v != json(false))
         throw bad_request(key, "'echo' is not supported: only false (or absent), got " + shown(v));
@@ -148,8 +158,8 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
   if (!has_prompt) throw bad_request("prompt", "missing 'prompt'");
   if (has_stream_options && !out.stream)
     throw bad_request("stream_options", "'stream_options' is only allowed with stream: true");
-  if (out.stream && out.logprobs)
-    throw bad_request("logprobs", "logprobs with stream: true is not supported");
+  if (has_top_logprobs && !out.logprobs)
+    throw bad_request("top_logprobs", "'top_logprobs' is only allowed with logprobs: true");
   const int64_t cap = settings.max_tokens_limit > 0 ? settings.max_tokens_limit
                                                      : int64_t(limits.context);
   auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
@@ -162,6 +172,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
                       "expected at most " + std::to_string(cap) + " (the server's limit), got " +
                           std::to_string(max_tokens));
   if (out.logprobs) line["logprobs"] = true;
+  if (out.top_logprobs > 0) line["top_logprobs"] = out.top_logprobs;
 
   // The shared reader and checks: the same as `vericache batch` and `generate`.
   ValidRequest valid;
@@ -196,6 +207,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
   r.seed = valid.options.sampling.seed;
   r.stop = in.stop;
   r.ignore_eos = in.ignore_eos;
+  r.top_logprobs = valid.top_logprobs();
   out.prompt_tokens = valid.prompt_ids.size();
   return out;
 }

@@ -43,7 +43,14 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;       ///< stream_options.include_usage
   bool logprobs = false;            ///< return the chosen tokens' log-probabilities
+  /// With logprobs: alternatives per token (completions `logprobs: N`, 0..5; chat
+  /// `top_logprobs`, 0..20); engine_request.top_logprobs holds the same.
+  int top_logprobs = 0;
 };
+
+/// The most alternatives per token each endpoint allows (OpenAI's limits).
+inline constexpr int kMaxCompletionLogprobs = 5;
+inline constexpr int kMaxChatTopLogprobs = 20;
 
 /// Which endpoint the body came to: their prompt fields and logprobs differ.
 enum class Endpoint { completions, chat };

@@ -2,7 +2,8 @@
 #include "tools/server/openai_response.hpp"
 
 #include <algorithm>
-#include <cmath>
+
+#include "tools/server/openai_logprobs.hpp"
 
 namespace vc::server {
 
@@ -36,8 +37,6 @@ size_t stop_prefix_tail(const std::string& s, const std::vector<std::string>& st
       }
   return hold;
 }
-
-double rounded(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
 
 }  // namespace
 
@@ -84,33 +83,11 @@ json response_body(const ResponseMeta& m, const ParsedRequest& p, const vericach
   json choice = {{"index", 0}, {"finish_reason", finish_reason(r.finish_reason)}};
   json logprobs = nullptr;
   if (p.logprobs) {
-    if (chat) {
-      json content = json::array();
-      for (size_t i = 0; i < r.output_ids.size(); ++i) {
-        const std::string t = decode({r.output_ids[i]});
-        content.push_back({{"token", t},
-                           {"logprob", rounded(r.output_logprobs.at(i))},
-                           {"bytes", std::vector<int>(t.begin(), t.end())},
-                           {"top_logprobs", json::array()}});
-      }
-      logprobs = {{"content", content}};
-    } else {
-      json tokens = json::array(), lps = json::array(), offsets = json::array();
-      size_t offset = 0;
-      for (size_t i = 0; i < r.output_ids.size(); ++i) {
-        const std::string t = decode({r.output_ids[i]});
-        tokens.push_back(t);
-        lps.push_back(rounded(r.output_logprobs.at(i)));
-        offsets.push_back(offset);
-        offset += t.size();
-      }
-      logprobs = {{"tokens", tokens},
-                  {"token_logprobs", lps},
-                  {"top_logprobs", nullptr},
-                  {"text_offset", offsets}};
-    }
+    size_t offset = 0;
+    logprobs = logprobs_json(m.endpoint, logged_tokens(r), p.top_logprobs,
+                             [&](int32_t id) { return decode({id}); }, offset);
   }
-  choice["logprobs"] = logprobs;
+  choice["logprobs"] = std::move(logprobs);
   if (chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
   else choice["text"] = r.text;
   return {{"id", m.id},
@@ -123,10 +100,10 @@ json response_body(const ResponseMeta& m, const ParsedRequest& p, const vericach
 }
 
 json chunk_body(const ResponseMeta& m, const std::string& delta, const std::string& finish,
-                bool first) {
+                bool first, json logprobs) {
   const bool chat = m.endpoint == Endpoint::chat;
   json choice = {{"index", 0},
-                 {"logprobs", nullptr},
+                 {"logprobs", std::move(logprobs)},
                  {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
   if (chat) {
     json d = json::object();

@@ -40,9 +40,11 @@ using Decoder = std::function<std::string(const std::vector<int32_t>&)>;
                                            const vericache::Result& r, const Decoder& decode);
 
 /// One streamed chunk: `delta` text, finish_reason null when empty. The first chat
-/// chunk carries the assistant role.
+/// chunk carries the assistant role. `logprobs`: the choice's logprobs object of the
+/// tokens the chunk carries (openai_logprobs.hpp), null when not asked for.
 [[nodiscard]] nlohmann::json chunk_body(const ResponseMeta& m, const std::string& delta,
-                                        const std::string& finish, bool first);
+                                        const std::string& finish, bool first,
+                                        nlohmann::json logprobs = nullptr);
 
 /// The final usage-only chunk of stream_options.include_usage (choices empty).
 [[nodiscard]] nlohmann::json usage_chunk_body(const ResponseMeta& m, const ParsedRequest& p,

@@ -22,6 +22,7 @@
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/request_validation.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/logprobs_json.hpp"
 #include "tools/vericache/options.hpp"
 
 namespace vc::cli {
@@ -52,9 +53,6 @@ struct BatchArgs {
 
 constexpr size_t kMaxLineBytes = size_t(16) << 20;
 
-// 9 significant digits, exactly as `generate --json --logprobs` prints them.
-double nine_digits(float v) { return std::stod(fmt::format("{:.9g}", v)); }
-
 /// One input line: the request as received, then validated, or why it failed.
 struct BatchLine {
   size_t line = 0;
@@ -62,6 +60,7 @@ struct BatchLine {
   RequestInput input;
   vericache::Request req;
   bool logprobs = false;
+  int top_logprobs = 0;
   std::string error;
 };
 
@@ -111,7 +110,9 @@ void validate(BatchLine& b, const RequestLimits& limits, const Tokenizer& tok) {
     r.seed = v.options.sampling.seed;
     r.stop = in.stop;
     r.ignore_eos = in.ignore_eos;
+    r.top_logprobs = v.top_logprobs();
     b.logprobs = v.logprobs;
+    b.top_logprobs = v.top_logprobs();
   } catch (const std::exception& e) {
     b.error = fmt::format("line {}: {}", b.line, e.what());
   }
@@ -179,11 +180,8 @@ json result_json(const BatchLine& b, const vericache::Result& r, const BatchArgs
   j["output_ids"] = r.output_ids;
   j["text"] = r.text;
   j["finish_reason"] = r.finish_reason;
-  if (b.logprobs) {
-    json lp = json::array();
-    for (float v : r.output_logprobs) lp.push_back(nine_digits(v));
-    j["output_logprobs"] = lp;
-  }
+  if (b.logprobs) j["output_logprobs"] = logprobs_json(r.output_logprobs);
+  if (b.top_logprobs > 0) j["output_top_logprobs"] = top_logprobs_json(r.output_top_logprobs);
   j["stats"] = stats_json(b.req, r.stats, a);
   return j;
 }

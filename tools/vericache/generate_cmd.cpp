@@ -11,6 +11,7 @@
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/request_validation.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/logprobs_json.hpp"
 #include "tools/vericache/options.hpp"
 
 namespace vc::cli {
@@ -48,9 +49,6 @@ std::string read_prompt(const GenerateArgs& a) {
   if (text.empty()) throw Error("--prompt-file '" + a.prompt_file + "': the file is empty");
   return text;
 }
-
-// 9 significant digits: enough to tell any two floats apart, stable across runs.
-double nine_digits(float v) { return std::stod(fmt::format("{:.9g}", v)); }
 
 // The request, checked by the shared validation layer; a bad field is reported
 // as the option that sets it ("--max-tokens: expected ...").
@@ -114,11 +112,8 @@ int run_generate(const GenerateArgs& a) {
     j["output_ids"] = r.output_ids;
     j["text"] = r.text;
     j["finish_reason"] = r.finish_reason;
-    if (v.logprobs) {
-      nlohmann::json lp = nlohmann::json::array();
-      for (float v : r.output_logprobs) lp.push_back(nine_digits(v));
-      j["output_logprobs"] = lp;
-    }
+    if (v.logprobs) j["output_logprobs"] = logprobs_json(r.output_logprobs);
+    if (v.top_logprobs() > 0) j["output_top_logprobs"] = top_logprobs_json(r.output_top_logprobs);
     j["stats"] = {{"mode", a.request.mode},
                   {"prompt_tokens", s.prompt_tokens},
                   {"output_tokens", s.output_tokens},
@@ -257,6 +252,10 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--stop", q.stop, "Stop string (repeatable)");
   cmd->add_flag("--ignore-eos", q.ignore_eos, "Keep generating past the end-of-text token");
   cmd->add_flag("--logprobs", q.logprobs, "Add output_logprobs to --json output");
+  cmd->add_option("--top-logprobs", q.top_logprobs,
+                  "Add output_top_logprobs to --json output: the N most likely tokens at each "
+                  "output position (0..20; implies --logprobs)")
+      ->capture_default_str()->check(integer_in(0, kMaxTopLogprobs));
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->add_option("--threads", a->threads, "Worker threads (0 = auto)")->capture_default_str()
       ->check(integer_in(0, 1024));

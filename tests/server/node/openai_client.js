@@ -38,6 +38,30 @@ async function main() {
   for await (const chunk of chatStream) chatText += chunk.choices[0]?.delta?.content ?? '';
   out.chat_stream = { text: chatText };
 
+  const lc = await client.completions.create({
+    model: 'tinycode', prompt, max_tokens: 6, logprobs: 2, ...extra,
+  });
+  const lp = lc.choices[0].logprobs;
+  out.completion_logprobs = {
+    tokens: lp.tokens, token_logprobs: lp.token_logprobs, text_offset: lp.text_offset,
+    top_sizes: lp.top_logprobs.map((o) => Object.keys(o).length),
+  };
+
+  const lchat = await client.chat.completions.create({
+    model: 'tinycode', messages, max_tokens: 6, logprobs: true, top_logprobs: 2,
+  });
+  out.chat_logprobs = lchat.choices[0].logprobs.content;
+
+  const streamedContent = [];
+  const lchatStream = await client.chat.completions.create({
+    model: 'tinycode', messages, max_tokens: 6, logprobs: true, top_logprobs: 2, stream: true,
+  });
+  for await (const chunk of lchatStream) {
+    const l = chunk.choices[0]?.logprobs;
+    if (l) streamedContent.push(...l.content);
+  }
+  out.chat_stream_logprobs = streamedContent;
+
   try {
     await new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 }).models.list();
     out.bad_key = { status: 200 };
