@@ -5,14 +5,16 @@
 //   compressor, parameters and ratio):
 //     1. fetch the compressed chunks [0, C) and join them: the drafter's view;
 //     2. vericache: a fetch thread streams the full chunks into the full tier;
-//     3. the drafter prefills the suffix [C, n) over the view into its tail and
-//        drafts the first round (its guess of the first token, then L drafts);
+//     3. while the full chunks are still on their way, the drafter prefills the
+//        suffix [C, n) over the view into its tail and drafts the first round (its
+//        guess of the first token, then L drafts); it stops when they arrive;
 //     4. the first verification waits for the full chunks (all of them: the
 //        suffix's exact prefill reads every prefix position), then the suffix
 //        [F, n) is prefilled exactly into the full tier, F being where the full
 //        chunks ended (a fault there means local recompute of [F, C) too); the
 //        verifier's first token comes from those exact logits, and the early
-//        drafts are verified when the drafter's guess was that token.
+//        drafts are verified when the drafter's guess was that token. The tail's
+//        suffix then takes the exact KV, as after a local prefill.
 //     lossy: steps 1 and 3 only; decoding runs over the fetched view and a suffix
 //     computed over it, so its output can differ from a local lossy run.
 //   full (otherwise): fetch the full chunks, prefill the rest, build the view
@@ -99,13 +101,23 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
       return remote_->fetch_prefix(prompt, prompt.size() - 1, *full_tier_, id);
     });
 
-  // 3. The suffix over the view, into the drafter's tail.
+  // 3. The suffix over the view, into the drafter's tail, and the first round's
+  // drafts (the guess of the first token, then L after it): drafting work only
+  // while the full chunks are still on their way.
+  const auto arrived = [&full] {
+    return full.valid() && full.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
   rq.view = std::move(view);
   cache_.start_at(rq.seq, covered);
   std::vector<ForwardRow> rows;
   std::vector<float> draft_logits;
   const size_t step = opt.prefill_chunk > 0 ? opt.prefill_chunk : n;
-  for (size_t b = covered; b < n; b += step) {
+  bool suffix_drafted = true;
+  for (size_t b = covered; b < n && suffix_drafted; b += step) {
+    if (arrived()) {
+      suffix_drafted = false;
+      break;
+    }
     const size_t e = std::min(n, b + step);
     cache_.reserve(rq.seq, e);
     rows.clear();
@@ -120,20 +132,20 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
     p.prefill_seconds = seconds_since(t0);
     return p;
   }
-
-  // The first round's drafts: the guess of the first token, then L after it.
   const size_t want =
       std::min(size_t(std::max(rq.steps, 0)), (opt.draft_auto ? opt.max_draft : opt.draft_length) + 1);
   std::vector<float> lg;
-  int32_t tok = sample_token(draft_logits, opt.sampling, int64_t(n));
-  if (want > 0) rq.predraft.push_back(tok);
-  while (rq.predraft.size() < want) {
-    const size_t at = n + rq.predraft.size() - 1;  // tok's position
-    cache_.reserve(rq.seq, at + 1);
-    rows.assign(1, ForwardRow{tok, int32_t(at), &rq.seq, true, &*rq.view});
-    forward(*model_, rows, cache_, ws_, lg);
-    tok = sample_token(lg, opt.sampling, int64_t(at) + 1);
+  if (suffix_drafted && want > 0) {
+    int32_t tok = sample_token(draft_logits, opt.sampling, int64_t(n));
     rq.predraft.push_back(tok);
+    while (rq.predraft.size() < want && !arrived()) {
+      const size_t at = n + rq.predraft.size() - 1;  // tok's position
+      cache_.reserve(rq.seq, at + 1);
+      rows.assign(1, ForwardRow{tok, int32_t(at), &rq.seq, true, &*rq.view});
+      forward(*model_, rows, cache_, ws_, lg);
+      tok = sample_token(lg, opt.sampling, int64_t(at) + 1);
+      rq.predraft.push_back(tok);
+    }
   }
   s.remote_predrafted = rq.predraft.empty() ? 0 : rq.predraft.size() - 1;
   rq.note_fast(cache_);
@@ -146,6 +158,22 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
   p.logits = prefill_to_tier(*model_, prompt.subspan(f.positions), rq.tier_id, *full_tier_,
                              *streamer_, cache_, ws_, opt.prefill_chunk);
   p.prefill_seconds = seconds_since(t0);
+  // The drafter's tail takes the suffix's exact KV (what a local prefill leaves it).
+  const size_t heads = cache_.config().kv_heads, d = cache_.config().head_dim;
+  const LayerKvReader read = tier_layer_reader(*full_tier_, rq.tier_id);
+  LayerKv layer;
+  std::vector<float> k(heads * d), v(heads * d);
+  cache_.reserve(rq.seq, n);
+  for (size_t l = 0; l < cache_.config().num_layers; ++l) {
+    read(l, n, 0, heads, layer);
+    for (size_t pos = covered; pos < n; ++pos) {
+      for (size_t h = 0; h < heads; ++h) {
+        std::copy_n(layer.k_at(h, pos), d, &k[h * d]);
+        std::copy_n(layer.v_at(h, pos), d, &v[h * d]);
+      }
+      cache_.write(l, rq.seq, pos, k.data(), v.data());
+    }
+  }
   s.remote_chunks_published =
       remote_->publish(prompt, f.positions / remote_->layout().chunk_tokens, *full_tier_, rq.tier_id);
   return p;
