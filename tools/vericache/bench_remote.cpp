@@ -6,6 +6,7 @@
 // --remote-bandwidth; the full tier's link is modelled at --local-bandwidth
 // (GeneratorConfig::link_bandwidth). Every run's ids and logprobs are checked equal
 // to full decoding (--mode full), else the bench fails.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -36,6 +37,7 @@ struct BenchRemoteArgs {
   double local_bandwidth = 400e6;  // bytes/s; the remote link gets 1.2/40 of it
   double remote_bandwidth = 0;     // 0: local_bandwidth * 1.2 / 40
   uint32_t seed = 1;
+  int repeats = 1;  // runs per flow and length; the table shows medians
   int threads = 0;
   bool json = false;
 };
@@ -56,8 +58,14 @@ std::vector<int32_t> make_prompt(const Tokenizer& tok, size_t n, uint32_t seed) 
 struct FlowRun {
   std::string flow;
   size_t length = 0;
-  GenerateStats stats;
+  GenerateStats stats;  // of the run with the median time to first token
+  double ttft = 0, decode_tps = 0;  // medians over the repeats
 };
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
 
 int run_bench_remote(const BenchRemoteArgs& a) {
   auto model = Model::load(a.model_dir);
@@ -92,28 +100,43 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     opt.compressor = a.compressor;
     opt.ratio = a.ratio;
     opt.draft_length = a.draft;
-    auto check = [&](const GenerateResult& r, const std::string& flow) {
+    std::vector<std::vector<GenerateStats>> got(3);
+    const char* names[3] = {"recompute", "full first", "compressed first"};
+    auto check = [&](const GenerateResult& r, int flow) {
       if (r.output_ids != ref.output_ids || r.output_logprobs != ref.output_logprobs)
-        throw Error("bench remote: " + flow + " at " + std::to_string(n) +
+        throw Error(std::string("bench remote: ") + names[flow] + " at " + std::to_string(n) +
                     " tokens differs from full decoding");
-      runs.push_back({flow, n, r.stats});
-      std::cerr << fmt::format("  {} tokens, {}: first token {:.2f} s, {:.1f} tok/s\n", n, flow,
-                               r.stats.time_to_first_token_seconds,
+      got[size_t(flow)].push_back(r.stats);
+      std::cerr << fmt::format("  {} tokens, {}: first token {:.2f} s, {:.1f} tok/s\n", n,
+                               names[flow], r.stats.time_to_first_token_seconds,
                                r.stats.decode_tokens_per_second());
     };
-    (void)remote_store_clear(ep);
-    check(full_first.generate(prompt, opt), "recompute");  // a miss: prefills, publishes
-    full_first.remote()->flush();
-    check(full_first.generate(prompt, opt), "full first");
-    check(compressed_first.generate(prompt, opt), "compressed first");
+    for (int rep = 0; rep < a.repeats; ++rep) {
+      (void)remote_store_clear(ep);
+      check(full_first.generate(prompt, opt), 0);  // a miss: prefills, publishes
+      full_first.remote()->flush();
+      check(full_first.generate(prompt, opt), 1);
+      check(compressed_first.generate(prompt, opt), 2);
+    }
+    for (int f = 0; f < 3; ++f) {
+      std::vector<double> ttft, tps;
+      for (const GenerateStats& st : got[size_t(f)]) {
+        ttft.push_back(st.time_to_first_token_seconds);
+        tps.push_back(st.decode_tokens_per_second());
+      }
+      FlowRun fr{names[f], n, got[size_t(f)][0], median(ttft), median(tps)};
+      for (const GenerateStats& st : got[size_t(f)])
+        if (st.time_to_first_token_seconds == fr.ttft) fr.stats = st;
+      runs.push_back(fr);
+    }
   }
 
   nlohmann::json rows = nlohmann::json::array();
   for (const FlowRun& r : runs)
     rows.push_back({{"prompt_tokens", r.length},
                     {"flow", r.flow},
-                    {"time_to_first_token_seconds", r.stats.time_to_first_token_seconds},
-                    {"decode_tokens_per_second", r.stats.decode_tokens_per_second()},
+                    {"time_to_first_token_seconds_median", r.ttft},
+                    {"decode_tokens_per_second_median", r.decode_tps},
                     {"prefill_seconds", r.stats.prefill_seconds},
                     {"full_chunks_hit", r.stats.remote_chunks_hit},
                     {"compressed_chunks_hit", r.stats.remote_compressed_chunks_hit},
@@ -142,14 +165,15 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   }
   std::cout << fmt::format(
       "bench remote: {}, --mode vericache --compressor {} --ratio {} --draft {}, {} tokens "
-      "out, chunks of {}; every run equal to --mode full\n{}\n\n",
-      a.model_dir, a.compressor, a.ratio, a.draft, a.max_tokens, a.chunk, link);
+      "out, chunks of {}; every run equal to --mode full; medians of {} (first token, decode; "
+      "the other columns from the median run)\n{}\n\n",
+      a.model_dir, a.compressor, a.ratio, a.draft, a.max_tokens, a.chunk, a.repeats, link);
   std::cout << fmt::format("{:>7} {:<17} {:>12} {:>9} {:>10} {:>11} {:>10}\n", "prompt", "flow",
                            "first token", "decode", "prefill", "fetched", "full wait");
   for (const FlowRun& r : runs)
     std::cout << fmt::format(
         "{:>7} {:<17} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s\n", r.length,
-        r.flow, r.stats.time_to_first_token_seconds, r.stats.decode_tokens_per_second(),
+        r.flow, r.ttft, r.decode_tps,
         r.stats.prefill_seconds,
         double(r.stats.remote_bytes_full + r.stats.remote_bytes_compressed) / 1e6,
         r.stats.remote_full_wait_seconds);
@@ -180,6 +204,8 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--remote-bandwidth", a->remote_bandwidth,
                   "Bytes/s of the throttled remote link (0: local * 1.2 / 40)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Picks the first prompt of the prompt set")->capture_default_str();
+  cmd->add_option("--repeats", a->repeats, "Runs per flow and length (medians)")
+      ->capture_default_str()->check(integer_in(1, 1000));
   cmd->add_option("--threads", a->threads, "Threads (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
   cmd->add_flag("--json", a->json, "Print JSON");
