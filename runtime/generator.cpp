@@ -10,12 +10,12 @@
 
 #include "kernels/error.hpp"
 #include "kvtiers/full_tier.hpp"
+#include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/compression.hpp"
 #include "runtime/draft_batcher.hpp"
 #include "runtime/fast_memory_need.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/layer_streamer.hpp"
-#include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/model/fingerprint.hpp"
 #include "runtime/streamed_prefill.hpp"
 #include "runtime/verifier.hpp"

@@ -47,7 +47,6 @@ struct RemoteFetch {
   size_t chunks = 0;           // chunks used, from the first
   size_t positions = 0;        // chunks * chunk_tokens, now in the full tier
   size_t bytes_full = 0;       // value bytes received for them
-  size_t bytes_compressed = 0; // compressed chunks received (fetch_compressed)
   double seconds = 0;
   std::string stop_reason;     // why the run ended before the limit ("" = reached it)
 };
