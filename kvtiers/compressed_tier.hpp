@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "kernels/dtype.hpp"
@@ -43,6 +45,33 @@ class CompressedView {
   /// Positions [0, covered()) are represented by this view; later positions live in
   /// the request's paged tail.
   [[nodiscard]] size_t covered() const { return covered_; }
+  /// The first position represented: 0, except for a slice (positions [first(),
+  /// covered()) of a larger view) that nothing was appended to yet.
+  [[nodiscard]] size_t first() const { return first_; }
+
+  // Moving a view in pieces (compressed_view_pieces.cpp): the remote tier stores a
+  // prefix's view chunk by chunk and puts chunks fetched back together.
+
+  /// The kept rows of every head at positions [p0, p1) (p0 >= first(), p1 <=
+  /// covered()), as a view of its own: first() p0, covered() p1, positions
+  /// unchanged, each side's stored form cut at those rows (bits for bits). nullopt,
+  /// with `why`, when a quantization block straddles a cut, or a quantized row
+  /// would start inside a byte of packed codes.
+  [[nodiscard]] std::optional<CompressedView> slice(size_t p0, size_t p1, std::string& why) const;
+  /// Appends `next`, a view of the same shape and precision starting at covered():
+  /// afterwards covered() is next.covered(). False (this view unchanged), with
+  /// `why`, when the stored forms cannot be joined (other bits, blocks or
+  /// transform; bf16 rows of this view before quantized rows of `next`; a partial
+  /// block at the end of this view).
+  [[nodiscard]] bool append(const CompressedView& next, std::string& why);
+  /// Every field, little-endian, for deserialize().
+  [[nodiscard]] std::string serialize() const;
+  /// A view written by serialize(), checked for consistency (sizes of every
+  /// vector against its rows, positions ascending in [first, covered), outlier
+  /// indices in range) so that drafting over it reads only its own bytes; nullopt
+  /// with `why` otherwise.
+  [[nodiscard]] static std::optional<CompressedView> deserialize(std::span<const std::byte> bytes,
+                                                                 std::string& why);
 
   [[nodiscard]] size_t count(size_t l, size_t g) const { return heads_[l * kv_heads_ + g].positions.size(); }
   [[nodiscard]] const int32_t* positions(size_t l, size_t g) const { return heads_[l * kv_heads_ + g].positions.data(); }
@@ -70,7 +99,9 @@ class CompressedView {
   /// RoPE frequencies where keys are stored pre-RoPE).
   [[nodiscard]] size_t held_bytes() const;
   /// Bytes of the same positions in the full tier (bf16).
-  [[nodiscard]] size_t full_bytes() const { return covered_ * layers_ * kv_heads_ * head_dim_ * 2 * 2; }
+  [[nodiscard]] size_t full_bytes() const {
+    return (covered_ - first_) * layers_ * kv_heads_ * head_dim_ * 2 * 2;
+  }
   [[nodiscard]] const QuantSpec& quant() const { return quant_; }
 
  private:
@@ -80,6 +111,7 @@ class CompressedView {
     PackedHead packed;
   };
   size_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0, covered_ = 0, stored_bytes_ = 0;
+  size_t first_ = 0;
   size_t built_heads_ = 0;  // (layer, KV head) pairs built, in order
   QuantSpec quant_;
   std::vector<float> rope_inv_freq_;  // held only when a side is stored pre-RoPE

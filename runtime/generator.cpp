@@ -130,21 +130,18 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
       rq.tier_id = next_request_id_++;
       full_tier_->create(rq.tier_id, prompt_ids.size() + size_t(rq.steps));
       rq.tier = full_tier_.get();
-      const size_t cached = remote_ ? fetch_remote_prefix(rq, prompt_ids) : 0;
-      p = prefill_compressed(*model_, prompt_ids, rq.seq, cache_, ws_, *compressor, opt.ratio,
-                             opt.stats_window, opt.prefill_chunk, *full_tier_, *streamer_,
-                             rq.tier_id, cached);
-      if (remote_)  // write-behind: copies the chunks, never waits for the store
-        s.remote_chunks_published = remote_->publish(
-            prompt_ids, cached / remote_->layout().chunk_tokens, *full_tier_, rq.tier_id);
+      p = remote_ ? prefill_with_remote(rq, prompt_ids)
+                  : prefill_compressed(*model_, prompt_ids, rq.seq, cache_, ws_, *compressor,
+                                       opt.ratio, opt.stats_window, opt.prefill_chunk,
+                                       *full_tier_, *streamer_, rq.tier_id);
       if (opt.mode == DecodeMode::lossy) {
         full_tier_->release(rq.tier_id);
         rq.tier = nullptr;
       }
     }
     rq.logits = std::move(p.logits);
-    if (p.view) rq.view_charge = FastCharge(fast_.get(), p.view->held_bytes(), "the compressed view");
-    rq.view = std::move(p.view);
+    if (p.view) rq.view = std::move(p.view);  // the compressed-first flow set rq.view itself
+    if (rq.view) rq.view_charge = FastCharge(fast_.get(), rq.view->held_bytes(), "the compressed view");
     rq.note_fast(cache_);
     s.prefill_seconds = p.prefill_seconds;
     s.compress_seconds = p.compress_seconds;
@@ -163,25 +160,6 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
   rq.result.stats.fast_bytes_peak = fast_->peak();
   rq.finish(cache_);
   return std::move(rq.result);
-}
-
-size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prompt) {
-  // The last prompt position is always computed here (its logits start decoding);
-  // a compressor that reads the observation window's queries keeps that window
-  // local too, so its statistics are those of a full prefill.
-  size_t limit = prompt.size() - 1;
-  if (rq.compressor->needs_stats())
-    limit = prompt.size() > rq.opt.stats_window ? std::min(limit, prompt.size() - rq.opt.stats_window) : 0;
-  const RemoteFetch f = remote_->fetch_prefix(prompt, limit, *full_tier_, rq.tier_id);
-  GenerateStats& s = rq.result.stats;
-  s.remote = true;
-  s.remote_chunks_hit = f.chunks;
-  s.remote_positions = f.positions;
-  s.remote_bytes_full = f.bytes_full;
-  s.remote_bytes_compressed = f.bytes_compressed;
-  s.remote_fetch_seconds = f.seconds;
-  s.remote_stop_reason = f.stop_reason;
-  return f.positions;
 }
 
 void Generator::decode_stepwise(Request& rq) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/dtype.hpp"
+#include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/fast_memory.hpp"
 #include "runtime/draft_length.hpp"
 #include "runtime/draft_pass.hpp"
@@ -22,6 +23,7 @@ class FullTier;
 class LayerStreamer;
 class RemoteTier;
 class Verifier;
+struct PrefilledRequest;
 
 /// How the decode steps see the KV cache.
 enum class DecodeMode {
@@ -106,10 +108,19 @@ struct GenerateStats {
   size_t remote_chunks_hit = 0;      // prompt chunks taken from the store, from the first
   size_t remote_positions = 0;       // prompt positions they cover (not prefilled here)
   size_t remote_bytes_full = 0;      // value bytes fetched, full form
-  size_t remote_bytes_compressed = 0;  // value bytes fetched, compressed form (not yet used: 0)
-  double remote_fetch_seconds = 0;
+  size_t remote_bytes_compressed = 0;  // value bytes fetched, compressed form
+  double remote_fetch_seconds = 0;   // the full chunks' fetch
   std::string remote_stop_reason;    // why the cached prefix ended where it did ("" = limit)
   size_t remote_chunks_published = 0;  // chunks queued for write-behind publishing
+  // The compressed form (GeneratorConfig::remote_compressed_first):
+  bool remote_compressed_first = false;  // drafting started from fetched compressed chunks
+  size_t remote_compressed_chunks_hit = 0;
+  size_t remote_compressed_positions = 0;
+  double remote_compressed_fetch_seconds = 0;
+  std::string remote_compressed_stop_reason;
+  size_t remote_predrafted = 0;      // drafts made while the full chunks arrived
+  double remote_full_wait_seconds = 0;  // the first verification's wait for them
+  size_t remote_compressed_chunks_published = 0;
 
   [[nodiscard]] double prefill_tokens_per_second() const {
     return prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0.0;
@@ -158,6 +169,11 @@ struct GeneratorConfig {
   size_t remote_chunk_tokens = 256;  // tokens per remote chunk (a multiple of block_tokens)
   int remote_ttl_seconds = 86400;    // published chunks expire (0: never)
   int remote_timeout_ms = 1000;      // connect, and each pipelined batch
+  /// Fetch the prefix's compressed chunks first (same compressor, parameters and
+  /// ratio): drafting starts from them while the full chunks stream into the full
+  /// tier on a fetch thread; the first verification waits for those (remote_prefill.cpp).
+  /// false: fetch the full chunks, then prefill and compress locally.
+  bool remote_compressed_first = true;
 };
 
 /// Called with each emitted token id; return false to stop.
@@ -192,6 +208,13 @@ class Generator {
   /// Takes the longest cached prefix of `prompt` from the remote store into the
   /// request's full tier entry; returns the positions it covers (0 on any fault).
   size_t fetch_remote_prefix(Request& rq, std::span<const int32_t> prompt);
+  /// Prefill of a lossy or vericache request with the remote store: compressed
+  /// first when the store has the prefix's compressed chunks, else the full chunks,
+  /// then local prefill of the rest; publishes what the store lacked.
+  [[nodiscard]] PrefilledRequest prefill_with_remote(Request& rq, std::span<const int32_t> prompt);
+  /// The compressed-first flow, given the fetched view of positions [0, covered).
+  [[nodiscard]] PrefilledRequest prefill_compressed_first(Request& rq, std::span<const int32_t> prompt,
+                                                          CompressedView view);
   /// Creates the full tier, its streamer and the verifier on first use.
   void ensure_full_tier();
 

@@ -37,6 +37,10 @@ struct Generator::Request {
   FullTier* tier = nullptr;  // holds the request's full KV (vericache) while set
   uint64_t tier_id = 0;
   FastCharge view_charge;    // the view's held bytes in the fast-memory budget
+  /// Compressed-first remote flow: the drafter's guess of the first token, then
+  /// the drafts after it, made while the full KV arrived (their KV is in the tail);
+  /// decode_verified uses them when the verifier's first token equals the guess.
+  std::vector<int32_t> predraft;
   size_t kv_peak = 0;        // the most view + blocks held
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 

@@ -72,6 +72,14 @@ void Generator::decode_verified(Request& rq) {
   size_t p0 = rq.prompt_size;  // position of the pending token
   int32_t t0 = rq.choose(rq.logits, int64_t(p0), 0);
   if (rq.emit(t0, rq.logprobs_of(rq.logits, t0), rq.logits)) return;
+  // Drafts made while the full KV arrived (remote_prefill.cpp) follow the drafter's
+  // guess of t0: usable when the guess was right, else their KV is rolled back.
+  std::vector<int32_t> carried;
+  if (!rq.predraft.empty()) {
+    if (rq.predraft[0] == t0) carried.assign(rq.predraft.begin() + 1, rq.predraft.end());
+    else cache_.truncate(rq.seq, p0);
+    rq.predraft.clear();
+  }
 
   std::vector<ForwardRow> rows;
   std::vector<int32_t> drafts, context;
@@ -80,7 +88,7 @@ void Generator::decode_verified(Request& rq) {
   const size_t vocab = size_t(model_->config().vocab_size);
   while (!rq.done) {
     const size_t remaining = size_t(rq.steps) - rq.result.output_ids.size();
-    const size_t L = policy.next(remaining);
+    size_t L = policy.next(remaining);
 
     // 1. Draft (each pass: the pending token and any proposals of the level above).
     const auto td = clock::now();
@@ -91,6 +99,16 @@ void Generator::decode_verified(Request& rq) {
     context.insert(context.end(), rq.result.output_ids.begin(), rq.result.output_ids.end());
     proposed_by_ngram.clear();  // per draft: an n-gram proposal the drafter kept
     int32_t tok = t0;
+    if (!carried.empty()) {  // this round's drafts are ready: keep the first L
+      const size_t k = L = std::min(L, carried.size());
+      drafts.assign(carried.begin(), carried.begin() + ptrdiff_t(k));
+      proposed_by_ngram.assign(k, 0);
+      st.levels.drafter_passes += k;
+      st.levels.drafter_own += k;
+      cache_.truncate(rq.seq, p0 + k);
+      cache_.reserve(rq.seq, p0 + k + 1);
+      carried.clear();
+    }
     while (drafts.size() < L) {
       const size_t at = p0 + drafts.size();  // tok's position
       const std::vector<int32_t> g =

@@ -57,4 +57,14 @@ std::string compressed_chunk_key(const ChunkKey& k, const std::string& compresso
   return std::string(kRemoteKeyPrefix) + "cmp:" + spec + ":" + k.hex();
 }
 
+ChunkKey compressed_chunk_id(const ChunkKey& k, const std::string& compressor_spec) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  XXH3_128bits_update(st, &k, sizeof(k));
+  XXH3_128bits_update(st, compressor_spec.data(), compressor_spec.size());
+  const XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  return ChunkKey{h.low64, h.high64};
+}
+
 }  // namespace vc

@@ -47,5 +47,9 @@ inline constexpr const char* kRemoteKeyPrefix = "vc:kv:";
 /// Store key of a chunk's compressed KV by `compressor_spec` (name, parameters,
 /// ratio): "vc:kv:cmp:<hex of spec>:<hex>".
 [[nodiscard]] std::string compressed_chunk_key(const ChunkKey& k, const std::string& compressor_spec);
+/// The key a compressed chunk's value header carries: `k` chained with
+/// `compressor_spec`, so a value of another compressor or parameters is rejected
+/// like a value stored under another key.
+[[nodiscard]] ChunkKey compressed_chunk_id(const ChunkKey& k, const std::string& compressor_spec);
 
 }  // namespace vc

@@ -5,6 +5,9 @@
 //           length and an XXH3-64 checksum of the payload (little-endian)
 //   full payload: for each layer, K then V of the chunk's blocks, raw, in the full
 //           tier's block layout [blocks, kv_heads, block_tokens, head_dim]
+//   compressed payload: the chunk's positions of a request's compressed view
+//           (CompressedView::slice, then serialize); the header's key is then
+//           compressed_chunk_id(chunk key, compressor spec)
 //
 // decode_chunk_value() accepts a value only when every header field matches what
 // the reader expects (so a value of another format version, layout or key, a

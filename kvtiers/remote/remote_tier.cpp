@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "kvtiers/remote/chunk_value.hpp"
@@ -52,6 +53,41 @@ RemoteTier::~RemoteTier() {
   publisher_.join();
 }
 
+template <class Accept>
+void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t limit, Accept&& accept,
+                           size_t& chunks, size_t& bytes, std::string& stop_reason) {
+  for (size_t first = 0; first < limit;) {
+    const size_t n = std::min(std::max<size_t>(1, cfg_.fetch_window), limit - first);
+    std::vector<RedisCommand> cmds;
+    for (size_t i = first; i < first + n; ++i) cmds.push_back({"GET", keys[i]});
+    std::vector<RedisReply> replies;
+    try {
+      replies = fetch_client_.pipeline(cmds);
+    } catch (const RedisError& e) {
+      stop_reason = e.what();
+      return;
+    }
+    for (size_t j = 0; j < n; ++j) {
+      const size_t c = first + j;
+      const RedisReply& r = replies[j];
+      if (r.type != RedisReply::Type::string) {
+        stop_reason = r.type == RedisReply::Type::error
+                          ? "chunk " + std::to_string(c) + ": store error: " + r.str
+                          : "chunk " + std::to_string(c) + " not in the store";
+        return;
+      }
+      std::string why;
+      if (!accept(c, r.str, why)) {
+        stop_reason = "chunk " + std::to_string(c) + " rejected: " + why;
+        return;
+      }
+      chunks += 1;
+      bytes += r.str.size();
+    }
+    first += n;
+  }
+}
+
 RemoteFetch RemoteTier::fetch_prefix(std::span<const int32_t> tokens, size_t max_positions,
                                      FullTier& tier, uint64_t id) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -60,47 +96,101 @@ RemoteFetch RemoteTier::fetch_prefix(std::span<const int32_t> tokens, size_t max
   const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
   const size_t cb = layout_.chunk_tokens / layout_.block_tokens;
   const size_t region = cb * block_bytes(layout_);  // one layer's K (or V) of a chunk
-  bool stop = false;
-  for (size_t first = 0; first < limit && !stop;) {
-    const size_t n = std::min(std::max<size_t>(1, cfg_.fetch_window), limit - first);
-    std::vector<RedisCommand> cmds;
-    for (size_t i = first; i < first + n; ++i) cmds.push_back({"GET", full_chunk_key(keys[i])});
-    std::vector<RedisReply> replies;
-    try {
-      replies = fetch_client_.pipeline(cmds);
-    } catch (const RedisError& e) {
-      out.stop_reason = e.what();
-      break;
-    }
-    for (size_t j = 0; j < n; ++j) {
-      const size_t c = first + j;
-      const RedisReply& r = replies[j];
-      if (r.type != RedisReply::Type::string) {
-        out.stop_reason = r.type == RedisReply::Type::error ? "chunk " + std::to_string(c) + ": store error: " + r.str
-                                                            : "chunk " + std::to_string(c) + " not in the store";
-        stop = true;
-        break;
-      }
-      std::string why;
-      const std::span<const std::byte> payload =
-          decode_chunk_value(r.str, layout_, keys[c], ChunkKind::full, why);
-      if (payload.empty()) {
-        out.stop_reason = "chunk " + std::to_string(c) + " rejected: " + why;
-        stop = true;
-        break;
-      }
-      for (size_t l = 0; l < layout_.num_layers; ++l) {
-        const std::byte* k = payload.data() + 2 * l * region;
-        tier.write_blocks(id, l, c * cb, cb, k, k + region);
-      }
-      out.chunks += 1;
-      out.bytes_full += r.str.size();
-    }
-    first += n;
-  }
+  std::vector<std::string> store_keys;
+  for (size_t i = 0; i < limit; ++i) store_keys.push_back(full_chunk_key(keys[i]));
+  fetch_run(
+      store_keys, limit,
+      [&](size_t c, const std::string& value, std::string& why) {
+        const std::span<const std::byte> payload =
+            decode_chunk_value(value, layout_, keys[c], ChunkKind::full, why);
+        if (payload.empty()) return false;
+        for (size_t l = 0; l < layout_.num_layers; ++l) {
+          const std::byte* k = payload.data() + 2 * l * region;
+          tier.write_blocks(id, l, c * cb, cb, k, k + region);
+        }
+        return true;
+      },
+      out.chunks, out.bytes_full, out.stop_reason);
   out.positions = out.chunks * layout_.chunk_tokens;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
+}
+
+RemoteCompressedFetch RemoteTier::fetch_compressed(std::span<const int32_t> tokens,
+                                                   size_t max_positions,
+                                                   const std::string& compressor_spec) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RemoteCompressedFetch out;
+  const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
+  const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
+  const size_t T = layout_.chunk_tokens;
+  std::vector<std::string> store_keys;
+  for (size_t i = 0; i < limit; ++i) store_keys.push_back(compressed_chunk_key(keys[i], compressor_spec));
+  fetch_run(
+      store_keys, limit,
+      [&](size_t c, const std::string& value, std::string& why) {
+        const std::span<const std::byte> payload = decode_chunk_value(
+            value, layout_, compressed_chunk_id(keys[c], compressor_spec), ChunkKind::compressed, why);
+        if (payload.empty()) return false;
+        std::optional<CompressedView> piece = CompressedView::deserialize(payload, why);
+        if (!piece) return false;
+        if (piece->layers() != layout_.num_layers || piece->kv_heads() != layout_.kv_heads ||
+            piece->head_dim() != layout_.head_dim || piece->first() != c * T ||
+            piece->covered() != (c + 1) * T) {
+          why = "compressed view of another shape or positions";
+          return false;
+        }
+        if (!out.view) {
+          out.view = std::move(piece);
+          return true;
+        }
+        return out.view->append(*piece, why);
+      },
+      out.chunks, out.bytes, out.stop_reason);
+  out.positions = out.chunks * T;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+bool RemoteTier::enqueue(std::string key, std::string value) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queued_bytes_ + value.size() > cfg_.publish_queue_bytes) return false;
+    queued_bytes_ += value.size();
+    queue_.emplace_back(std::move(key), std::move(value));
+    pstats_.queued += 1;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+size_t RemoteTier::publish_compressed(std::span<const int32_t> tokens, size_t first_chunk,
+                                      const CompressedView& view, const std::string& compressor_spec) {
+  const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
+  const size_t T = layout_.chunk_tokens;
+  size_t queued = 0;
+  for (size_t c = first_chunk; c < keys.size() && (c + 1) * T <= view.covered(); ++c) {
+    std::string why;
+    const std::optional<CompressedView> piece = view.slice(c * T, (c + 1) * T, why);
+    if (!piece) {
+      std::lock_guard<std::mutex> lock(mu_);
+      pstats_.compressed_uncuttable += keys.size() - c;
+      break;
+    }
+    const std::string payload = piece->serialize();
+    std::string value = encode_chunk_value(
+        layout_, compressed_chunk_id(keys[c], compressor_spec), ChunkKind::compressed,
+        std::as_bytes(std::span<const char>(payload.data(), payload.size())));
+    if (!enqueue(compressed_chunk_key(keys[c], compressor_spec), std::move(value))) {
+      std::lock_guard<std::mutex> lock(mu_);
+      pstats_.dropped_full_queue += keys.size() - c;
+      break;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    pstats_.compressed_queued += 1;
+    ++queued;
+  }
+  return queued;
 }
 
 size_t RemoteTier::publish(std::span<const int32_t> tokens, size_t first_chunk, FullTier& tier,
@@ -113,29 +203,19 @@ size_t RemoteTier::publish(std::span<const int32_t> tokens, size_t first_chunk, 
   size_t queued = 0;
   for (size_t c = first_chunk; c < keys.size(); ++c) {
     if ((c + 1) * layout_.chunk_tokens > tier.length(id)) break;
-    const size_t bytes = kChunkHeaderBytes + payload.size();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (queued_bytes_ + bytes > cfg_.publish_queue_bytes) {
-        pstats_.dropped_full_queue += keys.size() - c;
-        break;
-      }
-    }
     for (size_t l = 0; l < layout_.num_layers; ++l) {
       tier.read_blocks(id, l, c * cb, cb, k.data(), v.data());
       std::memcpy(payload.data() + 2 * l * region, k.data(), region);
       std::memcpy(payload.data() + (2 * l + 1) * region, v.data(), region);
     }
-    std::string value = encode_chunk_value(layout_, keys[c], ChunkKind::full, payload);
-    {
+    if (!enqueue(full_chunk_key(keys[c]),
+                 encode_chunk_value(layout_, keys[c], ChunkKind::full, payload))) {
       std::lock_guard<std::mutex> lock(mu_);
-      queued_bytes_ += value.size();
-      queue_.emplace_back(full_chunk_key(keys[c]), std::move(value));
-      pstats_.queued += 1;
+      pstats_.dropped_full_queue += keys.size() - c;
+      break;
     }
     ++queued;
   }
-  if (queued > 0) cv_.notify_all();
   return queued;
 }
 
@@ -210,6 +290,18 @@ void scan_keys(RedisClient& client, F&& each_batch) {
 }
 
 }  // namespace
+
+std::string compressor_spec(const std::string& name,
+                            const std::vector<std::pair<std::string, double>>& settings, double ratio) {
+  std::string s = name;
+  char buf[64];
+  for (const auto& [k, v] : settings) {
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    s += ";" + k + "=" + buf;
+  }
+  std::snprintf(buf, sizeof(buf), "%.17g", ratio);
+  return s + ";ratio=" + buf;
+}
 
 RemoteStoreStats remote_store_stats(const RedisEndpoint& ep, RedisTimeouts t) {
   RedisClient client(ep, t, 1);

@@ -17,12 +17,14 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/full_tier.hpp"
 #include "kvtiers/remote/chunk_key.hpp"
 #include "kvtiers/remote/redis_client.hpp"
@@ -45,14 +47,24 @@ struct RemoteFetch {
   size_t chunks = 0;           // chunks used, from the first
   size_t positions = 0;        // chunks * chunk_tokens, now in the full tier
   size_t bytes_full = 0;       // value bytes received for them
-  size_t bytes_compressed = 0; // compressed chunks received (not fetched yet: 0)
   double seconds = 0;
   std::string stop_reason;     // why the run ended before the limit ("" = reached it)
+};
+
+/// What one fetch_compressed() found: the chunks' views joined into one.
+struct RemoteCompressedFetch {
+  std::optional<CompressedView> view;  // positions [0, positions) when chunks > 0
+  size_t chunks = 0, positions = 0;
+  size_t bytes = 0;  // value bytes received for the chunks used
+  double seconds = 0;
+  std::string stop_reason;  // as RemoteFetch's
 };
 
 /// Counters of the publisher (write-behind).
 struct RemotePublishStats {
   size_t queued = 0, sent = 0, dropped_full_queue = 0, failed = 0, skipped_present = 0;
+  size_t compressed_queued = 0;     // of `queued`: compressed chunks
+  size_t compressed_uncuttable = 0; // compressed chunks not published: the view cannot be cut there
 };
 
 class RemoteTier {
@@ -74,16 +86,40 @@ class RemoteTier {
   [[nodiscard]] RemoteFetch fetch_prefix(std::span<const int32_t> tokens, size_t max_positions,
                                          FullTier& tier, uint64_t id);
 
+  /// The longest cached run, from the first chunk, of the compressed form of
+  /// `tokens` under `compressor_spec` (compressor name, parameters and ratio: one
+  /// string, see compressor_spec()), at most `max_positions` positions in whole
+  /// chunks, each checked (header, checksum, then the view's own consistency) and
+  /// joined into one view. The same fault policy as fetch_prefix(): the run ends at
+  /// the first chunk that is missing, rejected or cannot be joined.
+  [[nodiscard]] RemoteCompressedFetch fetch_compressed(std::span<const int32_t> tokens,
+                                                       size_t max_positions,
+                                                       const std::string& compressor_spec);
+
   /// Queues the complete chunks of `tokens` from chunk `first_chunk` on, read from
   /// request `id` of `tier` (which holds at least those positions), for publishing.
   /// Returns the chunks queued.
   size_t publish(std::span<const int32_t> tokens, size_t first_chunk, FullTier& tier, uint64_t id);
+  /// Queues the compressed form of the complete chunks of `tokens` from
+  /// `first_chunk` on that `view` covers (each chunk's slice of the view), under
+  /// `compressor_spec`; stops at the first chunk the view cannot be cut at
+  /// (counted). Returns the chunks queued.
+  size_t publish_compressed(std::span<const int32_t> tokens, size_t first_chunk,
+                            const CompressedView& view, const std::string& compressor_spec);
   /// Waits until the queue is empty (tests; the CLI before it exits).
   void flush();
   [[nodiscard]] RemotePublishStats publish_stats() const;
 
  private:
   void publisher_loop();
+  /// Copies a value into the write-behind queue; false when it would overflow.
+  bool enqueue(std::string key, std::string value);
+  /// GETs `keys[0, limit)` in pipelined windows and hands each value to `accept`
+  /// (chunk index, value, why) until one is missing or refused; the counts and the
+  /// reason go to `out`.
+  template <class Accept>
+  void fetch_run(const std::vector<std::string>& keys, size_t limit, Accept&& accept,
+                 size_t& chunks, size_t& bytes, std::string& stop_reason);
 
   RemoteTierConfig cfg_;
   RedisEndpoint endpoint_;
@@ -99,6 +135,12 @@ class RemoteTier {
   RemotePublishStats pstats_;
   std::thread publisher_;
 };
+
+/// The compressor part of compressed chunk keys: the method's name, the user's
+/// settings in order and the ratio ("snapkv;window=32;ratio=4").
+[[nodiscard]] std::string compressor_spec(const std::string& name,
+                                          const std::vector<std::pair<std::string, double>>& settings,
+                                          double ratio);
 
 /// `vericache cache stats`: keys of this project, and the store's memory.
 struct RemoteStoreStats {

@@ -40,6 +40,7 @@ struct GenerateArgs {
   size_t remote_chunk = 256;
   int remote_ttl = 86400;
   int remote_timeout_ms = 1000;
+  std::string remote_flow = "compressed-first";
 };
 
 std::string read_prompt(const GenerateArgs& a) {
@@ -102,6 +103,7 @@ int run_generate(const GenerateArgs& a) {
   gc.remote_chunk_tokens = a.remote_chunk;
   gc.remote_ttl_seconds = a.remote_ttl;
   gc.remote_timeout_ms = a.remote_timeout_ms;
+  gc.remote_compressed_first = a.remote_flow == "compressed-first";
   Generator gen(model, tok, gc);
   const GenerateResult r = gen.generate(v.prompt_ids, opt);
 
@@ -138,7 +140,16 @@ int run_generate(const GenerateArgs& a) {
                               {"bytes_fetched_compressed", s.remote_bytes_compressed},
                               {"fetch_seconds", s.remote_fetch_seconds},
                               {"stop_reason", s.remote_stop_reason},
-                              {"chunks_published", s.remote_chunks_published}};
+                              {"chunks_published", s.remote_chunks_published},
+                              {"flow", a.remote_flow},
+                              {"compressed_first", s.remote_compressed_first},
+                              {"compressed_chunks_hit", s.remote_compressed_chunks_hit},
+                              {"compressed_positions_hit", s.remote_compressed_positions},
+                              {"compressed_fetch_seconds", s.remote_compressed_fetch_seconds},
+                              {"compressed_stop_reason", s.remote_compressed_stop_reason},
+                              {"predrafted", s.remote_predrafted},
+                              {"full_wait_seconds", s.remote_full_wait_seconds},
+                              {"compressed_chunks_published", s.remote_compressed_chunks_published}};
     if (opt.mode == DecodeMode::vericache) {
       nlohmann::json hist = s.accepted_histogram;
       j["stats"]["vericache"] = {
@@ -218,12 +229,20 @@ int run_generate(const GenerateArgs& a) {
           s.levels.drafter_passes, s.drafted);
     if (s.remote)
       std::cerr << fmt::format(
-          "remote {}: {} chunks hit ({} positions, {} KiB full, {} KiB compressed, {:.3f} s){}, "
-          "{} chunks queued to publish | first token after {:.3f} s\n",
-          a.remote, s.remote_chunks_hit, s.remote_positions, s.remote_bytes_full / 1024,
-          s.remote_bytes_compressed / 1024, s.remote_fetch_seconds,
+          "remote {}: {} compressed chunks hit ({} KiB, {:.3f} s){}; {} full chunks hit ({} "
+          "positions, {} KiB, {:.3f} s){}, {} + {} compressed chunks queued to publish | first "
+          "token after {:.3f} s\n",
+          a.remote, s.remote_compressed_chunks_hit, s.remote_bytes_compressed / 1024,
+          s.remote_compressed_fetch_seconds,
+          s.remote_compressed_first ? fmt::format(", drafting first ({} drafts while the full KV "
+                                                  "arrived, waited {:.3f} s)",
+                                                  s.remote_predrafted, s.remote_full_wait_seconds)
+                                    : "",
+          s.remote_chunks_hit, s.remote_positions, s.remote_bytes_full / 1024,
+          s.remote_fetch_seconds,
           s.remote_stop_reason.empty() ? "" : "; then " + s.remote_stop_reason + ", recomputed",
-          s.remote_chunks_published, s.time_to_first_token_seconds);
+          s.remote_chunks_published, s.remote_compressed_chunks_published,
+          s.time_to_first_token_seconds);
   }
   return 0;
 }
@@ -293,6 +312,10 @@ void add_generate_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(integer_in(16, 1 << 20));
   cmd->add_option("--remote-ttl", a->remote_ttl, "Seconds published chunks live (0 = no expiry)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
+  cmd->add_option("--remote-flow", a->remote_flow,
+                  "compressed-first: draft from the prefix's compressed chunks while its full "
+                  "chunks arrive; full: fetch the full chunks, then prefill and compress here")
+      ->capture_default_str()->check(CLI::IsMember({"compressed-first", "full"}));
   cmd->add_option("--remote-timeout-ms", a->remote_timeout_ms,
                   "Deadline of a connect and of each pipelined batch")
       ->capture_default_str()->check(integer_in(1, 600000));

@@ -1,0 +1,182 @@
+// Prefill of a lossy or vericache request with the remote prefix cache (pipeline 2
+// of DESIGN.md). Two flows:
+//
+//   compressed first (the store has the prefix's compressed chunks for this
+//   compressor, parameters and ratio):
+//     1. fetch the compressed chunks [0, C) and join them: the drafter's view;
+//     2. vericache: a fetch thread streams the full chunks into the full tier;
+//     3. while the full chunks are still on their way, the drafter prefills the
+//        suffix [C, n) over the view into its tail and drafts the first round (its
+//        guess of the first token, then L drafts); it stops when they arrive;
+//     4. the first verification waits for the full chunks (all of them: the
+//        suffix's exact prefill reads every prefix position), then the suffix
+//        [F, n) is prefilled exactly into the full tier, F being where the full
+//        chunks ended (a fault there means local recompute of [F, C) too); the
+//        verifier's first token comes from those exact logits, and the early
+//        drafts are verified when the drafter's guess was that token. The tail's
+//        suffix then takes the exact KV, as after a local prefill.
+//     lossy: steps 1 and 3 only; decoding runs over the fetched view and a suffix
+//     computed over it, so its output can differ from a local lossy run.
+//   full (otherwise): fetch the full chunks, prefill the rest, build the view
+//     locally; publish the full chunks the store lacked and the view's compressed
+//     chunks.
+//
+// No token is emitted before the exact logits of the last prompt position exist,
+// and every verified token reads only checked full chunks or local prefill.
+#include <algorithm>
+#include <chrono>
+#include <future>
+
+#include "kvtiers/full_tier.hpp"
+#include "kvtiers/remote/remote_tier.hpp"
+#include "runtime/compression.hpp"
+#include "runtime/generator_request.hpp"
+#include "runtime/layer_streamer.hpp"
+#include "runtime/streamed_prefill.hpp"
+
+namespace vc {
+
+namespace {
+
+void note_full_fetch(GenerateStats& s, const RemoteFetch& f) {
+  s.remote_chunks_hit = f.chunks;
+  s.remote_positions = f.positions;
+  s.remote_bytes_full = f.bytes_full;
+  s.remote_fetch_seconds = f.seconds;
+  s.remote_stop_reason = f.stop_reason;
+}
+
+}  // namespace
+
+size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prompt) {
+  // The last prompt position is always computed here (its logits start decoding);
+  // a compressor that reads the observation window's queries keeps that window
+  // local too, so its statistics are those of a full prefill.
+  size_t limit = prompt.size() - 1;
+  if (rq.compressor->needs_stats())
+    limit = prompt.size() > rq.opt.stats_window ? std::min(limit, prompt.size() - rq.opt.stats_window) : 0;
+  const RemoteFetch f = remote_->fetch_prefix(prompt, limit, *full_tier_, rq.tier_id);
+  note_full_fetch(rq.result.stats, f);
+  return f.positions;
+}
+
+PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int32_t> prompt) {
+  const GenerateOptions& opt = rq.opt;
+  GenerateStats& s = rq.result.stats;
+  s.remote = true;
+  const std::string spec = compressor_spec(opt.compressor, opt.compressor_params, opt.ratio);
+  if (cfg_.remote_compressed_first) {
+    RemoteCompressedFetch cf = remote_->fetch_compressed(prompt, prompt.size() - 1, spec);
+    s.remote_compressed_chunks_hit = cf.chunks;
+    s.remote_compressed_positions = cf.positions;
+    s.remote_bytes_compressed = cf.bytes;
+    s.remote_compressed_fetch_seconds = cf.seconds;
+    s.remote_compressed_stop_reason = cf.stop_reason;
+    if (cf.view) return prefill_compressed_first(rq, prompt, std::move(*cf.view));
+  }
+  const size_t cached = fetch_remote_prefix(rq, prompt);
+  PrefilledRequest p = prefill_compressed(*model_, prompt, rq.seq, cache_, ws_, *rq.compressor,
+                                          opt.ratio, opt.stats_window, opt.prefill_chunk,
+                                          *full_tier_, *streamer_, rq.tier_id, cached);
+  // Write-behind: copies the chunks, never waits for the store.
+  const size_t chunk = remote_->layout().chunk_tokens;
+  s.remote_chunks_published = remote_->publish(prompt, cached / chunk, *full_tier_, rq.tier_id);
+  if (p.view) s.remote_compressed_chunks_published = remote_->publish_compressed(prompt, 0, *p.view, spec);
+  return p;
+}
+
+PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<const int32_t> prompt,
+                                                     CompressedView view) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const GenerateOptions& opt = rq.opt;
+  GenerateStats& s = rq.result.stats;
+  s.remote_compressed_first = true;
+  const size_t n = prompt.size(), covered = view.covered();
+
+  // 2. The full chunks stream into the tier while the drafter works (the tier
+  // entry is this request's alone; the drafter touches only fast memory).
+  std::future<RemoteFetch> full;
+  if (opt.mode == DecodeMode::vericache)
+    full = std::async(std::launch::async, [this, prompt, id = rq.tier_id] {
+      return remote_->fetch_prefix(prompt, prompt.size() - 1, *full_tier_, id);
+    });
+
+  // 3. The suffix over the view, into the drafter's tail, and the first round's
+  // drafts (the guess of the first token, then L after it): drafting work only
+  // while the full chunks are still on their way.
+  const auto arrived = [&full] {
+    return full.valid() && full.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
+  rq.view = std::move(view);
+  cache_.start_at(rq.seq, covered);
+  std::vector<ForwardRow> rows;
+  std::vector<float> draft_logits;
+  const size_t step = opt.prefill_chunk > 0 ? opt.prefill_chunk : n;
+  bool suffix_drafted = true;
+  for (size_t b = covered; b < n && suffix_drafted; b += step) {
+    if (arrived()) {
+      suffix_drafted = false;
+      break;
+    }
+    const size_t e = std::min(n, b + step);
+    cache_.reserve(rq.seq, e);
+    rows.clear();
+    for (size_t i = b; i < e; ++i)
+      rows.push_back(ForwardRow{prompt[i], int32_t(i), &rq.seq, i + 1 == n, &*rq.view});
+    forward(*model_, rows, cache_, ws_, draft_logits);
+  }
+  rq.note_fast(cache_);
+  PrefilledRequest p;
+  if (opt.mode == DecodeMode::lossy) {  // decodes over the fetched view as it is
+    p.logits = std::move(draft_logits);
+    p.prefill_seconds = seconds_since(t0);
+    return p;
+  }
+  const size_t want =
+      std::min(size_t(std::max(rq.steps, 0)), (opt.draft_auto ? opt.max_draft : opt.draft_length) + 1);
+  std::vector<float> lg;
+  if (suffix_drafted && want > 0) {
+    int32_t tok = sample_token(draft_logits, opt.sampling, int64_t(n));
+    rq.predraft.push_back(tok);
+    while (rq.predraft.size() < want && !arrived()) {
+      const size_t at = n + rq.predraft.size() - 1;  // tok's position
+      cache_.reserve(rq.seq, at + 1);
+      rows.assign(1, ForwardRow{tok, int32_t(at), &rq.seq, true, &*rq.view});
+      forward(*model_, rows, cache_, ws_, lg);
+      tok = sample_token(lg, opt.sampling, int64_t(at) + 1);
+      rq.predraft.push_back(tok);
+    }
+  }
+  s.remote_predrafted = rq.predraft.empty() ? 0 : rq.predraft.size() - 1;
+  rq.note_fast(cache_);
+
+  // 4. Wait for the full chunks, then the exact suffix from where they ended.
+  const auto tw = std::chrono::steady_clock::now();
+  const RemoteFetch f = full.get();
+  s.remote_full_wait_seconds = seconds_since(tw);
+  note_full_fetch(s, f);
+  p.logits = prefill_to_tier(*model_, prompt.subspan(f.positions), rq.tier_id, *full_tier_,
+                             *streamer_, cache_, ws_, opt.prefill_chunk);
+  p.prefill_seconds = seconds_since(t0);
+  // The drafter's tail takes the suffix's exact KV (what a local prefill leaves it).
+  const size_t heads = cache_.config().kv_heads, d = cache_.config().head_dim;
+  const LayerKvReader read = tier_layer_reader(*full_tier_, rq.tier_id);
+  LayerKv layer;
+  std::vector<float> k(heads * d), v(heads * d);
+  cache_.reserve(rq.seq, n);
+  for (size_t l = 0; l < cache_.config().num_layers; ++l) {
+    read(l, n, 0, heads, layer);
+    for (size_t pos = covered; pos < n; ++pos) {
+      for (size_t h = 0; h < heads; ++h) {
+        std::copy_n(layer.k_at(h, pos), d, &k[h * d]);
+        std::copy_n(layer.v_at(h, pos), d, &v[h * d]);
+      }
+      cache_.write(l, rq.seq, pos, k.data(), v.data());
+    }
+  }
+  s.remote_chunks_published =
+      remote_->publish(prompt, f.positions / remote_->layout().chunk_tokens, *full_tier_, rq.tier_id);
+  return p;
+}
+
+}  // namespace vc

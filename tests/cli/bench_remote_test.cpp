@@ -1,0 +1,46 @@
+// `vericache bench remote` against a real redis-server: every flow runs for every
+// length and equals full decoding (the bench fails otherwise); its JSON names the
+// link's rates; a bad store URL is a one-line error.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_support.hpp"
+#include "tests/kvtiers/redis_server.hpp"
+
+namespace {
+
+TEST(bench_remote, runs_every_flow_at_every_length_and_states_the_link_rates) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const auto r = vc::test::run_vericache(
+      "bench remote --remote " + server.url() +
+          " --lengths 200 300 --remote-chunk 64 --max-tokens 6 --local-bandwidth 2e8 --json",
+      false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["local_bytes_per_second"].get<double>(), 2e8);
+  EXPECT_DOUBLE_EQ(j["remote_bytes_per_second"].get<double>(), 2e8 * 1.2 / 40);
+  EXPECT_NE(j["link"].get<std::string>().find("throttled by an in-process TCP proxy"), std::string::npos);
+  ASSERT_EQ(j["runs"].size(), 6u);
+  const char* flows[3] = {"recompute", "full first", "compressed first"};
+  for (size_t i = 0; i < 6; ++i) {
+    const nlohmann::json& run = j["runs"][i];
+    EXPECT_EQ(run["flow"], flows[i % 3]) << run;
+    EXPECT_EQ(run["prompt_tokens"], i < 3 ? 200 : 300) << run;
+    EXPECT_GT(run["time_to_first_token_seconds_median"].get<double>(), 0) << run;
+  }
+  EXPECT_EQ(j["runs"][0]["full_chunks_hit"], 0);          // recompute: the store was cleared
+  EXPECT_GT(j["runs"][1]["full_chunks_hit"].get<int>(), 1);  // full first hits
+  EXPECT_GT(j["runs"][2]["compressed_chunks_hit"].get<int>(), 1);
+}
+
+TEST(bench_remote, a_bad_store_url_is_a_one_line_error) {
+  const auto r = vc::test::run_vericache("bench remote --remote localhost:6379", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("'localhost:6379' is not a redis://HOST:PORT URL"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,176 @@
+// The compressed-first remote flow through the CLI against a real redis-server:
+// a warm request drafts from the prefix's compressed chunks while its full chunks
+// stream in, and its tokens and logprobs equal full decoding bit for bit (greedy
+// and seeded, SnapKV and KIVI); a fault in the full chunks alone (corrupt, missing)
+// is recomputed locally before any token, a fault in the compressed chunks alone
+// falls back to the full flow; lossy mode decodes over the fetched view.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kvtiers/remote/redis_client.hpp"
+#include "tests/cli/cli_support.hpp"
+#include "tests/kvtiers/redis_server.hpp"
+#include "tools/vericache/throttled_proxy.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+struct PromptFile {  // a few hundred tokens of code, removed on destruction
+  std::string path;
+  PromptFile() {
+    char tmpl[] = "/tmp/vc-remote-cf-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    close(fd);
+    path = tmpl;
+    std::ofstream out(path);
+    out << "<|begin_of_text|>";
+    for (int i = 0; i < 12; ++i)
+      out << "def g" << i << "(y):\n    return y - " << i << " * " << i + 2 << "\n\n";
+    out << "def main():\n    total = 0\n    for i in range(10):";
+  }
+  ~PromptFile() { unlink(path.c_str()); }
+};
+
+json generate(const std::string& args) {
+  const auto r = vc::test::run_vericache("generate " + args, false);
+  EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
+  return r.code == 0 ? json::parse(r.out) : json::object();
+}
+
+void expect_same_tokens(const json& full, const json& j, const std::string& what) {
+  EXPECT_EQ(full["output_ids"], j["output_ids"]) << what;
+  EXPECT_EQ(full["output_logprobs"].dump(), j["output_logprobs"].dump()) << what;
+}
+
+// Applies `f` to every key of the store matching `pattern`.
+template <class F>
+void each_key(const std::string& url, const std::string& pattern, F&& f) {
+  vc::RedisClient c(vc::parse_redis_url(url));
+  const auto scan = c.command({"SCAN", "0", "MATCH", pattern, "COUNT", "10000"});
+  for (const auto& k : scan.elements[1].elements) f(c, k.str);
+}
+
+void corrupt(const std::string& url, const std::string& pattern) {
+  each_key(url, pattern, [](vc::RedisClient& c, const std::string& k) {
+    std::string v = c.command({"GET", k}).str;
+    v[v.size() - 7] ^= 0x20;
+    ASSERT_EQ(c.command({"SET", k, v}).str, "OK");
+  });
+}
+
+TEST(remote_compressed_first, drafting_from_compressed_chunks_gives_the_tokens_of_full_decoding) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  PromptFile prompt;
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
+  // The same store behind a link of 200 KB/s: the full chunks (0.6 MB) take seconds,
+  // the drafter drafts while they arrive.
+  vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), 200e3);
+  const std::string slow_remote = " --remote " + slow.url() + " --remote-chunk 32 --remote-timeout-ms 60000";
+  for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 5"}) {
+    const std::string base = "--prompt-file " + prompt.path +
+                             " --max-tokens 24 --json --logprobs --ignore-eos" + sampling;
+    const json full = generate(base);
+    for (const std::string mode : {" --mode vericache --compressor snapkv --ratio 4 --draft 8",
+                                   " --mode vericache --compressor kivi --compressor-param group_size=32 --ratio 4 "
+                                   "--draft 8"}) {
+      ASSERT_EQ(vc::test::run_vericache("cache clear --remote " + server.url(), false).code, 0);
+      const json cold = generate(base + mode + remote);
+      expect_same_tokens(full, cold, "cold" + mode);
+      EXPECT_FALSE(cold["stats"]["remote"]["compressed_first"].get<bool>());
+      EXPECT_GT(cold["stats"]["remote"]["compressed_chunks_published"].get<int>(), 3) << cold["stats"]["remote"];
+      const json warm = generate(base + mode + remote);
+      expect_same_tokens(full, warm, "warm" + mode);
+      const json& rs = warm["stats"]["remote"];
+      EXPECT_TRUE(rs["compressed_first"].get<bool>()) << rs;
+      EXPECT_GT(rs["compressed_chunks_hit"].get<int>(), 3) << rs;
+      EXPECT_GT(rs["bytes_fetched_compressed"].get<double>(), 0) << rs;
+      EXPECT_GT(rs["chunks_hit"].get<int>(), 3) << rs;  // the full chunks, from the fetch thread
+      // Through the slow link: drafts made while the full chunks arrived, verified.
+      const json slow_warm = generate(base + mode + slow_remote);
+      expect_same_tokens(full, slow_warm, "slow link" + mode);
+      const json& ss = slow_warm["stats"]["remote"];
+      EXPECT_TRUE(ss["compressed_first"].get<bool>()) << ss;
+      EXPECT_GT(ss["predrafted"].get<int>(), 0) << ss;
+      EXPECT_GT(ss["full_wait_seconds"].get<double>(), 0.1) << ss;
+      // The full flow over the same store: the same tokens.
+      const json full_flow = generate(base + mode + remote + " --remote-flow full");
+      expect_same_tokens(full, full_flow, "full flow" + mode);
+      EXPECT_FALSE(full_flow["stats"]["remote"]["compressed_first"].get<bool>());
+      EXPECT_EQ(full_flow["stats"]["remote"]["compressed_chunks_hit"].get<int>(), 0);
+    }
+  }
+}
+
+TEST(remote_compressed_first, a_fault_in_the_full_chunks_is_recomputed_before_any_token) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  PromptFile prompt;
+  const std::string common = "--prompt-file " + prompt.path + " --max-tokens 24 --json --logprobs --ignore-eos";
+  const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 8";
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
+  const json full = generate(common);
+  (void)generate(base + remote);  // publishes both forms
+
+  // Every full chunk corrupt: drafting still starts from the compressed chunks,
+  // the whole prompt is recomputed locally.
+  corrupt(server.url(), "vc:kv:full:*");
+  json j = generate(base + remote);
+  expect_same_tokens(full, j, "full chunks corrupt");
+  EXPECT_TRUE(j["stats"]["remote"]["compressed_first"].get<bool>());
+  EXPECT_EQ(j["stats"]["remote"]["chunks_hit"], 0);
+  EXPECT_NE(j["stats"]["remote"]["stop_reason"].get<std::string>().find("checksum"), std::string::npos)
+      << j["stats"]["remote"];
+
+  // That request republished the full chunks; now one in the middle is missing.
+  int deleted = 0;
+  vc::RedisClient c(vc::parse_redis_url(server.url()));
+  const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:full:*", "COUNT", "10000"});
+  ASSERT_GT(scan.elements[1].elements.size(), 3u);
+  j = generate(base + remote);
+  const int all = j["stats"]["remote"]["chunks_hit"].get<int>();
+  EXPECT_GT(all, 3);
+  // Delete chunks until the full prefix is shorter than the compressed one.
+  for (const auto& k : scan.elements[1].elements) {
+    deleted += int(c.command({"DEL", k.str}).integer);
+    j = generate(base + remote);
+    if (j["stats"]["remote"]["chunks_hit"].get<int>() < all) break;
+  }
+  expect_same_tokens(full, j, "a full chunk missing");
+  EXPECT_TRUE(j["stats"]["remote"]["compressed_first"].get<bool>());
+  EXPECT_LT(j["stats"]["remote"]["chunks_hit"].get<int>(), all);
+  EXPECT_NE(j["stats"]["remote"]["stop_reason"].get<std::string>().find("not in the store"), std::string::npos);
+  EXPECT_GT(deleted, 0);
+
+  // Compressed chunks corrupt: the full flow, the same tokens.
+  corrupt(server.url(), "vc:kv:cmp:*");
+  j = generate(base + remote);
+  expect_same_tokens(full, j, "compressed chunks corrupt");
+  EXPECT_FALSE(j["stats"]["remote"]["compressed_first"].get<bool>());
+  EXPECT_NE(j["stats"]["remote"]["compressed_stop_reason"].get<std::string>().find("checksum"), std::string::npos)
+      << j["stats"]["remote"];
+}
+
+TEST(remote_compressed_first, lossy_mode_decodes_over_the_fetched_view) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  PromptFile prompt;
+  const std::string base = "--prompt-file " + prompt.path +
+                           " --max-tokens 16 --json --ignore-eos --mode lossy --compressor snapkv --ratio 4";
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
+  const json local = generate(base);
+  (void)generate(base + remote);
+  const json warm = generate(base + remote);
+  EXPECT_TRUE(warm["stats"]["remote"]["compressed_first"].get<bool>()) << warm["stats"]["remote"];
+  EXPECT_EQ(warm["stats"]["remote"]["chunks_hit"], 0);  // lossy reads no full chunk
+  EXPECT_EQ(warm["output_ids"].size(), local["output_ids"].size());
+}
+
+}  // namespace

@@ -1,0 +1,215 @@
+// `vericache bench remote`: time to first token and decode speed of a request whose
+// prompt prefix sits in the remote store, three ways: (a) recompute (the store
+// empty), (b) fetch the full chunks, then prefill the rest and compress locally,
+// (c) compressed first (draft from the compressed chunks while the full chunks
+// stream in). The store is reached through an in-process throttling TCP proxy at
+// --remote-bandwidth; the full tier's link is modelled at --local-bandwidth
+// (GeneratorConfig::link_bandwidth). Every run's ids and logprobs are checked equal
+// to full decoding (--mode full), else the bench fails.
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kernels/cpu/cpu_features.hpp"
+#include "kvtiers/remote/remote_tier.hpp"
+#include "runtime/generator.hpp"
+#include "tools/vericache/commands.hpp"
+#include "tools/vericache/options.hpp"
+#include "tools/vericache/prompt_set.hpp"
+#include "tools/vericache/throttled_proxy.hpp"
+
+namespace vc::cli {
+
+namespace {
+
+struct BenchRemoteArgs {
+  std::string model_dir = default_model_dir();
+  std::string remote;  // the store (redis://HOST:PORT); the bench clears vc:kv:* in it
+  std::vector<size_t> lengths = {1024, 2048, 4096};
+  size_t chunk = 256;
+  int max_tokens = 32;
+  std::string compressor = "snapkv";
+  double ratio = 4;
+  size_t draft = 8;
+  double local_bandwidth = 400e6;  // bytes/s; the remote link gets 1.2/40 of it
+  double remote_bandwidth = 0;     // 0: local_bandwidth * 1.2 / 40
+  uint32_t seed = 1;
+  int repeats = 1;  // runs per flow and length; the table shows medians
+  int threads = 0;
+  bool json = false;
+};
+
+// `n` prompt tokens: the bundled code prompts, tokenized and concatenated from the
+// one `seed` picks, cycling.
+std::vector<int32_t> make_prompt(const Tokenizer& tok, size_t n, uint32_t seed) {
+  const std::vector<BenchPrompt> set = load_prompts(default_prompt_file());
+  std::vector<int32_t> out;
+  for (size_t i = seed % set.size(); out.size() < n; i = (i + 1) % set.size()) {
+    const std::vector<int32_t> ids = tok.encode(set[i].text);
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  out.resize(n);
+  return out;
+}
+
+struct FlowRun {
+  std::string flow;
+  size_t length = 0;
+  GenerateStats stats;  // of the run with the median time to first token
+  double ttft = 0, decode_tps = 0;  // medians over the repeats
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int run_bench_remote(const BenchRemoteArgs& a) {
+  auto model = Model::load(a.model_dir);
+  auto tok = std::make_shared<const Tokenizer>(
+      Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
+  const RedisEndpoint ep = parse_redis_url(a.remote);
+  const double remote_bw = a.remote_bandwidth > 0 ? a.remote_bandwidth : a.local_bandwidth * 1.2 / 40;
+  ThrottledProxy proxy(ep.host, ep.port, remote_bw);
+
+  GeneratorConfig gc;
+  gc.threads = a.threads;
+  gc.link_bandwidth = a.local_bandwidth;
+  Generator reference(model, tok, gc);
+  gc.remote_url = proxy.url();
+  gc.remote_chunk_tokens = a.chunk;
+  gc.remote_timeout_ms = 600000;  // the throttled link is slow on purpose
+  gc.remote_compressed_first = false;
+  Generator full_first(model, tok, gc);
+  gc.remote_compressed_first = true;
+  Generator compressed_first(model, tok, gc);
+
+  GenerateOptions opt;
+  opt.max_tokens = a.max_tokens;
+  opt.stop_at_eos = false;
+  opt.mode = DecodeMode::full;
+  std::vector<FlowRun> runs;
+  for (size_t n : a.lengths) {
+    const std::vector<int32_t> prompt = make_prompt(*tok, n, a.seed);
+    opt.mode = DecodeMode::full;
+    const GenerateResult ref = reference.generate(prompt, opt);
+    opt.mode = DecodeMode::vericache;
+    opt.compressor = a.compressor;
+    opt.ratio = a.ratio;
+    opt.draft_length = a.draft;
+    std::vector<std::vector<GenerateStats>> got(3);
+    const char* names[3] = {"recompute", "full first", "compressed first"};
+    auto check = [&](const GenerateResult& r, int flow) {
+      if (r.output_ids != ref.output_ids || r.output_logprobs != ref.output_logprobs)
+        throw Error(std::string("bench remote: ") + names[flow] + " at " + std::to_string(n) +
+                    " tokens differs from full decoding");
+      got[size_t(flow)].push_back(r.stats);
+      std::cerr << fmt::format("  {} tokens, {}: first token {:.2f} s, {:.1f} tok/s\n", n,
+                               names[flow], r.stats.time_to_first_token_seconds,
+                               r.stats.decode_tokens_per_second());
+    };
+    for (int rep = 0; rep < a.repeats; ++rep) {
+      (void)remote_store_clear(ep);
+      check(full_first.generate(prompt, opt), 0);  // a miss: prefills, publishes
+      full_first.remote()->flush();
+      check(full_first.generate(prompt, opt), 1);
+      check(compressed_first.generate(prompt, opt), 2);
+    }
+    for (int f = 0; f < 3; ++f) {
+      std::vector<double> ttft, tps;
+      for (const GenerateStats& st : got[size_t(f)]) {
+        ttft.push_back(st.time_to_first_token_seconds);
+        tps.push_back(st.decode_tokens_per_second());
+      }
+      FlowRun fr{names[f], n, got[size_t(f)][0], median(ttft), median(tps)};
+      for (const GenerateStats& st : got[size_t(f)])
+        if (st.time_to_first_token_seconds == fr.ttft) fr.stats = st;
+      runs.push_back(fr);
+    }
+  }
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (const FlowRun& r : runs)
+    rows.push_back({{"prompt_tokens", r.length},
+                    {"flow", r.flow},
+                    {"time_to_first_token_seconds_median", r.ttft},
+                    {"decode_tokens_per_second_median", r.decode_tps},
+                    {"prefill_seconds", r.stats.prefill_seconds},
+                    {"full_chunks_hit", r.stats.remote_chunks_hit},
+                    {"compressed_chunks_hit", r.stats.remote_compressed_chunks_hit},
+                    {"bytes_full", r.stats.remote_bytes_full},
+                    {"bytes_compressed", r.stats.remote_bytes_compressed},
+                    {"full_wait_seconds", r.stats.remote_full_wait_seconds}});
+  const std::string link = fmt::format(
+      "remote link: throttled by an in-process TCP proxy to {:.1f} MB/s; local full-tier link "
+      "modelled at {:.1f} MB/s (remote : local = 1.2 : {:.1f})",
+      remote_bw / 1e6, a.local_bandwidth / 1e6, 1.2 * a.local_bandwidth / remote_bw);
+  if (a.json) {
+    std::cout << nlohmann::json{{"model", a.model_dir},
+                                {"compressor", a.compressor},
+                                {"ratio", a.ratio},
+                                {"draft", a.draft},
+                                {"max_tokens", a.max_tokens},
+                                {"chunk_tokens", a.chunk},
+                                {"remote_bytes_per_second", remote_bw},
+                                {"local_bytes_per_second", a.local_bandwidth},
+                                {"link", link},
+                                {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))},
+                                {"runs", rows}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::cout << fmt::format(
+      "bench remote: {}, --mode vericache --compressor {} --ratio {} --draft {}, {} tokens "
+      "out, chunks of {}; every run equal to --mode full; medians of {} (first token, decode; "
+      "the other columns from the median run)\n{}\n\n",
+      a.model_dir, a.compressor, a.ratio, a.draft, a.max_tokens, a.chunk, a.repeats, link);
+  std::cout << fmt::format("{:>7} {:<17} {:>12} {:>9} {:>10} {:>11} {:>10}\n", "prompt", "flow",
+                           "first token", "decode", "prefill", "fetched", "full wait");
+  for (const FlowRun& r : runs)
+    std::cout << fmt::format(
+        "{:>7} {:<17} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s\n", r.length,
+        r.flow, r.ttft, r.decode_tps,
+        r.stats.prefill_seconds,
+        double(r.stats.remote_bytes_full + r.stats.remote_bytes_compressed) / 1e6,
+        r.stats.remote_full_wait_seconds);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_remote_command(CLI::App& bench, Runner& run) {
+  auto a = std::make_shared<BenchRemoteArgs>();
+  CLI::App* cmd = bench.add_subcommand(
+      "remote", "Remote prefix cache: recompute vs full-first vs compressed-first (throttled link)");
+  cmd->add_option("--model", a->model_dir, "Model directory")->capture_default_str();
+  cmd->add_option("--remote", a->remote, "The store, redis://HOST:PORT (its vc:kv:* keys are cleared)")
+      ->required();
+  cmd->add_option("--lengths", a->lengths, "Prompt lengths in tokens")
+      ->capture_default_str()->check(integer_in(2, 1 << 20));
+  cmd->add_option("--remote-chunk", a->chunk, "Tokens per remote chunk")
+      ->capture_default_str()->check(integer_in(16, 1 << 20));
+  cmd->add_option("--max-tokens", a->max_tokens, "Tokens generated per run")
+      ->capture_default_str()->check(integer_in(1, 1 << 20));
+  cmd->add_option("--compressor", a->compressor, "Compression method")->capture_default_str();
+  cmd->add_option("--ratio", a->ratio, "Compression ratio")->capture_default_str();
+  cmd->add_option("--draft", a->draft, "Drafts per verification round")
+      ->capture_default_str()->check(integer_in(1, 1024));
+  cmd->add_option("--local-bandwidth", a->local_bandwidth,
+                  "Bytes/s of the modelled full-tier link")->capture_default_str();
+  cmd->add_option("--remote-bandwidth", a->remote_bandwidth,
+                  "Bytes/s of the throttled remote link (0: local * 1.2 / 40)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Picks the first prompt of the prompt set")->capture_default_str();
+  cmd->add_option("--repeats", a->repeats, "Runs per flow and length (medians)")
+      ->capture_default_str()->check(integer_in(1, 1000));
+  cmd->add_option("--threads", a->threads, "Threads (0 = auto)")
+      ->capture_default_str()->check(integer_in(0, 1024));
+  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->callback([&run, a] { run = [a] { return run_bench_remote(*a); }; });
+}
+
+}  // namespace vc::cli
