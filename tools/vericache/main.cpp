@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   vc::cli::add_topo_command(app, run);
   vc::cli::add_plan_command(app, run);
   vc::cli::add_cache_command(app, run);
+  vc::cli::add_calibrate_command(app, run);
   try {
     check_config_path(argc, argv);
     app.parse(argc, argv);
