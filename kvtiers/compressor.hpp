@@ -108,9 +108,9 @@ struct PrefillStats {
   /// Per query head, the mean and the mean square of each channel of the post-RoPE
   /// queries over the prompt: [layers][heads][head_dim] each (ExpectedAttention).
   std::vector<float> query_mean, query_sq_mean;
-  /// The HiddenScorer's outputs for every position in [hidden_begin, n_pos):
-  /// [layers][hidden_outputs][n_pos] (positions before hidden_begin are 0: rows a
-  /// pass did not compute). KVzap reads one score per KV head.
+  /// The HiddenScorer's outputs for the positions [hidden_begin, n_pos):
+  /// [layers][hidden_outputs][n_pos - hidden_begin] (a prefill scores from 0, a
+  /// verify pass its own rows). KVzap reads one score per KV head.
   size_t hidden_outputs = 0, hidden_begin = 0;
   std::vector<float> hidden_scores;
 
@@ -120,8 +120,9 @@ struct PrefillStats {
   [[nodiscard]] const float* accumulated(size_t l, size_t g) const {
     return &accumulated_attention[(l * kv_heads + g) * n_pos];
   }
+  /// Scores of output o of layer l, from position hidden_begin on.
   [[nodiscard]] const float* hidden(size_t l, size_t o) const {
-    return &hidden_scores[(l * hidden_outputs + o) * n_pos];
+    return &hidden_scores[(l * hidden_outputs + o) * (n_pos - hidden_begin)];
   }
 };
 
