@@ -64,7 +64,7 @@ struct DraftBlock {
   bool wants_stats = false;
   /// vericache with KVzap: the verify pass scores its rows' hidden states with this
   /// (VerifyJob::hidden).
-  std::shared_ptr<const HiddenScorer> hidden;
+  std::shared_ptr<const HiddenScorer> hidden = nullptr;
   size_t fast_bytes_peak = 0;   // the request's fast memory so far (view + blocks)
   DraftLevelStats levels;       // this block's passes and n-gram proposals
   std::vector<uint8_t> proposed_by_ngram;  // per token: an n-gram proposal the drafter kept

@@ -22,7 +22,7 @@ struct VerifyJob {
   bool collect_stats = false;
   /// When set, run it on every row's hidden states and return the scores of the
   /// committed rows (VerifyOutcome::hidden_scores): KVzap scores tokens as they come.
-  std::shared_ptr<const HiddenScorer> hidden;
+  std::shared_ptr<const HiddenScorer> hidden = nullptr;
 };
 
 struct VerifyOutcome {
