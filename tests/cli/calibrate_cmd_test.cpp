@@ -56,7 +56,7 @@ TEST(calibrate_cmd, writes_a_surrogate_that_generate_uses_and_prints_r2_per_laye
 
   const auto full = test::run_vericache(gen_args + " --mode full", false);
   ASSERT_EQ(full.code, 0);
-  for (const char* sel : {"--ratio 4", "--threshold -6 --keep-recent 4"}) {
+  for (const char* sel : {"--ratio 4", "--threshold 1e30 --keep-recent 2"}) {
     const auto v = test::run_vericache(gen_args + " --mode vericache --compressor kvzap --draft 4 " + sel,
                                        false);
     ASSERT_EQ(v.code, 0) << sel;
