@@ -1,5 +1,5 @@
 // vericache: command-line entry point (generate, batch, serve, bench, compressors, model, topo,
-// plan, cache).
+// plan, cache, calibrate).
 //
 // Exit codes: 0 success; 1 bad input (an option, a config file, a model file, a
 // request), always with exactly one "error: ..." line on stderr; 2 an internal error;
