@@ -150,8 +150,9 @@ void SchedulerCore::on_drafted(DraftBlock& b) {
   c->phase = RequestCtx::Phase::verify;
   const size_t p0 = pending_position(*c);
   c->wants_stats = b.wants_stats;
+  c->hidden = b.hidden;
   const VerifyJob job{c->id, c->result.output_ids.back(), p0, c->drafts, c->spec.sampling,
-                      b.wants_stats};
+                      b.wants_stats, c->hidden};
   if (lockstep_) held_for_verify_.push_back(c->id);
   else out_.verify(job);
   check_barriers();
@@ -265,7 +266,7 @@ void SchedulerCore::check_barriers() {
     for (uint64_t id : std::exchange(held_for_verify_, {})) {
       auto c = find(id);
       const VerifyJob job{c->id, c->result.output_ids.back(), pending_position(*c), c->drafts,
-                          c->spec.sampling, c->wants_stats};
+                          c->spec.sampling, c->wants_stats, c->hidden};
       out_.verify(job);
     }
   }

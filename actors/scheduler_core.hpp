@@ -39,6 +39,7 @@ struct RequestCtx {
   std::vector<uint8_t> drafts_from_ngram;  // per draft: an n-gram proposal (draft_pass.hpp)
   double round_draft_seconds = 0;
   bool wants_stats = false;      // the round's verify gathers statistics for a fold
+  std::shared_ptr<const HiddenScorer> hidden = nullptr;  // the round's verify scores hidden states (KVzap)
   size_t fast_need = 0;          // fast-memory bytes reserved for it while active
   size_t tier_need = 0;          // full-tier bytes reserved for it while active
   std::chrono::steady_clock::time_point submitted, started;

@@ -26,6 +26,7 @@ constexpr Entry kRegistry[] = {
     {"h2o", &make_h2o, false},
     {"expected_attention", &make_expected_attention, false},
     {"kvzip", &make_kvzip, false},
+    {"kvzap", &make_kvzap, false},
     {"laprox", &make_laprox, false},
     {"kivi", &make_kivi, true},
     {"kvquant", &make_kvquant, true},
@@ -50,6 +51,10 @@ std::string valid_names() {
 void Compressor::select_globally(std::vector<LayerPlan>& /*layers*/, const KvShape& /*shape*/,
                                  double /*ratio*/) const {
   throw Error("compressor '" + std::string(name()) + "' does not select model-wide");
+}
+
+void Compressor::set_surrogate(std::shared_ptr<const KvzapSurrogate> /*s*/) {
+  throw Error("compressor '" + std::string(name()) + "' takes no surrogate");
 }
 
 QuantSpec Compressor::plan_quant(const KvShape& /*shape*/, std::vector<size_t> /*rows*/,
@@ -105,7 +110,7 @@ std::unique_ptr<Compressor> make_compressor(const std::string& name) {
   if (!d || d->quantizer || !q || !q->quantizer) {
     throw Error("bad compressor composition '" + name +
                 "': expected DROP+QUANT with DROP one of streaming_llm, snapkv, h2o, "
-                "expected_attention, kvzip, laprox and QUANT one of kivi, kvquant, rotate_kv "
+                "expected_attention, kvzip, kvzap, laprox and QUANT one of kivi, kvquant, rotate_kv "
                 "(valid: " + valid_names() + ")");
   }
   return make_composition(d->make(), q->make());
@@ -207,7 +212,7 @@ std::vector<int32_t> select_by_threshold(const std::vector<float>& scores, doubl
 void Compressor::set_selection(const TokenSelection& s) {
   if (s.by_threshold && !scores_tokens())
     throw Error(std::string(name()) + ": threshold selection needs a method that scores tokens "
-                "(snapkv, h2o, expected_attention, kvzip, laprox)");
+                "(snapkv, h2o, expected_attention, kvzip, kvzap, laprox)");
   if (s.by_threshold && !std::isfinite(s.threshold))
     throw Error(std::string(name()) + ": threshold must be a finite number");
   selection_ = s;

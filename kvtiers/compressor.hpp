@@ -64,6 +64,20 @@ struct KvSnapshot {
   void read_heads(size_t l, size_t first, size_t count, LayerKv& out) const;
 };
 
+class KvzapSurrogate;
+
+/// A function of each layer's input hidden states (after the attention RMSNorm),
+/// run by the prefill and verify passes on every row they compute: `outputs()`
+/// values per row (KVzap's surrogate gives one score per KV head). Must depend on
+/// the row alone (the same bits whatever rows share the call).
+class HiddenScorer {
+ public:
+  virtual ~HiddenScorer() = default;
+  [[nodiscard]] virtual size_t outputs() const = 0;
+  /// x: [rows][dim] of layer `layer`; out: [rows][outputs()].
+  virtual void score(size_t layer, const float* x, size_t rows, size_t dim, float* out) const = 0;
+};
+
 /// Which prefill statistics a method plans from. Each costs only when asked for:
 /// the window is the last prompt queries (tiny), query moments accumulate in the
 /// pass, and accumulated attention re-scores every prompt query against every key.
@@ -71,7 +85,8 @@ struct StatsNeeds {
   bool window = false;       // attention of the observation window (SnapKV, KVzip, LaProx)
   bool accumulated = false;  // attention received, summed over every prompt query (H2O, KVzip)
   bool query_moments = false;  // per-channel mean and mean square of the queries (ExpectedAttention)
-  [[nodiscard]] bool any() const { return window || accumulated || query_moments; }
+  bool hidden = false;  // the method's HiddenScorer on every row's input hidden states (KVzap)
+  [[nodiscard]] bool any() const { return window || accumulated || query_moments || hidden; }
 };
 
 /// Statistics of the prompt, gathered by the prefill pass (runtime/prefill_stats),
@@ -93,12 +108,21 @@ struct PrefillStats {
   /// Per query head, the mean and the mean square of each channel of the post-RoPE
   /// queries over the prompt: [layers][heads][head_dim] each (ExpectedAttention).
   std::vector<float> query_mean, query_sq_mean;
+  /// The HiddenScorer's outputs for the positions [hidden_begin, n_pos):
+  /// [layers][hidden_outputs][n_pos - hidden_begin] (a prefill scores from 0, a
+  /// verify pass its own rows). KVzap reads one score per KV head.
+  size_t hidden_outputs = 0, hidden_begin = 0;
+  std::vector<float> hidden_scores;
 
   [[nodiscard]] const float* window_query(size_t l, size_t w, size_t h) const {
     return &window_queries[((l * window + w) * heads + h) * head_dim];
   }
   [[nodiscard]] const float* accumulated(size_t l, size_t g) const {
     return &accumulated_attention[(l * kv_heads + g) * n_pos];
+  }
+  /// Scores of output o of layer l, from position hidden_begin on.
+  [[nodiscard]] const float* hidden(size_t l, size_t o) const {
+    return &hidden_scores[(l * hidden_outputs + o) * (n_pos - hidden_begin)];
   }
 };
 
@@ -116,6 +140,8 @@ struct LayerStats {
   std::vector<float> accumulated_attention;
   /// [heads][head_dim] each, when the method needs query moments.
   std::vector<float> query_mean, query_sq_mean;
+  /// [kv_heads][n_pos], when the method needs hidden-state scores (one per KV head).
+  std::vector<float> hidden_scores;
 
   [[nodiscard]] const float* window_row(size_t g, size_t w) const {
     return &window_attention[(g * window + w) * n_pos];
@@ -123,6 +149,7 @@ struct LayerStats {
   [[nodiscard]] const float* accumulated(size_t g) const {
     return &accumulated_attention[g * n_pos];
   }
+  [[nodiscard]] const float* hidden(size_t g) const { return &hidden_scores[g * n_pos]; }
 };
 
 /// The statistics of the slice `kv` (KV heads kv.first_head.. of layer kv.layer)
@@ -224,6 +251,14 @@ class Compressor {
   [[nodiscard]] virtual StatsNeeds stats_needs() const { return {}; }
   /// True when plan_layer() needs statistics of any kind.
   [[nodiscard]] bool needs_stats() const { return stats_needs().any(); }
+  /// What the passes run on each row's hidden states when stats_needs().hidden.
+  [[nodiscard]] virtual const HiddenScorer* hidden_scorer() const { return nullptr; }
+  /// The file beside the model's weights this method loads (KVzap:
+  /// "kvzap.safetensors"); empty when it needs none.
+  [[nodiscard]] virtual std::string_view model_file() const { return {}; }
+  /// Gives the method its surrogate, loaded from model_file() (the runtime does
+  /// this when it makes a compressor for a model); vc::Error for a method without one.
+  virtual void set_surrogate(std::shared_ptr<const KvzapSurrogate> s);
 
   /// Plans the KV heads of in.kv (a slice of layer in.kv.layer, of in.layers) from
   /// their KV and statistics; keep and scores cover the slice's heads only.
@@ -280,7 +315,7 @@ class Compressor {
                                                        const std::vector<int32_t>& forced);
 
 /// Every registered method, by name: streaming_llm, snapkv, h2o, expected_attention,
-/// kvzip, laprox, kivi, kvquant, rotate_kv; and "DROP+QUANT" compositions
+/// kvzip, kvzap, laprox, kivi, kvquant, rotate_kv; and "DROP+QUANT" compositions
 /// (e.g. "snapkv+kivi"). Throws vc::Error listing the names when unknown.
 [[nodiscard]] std::unique_ptr<Compressor> make_compressor(const std::string& name);
 /// A compressor's own parameters, as set by a user (name, value), in order.

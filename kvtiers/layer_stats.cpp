@@ -102,6 +102,19 @@ LayerStats layer_stats(const PrefillStats& s, const LayerKv& kv, StatsNeeds need
     out.query_mean.assign(s.query_mean.begin() + begin, s.query_mean.begin() + end);
     out.query_sq_mean.assign(s.query_sq_mean.begin() + begin, s.query_sq_mean.begin() + end);
   }
+  if (needs.hidden) {
+    require(s.hidden_outputs == s.kv_heads &&
+                s.hidden_scores.size() == s.layers * s.hidden_outputs * s.n_pos,
+            "PrefillStats.hidden_scores has the wrong size (hidden-state scores not gathered, or "
+            "not one per KV head)");
+    require(s.hidden_begin == 0, "PrefillStats.hidden_scores start at position " +
+                                     std::to_string(s.hidden_begin) +
+                                     ": the rows before it were not scored");
+    for (size_t g = g0; g < g0 + G; ++g) {
+      const float* h = s.hidden(l, g);
+      out.hidden_scores.insert(out.hidden_scores.end(), h, h + n);
+    }
+  }
   return out;
 }
 

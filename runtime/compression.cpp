@@ -107,7 +107,14 @@ CompressedView compress_layers(const Compressor& c, size_t n, const LayerKvReade
 std::optional<CompressedView> refold(const Compressor& compressor, FullTier& tier, uint64_t id,
                                      size_t n, const PrefillStats* stats, const Model& model,
                                      double ratio) {
-  if (compressor.needs_stats() && (stats == nullptr || stats->window == 0)) return std::nullopt;
+  const StatsNeeds needs = compressor.stats_needs();
+  if (needs.hidden) {  // the surrogate's scores must cover every position
+    if (stats == nullptr || stats->hidden_begin != 0 || stats->n_pos < n ||
+        stats->hidden_scores.empty())
+      return std::nullopt;
+  } else if (compressor.needs_stats() && (stats == nullptr || stats->window == 0)) {
+    return std::nullopt;
+  }
   return compress_layers(compressor, n, tier_layer_reader(tier, id), stats, model_facts(model, n),
                          ratio, compression_slice_heads(tier.config()));
 }
@@ -121,7 +128,7 @@ PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> pr
   std::optional<PrefillStatsCollector> collector;
   if (compressor != nullptr && compressor->needs_stats())
     collector.emplace(model.config(), prompt.size(), stats_window, compressor->stats_needs(),
-                      &ws.pool());
+                      &ws.pool(), compressor->hidden_scorer());
   auto t0 = clock::now();
   ws.stats = collector ? &*collector : nullptr;
   try {
@@ -140,6 +147,7 @@ PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> pr
                                stats ? &*stats : nullptr, model_facts(model, prompt.size()),
                                ratio, compression_slice_heads(cache.config()));
     out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  if (stats && !stats->hidden_scores.empty()) out.hidden_scores = std::move(stats->hidden_scores);
   }
   return out;
 }

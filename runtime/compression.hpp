@@ -60,6 +60,9 @@ struct PrefilledRequest {
   std::vector<float> logits;           // of the last prompt position
   std::optional<CompressedView> view;  // when a compressor was given
   double prefill_seconds = 0, compress_seconds = 0;
+  /// When the compressor scores hidden states (KVzap): the prompt's scores,
+  /// [layers][outputs][prompt positions] (HiddenScoreLog::append takes them).
+  std::vector<float> hidden_scores;
 };
 
 /// Prefills `prompt` into `seq` (gathering the statistics `compressor` needs) and,

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "kernels/error.hpp"
+#include "runtime/kvzap_file.hpp"
 #include "runtime/streamed_prefill.hpp"
 
 namespace vc {
@@ -59,7 +60,11 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   if (reqs_.count(spec.id)) throw Error("drafter: request " + std::to_string(spec.id) + " exists");
   if (spec.prompt.empty()) throw Error("drafter: request " + std::to_string(spec.id) + " has an empty prompt");
   std::unique_ptr<Compressor> compressor;
-  if (spec.mode != DecodeMode::full) compressor = make_compressor(spec.compressor, spec.compressor_params);
+  std::shared_ptr<const HiddenScorer> scorer;
+  if (spec.mode != DecodeMode::full) {
+    compressor = make_compressor(spec.compressor, spec.compressor_params);
+    scorer = attach_model_files(*compressor, *model_);
+  }
   const Compressor* planner = compressor.get();
   if (spec.mode == DecodeMode::vericache && tier_ == nullptr)
     throw Error("drafter: vericache needs a full tier");
@@ -67,6 +72,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     throw Error("drafter: lossy and vericache requests need a full tier");
   Req r;
   r.spec = spec;
+  r.scorer = scorer;
   bool tier_created = false;  // the cleanup below must not drop an entry it did not make
   try {
     PrefilledRequest p;
@@ -88,6 +94,13 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
       }
     }
     r.view = std::move(p.view);
+    if (!p.hidden_scores.empty() && spec.mode == DecodeMode::vericache) {
+      const ModelConfig& mc = model_->config();
+      r.hidden_log = HiddenScoreLog(size_t(mc.num_layers), size_t(mc.num_heads),
+                                    size_t(mc.num_kv_heads), size_t(mc.head_dim),
+                                    compressor->hidden_scorer()->outputs());
+      r.hidden_log.append(p.hidden_scores, spec.prompt.size());
+    }
     r.compressor = std::move(compressor);
     r.pos = spec.prompt.size();
     r.cur = sample_token(p.logits, spec.sampling, int64_t(r.pos));
@@ -124,7 +137,9 @@ void DraftBatcher::start(uint64_t id, size_t n) {
   r.block = DraftBlock{};
   r.block.id = id;
   r.block.final = r.spec.mode != DecodeMode::vericache;
-  r.block.wants_stats = !r.block.final && fold_due(r) && r.compressor->needs_stats();
+  r.block.wants_stats =
+      !r.block.final && fold_due(r) && r.compressor->needs_stats() && r.hidden_log.empty();
+  if (!r.block.final && !r.hidden_log.empty()) r.block.hidden = r.scorer;
   r.block_end = r.pos + n + 1;
   cache_.reserve(r.seq, r.block_end);
   note_fast(r);
@@ -205,12 +220,21 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v) {
     for (size_t l = 0; l < layers; ++l) cache_.write(l, r.seq, r.p0 + row, v.k(l, row), v.v(l, row));
   cache_.truncate(r.seq, r.p0 + v.accepted + 1);
   if (fold_due(r) && tier_ != nullptr) {
-    if (auto nv = refold(*r.compressor, *tier_, id, r.p0, v.stats.get(), *model_, r.spec.ratio)) {
+    std::optional<PrefillStats> logged;  // KVzap: the scores of [0, p0)
+    if (!r.hidden_log.empty()) logged = r.hidden_log.stats(r.p0);
+    if (auto nv = refold(*r.compressor, *tier_, id, r.p0, logged ? &*logged : v.stats.get(),
+                         *model_, r.spec.ratio)) {
       r.view_charge.resize(nv->held_bytes(), "the compressed view of request " + std::to_string(id));
       r.view = std::move(*nv);
       cache_.release_prefix(r.seq, r.p0);
       ++folds_;
     }
+  }
+  if (!r.hidden_log.empty()) {
+    if (v.hidden_scores.empty())
+      throw Error("drafter: commit of request " + std::to_string(id) +
+                  ": the verify pass did not score its rows (VerifyJob::hidden)");
+    r.hidden_log.append(v.hidden_scores, v.accepted + 1);
   }
   note_fast(r);
   r.pos = r.p0 + v.accepted + 1;

@@ -15,6 +15,7 @@
 #include "runtime/compression.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/generator.hpp"
+#include "runtime/hidden_score_log.hpp"
 #include "runtime/layer_streamer.hpp"
 #include "runtime/verifier.hpp"
 
@@ -64,6 +65,9 @@ struct DraftBlock {
   /// vericache: the view is due to be rebuilt at this round's commit, and its
   /// compressor needs the verify pass's statistics (VerifyJob::collect_stats).
   bool wants_stats = false;
+  /// vericache with KVzap: the verify pass scores its rows' hidden states with this
+  /// (VerifyJob::hidden).
+  std::shared_ptr<const HiddenScorer> hidden = nullptr;
   size_t fast_bytes_peak = 0;   // the request's fast memory so far (view + blocks)
   DraftLevelStats levels;       // this block's passes and n-gram proposals
   std::vector<uint8_t> proposed_by_ngram;  // per token: an n-gram proposal the drafter kept
@@ -126,6 +130,8 @@ class DraftBatcher {
     KvSequence seq;
     std::optional<CompressedView> view;
     std::unique_ptr<Compressor> compressor;
+    HiddenScoreLog hidden_log;  // KVzap: scores of every verified position, for folds
+    std::shared_ptr<const HiddenScorer> scorer;  // KVzap's surrogate (the compressor's)
     int32_t cur = 0;     // the next input token
     size_t pos = 0;      // its position
     int32_t start_token = 0;  // the pending token when the block started (verify's t0)

@@ -219,6 +219,8 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     const LayerWeights& L = W.layers[l];
     cpu::rms_norm(ws.x.data(), M, D, L.attn_norm.data, L.attn_norm.dtype, c.rms_norm_eps,
                   ws.h.data());
+    if (ws.stats != nullptr && ws.stats->needs_hidden())
+      ws.stats->observe_hidden(l, rows, ws.h.data(), D);
     linear(ws, ws.h.data(), M, L.wq, L.bq, ws.q.data());
     linear(ws, ws.h.data(), M, L.wk, L.bk, ws.k.data());
     linear(ws, ws.h.data(), M, L.wv, L.bv, ws.v.data());

@@ -15,6 +15,7 @@
 #include "runtime/draft_batcher.hpp"
 #include "runtime/fast_memory_need.hpp"
 #include "runtime/generator_request.hpp"
+#include "runtime/kvzap_file.hpp"
 #include "runtime/layer_streamer.hpp"
 #include "runtime/model/fingerprint.hpp"
 #include "runtime/streamed_prefill.hpp"
@@ -101,6 +102,7 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
   if (opt.mode != DecodeMode::full) {
     // A bad name or parameter fails before any work.
     compressor = make_compressor(opt.compressor, opt.compressor_params);
+    rq.scorer = attach_model_files(*compressor, *model_);  // KVzap; a missing file fails here
     if (!(opt.ratio >= 1.0)) throw Error("generate: ratio must be >= 1");
   }
   GenerateStats& s = rq.result.stats;
@@ -140,6 +142,13 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
       }
     }
     rq.logits = std::move(p.logits);
+    if (!p.hidden_scores.empty()) {  // KVzap: new tokens are scored as they are verified
+      const ModelConfig& mc = model_->config();
+      rq.hidden_log = HiddenScoreLog(size_t(mc.num_layers), size_t(mc.num_heads),
+                                     size_t(mc.num_kv_heads), size_t(mc.head_dim),
+                                     compressor->hidden_scorer()->outputs());
+      rq.hidden_log.append(p.hidden_scores, prompt_ids.size());
+    }
     if (p.view) rq.view = std::move(p.view);  // the compressed-first flow set rq.view itself
     if (rq.view) rq.view_charge = FastCharge(fast_.get(), rq.view->held_bytes(), "the compressed view");
     rq.note_fast(cache_);

@@ -11,6 +11,7 @@
 
 #include "kvtiers/full_tier.hpp"
 #include "runtime/generator.hpp"
+#include "runtime/hidden_score_log.hpp"
 #include "runtime/stop_rule.hpp"
 
 namespace vc {
@@ -32,6 +33,9 @@ struct Generator::Request {
   std::vector<float> logits;           // the next token's logits
   std::optional<CompressedView> view;  // lossy and vericache
   std::unique_ptr<Compressor> compressor;
+  /// Hidden-state scores of every verified position (KVzap), for folds.
+  HiddenScoreLog hidden_log;
+  std::shared_ptr<const HiddenScorer> scorer;  // KVzap's surrogate (the compressor's)
   StopRule stop_rule;
   bool done = false;
   FullTier* tier = nullptr;  // holds the request's full KV (vericache) while set

@@ -18,8 +18,9 @@ namespace vc {
 
 PrefillStatsCollector::PrefillStatsCollector(const ModelConfig& cfg, size_t n_pos,
                                              size_t window, StatsNeeds needs,
-                                             cpu::ThreadPool* pool)
-    : needs_(needs), pool_(pool) {
+                                             cpu::ThreadPool* pool, const HiddenScorer* scorer,
+                                             size_t hidden_from)
+    : needs_(needs), pool_(pool), scorer_(scorer) {
   s_.layers = size_t(cfg.num_layers);
   s_.heads = size_t(cfg.num_heads);
   s_.kv_heads = size_t(cfg.num_kv_heads);
@@ -35,7 +36,29 @@ PrefillStatsCollector::PrefillStatsCollector(const ModelConfig& cfg, size_t n_po
     s_.query_mean.assign(s_.layers * s_.heads * s_.head_dim, 0.f);
     s_.query_sq_mean.assign(s_.layers * s_.heads * s_.head_dim, 0.f);
   }
+  if (needs.hidden) {
+    if (scorer == nullptr)
+      throw Error("prefill statistics: the method scores hidden states but has no scorer "
+                  "(for kvzap: no kvzap.safetensors was loaded)");
+    s_.hidden_outputs = scorer->outputs();
+    s_.hidden_begin = std::min(hidden_from, n_pos);
+    s_.hidden_scores.assign(s_.layers * s_.hidden_outputs * (n_pos - s_.hidden_begin), 0.f);
+  }
   scale_ = float(1.0 / std::sqrt(double(cfg.head_dim)));
+}
+
+void PrefillStatsCollector::observe_hidden(size_t layer, std::span<const ForwardRow> rows,
+                                           const float* h, size_t dim) {
+  if (!needs_.hidden || rows.empty()) return;
+  const size_t O = s_.hidden_outputs, b = s_.hidden_begin, stride = s_.n_pos - b;
+  scored_.resize(rows.size() * O);
+  scorer_->score(layer, h, rows.size(), dim, scored_.data());
+  for (size_t m = 0; m < rows.size(); ++m) {
+    const size_t pos = size_t(rows[m].position);
+    if (pos < b || pos >= s_.n_pos) continue;
+    for (size_t o = 0; o < O; ++o)
+      s_.hidden_scores[(layer * O + o) * stride + pos - b] = scored_[m * O + o];
+  }
 }
 
 void PrefillStatsCollector::observe(size_t layer, std::span<const ForwardRow> rows,
@@ -129,6 +152,9 @@ PrefillStats PrefillStatsCollector::trim(const PrefillStats& s, size_t query_lim
   }
   t.accumulated_attention.clear();
   t.accumulated_from_window = true;
+  t.hidden_scores.clear();  // they cover the pass's rows only
+  t.hidden_outputs = 0;
+  t.hidden_begin = 0;
   return t;
 }
 

@@ -28,9 +28,12 @@ class PrefillStatsCollector {
 
   /// For a prompt of n_pos positions starting at position 0; window: observation
   /// window (the last `window` prompt positions); `needs`: what to gather. `pool`
-  /// (may be nullptr) runs the accumulated attention.
+  /// (may be nullptr) runs the accumulated attention. `scorer` runs on every row's
+  /// input hidden states when needs.hidden (vc::Error when it is then null); the
+  /// scores of positions [hidden_from, n_pos) are kept (PrefillStats::hidden_begin).
   PrefillStatsCollector(const ModelConfig& cfg, size_t n_pos, size_t window, StatsNeeds needs,
-                        cpu::ThreadPool* pool = nullptr);
+                        cpu::ThreadPool* pool = nullptr, const HiddenScorer* scorer = nullptr,
+                        size_t hidden_from = 0);
 
   /// True when observe() needs the layer's KV (accumulated attention over all
   /// queries); otherwise it reads queries only and `kv` may be nullptr.
@@ -39,8 +42,14 @@ class PrefillStatsCollector {
   /// attention, query moments): the prefill must then compute every position
   /// rather than map in another request's blocks.
   [[nodiscard]] bool needs_every_query() const {
-    return needs_.accumulated || needs_.query_moments;
+    return needs_.accumulated || needs_.query_moments || needs_.hidden;
   }
+  /// True when forward() must call observe_hidden() with each layer's input.
+  [[nodiscard]] bool needs_hidden() const { return needs_.hidden; }
+  /// Called by forward() for each layer with the rows' input hidden states after the
+  /// attention RMSNorm, h [rows][dim]: runs the HiddenScorer on the rows and stores
+  /// the outputs of those inside [hidden_from, n_pos) at their positions.
+  void observe_hidden(size_t layer, std::span<const ForwardRow> rows, const float* h, size_t dim);
 
   /// Called by forward() for each layer once the rows' KV is stored; q holds the
   /// rows' post-RoPE queries [rows, heads * head_dim]; `kv` is the layer's KV the
@@ -72,6 +81,8 @@ class PrefillStatsCollector {
   PrefillStats s_;
   StatsNeeds needs_;
   cpu::ThreadPool* pool_ = nullptr;
+  const HiddenScorer* scorer_ = nullptr;
+  std::vector<float> scored_;       // scratch of observe_hidden()
   size_t observed_rows_ = 0;  // rows seen in layer 0 (for the moments' mean)
   float scale_ = 1.0f;
   std::vector<float> keys_t_, qg_, row_max_, row_inv_sum_;  // scratch of accumulate()

@@ -53,7 +53,9 @@ size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prom
   // a compressor that reads the observation window's queries keeps that window
   // local too, so its statistics are those of a full prefill.
   size_t limit = prompt.size() - 1;
-  if (rq.compressor->needs_stats())
+  if (rq.compressor->stats_needs().hidden)  // the surrogate scores every prompt row
+    limit = 0;
+  else if (rq.compressor->needs_stats())
     limit = prompt.size() > rq.opt.stats_window ? std::min(limit, prompt.size() - rq.opt.stats_window) : 0;
   const RemoteFetch f = remote_->fetch_prefix(prompt, limit, *full_tier_, rq.tier_id);
   note_full_fetch(rq.result.stats, f);
@@ -65,7 +67,9 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
   GenerateStats& s = rq.result.stats;
   s.remote = true;
   const std::string spec = compressor_spec(opt.compressor, opt.compressor_params, opt.ratio);
-  if (cfg_.remote_compressed_first) {
+  // KVzap scores every prompt row from its hidden state (a fetched view would leave
+  // the request's score log without them): its prompt is computed locally.
+  if (cfg_.remote_compressed_first && !rq.compressor->stats_needs().hidden) {
     RemoteCompressedFetch cf = remote_->fetch_compressed(prompt, prompt.size() - 1, spec);
     s.remote_compressed_chunks_hit = cf.chunks;
     s.remote_compressed_positions = cf.positions;

@@ -61,7 +61,7 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
   std::optional<PrefillStatsCollector> collector;
   if (compressor.needs_stats())
     collector.emplace(model.config(), prompt.size(), stats_window, compressor.stats_needs(),
-                      &ws.pool());
+                      &ws.pool(), compressor.hidden_scorer());
   auto t0 = clock::now();
   ws.stats = collector ? &*collector : nullptr;
   try {
@@ -80,6 +80,7 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
                              stats ? &*stats : nullptr, model_facts(model, prompt.size()), ratio,
                              compression_slice_heads(tier.config()));
   out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  if (stats && !stats->hidden_scores.empty()) out.hidden_scores = std::move(stats->hidden_scores);
   cache.start_at(seq, prompt.size());
   return out;
 }

@@ -18,6 +18,7 @@
 // same KV bits as full-KV decoding, so ids and logprobs equal --mode full bit for bit.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "kernels/error.hpp"
 #include "kvtiers/full_tier.hpp"
@@ -140,8 +141,11 @@ void Generator::decode_verified(Request& rq) {
     // 3. accept the verifier's draws up to the first mismatch.
     const bool fold_due = opt.fold_every > 0 && p0 - rq.view->covered() >= opt.fold_every;
     streamer_->start(id, p0, L + 1);  // verify statistics read queries only
+    const bool scores_hidden = !rq.hidden_log.empty();  // KVzap: every pass scores its rows
     const VerifyOutcome v = verifier_->run(
-        VerifyJob{id, t0, p0, drafts, opt.sampling, fold_due && rq.compressor->needs_stats()},
+        VerifyJob{id, t0, p0, drafts, opt.sampling,
+                  fold_due && rq.compressor->needs_stats() && !scores_hidden,
+                  scores_hidden ? rq.scorer : nullptr},
         *streamer_, opt.keep_logits);
     const size_t n = v.accepted;
     for (size_t j = 0; j < v.tokens.size(); ++j) {
@@ -163,7 +167,10 @@ void Generator::decode_verified(Request& rq) {
     cache_.truncate(rq.seq, p0 + n + 1);
     if (fold_due) {  // the view takes over [0, p0): it keeps its budget as we grow
       const size_t read_before = full_tier_->bytes_read_total();
-      auto nv = refold(*rq.compressor, *full_tier_, id, p0, v.stats.get(), *model_, opt.ratio);
+      std::optional<PrefillStats> logged;  // KVzap: the scores of [0, p0)
+      if (scores_hidden) logged = rq.hidden_log.stats(p0);
+      auto nv = refold(*rq.compressor, *full_tier_, id, p0, logged ? &*logged : v.stats.get(),
+                       *model_, opt.ratio);
       st.full_tier_bytes_read_refold += full_tier_->bytes_read_total() - read_before;
       if (nv) {
         rq.view_charge.resize(nv->held_bytes(), "the compressed view");
@@ -172,6 +179,7 @@ void Generator::decode_verified(Request& rq) {
         st.folds += 1;
       }
     }
+    if (scores_hidden) rq.hidden_log.append(v.hidden_scores, n + 1);
     st.commit_seconds += seconds_since(t);
     const double verify_s = v.seconds;
 

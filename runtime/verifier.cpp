@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 
+#include "runtime/hidden_score_log.hpp"
 #include "runtime/prefill_stats.hpp"
 
 namespace vc {
@@ -22,8 +23,12 @@ VerifyOutcome Verifier::run(const VerifyJob& job, LayerStreamer& stream, bool ke
   for (size_t i = 0; i < L; ++i)
     rows_.push_back(ForwardRow{job.drafts[i], int32_t(job.p0 + 1 + i), nullptr, true});
   std::optional<PrefillStatsCollector> collector;
-  if (job.collect_stats) collector.emplace(model_->config(), job.p0 + L + 1, L + 1,
-                                         PrefillStatsCollector::kVerifyNeeds);
+  if (job.collect_stats || job.hidden != nullptr) {
+    StatsNeeds needs = job.collect_stats ? PrefillStatsCollector::kVerifyNeeds : StatsNeeds{};
+    needs.hidden = job.hidden != nullptr;
+    collector.emplace(model_->config(), job.p0 + L + 1, L + 1, needs, nullptr, job.hidden.get(),
+                      job.p0);
+  }
   ws_.provider = &stream;
   ws_.stats = collector ? &*collector : nullptr;
   try {
@@ -59,9 +64,13 @@ VerifyOutcome Verifier::run(const VerifyJob& job, LayerStreamer& stream, bool ke
       std::copy_n(stream.row_k(l, r), out.row_floats, &out.rows_k[(l * n + r) * out.row_floats]);
       std::copy_n(stream.row_v(l, r), out.row_floats, &out.rows_v[(l * n + r) * out.row_floats]);
     }
-  if (collector)
-    out.stats = std::make_shared<const PrefillStats>(
-        PrefillStatsCollector::trim(collector->finish(), job.p0 + out.accepted + 1, job.p0));
+  if (collector) {
+    const PrefillStats s = collector->finish();
+    if (job.hidden != nullptr) out.hidden_scores = hidden_scores_of(s, job.p0, out.accepted + 1);
+    if (job.collect_stats)
+      out.stats = std::make_shared<const PrefillStats>(
+          PrefillStatsCollector::trim(s, job.p0 + out.accepted + 1, job.p0));
+  }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.wait_seconds = stream.wait_seconds() - wait0;
   return out;

@@ -20,6 +20,9 @@ struct VerifyJob {
   SamplingParams sampling;
   /// Gather the pass's attention statistics (for re-compressing the view).
   bool collect_stats = false;
+  /// When set, run it on every row's hidden states and return the scores of the
+  /// committed rows (VerifyOutcome::hidden_scores): KVzap scores tokens as they come.
+  std::shared_ptr<const HiddenScorer> hidden = nullptr;
 };
 
 struct VerifyOutcome {
@@ -38,6 +41,9 @@ struct VerifyOutcome {
   size_t row_floats = 0;
   double seconds = 0;
   double wait_seconds = 0;  // of which waiting for full-KV layers
+  /// With a hidden scorer: the scores of positions p0 .. p0+accepted,
+  /// [layers][outputs][accepted + 1].
+  std::vector<float> hidden_scores;
   /// With collect_stats: the verified rows' attention to positions [0, p0), as
   /// the statistics a compressor needs to re-compress [0, p0).
   std::shared_ptr<const PrefillStats> stats;

@@ -63,6 +63,13 @@ class Composition final : public Compressor {
 
   [[nodiscard]] StatsNeeds stats_needs() const override { return dropper_->stats_needs(); }
   [[nodiscard]] bool scores_tokens() const override { return dropper_->scores_tokens(); }
+  [[nodiscard]] const HiddenScorer* hidden_scorer() const override {
+    return dropper_->hidden_scorer();
+  }
+  [[nodiscard]] std::string_view model_file() const override { return dropper_->model_file(); }
+  void set_surrogate(std::shared_ptr<const KvzapSurrogate> s) override {
+    dropper_->set_surrogate(std::move(s));
+  }
   void set_selection(const TokenSelection& s) override { dropper_->set_selection(s); }
   [[nodiscard]] const TokenSelection& selection() const override { return dropper_->selection(); }
 

@@ -12,6 +12,7 @@ namespace vc {
 [[nodiscard]] std::unique_ptr<Compressor> make_h2o();
 [[nodiscard]] std::unique_ptr<Compressor> make_expected_attention();
 [[nodiscard]] std::unique_ptr<Compressor> make_kvzip();
+[[nodiscard]] std::unique_ptr<Compressor> make_kvzap();
 [[nodiscard]] std::unique_ptr<Compressor> make_laprox();
 // Quantization.
 [[nodiscard]] std::unique_ptr<Compressor> make_kivi();

@@ -29,6 +29,7 @@
 #include "kernels/error.hpp"
 #include "kvtiers/compressor.hpp"
 #include "kvtiers/compressors/factories.hpp"
+#include "kvtiers/compressors/kvzip_score.hpp"
 
 namespace vc {
 namespace {
@@ -70,12 +71,7 @@ class KvZip final : public Compressor {
     const size_t budget = std::min(kept_per_head(n, in.ratio), n);
     std::vector<float> scores(n);
     for (size_t g = 0; g < kv.kv_heads; ++g) {
-      const float* acc = s->accumulated(g);
-      for (size_t p = 0; p < n; ++p) scores[p] = acc[p] / float(n - p);
-      for (size_t w = 0; w < s->window; ++w) {
-        const float* row = s->window_row(g, w);
-        for (size_t p = 0; p < n; ++p) scores[p] = std::max(scores[p], row[p]);
-      }
+      kvzip_scores(*s, g, scores);
       for (float& x : scores) {
         if (std::isnan(x)) x = std::numeric_limits<float>::lowest();
       }
@@ -86,6 +82,17 @@ class KvZip final : public Compressor {
 };
 
 }  // namespace
+
+void kvzip_scores(const LayerStats& s, size_t g, std::vector<float>& out) {
+  const size_t n = s.n_pos;
+  out.resize(n);
+  const float* acc = s.accumulated(g);
+  for (size_t p = 0; p < n; ++p) out[p] = acc[p] / float(n - p);
+  for (size_t w = 0; w < s.window; ++w) {
+    const float* row = s.window_row(g, w);
+    for (size_t p = 0; p < n; ++p) out[p] = std::max(out[p], row[p]);
+  }
+}
 
 std::unique_ptr<Compressor> make_kvzip() { return std::make_unique<KvZip>(); }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <iterator>
 #include <future>
 #include <filesystem>
 #include <fstream>
@@ -50,7 +51,7 @@ std::vector<Case> make_cases(size_t n, uint32_t seed, size_t common_prefix = 0,
   gc.max_context = 2048;
   vc::Generator gen(model, vc::test::tinycode_tokenizer(), gc);
   const char* methods[] = {"streaming_llm", "snapkv", "h2o", "expected_attention", "kvzip",
-                           "laprox", "kivi", "kvquant", "rotate_kv", "snapkv+kivi"};
+                           "laprox", "kivi", "kvquant", "rotate_kv", "snapkv+kivi", "kvzap"};
   const char* drafts[] = {"1", "4", "16", "30", "auto"};
   std::vector<Case> cases(n);
   for (size_t i = 0; i < n; ++i) {
@@ -64,7 +65,7 @@ std::vector<Case> make_cases(size_t n, uint32_t seed, size_t common_prefix = 0,
     c.req.max_tokens = 16 + int(rng() % 40);
     c.req.mode = i % 7 == 6 ? "full" : (i % 11 == 10 ? "lossy" : "vericache");
     if (force_mode != nullptr) c.req.mode = force_mode;
-    c.req.compressor = methods[rng() % 10];
+    c.req.compressor = methods[rng() % std::size(methods)];
     c.req.ratio = double(2 << (rng() % 3));
     c.req.draft = drafts[rng() % 5];
     c.req.ignore_eos = true;

@@ -110,7 +110,7 @@ TEST(make_compressor, rejects_an_unknown_name_listing_the_valid_ones) {
     for (const std::string& n : compressor_names()) EXPECT_NE(m.find(n), std::string::npos) << n;
     EXPECT_NE(m.find("zip_it"), std::string::npos);
   }
-  EXPECT_EQ(compressor_names().size(), 9u);
+  EXPECT_EQ(compressor_names().size(), 10u);
   for (const std::string& n : compressor_names()) EXPECT_EQ(make_compressor(n)->name(), n);
   EXPECT_THROW((void)make_compressor("kivi+snapkv"), Error);     // quantizer first
   EXPECT_THROW((void)make_compressor("snapkv+h2o"), Error);      // two droppers

@@ -28,6 +28,7 @@ struct WholeStats {
   std::vector<float> window_attention;       // [layers][kv_heads][window][n_pos]
   std::vector<float> accumulated_attention;  // [layers][kv_heads][n_pos]
   std::vector<float> query_mean, query_sq_mean;  // [layers][heads][head_dim]
+  std::vector<float> hidden_scores;              // [layers][kv_heads][n_pos] (KVzap)
   const float* window_row(size_t l, size_t g, size_t w) const {
     return &window_attention[((l * kv_heads + g) * window + w) * n_pos];
   }
@@ -266,6 +267,22 @@ Keep ref_laprox(const KvSnapshot& kv, const WholeStats& s, const ModelFacts& mod
   return plan;
 }
 
+// KVzap: the surrogate's scores, top of the budget, the recent window (128 by
+// default) kept inside it up to half the budget.
+Keep ref_kvzap(const KvSnapshot& kv, const WholeStats& s, double ratio) {
+  const size_t n = kv.n_pos;
+  Keep plan = empty_keep(kv);
+  const size_t budget = std::min(kept_per_head(n, ratio), n);
+  std::vector<int32_t> forced;
+  for (size_t p = n; p-- > n - std::min<size_t>(128, budget / 2);) forced.push_back(int32_t(p));
+  for (size_t l = 0; l < kv.layers; ++l)
+    for (size_t g = 0; g < kv.kv_heads; ++g) {
+      const float* h = &s.hidden_scores[(l * kv.kv_heads + g) * n];
+      plan[l][g] = select_positions(std::vector<float>(h, h + n), budget, forced);
+    }
+  return plan;
+}
+
 Keep ref_dropper(const std::string& name, const KvSnapshot& kv, const WholeStats& s,
                  const ModelFacts& model, double ratio) {
   if (name == "streaming_llm") return ref_streaming_llm(kv, ratio);
@@ -273,6 +290,7 @@ Keep ref_dropper(const std::string& name, const KvSnapshot& kv, const WholeStats
   if (name == "h2o") return ref_h2o(kv, s, ratio);
   if (name == "expected_attention") return ref_expected_attention(kv, s, ratio);
   if (name == "kvzip") return ref_kvzip(kv, s, ratio);
+  if (name == "kvzap") return ref_kvzap(kv, s, ratio);
   if (name == "laprox") return ref_laprox(kv, s, model, ratio);
   ADD_FAILURE() << "no reference for " << name;
   return {};
@@ -327,7 +345,7 @@ struct RandomRequest {
     kv = KvSnapshot{layers, kv_heads, d, n, {}, {}};
     for (size_t i = 0; i < layers * kv_heads * n * d; ++i) kv.k.push_back(2.0f * next());
     for (size_t i = 0; i < layers * kv_heads * n * d; ++i) kv.v.push_back(next());
-    stats = PrefillStats{layers, heads, kv_heads, d, n, window, n - window, {}, {}, false, {}, {}};
+    stats = PrefillStats{layers, heads, kv_heads, d, n, window, n - window, {}, {}, false, {}, {}, 0, 0, {}};
     for (size_t i = 0; i < layers * window * heads * d; ++i) stats.window_queries.push_back(next());
     for (size_t i = 0; i < layers * kv_heads * n; ++i)
       stats.accumulated_attention.push_back((next() + 1.0f) * float(n - i % n) / float(n));
@@ -336,6 +354,8 @@ struct RandomRequest {
       stats.query_sq_mean.push_back(stats.query_mean.back() * stats.query_mean.back() +
                                     (next() + 1.0f) / 2.0f);
     }
+    stats.hidden_outputs = kv_heads;  // the surrogate's scores (KVzap), planted
+    for (size_t i = 0; i < layers * kv_heads * n; ++i) stats.hidden_scores.push_back(next());
     model.heads = heads;
     model.layers = layers;
     model.kv_heads = kv_heads;
@@ -351,11 +371,12 @@ struct RandomRequest {
 
   /// Every layer's statistics (all kinds) side by side, from layer_stats.
   [[nodiscard]] WholeStats whole_stats() const {
-    WholeStats w{kv.layers, stats.heads, kv.kv_heads, kv.n_pos, stats.window, {}, {}, {}, {}};
+    WholeStats w{kv.layers, stats.heads, kv.kv_heads, kv.n_pos, stats.window, {}, {}, {}, {}, {}};
     LayerKv layer;
     for (size_t l = 0; l < kv.layers; ++l) {
       kv.read_layer(l, layer);
-      const LayerStats s = layer_stats(stats, layer, {true, true, true});
+      const LayerStats s = layer_stats(stats, layer, {true, true, true, true});
+      w.hidden_scores.insert(w.hidden_scores.end(), s.hidden_scores.begin(), s.hidden_scores.end());
       w.window_attention.insert(w.window_attention.end(), s.window_attention.begin(),
                                 s.window_attention.end());
       w.accumulated_attention.insert(w.accumulated_attention.end(),
@@ -376,7 +397,8 @@ struct RandomRequest {
 
 std::vector<std::string> every_method_and_composition() {
   std::vector<std::string> names = compressor_names();
-  for (const char* d : {"streaming_llm", "snapkv", "h2o", "expected_attention", "kvzip", "laprox"})
+  for (const char* d :
+       {"streaming_llm", "snapkv", "h2o", "expected_attention", "kvzip", "kvzap", "laprox"})
     for (const char* q : {"kivi", "kvquant", "rotate_kv"})
       names.push_back(std::string(d) + "+" + q);
   return names;

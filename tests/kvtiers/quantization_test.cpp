@@ -270,7 +270,7 @@ struct RatioCase {
     for (size_t i = 3; i < kv.k.size(); i += d) kv.k[i] *= 8.0f;  // an outlier channel
     model = rope_model(d, n, 0);
     const size_t window = std::min<size_t>(n, 16);
-    stats.assign(layers, LayerStats{model.heads, kv_heads, d, n, window, {}, {}, {}, {}});
+    stats.assign(layers, LayerStats{model.heads, kv_heads, d, n, window, {}, {}, {}, {}, {}});
     std::mt19937 rng(seed + 2);
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     for (size_t lg = 0; lg < layers * kv_heads; ++lg) {

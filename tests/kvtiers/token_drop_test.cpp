@@ -34,7 +34,7 @@ struct Case {
   }
   Case(size_t layers, size_t kv_heads, size_t heads, size_t d, size_t n, size_t window) {
     kv = KvSnapshot{layers, kv_heads, d, n, {}, {}};
-    stats.assign(layers, LayerStats{heads, kv_heads, d, n, window, {}, {}, {}, {}});
+    stats.assign(layers, LayerStats{heads, kv_heads, d, n, window, {}, {}, {}, {}, {}});
     for (size_t i = 0; i < layers * kv_heads * n * d; ++i) kv.k.push_back(2 * next() - 1);
     for (size_t i = 0; i < layers * kv_heads * n * d; ++i) kv.v.push_back(2 * next() - 1);
     for (size_t lg = 0; lg < layers * kv_heads; ++lg) {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "runtime/generator.hpp"
 #include "tests/runtime/test_support.hpp"
@@ -24,8 +25,10 @@ TEST(threshold_exactness, every_scorer_selecting_by_threshold_matches_full_decod
     o.sampling = s;
     o.stop_at_eos = false;
     const auto full = gen.generate(prompt, o);
-    for (const char* m : {"snapkv", "h2o", "expected_attention", "kvzip", "laprox", "snapkv+kivi"})
-      for (double tau : {1e-3, 0.05}) {
+    for (const char* m :
+         {"snapkv", "h2o", "expected_attention", "kvzip", "laprox", "snapkv+kivi", "kvzap"})
+      for (double tau : std::string(m) == "kvzap" ? std::vector<double>{-8.0, -5.0}  // log scores
+                                                  : std::vector<double>{1e-3, 0.05}) {
         GenerateOptions v = o;
         v.mode = DecodeMode::vericache;
         v.compressor = m;

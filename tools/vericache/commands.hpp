@@ -20,6 +20,7 @@ void add_serve_command(CLI::App& app, Runner& run);
 void add_topo_command(CLI::App& app, Runner& run);
 void add_plan_command(CLI::App& app, Runner& run);
 void add_cache_command(CLI::App& app, Runner& run);
+void add_calibrate_command(CLI::App& app, Runner& run);
 
 /// The bundled model's directory (compiled in; VERICACHE_MODEL overrides).
 [[nodiscard]] std::string default_model_dir();

@@ -1,5 +1,5 @@
 // vericache: command-line entry point (generate, batch, serve, bench, compressors, model, topo,
-// plan, cache).
+// plan, cache, calibrate).
 //
 // Exit codes: 0 success; 1 bad input (an option, a config file, a model file, a
 // request), always with exactly one "error: ..." line on stderr; 2 an internal error;
@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   vc::cli::add_topo_command(app, run);
   vc::cli::add_plan_command(app, run);
   vc::cli::add_cache_command(app, run);
+  vc::cli::add_calibrate_command(app, run);
   try {
     check_config_path(argc, argv);
     app.parse(argc, argv);
