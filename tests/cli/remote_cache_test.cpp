@@ -14,6 +14,7 @@
 
 #include "kvtiers/remote/redis_client.hpp"
 #include "tests/cli/cli_support.hpp"
+#include "tests/cli/generate_json.hpp"
 #include "tests/kvtiers/redis_server.hpp"
 
 namespace {
@@ -37,16 +38,9 @@ struct PromptFile {
   ~PromptFile() { unlink(path.c_str()); }
 };
 
-json generate(const std::string& args) {
-  const auto r = vc::test::run_vericache("generate " + args, false);
-  EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
-  return r.code == 0 ? json::parse(r.out) : json::object();
-}
+using vc::test::expect_same_tokens;
 
-void expect_same_tokens(const json& full, const json& j, const std::string& what) {
-  EXPECT_EQ(full["output_ids"], j["output_ids"]) << what;
-  EXPECT_EQ(full["output_logprobs"].dump(), j["output_logprobs"].dump()) << what;
-}
+json generate(const std::string& args) { return vc::test::generate_json(args); }
 
 // Flips one payload byte of every chunk this project holds in the store.
 void corrupt_every_chunk(const std::string& url) {
