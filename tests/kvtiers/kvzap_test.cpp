@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/error_naming.hpp"
 #include "kernels/error.hpp"
 #include "kvtiers/compressor.hpp"
 #include "kvtiers/kvzap/fit.hpp"
@@ -33,15 +34,7 @@ KvzapSamples random_inputs(size_t rows, size_t dim, size_t outputs, uint32_t see
   return s;
 }
 
-template <class F>
-void expect_error_naming(F&& f, const std::string& what) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one naming '" << what << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
-}
+using vc::test::expect_error_naming;
 
 TEST(kvzap_fit, ridge_regression_recovers_a_known_linear_map) {
   const size_t dim = 12, G = 3;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/error_naming.hpp"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 #include "kvtiers/compressor.hpp"
@@ -96,14 +97,7 @@ std::vector<int32_t> range(int32_t from, int32_t to) {  // [from, to)
 }
 
 /// Runs `f`, expecting a vc::Error whose message names `word`.
-void expect_error_naming(const std::function<void()>& f, const std::string& word) {
-  try {
-    f();
-    ADD_FAILURE() << "no error naming '" << word << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
-  }
-}
+using vc::test::expect_error_naming;
 
 TEST(token_drop, every_method_keeps_ascending_unique_in_range_positions_within_its_budget) {
   const Case c(2, 2, 4, 8, 50, 8);

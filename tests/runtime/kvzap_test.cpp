@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/error_naming.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
 #include "runtime/generator.hpp"
@@ -34,15 +35,7 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-template <class F>
-void expect_error_naming(F&& f, const std::string& what) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one naming '" << what << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
-}
+using vc::test::expect_error_naming;
 
 KvzapSurrogate patterned(KvzapForm form, size_t layers, size_t dim, size_t G, size_t units) {
   KvzapSurrogate m;
