@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/dtype.hpp"
+#include "kvtiers/head_shards.hpp"
 #include "kvtiers/packed_kv.hpp"
 
 namespace vc {
@@ -175,6 +176,10 @@ struct ModelFacts {
     size_t rows = 0, cols = 0;
   };
   std::vector<Matrix> wo;
+  /// Tensor parallelism: the heads of the other ranks; null for an unsharded model.
+  /// A rank's facts are the whole model's (heads, wo) except kv_heads, the KV heads
+  /// the rank holds, planned with absolute indices from shards->first_kv_head().
+  HeadShards* shards = nullptr;
 };
 
 /// What a method plans one layer from.

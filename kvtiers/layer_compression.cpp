@@ -12,6 +12,47 @@ namespace vc {
 
 namespace {
 
+// Tensor parallelism: `layers` holds this rank's heads' scores; selects over every
+// head of the model (gathered from the other ranks) and keeps this rank's lists,
+// so the plan is the one an unsharded model would make.
+void select_across_shards(const Compressor& c, std::vector<LayerPlan>& layers,
+                          const KvShape& shape, double ratio, HeadShards& shards) {
+  KvShape global = shape;
+  global.kv_heads = shards.global_kv_heads();
+  std::vector<LayerPlan> all(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    if (layers[l].scores.size() != shape.kv_heads * shape.n_pos)
+      throw Error(std::string(c.name()) + ": layer " + std::to_string(l) +
+                  " scores have the wrong size");
+    all[l].scores = shards.gather(layers[l].scores, shape.n_pos);
+  }
+  c.select_globally(all, global, ratio);
+  const size_t first = shards.first_kv_head();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    layers[l].scores.clear();
+    layers[l].keep.assign(all[l].keep.begin() + long(first),
+                          all[l].keep.begin() + long(first + shape.kv_heads));
+  }
+}
+
+// The quantizers' storage plan from every head's kept rows (rows[l * kv_heads + g]
+// of this rank's heads), so that it does not depend on the degree.
+QuantSpec plan_quant(const Compressor& c, const KvShape& shape, std::vector<size_t> rows,
+                     double ratio, HeadShards* shards) {
+  if (shards == nullptr) return c.plan_quant(shape, std::move(rows), ratio);
+  const size_t L = shape.layers, G = shape.kv_heads, GG = shards->global_kv_heads();
+  std::vector<float> local(G * L);  // [head][layer]; row counts are exact in float below 2^24
+  for (size_t l = 0; l < L; ++l)
+    for (size_t g = 0; g < G; ++g) local[g * L + l] = float(rows[l * G + g]);
+  const std::vector<float> all = shards->gather(local, L);
+  std::vector<size_t> global_rows(L * GG);
+  for (size_t l = 0; l < L; ++l)
+    for (size_t g = 0; g < GG; ++g) global_rows[l * GG + g] = size_t(all[g * L + l]);
+  KvShape global = shape;
+  global.kv_heads = GG;
+  return c.plan_quant(global, std::move(global_rows), ratio);
+}
+
 // The passes; without `build` only the plan (no codec runs).
 LayerCompression run(const Compressor& c, const KvShape& shape, const LayerSource& read,
                      const LayerStatsSource& stats, const ModelFacts& facts, double ratio,
@@ -38,10 +79,15 @@ LayerCompression run(const Compressor& c, const KvShape& shape, const LayerSourc
                   " of a (n_pos, head_dim) = (" + std::to_string(shape.n_pos) + ", " +
                   std::to_string(shape.head_dim) + ") request");
   };
+  // Tensor parallelism: this rank's heads are a slice of the model's, planned with
+  // their absolute indices (the statistics and facts are the whole model's).
+  const size_t head0 = facts.shards != nullptr ? facts.shards->first_kv_head() : 0;
   auto plan_slice = [&]() {
+    kv.first_head += head0;
     std::optional<LayerStats> st;
     if (c.needs_stats()) st = stats(kv);
     LayerPlan p = c.plan_layer(LayerInput{kv, st ? &*st : nullptr, facts, shape.layers, ratio});
+    kv.first_head -= head0;
     if (!c.selects_globally() && p.keep.size() != kv.kv_heads)
       throw Error(std::string(c.name()) + ": planned " + std::to_string(p.keep.size()) +
                   " KV heads for layer " + std::to_string(kv.layer) + ", heads " +
@@ -60,8 +106,8 @@ LayerCompression run(const Compressor& c, const KvShape& shape, const LayerSourc
     // Storage known before any layer (bf16, or a quantizer keeping every position):
     // each slice is planned and built from one read.
     if (c.quantizes())
-      out.plan.quant =
-          c.plan_quant(shape, std::vector<size_t>(shape.layers * shape.kv_heads, shape.n_pos), ratio);
+      out.plan.quant = plan_quant(c, shape, std::vector<size_t>(shape.layers * shape.kv_heads, shape.n_pos),
+                                  ratio, facts.shards);
     if (build) out.view = CompressedView(shape, out.plan.quant);
     for (size_t l = 0; l < shape.layers; ++l)
       for_slices([&](size_t g0, size_t count) {
@@ -79,7 +125,10 @@ LayerCompression run(const Compressor& c, const KvShape& shape, const LayerSourc
       read_slice(l, g0, count);
       layers[l].append(plan_slice());
     });
-  if (c.selects_globally()) c.select_globally(layers, shape, ratio);
+  if (c.selects_globally()) {
+    if (facts.shards != nullptr) select_across_shards(c, layers, shape, ratio, *facts.shards);
+    else c.select_globally(layers, shape, ratio);
+  }
   std::vector<size_t> rows;
   for (size_t l = 0; l < shape.layers; ++l) {
     out.plan.keep[l] = std::move(layers[l].keep);
@@ -90,7 +139,7 @@ LayerCompression run(const Compressor& c, const KvShape& shape, const LayerSourc
     for (const auto& head : out.plan.keep[l]) rows.push_back(head.size());
   }
   layers.clear();
-  if (c.quantizes()) out.plan.quant = c.plan_quant(shape, std::move(rows), ratio);
+  if (c.quantizes()) out.plan.quant = plan_quant(c, shape, std::move(rows), ratio, facts.shards);
   if (!build) return out;
   // Pass 2: build, reading each slice again.
   out.view = CompressedView(shape, out.plan.quant);

@@ -10,21 +10,27 @@
 #include "kernels/error.hpp"
 #include "kvtiers/layer_compression.hpp"
 #include "runtime/prefill_stats.hpp"
+#include "runtime/tp_stats.hpp"
 
 namespace vc {
 
 ModelFacts model_facts(const Model& model, size_t n_pos) {
-  const ModelConfig& c = model.config();
+  // A shard plans its KV heads as a slice of the whole model's (absolute head
+  // indices, the whole o_proj, every query head's statistics: tp_stats.hpp).
+  const TensorParallelRank* tp = model.tp();
+  const Model& whole = tp != nullptr ? *tp->unsharded : model;
+  const ModelConfig& c = whole.config();
   ModelFacts f;
   f.heads = size_t(c.num_heads);
   f.layers = size_t(c.num_layers);
-  f.kv_heads = size_t(c.num_kv_heads);
+  f.kv_heads = size_t(model.config().num_kv_heads);  // the KV this model (shard) holds
   f.head_dim = size_t(c.head_dim);
   f.rope_inv_freq = model.rope_inv_freq();
   f.positions.resize(n_pos);
   for (size_t p = 0; p < n_pos; ++p) f.positions[p] = int32_t(p);
-  for (const auto& l : model.weights().layers)
+  for (const auto& l : whole.weights().layers)
     f.wo.push_back({l.wo.data, l.wo.dtype, l.wo.rows, l.wo.cols});
+  if (tp != nullptr) f.shards = tp->head_shards.get();
   return f;
 }
 
@@ -142,7 +148,7 @@ PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> pr
   if (compressor != nullptr) {
     t0 = clock::now();
     std::optional<PrefillStats> stats;
-    if (collector) stats = collector->finish();
+    if (collector) stats = gather_stats(collector->finish(), model);
     out.view = compress_layers(*compressor, prompt.size(), cache_layer_reader(cache, seq),
                                stats ? &*stats : nullptr, model_facts(model, prompt.size()),
                                ratio, compression_slice_heads(cache.config()));

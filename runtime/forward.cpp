@@ -9,6 +9,7 @@
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/attention_mixed.hpp"
 #include "runtime/prefill_stats.hpp"
+#include "runtime/tp_comm.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/error.hpp"
@@ -203,16 +204,29 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
   ws.up.resize(M * I);
   std::vector<int32_t>& pos = ws.positions;
   pos.resize(M);
+  const TensorParallelRank* tp = model.tp();
+  // Tensor parallelism: this rank's vocabulary rows of the embedding; the others
+  // come from the other ranks (a sum with zeros).
+  const size_t v0 = tp != nullptr ? tp->vocab_begin : 0;
   for (size_t m = 0; m < M; ++m) {
     const int32_t t = rows[m].token;
     if (t < 0 || t >= c.vocab_size)
       throw Error("forward: token id " + std::to_string(t) + " is outside the vocabulary (" +
                   std::to_string(c.vocab_size) + ")");
-    to_f32(W.embed.dtype,
-           static_cast<const std::byte*>(W.embed.data) + size_t(t) * D * dtype_size(W.embed.dtype),
-           ws.x.data() + m * D, D);
     pos[m] = rows[m].position;
+    if (size_t(t) < v0 || size_t(t) - v0 >= W.embed.rows) {
+      std::fill_n(ws.x.data() + m * D, D, 0.0f);
+      continue;
+    }
+    to_f32(W.embed.dtype,
+           static_cast<const std::byte*>(W.embed.data) + (size_t(t) - v0) * D * dtype_size(W.embed.dtype),
+           ws.x.data() + m * D, D);
   }
+  // Sums the ranks' partials of [M, D] (nothing without tensor parallelism).
+  auto reduce = [&](float* data) {
+    if (tp != nullptr) tp->comm->all_reduce_sum(tp->rank, data, M * D);
+  };
+  reduce(ws.x.data());
 
   const float scale = float(1.0 / std::sqrt(double(hd)));
   for (size_t l = 0; l < W.layers.size(); ++l) {
@@ -251,6 +265,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     }
 
     linear(ws, ws.attn.data(), M, L.wo, ws.h.data());
+    reduce(ws.h.data());
     cpu::add_inplace(ws.x.data(), ws.h.data(), M * D);
 
     cpu::rms_norm(ws.x.data(), M, D, L.mlp_norm.data, L.mlp_norm.dtype, c.rms_norm_eps,
@@ -259,6 +274,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     linear(ws, ws.h.data(), M, L.w_up, ws.up.data());
     cpu::swiglu(ws.gate.data(), ws.up.data(), ws.gate.data(), M * I);
     linear(ws, ws.gate.data(), M, L.w_down, ws.h.data());
+    reduce(ws.h.data());
     cpu::add_inplace(ws.x.data(), ws.h.data(), M * D);
   }
 
@@ -271,7 +287,26 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
   if (n_out == 0) return;
   cpu::rms_norm(ws.h.data(), n_out, D, W.final_norm.data, W.final_norm.dtype, c.rms_norm_eps,
                 ws.h.data());
-  linear(ws, ws.h.data(), n_out, W.lm_head, logits.data());
+  if (tp == nullptr) {
+    linear(ws, ws.h.data(), n_out, W.lm_head, logits.data());
+    return;
+  }
+  // Each rank's vocabulary slice ([n_out, slice], padded to the common size), gathered.
+  const size_t slice = tp->vocab_slice, d = size_t(tp->degree), V = size_t(c.vocab_size);
+  ws.gate.assign(n_out * slice, 0.0f);
+  if (W.lm_head.rows > 0) {
+    ws.up.resize(n_out * W.lm_head.rows);
+    linear(ws, ws.h.data(), n_out, W.lm_head, ws.up.data());
+    for (size_t m = 0; m < n_out; ++m)
+      std::copy_n(ws.up.data() + m * W.lm_head.rows, W.lm_head.rows, ws.gate.data() + m * slice);
+  }
+  ws.attn.resize(d * n_out * slice);
+  tp->comm->all_gather(tp->rank, ws.gate.data(), n_out * slice, ws.attn.data());
+  for (size_t r = 0; r < d; ++r) {
+    const size_t b = std::min(V, r * slice), n = std::min(V, b + slice) - b;
+    for (size_t m = 0; m < n_out; ++m)
+      std::copy_n(ws.attn.data() + (r * n_out + m) * slice, n, logits.data() + m * V + b);
+  }
 }
 
 

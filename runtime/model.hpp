@@ -2,6 +2,7 @@
 #pragma once
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kvtiers/paged_kv_cache.hpp"
@@ -9,6 +10,32 @@
 #include "runtime/model/weights.hpp"
 
 namespace vc {
+
+class Communicator;
+class HeadShards;
+class Model;
+
+/// A sharded model's place in its tensor-parallel group (Model::shard). Its config
+/// counts this rank's heads, KV heads and MLP columns; embedding and LM head hold
+/// the vocabulary rows [vocab_begin, vocab_end) (vocab_size stays the model's).
+struct TensorParallelRank {
+  std::shared_ptr<Communicator> comm;
+  int rank = 0, degree = 1;
+  size_t vocab_begin = 0, vocab_end = 0;
+  size_t vocab_slice = 0;  // ceil(vocab / degree): every rank's gathered slice size
+  size_t first_head = 0, first_kv_head = 0;     // in the unsharded model
+  size_t global_heads = 0, global_kv_heads = 0;
+  size_t global_intermediate = 0;
+  /// What compressors see of the other ranks' KV heads (ModelFacts::shards).
+  std::shared_ptr<HeadShards> head_shards;
+  /// The model this shard was cut from (kept alive by the shard).
+  const Model* unsharded = nullptr;
+};
+
+/// The first KV head rank `rank` of `degree` holds: KV heads split evenly, or, with
+/// fewer KV heads than ranks, the one head its query heads read (replicated on
+/// degree / kv_heads ranks).
+[[nodiscard]] size_t shard_first_kv_head(size_t rank, size_t degree, size_t kv_heads);
 
 /// Immutable after load: safe to share between threads and actors.
 class Model {
@@ -28,12 +55,29 @@ class Model {
   [[nodiscard]] KvCacheConfig kv_config(size_t max_tokens, DType kv_dtype,
                                         size_t block_tokens = 16) const;
 
+  /// Rank `rank` of `comm`'s group, sharded as the reference engines shard a
+  /// Llama model (runtime/tp_shard.cpp): q/k/v and gate/up column-parallel (by heads
+  /// and by MLP columns), o and down row-parallel, embedding and LM head by
+  /// vocabulary rows; KV heads split, or replicated when fewer than ranks. The
+  /// forward pass then reduces through `comm`. Throws vc::Error when the model's
+  /// heads, KV heads or MLP width do not split `comm->degree()` ways.
+  [[nodiscard]] static std::shared_ptr<const Model> shard(std::shared_ptr<const Model> base,
+                                                          int rank,
+                                                          std::shared_ptr<Communicator> comm);
+  /// Null for an unsharded model.
+  [[nodiscard]] const TensorParallelRank* tp() const { return tp_ ? &*tp_ : nullptr; }
+
  private:
   Model(std::filesystem::path dir, ModelConfig cfg, ModelWeights w);
   std::filesystem::path dir_;
   ModelConfig config_;
   ModelWeights weights_;
   std::vector<float> inv_freq_;
+  // Sharded models: the model whose mapped weights the row slices point into, and
+  // the copied column slices.
+  std::shared_ptr<const Model> base_;
+  std::vector<std::vector<std::byte>> owned_;
+  std::optional<TensorParallelRank> tp_;
 };
 
 }  // namespace vc

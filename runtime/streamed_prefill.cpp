@@ -8,6 +8,7 @@
 
 #include "kernels/error.hpp"
 #include "runtime/prefill_stats.hpp"
+#include "runtime/tp_stats.hpp"
 
 namespace vc {
 
@@ -75,7 +76,7 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
   out.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   t0 = clock::now();
   std::optional<PrefillStats> stats;
-  if (collector) stats = collector->finish();
+  if (collector) stats = gather_stats(collector->finish(), model);
   out.view = compress_layers(compressor, prompt.size(), tier_layer_reader(tier, id),
                              stats ? &*stats : nullptr, model_facts(model, prompt.size()), ratio,
                              compression_slice_heads(tier.config()));

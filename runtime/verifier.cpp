@@ -7,6 +7,7 @@
 
 #include "runtime/hidden_score_log.hpp"
 #include "runtime/prefill_stats.hpp"
+#include "runtime/tp_stats.hpp"
 
 namespace vc {
 
@@ -65,7 +66,7 @@ VerifyOutcome Verifier::run(const VerifyJob& job, LayerStreamer& stream, bool ke
       std::copy_n(stream.row_v(l, r), out.row_floats, &out.rows_v[(l * n + r) * out.row_floats]);
     }
   if (collector) {
-    const PrefillStats s = collector->finish();
+    const PrefillStats s = job.collect_stats ? gather_stats(collector->finish(), *model_) : collector->finish();
     if (job.hidden != nullptr) out.hidden_scores = hidden_scores_of(s, job.p0, out.accepted + 1);
     if (job.collect_stats)
       out.stats = std::make_shared<const PrefillStats>(

@@ -1,0 +1,100 @@
+// The ranks of CPU tensor parallelism run as threads, each a Generator over its
+// shard; a failing rank aborts the group so no rank waits forever.
+#include "runtime/tp_generator.hpp"
+
+#include <exception>
+#include <thread>
+
+#include "kernels/error.hpp"
+#include "kvtiers/compressor.hpp"
+
+namespace vc {
+
+TpGenerator::TpGenerator(std::shared_ptr<const Model> model,
+                         std::shared_ptr<const Tokenizer> tokenizer, int degree,
+                         GeneratorConfig cfg)
+    : tokenizer_(std::move(tokenizer)) {
+  if (degree < 1) throw Error("tensor parallelism: degree must be >= 1, got " + std::to_string(degree));
+  if (degree > 1 && !cfg.remote_url.empty())
+    throw Error("tensor parallelism: a remote prefix cache is not supported with --tp > 1 yet");
+  comm_ = std::make_shared<CpuCommunicator>(degree);
+  if (cfg.threads <= 0) cfg.threads = std::max(1, default_thread_count() / degree);
+  for (int r = 0; r < degree; ++r)
+    ranks_.push_back(
+        std::make_unique<Generator>(Model::shard(model, r, comm_), tokenizer_, cfg));
+}
+
+TpGenerator::~TpGenerator() = default;
+
+GenerateResult TpGenerator::generate(const std::string& prompt, const GenerateOptions& opt,
+                                     const TokenCallback& on_token) {
+  if (!tokenizer_) throw Error("generate: a text prompt needs a tokenizer");
+  const std::vector<int32_t> ids = tokenizer_->encode(prompt);
+  return generate(ids, opt, on_token);
+}
+
+GenerateResult TpGenerator::generate(std::span<const int32_t> prompt_ids,
+                                     const GenerateOptions& opt, const TokenCallback& on_token) {
+  const int d = degree();
+  if (d > 1) {
+    if (opt.mode == DecodeMode::vericache && opt.draft_auto)
+      throw Error("tensor parallelism: the adaptive draft length (--draft auto) is not supported "
+                  "with --tp > 1 yet (it times each rank's passes, which differ)");
+    if (opt.mode != DecodeMode::full && make_compressor(opt.compressor)->stats_needs().hidden)
+      throw Error("tensor parallelism: compressor '" + opt.compressor +
+                  "' scores hidden states per KV head of the whole model; not supported with "
+                  "--tp > 1 yet");
+  }
+  std::vector<GenerateResult> results(static_cast<size_t>(d));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(d));
+  // The stop decision is rank 0's callback's, shared by an all-reduce so that every
+  // rank stops on the same token.
+  auto callback_of = [&](int r) -> TokenCallback {
+    if (!on_token || d == 1) return on_token;
+    return [&, r](int32_t tok) {
+      float stop = r == 0 && !on_token(tok) ? 1.0f : 0.0f;
+      comm_->all_reduce_sum(r, &stop, 1);
+      return stop == 0.0f;
+    };
+  };
+  auto run = [&](int r) {
+    try {
+      results[size_t(r)] = ranks_[size_t(r)]->generate(prompt_ids, opt, callback_of(r));
+    } catch (const std::exception& e) {
+      errors[size_t(r)] = std::current_exception();
+      comm_->abort(r, e.what());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 1; r < d; ++r) threads.emplace_back(run, r);
+  run(0);
+  for (auto& t : threads) t.join();
+  // The rank that failed first has the cause; the others report its abort.
+  const int first = comm_->aborted_by();
+  if (first >= 0) {
+    comm_->reset();  // every rank has returned; the next request starts them afresh
+    std::rethrow_exception(errors[size_t(first)]);
+  }
+
+  GenerateResult out = std::move(results[0]);
+  for (int r = 1; r < d; ++r) {
+    const GenerateResult& o = results[size_t(r)];
+    if (o.output_ids != out.output_ids || o.output_logprobs != out.output_logprobs)
+      throw Error("tensor parallelism: rank " + std::to_string(r) + " generated other tokens than rank 0");
+    GenerateStats& s = out.stats;
+    const GenerateStats& t = o.stats;
+    s.kv_bytes += t.kv_bytes;
+    s.compressed_bytes += t.compressed_bytes;
+    s.compressed_full_bytes += t.compressed_full_bytes;
+    s.full_tier_bytes_read += t.full_tier_bytes_read;
+    s.full_tier_bytes_read_refold += t.full_tier_bytes_read_refold;
+    s.full_tier_bytes_written += t.full_tier_bytes_written;
+    s.compressed_bytes_read += t.compressed_bytes_read;
+    s.fast_bytes_end += t.fast_bytes_end;
+    s.fast_bytes_peak += t.fast_bytes_peak;
+    s.fast_kv_bytes_peak += t.fast_kv_bytes_peak;
+  }
+  return out;
+}
+
+}  // namespace vc
