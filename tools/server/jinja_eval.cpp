@@ -1,6 +1,7 @@
 // Rendering of the Jinja subset (jinja.hpp) over JSON values (jinja_values.hpp): a
-// namespace() is an object the template may set attributes of; filters, tests and
-// string methods follow Python where templates depend on it.
+// namespace() is an object the template may set attributes of; a macro runs with the
+// template's top-level variables and its parameters, and returns what it rendered;
+// filters, tests and string methods follow Python where templates depend on it.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -25,6 +26,9 @@ class Renderer {
 
  private:
   std::vector<json> scopes_;  // innermost last; objects
+  std::map<std::string, const Node*> macros_;  // defined so far
+  int macro_depth_ = 0;
+  static constexpr int kMaxMacroDepth = 64;
 
   json lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
@@ -65,7 +69,50 @@ class Renderer {
         break;
       }
       case Node::Kind::for_: loop(n, out); break;
+      case Node::Kind::macro: macros_[n.targets[0]] = &n; break;
     }
+  }
+
+  // A call of a macro: positional arguments, then keyword ones, then defaults (the
+  // rest are undefined), as jinja2 binds them.
+  json call_macro(const Node& m, const Expr& e) {
+    const std::string& name = m.targets[0];
+    const size_t params = m.targets.size() - 1;
+    if (e.items.size() - 1 > params)
+      fail(e.line, "macro '" + name + "' takes not more than " + std::to_string(params) +
+                       " argument(s), got " + std::to_string(e.items.size() - 1));
+    if (macro_depth_ >= kMaxMacroDepth)
+      fail(e.line, "macro calls nested deeper than " + std::to_string(kMaxMacroDepth));
+    json scope = json::object();
+    std::vector<bool> bound(params, false);
+    for (size_t i = 1; i < e.items.size(); ++i) {
+      scope[m.targets[i]] = eval(*e.items[i]);
+      bound[i - 1] = true;
+    }
+    for (const auto& [k, v] : e.kwargs) {
+      const auto at = std::find(m.targets.begin() + 1, m.targets.end(), k);
+      if (at == m.targets.end())
+        fail(e.line, "macro '" + name + "' takes no keyword argument '" + k + "'");
+      const size_t i = size_t(at - m.targets.begin()) - 1;
+      if (bound[i]) fail(e.line, "macro '" + name + "' got multiple values for argument '" + k + "'");
+      scope[k] = eval(*v);
+      bound[i] = true;
+    }
+    for (size_t i = 0; i < params; ++i)
+      if (!bound[i])
+        scope[m.targets[i + 1]] = m.defaults[i] ? eval(*m.defaults[i]) : kUndefined;
+    // The body sees the top-level variables and its parameters, not the caller's.
+    std::vector<json> caller = std::move(scopes_);
+    scopes_.clear();
+    scopes_.push_back(std::move(caller.front()));
+    scopes_.push_back(std::move(scope));
+    std::string out;
+    ++macro_depth_;
+    run(m.body, out);
+    --macro_depth_;
+    caller.front() = std::move(scopes_.front());
+    scopes_ = std::move(caller);
+    return out;
   }
 
   void loop(const Node& n, std::string& out) {
@@ -238,6 +285,8 @@ class Renderer {
   json call(const Expr& e) {
     const Expr& target = *e.items[0];
     if (target.kind == Expr::Kind::name) {
+      if (const auto m = macros_.find(target.name); m != macros_.end())
+        return call_macro(*m->second, e);
       const std::vector<json> a = args(e, 1);
       if (target.name == "raise_exception")
         throw RaisedError(a.empty() ? "raise_exception() called" : str(a[0]));
@@ -350,7 +399,12 @@ class Renderer {
       fail(e.line, "length of a " + type_name(v));
     }
     if (f == "string") return str(v);
-    if (f == "tojson") return to_json(v);
+    if (f == "tojson") {
+      const json indent = kwarg(e, "indent", a.empty() ? json(nullptr) : a[0]);
+      if (!indent.is_null() && !indent.is_number_integer())
+        fail(e.line, "tojson(indent=...) needs an integer, got " + type_name(indent));
+      return to_json(v, indent.is_null() ? -1 : int(indent.get<int64_t>()));
+    }
     if (f == "lower" || f == "upper") {
       std::string r = str(v);
       for (char& c : r) c = char(f == "upper" ? std::toupper(c) : std::tolower(c));

@@ -105,8 +105,17 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     } else if (key == "prompt" && !chat) {
       read_prompt(v, line);
       has_prompt = true;
-    } else if (key == "messages" && chat) {
+    } else if ((key == "messages" || key == "tools") && chat) {
       // rendered by the caller into prompt_text
+    } else if (key == "tool_choice" && chat) {
+      // The tools reach the template; the reply is the model's text as it wrote it
+      // (no call is forced and none is parsed out of it).
+      if (!v.is_null() && v != "auto" && v != "none")
+        throw bad_request(key, "only \"auto\" and \"none\" are supported (the server does not "
+                               "force tool calls), got " + shown(v));
+    } else if (key == "parallel_tool_calls" && chat) {
+      if (!v.is_null() && !v.is_boolean())
+        throw bad_request(key, "expected true or false, got " + shown(v));
     } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat)) {
       if (v.is_null()) continue;
       if (!v.is_number_integer() || v.get<int64_t>() < 1)

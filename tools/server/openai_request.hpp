@@ -1,7 +1,8 @@
 // OpenAI request bodies -> one validated engine request. The body's OpenAI fields
 // (prompt, max_tokens / max_completion_tokens, temperature, top_p, top_k, seed, stop,
-// n, stream, stream_options, logprobs, ...) and VeriCache's own extra fields (mode,
-// compressor, compressor_params, ratio, draft, fold_every, ignore_eos) are mapped onto
+// n, stream, stream_options, logprobs, tools, tool_choice, ...) and VeriCache's own
+// extra fields (mode, compressor, compressor_params, ratio, draft, fold_every,
+// ignore_eos) are mapped onto
 // the request JSON of `vericache batch` and checked by the same validation layer
 // (runtime/request_validation.hpp), with the server's defaults and limits. Every
 // refusal is an ApiError naming the field.
