@@ -73,6 +73,13 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
     j["accepted_per_round_histogram"] = s.accepted_histogram;
     j["draft_seconds"] = s.draft_seconds;
     j["verify_seconds"] = s.verify_seconds;
+    j["draft_hierarchy"] = q.draft_hierarchy;
+    if (q.draft_hierarchy != "none") {
+      j["ngram_proposed"] = s.ngram_proposed;
+      j["ngram_confirmed"] = s.ngram_confirmed;
+      j["ngram_accepted"] = s.ngram_accepted;
+      j["drafter_passes"] = s.drafter_passes;
+    }
   }
   return j;
 }
