@@ -31,8 +31,8 @@ struct TokenQueue {
   std::deque<LoggedToken> tokens;
 };
 
-// Replies keep the key order they were built in (OpenAI's, and top_logprobs most
-// likely first); error bodies are plain JSON.
+// Replies and error bodies keep the key order they were built in (OpenAI's, and
+// top_logprobs most likely first).
 template <class Json>
 std::string dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
