@@ -146,6 +146,13 @@ TEST(chat_template, malformed_tools_and_tool_calls_are_refused_naming_the_field)
             "messages[1].tool_calls[0].function.arguments");
   EXPECT_EQ(param_of(with_calls(ordered::array({{{"function", fn}}}), "user"), nullptr),
             "messages[1].tool_calls");
+  // "tool_calls": null (as clients echo an assistant message back) is no calls.
+  const ChatTemplate llama31(read(kDir + "llama31_tools.jinja"), "", "");
+  const ordered answer = {{"role", "assistant"}, {"content", "ok"}};
+  ordered echoed = answer;
+  echoed["tool_calls"] = nullptr;
+  EXPECT_EQ(llama31.render(ordered::array({user, echoed, user}), nullptr),
+            llama31.render(ordered::array({user, answer, user}), nullptr));
   // Arguments that are not a JSON object's text reach the template as the string.
   const std::string text = t.render(
       with_calls(ordered::array({{{"function", {{"name", "f"}, {"arguments", "not json"}}}}})),

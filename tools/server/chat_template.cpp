@@ -86,7 +86,9 @@ ordered normalized(const ordered& messages) {
     } else if (!m["content"].is_string()) {
       throw bad_request(where + ".content", "expected a string or a list of text parts");
     }
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    if (m.contains("tool_calls") && m["tool_calls"].is_null()) {
+      n.erase("tool_calls");  // as vLLM does: a client's "tool_calls": null is no calls
+    } else if (m.contains("tool_calls")) {
       if (m["role"] != "assistant")
         throw bad_request(where + ".tool_calls", "only assistant messages carry tool calls");
       n["tool_calls"] = normalized_tool_calls(m["tool_calls"], where + ".tool_calls");

@@ -25,7 +25,8 @@ class ChatTemplate {
   /// The prompt for `messages` (an array of {"role", "content", ...}; content a string,
   /// null, or a list of {"type": "text", "text"} parts; an assistant message may carry
   /// `tool_calls`, whose string `arguments` holding a JSON object are given to the
-  /// template as that object, as vLLM does), ending with the assistant's generation
+  /// template as that object, and `tool_calls: null` is dropped, as vLLM does), ending
+  /// with the assistant's generation
   /// prompt. `tools` (null or a list of {"type": "function", "function": {"name", ...}})
   /// is the template's `tools` variable, as in Hugging Face's apply_chat_template; a
   /// template that does not use it ignores it. Objects keep the key order they have.
