@@ -87,28 +87,19 @@ TEST(serve_chat, bad_messages_get_400_naming_the_field) {
 }
 
 TEST(serve_chat, a_template_it_cannot_render_gets_500_and_completions_still_work) {
-  const fs::path dir = fs::temp_directory_path() / ("vc-chat-model-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
-    fs::create_symlink(fs::path(VC_MODEL_DIR) / f, dir / f);
-  std::ofstream(dir / "tokenizer_config.json")
-      << json{{"chat_template", "{% macro turn(m) %}{{ m.content }}{% endmacro %}"}}.dump();
-  {
-    ServerProcess server({"--model", dir.string(), "--served-model-name", "tinycode"});
-    const HttpResponse r =
-        http_request(server.port(), "POST", "/v1/chat/completions",
-                     json{{"messages", kMessages}, {"max_tokens", 3}}.dump());
-    EXPECT_EQ(r.status, 500);
-    EXPECT_EQ(r.json()["error"]["code"], "chat_template_unsupported");
-    EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("'macro' is not supported"),
-              std::string::npos)
-        << r.body;
-    EXPECT_EQ(http_request(server.port(), "POST", "/v1/completions",
-                           json{{"prompt", "x"}, {"max_tokens", 2}}.dump())
-                  .status,
-              200);
-  }
-  fs::remove_all(dir);
+  const ModelWithTemplate model("unrenderable", "{% call turn() %}{{ m.content }}{% endcall %}");
+  ServerProcess server(model.serve_args());
+  const HttpResponse r = http_request(server.port(), "POST", "/v1/chat/completions",
+                                      json{{"messages", kMessages}, {"max_tokens", 3}}.dump());
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.json()["error"]["code"], "chat_template_unsupported");
+  EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("'call' is not supported"),
+            std::string::npos)
+      << r.body;
+  EXPECT_EQ(http_request(server.port(), "POST", "/v1/completions",
+                         json{{"prompt", "x"}, {"max_tokens", 2}}.dump())
+                .status,
+            200);
 }
 
 }  // namespace

@@ -15,15 +15,17 @@ namespace {
 
 using nlohmann::json;
 
-// Checks the shape of an error reply and returns its "error" object.
+// Checks the shape of an error reply (its keys in OpenAI's order) and returns its
+// "error" object.
 json error_of(const HttpResponse& r, int status) {
   EXPECT_EQ(r.status, status) << r.body;
-  const json j = json::parse(r.body);
-  const json e = j.at("error");
+  const auto in_order = nlohmann::ordered_json::parse(r.body).at("error");
+  std::vector<std::string> keys;
+  for (auto it = in_order.begin(); it != in_order.end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"message", "type", "param", "code"})) << r.body;
+  const json e = json::parse(r.body).at("error");
   EXPECT_TRUE(e.at("message").is_string());
   EXPECT_TRUE(e.at("type").is_string());
-  EXPECT_TRUE(e.contains("param"));
-  EXPECT_TRUE(e.contains("code"));
   return e;
 }
 

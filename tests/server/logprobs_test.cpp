@@ -89,6 +89,25 @@ TEST(serve_logprobs, completions_logprobs_n_hold_generates_values_plain_and_stre
     EXPECT_EQ(top[token].get<double>(), chosen);
   }
   EXPECT_EQ(joined, choice["text"]);
+  // Each {text: logprob} object, read in the reply's own key order, lists the most
+  // likely first (as OpenAI and vLLM write it), not alphabetically.
+  const auto in_order = nlohmann::ordered_json::parse(plain.body);
+  size_t unsorted_by_text = 0;
+  for (const auto& top : in_order["choices"][0]["logprobs"]["top_logprobs"]) {
+    double before = 0;
+    std::string previous_text;
+    bool first = true;
+    for (auto it = top.begin(); it != top.end(); ++it) {
+      if (!first) {
+        EXPECT_LE(it.value().get<double>(), before) << top.dump();
+        unsorted_by_text += it.key() < previous_text;
+      }
+      before = it.value().get<double>();
+      previous_text = it.key();
+      first = false;
+    }
+  }
+  EXPECT_GT(unsorted_by_text, 0u) << "some list's likeliest-first order is not its text order";
 
   b["stream"] = true;
   const HttpResponse streamed = http_request(server.port(), "POST", "/v1/completions", b.dump());

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -246,5 +248,35 @@ inline std::vector<std::string> sse_events(const std::string& body) {
   }
   return events;
 }
+
+/// A copy of the bundled model (its files linked) whose tokenizer_config.json holds
+/// `chat_template` and the special tokens given; removed with the object.
+class ModelWithTemplate {
+ public:
+  ModelWithTemplate(const std::string& name, const std::string& chat_template,
+                    const std::string& bos_token = "", const std::string& eos_token = "")
+      : dir_(std::filesystem::temp_directory_path() /
+             ("vc-model-" + name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
+      std::filesystem::create_symlink(std::filesystem::path(VC_MODEL_DIR) / f, dir_ / f);
+    std::ofstream(dir_ / "tokenizer_config.json")
+        << nlohmann::json{{"chat_template", chat_template},
+                          {"bos_token", bos_token},
+                          {"eos_token", eos_token}}
+               .dump();
+  }
+  ~ModelWithTemplate() { std::filesystem::remove_all(dir_); }
+  ModelWithTemplate(const ModelWithTemplate&) = delete;
+  ModelWithTemplate& operator=(const ModelWithTemplate&) = delete;
+  /// serve's arguments for it, served under the bundled model's name.
+  [[nodiscard]] std::vector<std::string> serve_args() const {
+    return {"--model", dir_.string(), "--served-model-name", "tinycode"};
+  }
+
+ private:
+  std::filesystem::path dir_;
+};
 
 }  // namespace vc::test

@@ -3,8 +3,9 @@
 
 namespace vc::server {
 
-nlohmann::json ApiError::body() const {
-  using nlohmann::json;
+// In OpenAI's key order: message, type, param, code.
+nlohmann::ordered_json ApiError::body() const {
+  using json = nlohmann::ordered_json;
   return {{"error",
            {{"message", what()},
             {"type", type_},

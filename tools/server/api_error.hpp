@@ -22,7 +22,7 @@ class ApiError : public std::runtime_error {
   [[nodiscard]] const std::string& param() const { return param_; }
   [[nodiscard]] const std::string& code() const { return code_; }
   /// {"error": {...}}; param and code are null when empty.
-  [[nodiscard]] nlohmann::json body() const;
+  [[nodiscard]] nlohmann::ordered_json body() const;
 
  private:
   int status_;

@@ -23,23 +23,59 @@ std::string token_text(const json& cfg, const char* key) {
               "': expected a string or an object with 'content'");
 }
 
+using ordered = nlohmann::ordered_json;
+
+std::string where_in(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
+
+// An assistant message's tool calls: {"type": "function", "function": {"name",
+// "arguments"}} (and an optional id); arguments given as a JSON object's text become
+// that object.
+ordered normalized_tool_calls(const ordered& calls, const std::string& where) {
+  if (!calls.is_array()) throw bad_request(where, "expected a list of tool calls");
+  ordered out = ordered::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string at = where_in(where, i);
+    const ordered& c = calls[i];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      throw bad_request(at, "expected {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    if (c.contains("type") && c["type"] != "function")
+      throw bad_request(at + ".type", "only \"function\" tool calls are supported");
+    const ordered& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string())
+      throw bad_request(at + ".function.name", "expected a string");
+    ordered n = c;
+    if (f.contains("arguments") && f["arguments"].is_string()) {
+      const std::string& text = f["arguments"].get_ref<const std::string&>();
+      // Depth-bounded like the body itself; text that is no JSON object stays a string.
+      if (json_nesting_depth(text, 64) <= 64) {
+        ordered parsed = ordered::parse(text, nullptr, false);
+        if (parsed.is_object()) n["function"]["arguments"] = std::move(parsed);
+      }
+    } else if (f.contains("arguments") && !f["arguments"].is_object()) {
+      throw bad_request(at + ".function.arguments", "expected a string of JSON or an object");
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
 // Messages as the template sees them: content parts joined into one string.
-json normalized(const json& messages) {
+ordered normalized(const ordered& messages) {
   if (!messages.is_array() || messages.empty())
     throw bad_request("messages", "expected a non-empty array of messages");
-  json out = json::array();
+  ordered out = ordered::array();
   for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string where = "messages[" + std::to_string(i) + "]";
-    const json& m = messages[i];
+    const std::string where = where_in("messages", i);
+    const ordered& m = messages[i];
     if (!m.is_object()) throw bad_request(where, "expected an object with 'role' and 'content'");
     if (!m.contains("role") || !m["role"].is_string())
       throw bad_request(where + ".role", "expected a string");
-    json n = m;
+    ordered n = m;
     if (!m.contains("content") || m["content"].is_null()) {
       n["content"] = nullptr;
     } else if (m["content"].is_array()) {
       std::string text;
-      for (const json& part : m["content"]) {
+      for (const ordered& part : m["content"]) {
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
             !part["text"].is_string())
           throw bad_request(where + ".content",
@@ -50,9 +86,32 @@ json normalized(const json& messages) {
     } else if (!m["content"].is_string()) {
       throw bad_request(where + ".content", "expected a string or a list of text parts");
     }
+    if (m.contains("tool_calls") && m["tool_calls"].is_null()) {
+      n.erase("tool_calls");  // as vLLM does: a client's "tool_calls": null is no calls
+    } else if (m.contains("tool_calls")) {
+      if (m["role"] != "assistant")
+        throw bad_request(where + ".tool_calls", "only assistant messages carry tool calls");
+      n["tool_calls"] = normalized_tool_calls(m["tool_calls"], where + ".tool_calls");
+    }
     out.push_back(std::move(n));
   }
   return out;
+}
+
+// The request's tools: null, or a list of {"type": "function", "function": {"name", ...}}.
+ordered checked_tools(const ordered& tools) {
+  if (tools.is_null()) return tools;
+  if (!tools.is_array()) throw bad_request("tools", "expected a list of tools");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = where_in("tools", i);
+    const ordered& t = tools[i];
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+        !t["function"].is_object())
+      throw bad_request(at, "expected {\"type\": \"function\", \"function\": {\"name\", ...}}");
+    if (!t["function"].contains("name") || !t["function"]["name"].is_string())
+      throw bad_request(at + ".function.name", "expected a string");
+  }
+  return tools;
 }
 
 }  // namespace
@@ -90,11 +149,13 @@ std::optional<ChatTemplate> ChatTemplate::from_model_dir(const std::string& dir)
   return ChatTemplate(source, token_text(cfg, "bos_token"), token_text(cfg, "eos_token"));
 }
 
-std::string ChatTemplate::render(const json& messages) const {
-  const json ctx = {{"messages", normalized(messages)},
-                    {"add_generation_prompt", true},
-                    {"bos_token", bos_},
-                    {"eos_token", eos_}};
+std::string ChatTemplate::render(const ordered& messages, const ordered& tools) const {
+  ordered ctx = {{"messages", normalized(messages)},
+                 {"add_generation_prompt", true},
+                 {"bos_token", bos_},
+                 {"eos_token", eos_}};
+  // Without tools it is none, as Hugging Face's apply_chat_template(tools=None) passes it.
+  ctx["tools"] = checked_tools(tools);
   if (!template_)
     throw ApiError(500, "server_error",
                    "the model's chat template cannot be rendered: " + parse_error_, "",

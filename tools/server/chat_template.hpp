@@ -23,10 +23,17 @@ class ChatTemplate {
   [[nodiscard]] static std::optional<ChatTemplate> from_model_dir(const std::string& dir);
 
   /// The prompt for `messages` (an array of {"role", "content", ...}; content a string,
-  /// null, or a list of {"type": "text", "text"} parts), ending with the assistant's
-  /// generation prompt. Throws ApiError: 400 for malformed messages or the template's
-  /// own raise_exception, 500 for a template this renderer cannot run.
-  [[nodiscard]] std::string render(const nlohmann::json& messages) const;
+  /// null, or a list of {"type": "text", "text"} parts; an assistant message may carry
+  /// `tool_calls`, whose string `arguments` holding a JSON object are given to the
+  /// template as that object, and `tool_calls: null` is dropped, as vLLM does), ending
+  /// with the assistant's generation
+  /// prompt. `tools` (null or a list of {"type": "function", "function": {"name", ...}})
+  /// is the template's `tools` variable, as in Hugging Face's apply_chat_template; a
+  /// template that does not use it ignores it. Objects keep the key order they have.
+  /// Throws ApiError: 400 for malformed messages or tools or the template's own
+  /// raise_exception, 500 for a template this renderer cannot run.
+  [[nodiscard]] std::string render(const nlohmann::ordered_json& messages,
+                                   const nlohmann::ordered_json& tools = nullptr) const;
   /// Why the template cannot be used ("" when it parsed).
   [[nodiscard]] const std::string& parse_error() const { return parse_error_; }
 

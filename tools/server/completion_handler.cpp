@@ -31,9 +31,14 @@ struct TokenQueue {
   std::deque<LoggedToken> tokens;
 };
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+// Replies and error bodies keep the key order they were built in (OpenAI's, and
+// top_logprobs most likely first).
+template <class Json>
+std::string dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
-std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
+std::string event(const nlohmann::ordered_json& j) { return "data: " + dump(j) + "\n\n"; }
 
 // A finished request into the metrics.
 vericache::Result account(ServerState& st, const TokenTimer& timer, vericache::Result r) {
@@ -65,14 +70,20 @@ json parse_body(const std::string& body) {
   }
 }
 
-ParsedRequest parse(ServerState& st, Endpoint endpoint, const json& body) {
+ParsedRequest parse(ServerState& st, Endpoint endpoint, const json& body,
+                    const std::string& body_text) {
   std::string prompt;
   if (endpoint == Endpoint::chat) {
     if (st.chat_template == nullptr)
       throw bad_request("messages", "this model has no chat template; use /v1/completions");
     if (!body.is_object() || !body.contains("messages"))
       throw bad_request("messages", "missing 'messages'");
-    prompt = st.chat_template->render(body["messages"]);
+    // Again with the body's key order, which the template sees (tojson, items()); its
+    // depth was checked by parse_body.
+    const nlohmann::ordered_json in_order = nlohmann::ordered_json::parse(body_text);
+    const nlohmann::ordered_json no_tools;
+    prompt = st.chat_template->render(in_order["messages"],
+                                      in_order.contains("tools") ? in_order["tools"] : no_tools);
   }
   return parse_request(body, endpoint, st.settings, st.limits, *st.tokenizer, prompt);
 }
@@ -100,9 +111,9 @@ Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
   std::vector<LoggedToken> unsent;
   size_t text_offset = 0;
   const TokenText token_text = [&](int32_t id) { return decode({id}); };
-  auto take_logprobs = [&]() -> json {
+  auto take_logprobs = [&]() -> nlohmann::ordered_json {
     if (!p.logprobs || unsent.empty()) return nullptr;
-    json j = logprobs_json(meta.endpoint, unsent, p.top_logprobs, token_text, text_offset);
+    nlohmann::ordered_json j = logprobs_json(meta.endpoint, unsent, p.top_logprobs, token_text, text_offset);
     unsent.clear();
     return j;
   };
@@ -163,7 +174,7 @@ Reply run(ServerState& st, Endpoint endpoint, const std::string& body_text, Stre
     throw ApiError(503, "service_unavailable", "the server is shutting down", "",
                    "shutting_down");
   const json body = parse_body(body_text);
-  const ParsedRequest p = parse(st, endpoint, body);
+  const ParsedRequest p = parse(st, endpoint, body, body_text);
   ResponseMeta meta;
   const uint64_t n = st.next_response.fetch_add(1);
   meta.id = (endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(n);

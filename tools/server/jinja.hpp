@@ -1,10 +1,10 @@
 // A Jinja2 subset, enough for the chat templates of Llama-3, Mistral, Qwen2 and Qwen3
 // (checked against Python's jinja2 in tests/server): whitespace control ({%- -%},
 // trim_blocks and lstrip_blocks as Hugging Face sets them), if/elif/else, for with
-// loop.* and else, set (with namespace attributes), comments, string and list
-// methods, the filters and tests those templates use, raise_exception. Anything else
-// (macros, blocks, includes, an unknown filter) is an error naming it and its line,
-// at parse time where possible.
+// loop.* and else, set (with namespace attributes), macros (positional and keyword
+// arguments, defaults), comments, string and list methods, the filters and tests
+// those templates use, raise_exception. Anything else (call blocks, blocks, includes,
+// an unknown filter) is an error naming it and its line, at parse time where possible.
 #pragma once
 #include <memory>
 #include <string>
@@ -36,8 +36,9 @@ class Template {
   explicit Template(const std::string& source);
   ~Template();
   Template(Template&&) noexcept;
-  /// Renders with the variables of `context` (a JSON object); throws TemplateError.
-  [[nodiscard]] std::string render(const nlohmann::json& context) const;
+  /// Renders with the variables of `context` (a JSON object; its objects' key order is
+  /// the order dict iteration and `tojson` see); throws TemplateError.
+  [[nodiscard]] std::string render(const nlohmann::ordered_json& context) const;
 
  private:
   std::unique_ptr<std::vector<std::unique_ptr<Node>>> body_;

@@ -1,6 +1,6 @@
 // The syntax tree of the Jinja subset chat templates use (jinja.hpp): statements
 // (text, output, if/elif/else, for with loop variables and else, set, set of a
-// namespace attribute) and expressions (literals, names, attribute and item access,
+// namespace attribute, macro definitions) and expressions (literals, names, attribute and item access,
 // slices, calls, filters, tests, unary and binary operators, conditional
 // expressions). Built by jinja_parse.cpp, run by jinja_eval.cpp.
 #pragma once
@@ -33,7 +33,7 @@ struct Expr {
     cond,       // items[0] if items[1] else items[2] (items[2] may be null)
   };
   Kind kind = Kind::literal;
-  nlohmann::json value;               // literal
+  nlohmann::ordered_json value;       // literal
   std::string name;                   // name, attr, call target name, filter, test, op
   std::vector<ExprPtr> items;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
@@ -46,14 +46,16 @@ using NodePtr = std::unique_ptr<Node>;
 using Body = std::vector<NodePtr>;
 
 struct Node {
-  enum class Kind { text, output, if_, for_, set };
+  enum class Kind { text, output, if_, for_, set, macro };
   Kind kind = Kind::text;
   std::string text;                            // text
   ExprPtr expr;                                // output; set value; for iterable
   std::vector<std::pair<ExprPtr, Body>> branches;  // if: (condition or null for else, body)
-  std::vector<std::string> targets;            // for: loop variable(s); set: name [, attribute]
+  std::vector<std::string> targets;            // for: loop variable(s); set: name [, attribute];
+                                               // macro: name, then its parameters
+  std::vector<ExprPtr> defaults;               // macro: per parameter, its default or null
   ExprPtr filter;                              // for ... if filter
-  Body body, else_body;                        // for
+  Body body, else_body;                        // for; macro: body
   int line = 0;
 };
 

@@ -1,6 +1,8 @@
 // Rendering of the Jinja subset (jinja.hpp) over JSON values (jinja_values.hpp): a
-// namespace() is an object the template may set attributes of; filters, tests and
-// string methods follow Python where templates depend on it.
+// namespace() is an object the template may set attributes of; a macro runs with the
+// template's top-level variables and its parameters, and returns what it rendered;
+// string methods follow Python where templates depend on it; filters and tests are in
+// jinja_filters.cpp.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -9,6 +11,7 @@
 
 #include "tools/server/jinja.hpp"
 #include "tools/server/jinja_ast.hpp"
+#include "tools/server/jinja_filters.hpp"
 #include "tools/server/jinja_values.hpp"
 
 namespace vc::server::jinja {
@@ -25,6 +28,9 @@ class Renderer {
 
  private:
   std::vector<json> scopes_;  // innermost last; objects
+  std::map<std::string, const Node*> macros_;  // defined so far
+  int macro_depth_ = 0;
+  static constexpr int kMaxMacroDepth = 64;
 
   json lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
@@ -65,7 +71,50 @@ class Renderer {
         break;
       }
       case Node::Kind::for_: loop(n, out); break;
+      case Node::Kind::macro: macros_[n.targets[0]] = &n; break;
     }
+  }
+
+  // A call of a macro: positional arguments, then keyword ones, then defaults (the
+  // rest are undefined), as jinja2 binds them.
+  json call_macro(const Node& m, const Expr& e) {
+    const std::string& name = m.targets[0];
+    const size_t params = m.targets.size() - 1;
+    if (e.items.size() - 1 > params)
+      fail(e.line, "macro '" + name + "' takes not more than " + std::to_string(params) +
+                       " argument(s), got " + std::to_string(e.items.size() - 1));
+    if (macro_depth_ >= kMaxMacroDepth)
+      fail(e.line, "macro calls nested deeper than " + std::to_string(kMaxMacroDepth));
+    json scope = json::object();
+    std::vector<bool> bound(params, false);
+    for (size_t i = 1; i < e.items.size(); ++i) {
+      scope[m.targets[i]] = eval(*e.items[i]);
+      bound[i - 1] = true;
+    }
+    for (const auto& [k, v] : e.kwargs) {
+      const auto at = std::find(m.targets.begin() + 1, m.targets.end(), k);
+      if (at == m.targets.end())
+        fail(e.line, "macro '" + name + "' takes no keyword argument '" + k + "'");
+      const size_t i = size_t(at - m.targets.begin()) - 1;
+      if (bound[i]) fail(e.line, "macro '" + name + "' got multiple values for argument '" + k + "'");
+      scope[k] = eval(*v);
+      bound[i] = true;
+    }
+    for (size_t i = 0; i < params; ++i)
+      if (!bound[i])
+        scope[m.targets[i + 1]] = m.defaults[i] ? eval(*m.defaults[i]) : kUndefined;
+    // The body sees the top-level variables and its parameters, not the caller's.
+    std::vector<json> caller = std::move(scopes_);
+    scopes_.clear();
+    scopes_.push_back(std::move(caller.front()));
+    scopes_.push_back(std::move(scope));
+    std::string out;
+    ++macro_depth_;
+    run(m.body, out);
+    --macro_depth_;
+    caller.front() = std::move(scopes_.front());
+    scopes_ = std::move(caller);
+    return out;
   }
 
   void loop(const Node& n, std::string& out) {
@@ -238,6 +287,8 @@ class Renderer {
   json call(const Expr& e) {
     const Expr& target = *e.items[0];
     if (target.kind == Expr::Kind::name) {
+      if (const auto m = macros_.find(target.name); m != macros_.end())
+        return call_macro(*m->second, e);
       const std::vector<json> a = args(e, 1);
       if (target.name == "raise_exception")
         throw RaisedError(a.empty() ? "raise_exception() called" : str(a[0]));
@@ -341,146 +392,14 @@ class Renderer {
 
   json filter(const Expr& e) {
     const json v = eval(*e.items[0]);
-    const std::vector<json> a = args(e, 1);
-    const std::string& f = e.name;
-    if (f == "trim") return strip_chars(str(v), a.empty() ? kSpace : str(a[0]), true, true);
-    if (f == "length" || f == "count") {
-      if (v.is_string()) return code_points(v.get<std::string>()).size();
-      if (v.is_array() || v.is_object()) return v.size();
-      fail(e.line, "length of a " + type_name(v));
-    }
-    if (f == "string") return str(v);
-    if (f == "tojson") return to_json(v);
-    if (f == "lower" || f == "upper") {
-      std::string r = str(v);
-      for (char& c : r) c = char(f == "upper" ? std::toupper(c) : std::tolower(c));
-      return r;
-    }
-    if (f == "capitalize") {
-      std::string r = str(v);
-      for (char& c : r) c = char(std::tolower(c));
-      if (!r.empty()) r[0] = char(std::toupper(r[0]));
-      return r;
-    }
-    if (f == "default" || f == "d") {
-      const bool boolean = a.size() > 1 && truthy(a[1]);
-      if (undefined(v) || (boolean && !truthy(v))) return a.empty() ? json("") : a[0];
-      return v;
-    }
-    if (f == "list") {
-      if (v.is_array()) return v;
-      if (v.is_string()) {
-        json r = json::array();
-        for (auto& cp : code_points(v.get<std::string>())) r.push_back(cp);
-        return r;
-      }
-      if (v.is_object()) {
-        json r = json::array();
-        for (const auto& [k, x] : v.items()) r.push_back(k);
-        return r;
-      }
-      fail(e.line, "list of a " + type_name(v));
-    }
-    if (f == "first" || f == "last") {
-      if (v.is_array()) return v.empty() ? kUndefined : (f == "first" ? v.front() : v.back());
-      if (v.is_string()) {
-        const auto cps = code_points(v.get<std::string>());
-        return cps.empty() ? kUndefined : json(f == "first" ? cps.front() : cps.back());
-      }
-      fail(e.line, f + " of a " + type_name(v));
-    }
-    if (f == "reverse") {
-      if (v.is_string()) {
-        auto cps = code_points(v.get<std::string>());
-        std::string r;
-        for (auto it = cps.rbegin(); it != cps.rend(); ++it) r += *it;
-        return r;
-      }
-      if (v.is_array()) {
-        json r = json::array();
-        for (auto it = v.rbegin(); it != v.rend(); ++it) r.push_back(*it);
-        return r;
-      }
-      fail(e.line, "reverse of a " + type_name(v));
-    }
-    if (f == "join") {
-      const std::string sep = a.empty() ? "" : str(a[0]);
-      std::string r;
-      if (!v.is_array()) fail(e.line, "join of a " + type_name(v));
-      for (size_t i = 0; i < v.size(); ++i) r += (i ? sep : "") + str(v[i]);
-      return r;
-    }
-    if (f == "items") {
-      if (!v.is_object()) fail(e.line, "items of a " + type_name(v));
-      json r = json::array();
-      for (const auto& [k, x] : v.items()) r.push_back(json::array({k, x}));
-      return r;
-    }
-    if (f == "int") {
-      if (v.is_number()) return int64_t(v.get<double>());
-      try {
-        return int64_t(std::stoll(str(v)));
-      } catch (...) {
-        return a.empty() ? json(0) : a[0];
-      }
-    }
-    if (f == "selectattr" || f == "rejectattr") {
-      if (!v.is_array()) fail(e.line, f + " of a " + type_name(v));
-      if (a.empty() || !a[0].is_string()) fail(e.line, f + "() needs an attribute name");
-      json r = json::array();
-      for (const json& x : v) {
-        const json attr = item(x, a[0], e.line);
-        bool ok;
-        if (a.size() < 2) ok = truthy(attr);
-        else ok = apply_test(str(a[1]), attr, std::vector<json>(a.begin() + 2, a.end()), e.line);
-        if (ok == (f == "selectattr")) r.push_back(x);
-      }
-      return r;
-    }
-    if (f == "map") {
-      if (!v.is_array()) fail(e.line, "map of a " + type_name(v));
-      const json attr = kwarg(e, "attribute", kUndefined);
-      if (!attr.is_string()) fail(e.line, "map() is supported with attribute= only");
-      json r = json::array();
-      for (const json& x : v) r.push_back(item(x, attr, e.line));
-      return r;
-    }
-    if (f == "safe" || f == "e" || f == "escape") return f == "safe" ? v : json(str(v));
-    fail(e.line, "the filter '" + f + "' is not supported");
+    std::vector<std::pair<std::string, json>> kwargs;
+    for (const auto& [k, x] : e.kwargs) kwargs.emplace_back(k, eval(*x));
+    return apply_filter(e.name, v, args(e, 1), kwargs, e.line);
   }
 
   bool test(const Expr& e) {
     const json v = eval(*e.items[0]);
     return apply_test(e.name, v, args(e, 1), e.line);
-  }
-
-  static bool apply_test(const std::string& t, const json& v, const std::vector<json>& a, int line) {
-    if (t == "defined") return !undefined(v);
-    if (t == "undefined") return undefined(v);
-    if (t == "none") return v.is_null();
-    if (t == "string") return v.is_string();
-    if (t == "number") return v.is_number();
-    if (t == "integer") return v.is_number_integer();
-    if (t == "float") return v.is_number_float();
-    if (t == "boolean") return v.is_boolean();
-    if (t == "true") return v.is_boolean() && v.get<bool>();
-    if (t == "false") return v.is_boolean() && !v.get<bool>();
-    if (t == "mapping") return v.is_object();
-    if (t == "sequence" || t == "iterable") return v.is_array() || v.is_string() || v.is_object();
-    if (t == "equalto" || t == "eq" || t == "sameas" || t == "==") {
-      if (a.empty()) fail(line, "'" + t + "' needs a value");
-      return equal(v, a[0]);
-    }
-    if (t == "odd" || t == "even") {
-      const int64_t x = as_int(v, line, t.c_str());
-      return (x % 2 != 0) == (t == "odd");
-    }
-    if (t == "divisibleby") {
-      if (a.empty()) fail(line, "'divisibleby' needs a value");
-      const int64_t d = as_int(a[0], line, "divisibleby");
-      return d != 0 && as_int(v, line, "divisibleby") % d == 0;
-    }
-    fail(line, "the test '" + t + "' is not supported");
   }
 };
 

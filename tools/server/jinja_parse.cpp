@@ -12,7 +12,7 @@ namespace vc::server::jinja {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 struct Token {
   enum class Type { name, string, integer, number, op, end } type = Type::end;
@@ -555,7 +555,30 @@ class StmtParser {
         p.skip(1);
         node->expr = p.expression();
         p.expect_end();
-      } else if (kw == "elif" || kw == "else" || kw == "endif" || kw == "endfor") {
+      } else if (kw == "macro") {
+        node->kind = Node::Kind::macro;
+        node->targets.push_back(p.expect_name());
+        p.expect_op("(");
+        while (!p.is_op(")")) {
+          node->targets.push_back(p.expect_name());
+          ExprPtr dflt;
+          if (p.is_op("=")) {
+            p.skip(1);
+            dflt = p.expression();
+          } else if (!node->defaults.empty() && node->defaults.back()) {
+            fail(t.line, "macro '" + node->targets[0] + "': the parameter '" + node->targets.back() +
+                             "' without a default follows one with a default");
+          }
+          node->defaults.push_back(std::move(dflt));
+          if (!p.is_op(",")) break;
+          p.skip(1);
+        }
+        p.expect_op(")");
+        p.expect_end();
+        if (body(node->body, {"endmacro"}) != "endmacro")
+          fail(t.line, "'macro' is not closed by 'endmacro'");
+      } else if (kw == "elif" || kw == "else" || kw == "endif" || kw == "endfor" ||
+                 kw == "endmacro") {
         fail(t.line, "'" + kw + "' without a matching opening tag");
       } else {
         fail(t.line, "the tag '" + kw + "' is not supported by this Jinja subset");

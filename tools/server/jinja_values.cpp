@@ -80,25 +80,36 @@ std::string repr(const json& v) {
   return str(v);
 }
 
-// Python's json.dumps(ensure_ascii=False) with its default separators.
-std::string to_json(const json& v) {
+namespace {
+
+std::string to_json_at(const json& v, int indent, int depth) {
   if (undefined(v)) return "null";
-  if (v.is_array()) {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + to_json(v[i]);
-    return s + "]";
-  }
-  if (v.is_object()) {
-    std::string s = "{";
+  if ((v.is_array() || v.is_object()) && !v.empty()) {
+    const bool object = v.is_object();
+    const std::string open = indent < 0 ? "" : "\n" + std::string(size_t(indent) * (depth + 1), ' ');
+    const std::string sep = indent < 0 ? ", " : "," + open;
+    std::string s(1, object ? '{' : '[');
+    s += open;
     bool first = true;
-    for (const auto& [k, x] : v.items()) {
-      s += (first ? "" : ", ") + json(k).dump() + ": " + to_json(x);
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      s += first ? "" : sep;
       first = false;
+      if (object) s += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ": ";
+      s += to_json_at(*it, indent, depth + 1);
     }
-    return s + "}";
+    if (indent >= 0) s += "\n" + std::string(size_t(indent) * depth, ' ');
+    return s + (object ? '}' : ']');
   }
   if (v.is_number_float()) return py_float(v.get<double>());
   return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+// Python's json.dumps(ensure_ascii=False): ", " and ": " on one line, or with
+// `indent`, one item a line and "," at the line ends.
+std::string to_json(const json& v, int indent) {
+  return to_json_at(v, indent, 0);
 }
 
 int64_t as_int(const json& v, int line, const char* what) {
@@ -175,6 +186,16 @@ std::string strip_chars(const std::string& s, const std::string& chars, bool lef
 
 bool equal(const json& a, const json& b) {
   if (undefined(a) || undefined(b)) return undefined(a) && undefined(b);
+  if (a.is_object() && b.is_object()) {
+    if (a.size() != b.size()) return false;
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      const auto other = b.find(it.key());
+      if (other == b.end() || !equal(*it, *other)) return false;
+    }
+    return true;
+  }
+  if (a.is_array() && b.is_array())
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), equal);
   return a == b;
 }
 

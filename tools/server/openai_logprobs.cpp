@@ -7,7 +7,7 @@ namespace vc::server {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 double reported(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
 
@@ -46,7 +46,9 @@ json completion_logprobs(std::span<const LoggedToken> tokens, int top_logprobs,
     offset += s.size();
     if (top_logprobs > 0) {
       json by_text = json::object();
-      for (const vericache::TokenLogprob& a : t.top) {  // most likely first: it keeps the key
+      // Most likely first, as OpenAI lists them; a text two ids decode to keeps the
+      // likelier one's logprob.
+      for (const vericache::TokenLogprob& a : t.top) {
         const std::string at = text(a.id);
         if (!by_text.contains(at)) by_text[at] = reported(a.logprob);
       }

@@ -43,7 +43,7 @@ using TokenText = std::function<std::string(int32_t)>;
 /// The choice's "logprobs" object for `tokens` (see the file comment). `text_offset`
 /// is where the first token's text starts in the completion text; it is advanced
 /// past the tokens, so consecutive chunks continue the count.
-[[nodiscard]] nlohmann::json logprobs_json(Endpoint endpoint, std::span<const LoggedToken> tokens,
+[[nodiscard]] nlohmann::ordered_json logprobs_json(Endpoint endpoint, std::span<const LoggedToken> tokens,
                                            int top_logprobs, const TokenText& text,
                                            size_t& text_offset);
 

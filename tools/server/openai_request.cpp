@@ -12,9 +12,12 @@ namespace {
 using nlohmann::json;
 
 // Fields passed through unchanged to the shared request reader.
-constexpr const char* kPassThrough[] = {"temperature", "top_p", "top_k", "seed", "stop",
-                                        "mode", "compressor", "compressor_params", "ratio",
-                                        "draft", "fold_every", "ignore_eos"};
+constexpr const char* kPassThrough[] = {"temperature",     "top_p",     "top_k",
+                                        "seed",            "stop",      "mode",
+                                        "compressor",      "compressor_params",
+                                        "ratio",           "draft",     "draft_hierarchy",
+                                        "ngram_min",       "ngram_max", "ngram_proposal",
+                                        "fold_every",      "ignore_eos"};
 
 bool is_pass_through(const std::string& key) {
   return std::any_of(std::begin(kPassThrough), std::end(kPassThrough),
@@ -86,6 +89,10 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
                {"compressor", settings.compressor},
                {"ratio", settings.ratio},
                {"draft", settings.draft},
+               {"draft_hierarchy", settings.draft_hierarchy},
+               {"ngram_min", settings.ngram_min},
+               {"ngram_max", settings.ngram_max},
+               {"ngram_proposal", settings.ngram_proposal},
                {"max_tokens", settings.default_max_tokens}};
   const bool chat = endpoint == Endpoint::chat;
   if (chat) line["prompt"] = prompt_text;
@@ -105,8 +112,17 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     } else if (key == "prompt" && !chat) {
       read_prompt(v, line);
       has_prompt = true;
-    } else if (key == "messages" && chat) {
+    } else if ((key == "messages" || key == "tools") && chat) {
       // rendered by the caller into prompt_text
+    } else if (key == "tool_choice" && chat) {
+      // The tools reach the template; the reply is the model's text as it wrote it
+      // (no call is forced and none is parsed out of it).
+      if (!v.is_null() && v != "auto" && v != "none")
+        throw bad_request(key, "only \"auto\" and \"none\" are supported (the server does not "
+                               "force tool calls), got " + shown(v));
+    } else if (key == "parallel_tool_calls" && chat) {
+      if (!v.is_null() && !v.is_boolean())
+        throw bad_request(key, "expected true or false, got " + shown(v));
     } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat)) {
       if (v.is_null()) continue;
       if (!v.is_number_integer() || v.get<int64_t>() < 1)
@@ -200,6 +216,10 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
   r.compressor_params = in.compressor_params;
   r.ratio = in.ratio;
   r.draft = in.draft;
+  r.draft_hierarchy = in.draft_hierarchy;
+  r.ngram_min = size_t(in.ngram_min);
+  r.ngram_max = size_t(in.ngram_max);
+  r.ngram_proposal = size_t(in.ngram_proposal);
   r.fold_every = valid.options.fold_every;
   r.temperature = valid.options.sampling.temperature;
   r.top_k = valid.options.sampling.top_k;

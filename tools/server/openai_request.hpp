@@ -1,7 +1,8 @@
 // OpenAI request bodies -> one validated engine request. The body's OpenAI fields
 // (prompt, max_tokens / max_completion_tokens, temperature, top_p, top_k, seed, stop,
-// n, stream, stream_options, logprobs, ...) and VeriCache's own extra fields (mode,
-// compressor, compressor_params, ratio, draft, fold_every, ignore_eos) are mapped onto
+// n, stream, stream_options, logprobs, tools, tool_choice, ...) and VeriCache's own
+// extra fields (mode, compressor, compressor_params, ratio, draft, draft_hierarchy,
+// ngram_min, ngram_max, ngram_proposal, fold_every, ignore_eos) are mapped onto
 // the request JSON of `vericache batch` and checked by the same validation layer
 // (runtime/request_validation.hpp), with the server's defaults and limits. Every
 // refusal is an ApiError naming the field.
@@ -30,6 +31,8 @@ struct ServeSettings {
   std::string compressor = "snapkv";
   double ratio = 4.0;
   std::string draft = "16";
+  std::string draft_hierarchy = "none";  ///< "none" or "ngram" (vericache mode)
+  int64_t ngram_min = 2, ngram_max = 4, ngram_proposal = 8;
   int64_t default_max_tokens = 128;
   int64_t max_tokens_limit = 0;     ///< 0: the model's context
   int64_t max_prompt_tokens = 0;    ///< 0: the model's context

@@ -9,7 +9,7 @@ namespace vc::server {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Bytes at the end of `s` that start a UTF-8 sequence not yet complete.
 size_t incomplete_utf8_tail(const std::string& s) {
@@ -73,6 +73,13 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
     j["accepted_per_round_histogram"] = s.accepted_histogram;
     j["draft_seconds"] = s.draft_seconds;
     j["verify_seconds"] = s.verify_seconds;
+    j["draft_hierarchy"] = q.draft_hierarchy;
+    if (q.draft_hierarchy != "none") {
+      j["ngram_proposed"] = s.ngram_proposed;
+      j["ngram_confirmed"] = s.ngram_confirmed;
+      j["ngram_accepted"] = s.ngram_accepted;
+      j["drafter_passes"] = s.drafter_passes;
+    }
   }
   return j;
 }
@@ -80,7 +87,9 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
 json response_body(const ResponseMeta& m, const ParsedRequest& p, const vericache::Result& r,
                    const Decoder& decode) {
   const bool chat = m.endpoint == Endpoint::chat;
-  json choice = {{"index", 0}, {"finish_reason", finish_reason(r.finish_reason)}};
+  json choice = {{"index", 0}};
+  if (chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+  else choice["text"] = r.text;
   json logprobs = nullptr;
   if (p.logprobs) {
     size_t offset = 0;
@@ -88,8 +97,7 @@ json response_body(const ResponseMeta& m, const ParsedRequest& p, const vericach
                              [&](int32_t id) { return decode({id}); }, offset);
   }
   choice["logprobs"] = std::move(logprobs);
-  if (chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-  else choice["text"] = r.text;
+  choice["finish_reason"] = finish_reason(r.finish_reason);
   return {{"id", m.id},
           {"object", chat ? "chat.completion" : "text_completion"},
           {"created", m.created},
@@ -102,9 +110,7 @@ json response_body(const ResponseMeta& m, const ParsedRequest& p, const vericach
 json chunk_body(const ResponseMeta& m, const std::string& delta, const std::string& finish,
                 bool first, json logprobs) {
   const bool chat = m.endpoint == Endpoint::chat;
-  json choice = {{"index", 0},
-                 {"logprobs", std::move(logprobs)},
-                 {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
+  json choice = {{"index", 0}};
   if (chat) {
     json d = json::object();
     if (first) d["role"] = "assistant";
@@ -113,6 +119,8 @@ json chunk_body(const ResponseMeta& m, const std::string& delta, const std::stri
   } else {
     choice["text"] = delta;
   }
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = finish.empty() ? json(nullptr) : json(finish);
   return {{"id", m.id},
           {"object", chat ? "chat.completion.chunk" : "text_completion"},
           {"created", m.created},

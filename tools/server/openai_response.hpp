@@ -29,25 +29,25 @@ using Decoder = std::function<std::string(const std::vector<int32_t>&)>;
 [[nodiscard]] std::string finish_reason(const std::string& engine_reason);
 
 /// {"prompt_tokens", "completion_tokens", "total_tokens"}.
-[[nodiscard]] nlohmann::json usage_json(const vericache::Result& r);
+[[nodiscard]] nlohmann::ordered_json usage_json(const vericache::Result& r);
 
 /// The "vericache" field: mode, compressor, rounds, drafted/accepted, timings.
-[[nodiscard]] nlohmann::json vericache_stats_json(const vericache::Request& q,
+[[nodiscard]] nlohmann::ordered_json vericache_stats_json(const vericache::Request& q,
                                                   const vericache::Result& r);
 
 /// The whole (non-streamed) response body.
-[[nodiscard]] nlohmann::json response_body(const ResponseMeta& m, const ParsedRequest& p,
+[[nodiscard]] nlohmann::ordered_json response_body(const ResponseMeta& m, const ParsedRequest& p,
                                            const vericache::Result& r, const Decoder& decode);
 
 /// One streamed chunk: `delta` text, finish_reason null when empty. The first chat
 /// chunk carries the assistant role. `logprobs`: the choice's logprobs object of the
 /// tokens the chunk carries (openai_logprobs.hpp), null when not asked for.
-[[nodiscard]] nlohmann::json chunk_body(const ResponseMeta& m, const std::string& delta,
+[[nodiscard]] nlohmann::ordered_json chunk_body(const ResponseMeta& m, const std::string& delta,
                                         const std::string& finish, bool first,
-                                        nlohmann::json logprobs = nullptr);
+                                        nlohmann::ordered_json logprobs = nullptr);
 
 /// The final usage-only chunk of stream_options.include_usage (choices empty).
-[[nodiscard]] nlohmann::json usage_chunk_body(const ResponseMeta& m, const ParsedRequest& p,
+[[nodiscard]] nlohmann::ordered_json usage_chunk_body(const ResponseMeta& m, const ParsedRequest& p,
                                               const vericache::Result& r);
 
 /// Token ids in, text deltas out. Holds back text that may still change: an

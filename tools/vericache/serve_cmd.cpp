@@ -50,6 +50,7 @@ struct ServeArgs {
   std::string compressor = "snapkv";
   double ratio = 4.0;
   std::string draft = "16";
+  RequestInput hierarchy;  // --draft-hierarchy and the n-gram options
   double drain_seconds = 30;
   int threads = 0;
   std::string full_tier = "host";
@@ -108,6 +109,11 @@ int run_serve(const ServeArgs& a) {
   settings.compressor = a.compressor;
   settings.ratio = a.ratio;
   settings.draft = a.draft;
+  check_ngram_sizes(a.hierarchy);
+  settings.draft_hierarchy = a.hierarchy.draft_hierarchy;
+  settings.ngram_min = a.hierarchy.ngram_min;
+  settings.ngram_max = a.hierarchy.ngram_max;
+  settings.ngram_proposal = a.hierarchy.ngram_proposal;
   settings.default_max_tokens = a.default_max_tokens;
   settings.max_tokens_limit = a.max_tokens_limit;
   settings.max_prompt_tokens = a.max_prompt_tokens;
@@ -209,6 +215,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(number_in(1.0, 1000.0));
   cmd->add_option("--draft", a->draft, "Default draft length, or auto")
       ->capture_default_str()->check(draft_value());
+  add_draft_hierarchy_options(*cmd, a->hierarchy);
   cmd->add_option("--drain-seconds", a->drain_seconds,
                   "On SIGTERM, how long requests in flight may finish before they are cancelled")
       ->capture_default_str()->check(number_in(0.0));
