@@ -1,5 +1,6 @@
 // `vericache generate`: one request, text or JSON out.
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
 #include "runtime/generator.hpp"
+#include "runtime/tp_generator.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/request_validation.hpp"
 #include "tools/vericache/commands.hpp"
@@ -29,6 +31,7 @@ struct GenerateArgs {
   size_t keep_recent = 128;
   bool json = false;
   int threads = 0;
+  int tp = 1;  // --tp: tensor-parallel degree (CPU ranks)
   std::string kv_dtype = "bf16";
   std::string full_tier = "host";
   std::string disk_dir;
@@ -104,8 +107,13 @@ int run_generate(const GenerateArgs& a) {
   gc.remote_ttl_seconds = a.remote_ttl;
   gc.remote_timeout_ms = a.remote_timeout_ms;
   gc.remote_compressed_first = a.remote_flow == "compressed-first";
-  Generator gen(model, tok, gc);
-  const GenerateResult r = gen.generate(v.prompt_ids, opt);
+  // --tp > 1: one rank per thread over the model's shards (runtime/tp_generator.hpp).
+  std::optional<Generator> gen;
+  std::optional<TpGenerator> tp_gen;
+  if (a.tp > 1) tp_gen.emplace(model, tok, a.tp, gc);
+  else gen.emplace(model, tok, gc);
+  const GenerateResult r = tp_gen ? tp_gen->generate(v.prompt_ids, opt) : gen->generate(v.prompt_ids, opt);
+  const int threads = gen ? gen->workspace().threads() : std::max(1, a.threads > 0 ? a.threads : default_thread_count() / a.tp);
 
   const GenerateStats& s = r.stats;
   if (a.json) {
@@ -129,7 +137,8 @@ int run_generate(const GenerateArgs& a) {
                                    {"peak_kv_bytes", s.fast_kv_bytes_peak},
                                    {"budget_bytes", gc.fast_memory_bytes}}},
                   {"kv_dtype", a.kv_dtype},
-                  {"threads", gen.workspace().threads()},
+                  {"threads", threads},
+                  {"tensor_parallel", a.tp},
                   {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))}};
     if (s.remote)
       j["stats"]["remote"] = {{"url", a.remote},
@@ -200,10 +209,10 @@ int run_generate(const GenerateArgs& a) {
     std::cout << prompt << r.text << std::endl;  // flushed before the stats on stderr
     std::cerr << fmt::format(
         "--\nprompt {} tokens, prefill {:.1f} tok/s | output {} tokens ({}), decode {:.1f} "
-        "tok/s | KV {} KiB ({}) | {} threads, {}\n",
+        "tok/s | KV {} KiB ({}) | {} threads{}, {}\n",
         s.prompt_tokens, s.prefill_tokens_per_second(), s.output_tokens, r.finish_reason,
-        s.decode_tokens_per_second(), s.kv_bytes / 1024, a.kv_dtype, gen.workspace().threads(),
-        cpu::simd_path_name(cpu::active_simd_path()));
+        s.decode_tokens_per_second(), s.kv_bytes / 1024, a.kv_dtype, threads,
+        a.tp > 1 ? fmt::format(" x {} tensor-parallel ranks", a.tp) : "", cpu::simd_path_name(cpu::active_simd_path()));
     if (opt.mode != DecodeMode::full)
       std::cerr << fmt::format("{} {} {}: compressed view {} KiB of {} KiB (achieved {:.2f}x)\n",
                                a.request.mode, opt.compressor,
@@ -278,6 +287,10 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->add_option("--threads", a->threads, "Worker threads (0 = auto)")->capture_default_str()
       ->check(integer_in(0, 1024));
+  cmd->add_option("--tp", a->tp,
+                  "Tensor-parallel degree: ranks (threads) over shards of the model, KV sharded "
+                  "by KV heads; --threads is then per rank")
+      ->capture_default_str()->check(integer_in(1, 64));
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--mode", q.mode, "full: full-KV decoding; lossy: decode over the "
