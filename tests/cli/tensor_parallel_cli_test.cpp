@@ -27,3 +27,22 @@ TEST(generate_tp, a_degree_that_does_not_split_the_heads_is_one_line_and_exit_1)
 
 }  // namespace
 }  // namespace vc::test
+
+namespace vc::test {
+namespace {
+
+TEST(bench_tp, prints_each_degree_side_by_side_and_vericache_equals_full_at_every_degree) {
+  const auto r = run_vericache("bench tp --context 64 --gen-tokens 12 --degrees 1 2 4 --repeats 1 --json", false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 6u);
+  for (const auto& row : j) {
+    EXPECT_TRUE(row["exact"].get<bool>()) << row.dump();
+    EXPECT_GT(row["decode_tokens_per_second"].get<double>(), 0) << row.dump();
+  }
+  EXPECT_EQ(j[4]["degree"], 4);
+  EXPECT_EQ(j[4]["mode"], "full");
+}
+
+}  // namespace
+}  // namespace vc::test
