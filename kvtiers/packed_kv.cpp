@@ -149,15 +149,21 @@ void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t 
   } else {
     const size_t q = std::min(quant_rows, n);
     const size_t br = block.rows, bc = block.cols, col_blocks = (d + bc - 1) / bc;
-    // Per row group (the rows sharing one block row), the SIMD kernel of the active
-    // path expands the groups' fp16 zeros and scales once and unpacks and
-    // dequantizes whole rows (dequantize_code's formula, unfused).
+    // The SIMD kernel of the active path unpacks and dequantizes whole rows
+    // (dequantize_code's formula, unfused): one call per row group (the rows sharing
+    // one block row), or one for all the rows when each row has its own groups.
     const size_t q_end = std::min(r1, q);
-    for (size_t r = r0; r < q_end;) {
-      const size_t group_end = std::min((r / br + 1) * br, q_end), b = (r / br) * col_blocks;
-      cpu::dequantize_rows(codes.data(), codes.size(), bits, r * d, group_end - r, d,
-                           zero.data() + b, scale.data() + b, bc, out + (r - r0) * d);
-      r = group_end;
+    if (br == 1 && r0 < q_end) {
+      cpu::dequantize_rows(codes.data(), codes.size(), bits, r0 * d, q_end - r0, d,
+                           zero.data() + r0 * col_blocks, scale.data() + r0 * col_blocks, bc,
+                           col_blocks, out);
+    } else {
+      for (size_t r = r0; r < q_end;) {
+        const size_t group_end = std::min((r / br + 1) * br, q_end), b = (r / br) * col_blocks;
+        cpu::dequantize_rows(codes.data(), codes.size(), bits, r * d, group_end - r, d,
+                             zero.data() + b, scale.data() + b, bc, 0, out + (r - r0) * d);
+        r = group_end;
+      }
     }
     for (size_t r = std::max(r0, q); r < r1; ++r)
       for (size_t c = 0; c < d; ++c) out[(r - r0) * d + c] = bf16_to_f32(full[(r - q) * d + c]);

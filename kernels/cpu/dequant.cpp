@@ -11,7 +11,7 @@ namespace vc::cpu {
 
 void dequantize_rows(const uint8_t* codes, size_t codes_bytes, int bits, size_t first,
                      size_t rows, size_t d, const uint16_t* zero, const uint16_t* scale,
-                     size_t group_cols, float* out) {
+                     size_t group_cols, size_t params_row_stride, float* out) {
   if (bits < 1 || bits > 16)
     throw Error("dequantize_rows: bits must be in 1..16, got " + std::to_string(bits));
   if (group_cols == 0) throw Error("dequantize_rows: group_cols must be at least 1, got 0");
@@ -23,13 +23,16 @@ void dequantize_rows(const uint8_t* codes, size_t codes_bytes, int bits, size_t 
                 " bits run past the " + std::to_string(codes_bytes) + "-byte code buffer");
   switch (active_simd_path()) {
     case SimdPath::avx512:
-      return dequantize_rows_avx512(codes, codes_bytes, bits, first, rows, d, zero, scale, group_cols, out);
+      return dequantize_rows_avx512(codes, codes_bytes, bits, first, rows, d, zero, scale,
+                                    group_cols, params_row_stride, out);
     case SimdPath::avx2:
-      return dequantize_rows_avx2(codes, codes_bytes, bits, first, rows, d, zero, scale, group_cols, out);
+      return dequantize_rows_avx2(codes, codes_bytes, bits, first, rows, d, zero, scale,
+                                  group_cols, params_row_stride, out);
     case SimdPath::scalar:
       break;
   }
-  dequantize_rows_scalar(codes, codes_bytes, bits, first, rows, d, zero, scale, group_cols, out);
+  dequantize_rows_scalar(codes, codes_bytes, bits, first, rows, d, zero, scale, group_cols,
+                         params_row_stride, out);
 }
 
 }  // namespace vc::cpu

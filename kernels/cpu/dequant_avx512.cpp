@@ -49,16 +49,16 @@ Unpack16 make_unpack16(int bits) {
 }
 
 // The sixteen codes whose bits start at byte p, as floats.
-inline __m512 codes16(const Unpack16& u, const uint8_t* p) {
+inline __m512 codes16(__m512i shuffle, __m512i shift, __m512i mask, const size_t (&lane_byte)[4],
+                      const uint8_t* p) {
   auto load = [&](size_t lane) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + u.lane_byte[lane]));
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + lane_byte[lane]));
   };
   __m512i v = _mm512_zextsi128_si512(load(0));
   v = _mm512_inserti32x4(v, load(1), 1);
   v = _mm512_inserti32x4(v, load(2), 2);
   v = _mm512_inserti32x4(v, load(3), 3);
-  v = _mm512_shuffle_epi8(v, u.shuffle);
-  v = _mm512_and_si512(_mm512_srlv_epi32(v, u.shift), u.mask);
+  v = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(v, shuffle), shift), mask);
   return _mm512_cvtepi32_ps(v);
 }
 
@@ -92,19 +92,14 @@ void expand_groups(const uint16_t* h, size_t d, size_t group_cols, float* out) {
   }
 }
 
-}  // namespace
-
-void dequantize_rows_avx512(const uint8_t* codes, size_t codes_bytes, int bits, size_t first,
-                            size_t rows, size_t d, const uint16_t* zero_f16, const uint16_t* scale_f16,
-                            size_t group_cols, float* out) {
-  const Unpack16& u = unpack16(bits);
-  const size_t b = size_t(bits);
-  thread_local std::vector<float> params;  // per column: zeros, then scales
-  params.resize(2 * d);
-  float* const zero = params.data();
-  float* const scale = zero + d;
-  expand_groups(zero_f16, d, group_cols, zero);
-  expand_groups(scale_f16, d, group_cols, scale);
+// Rows [0, rows) of d codes from code index `first`, with per-column zero and scale.
+void dequantize_group_rows(const Unpack16& u, const uint8_t* codes, size_t codes_bytes, int bits,
+                           size_t first, size_t rows, size_t d, const float* zero,
+                           const float* scale, float* out) {
+  // Locals, not u's fields: stores to the rows may alias them (__m512i may alias).
+  const __m512i shuffle = u.shuffle, shift = u.shift, mask = u.mask;
+  const size_t lane_byte[4] = {u.lane_byte[0], u.lane_byte[1], u.lane_byte[2], u.lane_byte[3]};
+  const size_t reach = u.reach, b = size_t(bits);
   for (size_t r = 0; r < rows; ++r) {
     float* row = out + r * d;
     const size_t i0 = first + r * d;
@@ -113,8 +108,8 @@ void dequantize_rows_avx512(const uint8_t* codes, size_t codes_bytes, int bits, 
       row[c] = dequant_value(zero[c], scale[c], float(dequant_code_at(codes, codes_bytes, i0 + c, bits)));
     for (; c < d; c += 16) {
       const size_t byte = (i0 + c) / 8 * b;
-      if (byte + u.reach > codes_bytes) break;  // the last codes of the buffer
-      const __m512 f = codes16(u, codes + byte);
+      if (byte + reach > codes_bytes) break;  // the last codes of the buffer
+      const __m512 f = codes16(shuffle, shift, mask, lane_byte, codes + byte);
       if (c + 16 <= d) {
         const __m512 v = _mm512_add_ps(_mm512_loadu_ps(zero + c), _mm512_mul_ps(f, _mm512_loadu_ps(scale + c)));
         _mm512_storeu_ps(row + c, v);
@@ -127,6 +122,25 @@ void dequantize_rows_avx512(const uint8_t* codes, size_t codes_bytes, int bits, 
     }
     for (; c < d; ++c)
       row[c] = dequant_value(zero[c], scale[c], float(dequant_code_at(codes, codes_bytes, i0 + c, bits)));
+  }
+}
+
+}  // namespace
+
+void dequantize_rows_avx512(const uint8_t* codes, size_t codes_bytes, int bits, size_t first,
+                            size_t rows, size_t d, const uint16_t* zero_f16, const uint16_t* scale_f16,
+                            size_t group_cols, size_t params_row_stride, float* out) {
+  const Unpack16& u = unpack16(bits);
+  thread_local std::vector<float> params;  // per column: zeros, then scales
+  params.resize(2 * d);
+  float* const zero = params.data();
+  float* const scale = zero + d;
+  // All rows at once when they share their groups' zeros and scales, else row by row.
+  const size_t step = params_row_stride == 0 ? rows : 1;
+  for (size_t r = 0; r < rows; r += step) {
+    expand_groups(zero_f16 + r * params_row_stride, d, group_cols, zero);
+    expand_groups(scale_f16 + r * params_row_stride, d, group_cols, scale);
+    dequantize_group_rows(u, codes, codes_bytes, bits, first + r * d, step, d, zero, scale, out + r * d);
   }
 }
 

@@ -9,12 +9,12 @@ namespace vc::cpu {
 
 void dequantize_rows_scalar(const uint8_t* codes, size_t codes_bytes, int bits, size_t first,
                             size_t rows, size_t d, const uint16_t* zero, const uint16_t* scale,
-                            size_t group_cols, float* out);
+                            size_t group_cols, size_t params_row_stride, float* out);
 void dequantize_rows_avx2(const uint8_t* codes, size_t codes_bytes, int bits, size_t first,
                           size_t rows, size_t d, const uint16_t* zero, const uint16_t* scale,
-                          size_t group_cols, float* out);
+                          size_t group_cols, size_t params_row_stride, float* out);
 void dequantize_rows_avx512(const uint8_t* codes, size_t codes_bytes, int bits, size_t first,
                             size_t rows, size_t d, const uint16_t* zero, const uint16_t* scale,
-                            size_t group_cols, float* out);
+                            size_t group_cols, size_t params_row_stride, float* out);
 
 }  // namespace vc::cpu

@@ -81,19 +81,24 @@ void unpack_codes(const uint8_t* codes, size_t codes_bytes, size_t i, size_t cou
 
 void dequantize_rows_scalar(const uint8_t* codes, size_t codes_bytes, int bits, size_t first,
                             size_t rows, size_t d, const uint16_t* zero_f16,
-                            const uint16_t* scale_f16, size_t group_cols, float* out) {
+                            const uint16_t* scale_f16, size_t group_cols, size_t params_row_stride,
+                            float* out) {
   thread_local std::vector<float> params;  // per column: zeros, then scales
   params.resize(2 * d);
   float* const zero = params.data();
   float* const scale = zero + d;
-  for (size_t c0 = 0, g = 0; c0 < d; c0 += group_cols, ++g) {
-    const size_t end = c0 + group_cols < d ? c0 + group_cols : d;
-    std::fill(zero + c0, zero + end, f16_to_f32(zero_f16[g]));
-    std::fill(scale + c0, scale + end, f16_to_f32(scale_f16[g]));
-  }
   constexpr size_t kChunk = 64;  // a multiple of 8: chunks stay byte-aligned
   float cf[kChunk];
   for (size_t r = 0; r < rows; ++r) {
+    if (r == 0 || params_row_stride != 0) {
+      const uint16_t* zr = zero_f16 + r * params_row_stride;
+      const uint16_t* sr = scale_f16 + r * params_row_stride;
+      for (size_t c0 = 0, g = 0; c0 < d; c0 += group_cols, ++g) {
+        const size_t end = c0 + group_cols < d ? c0 + group_cols : d;
+        std::fill(zero + c0, zero + end, f16_to_f32(zr[g]));
+        std::fill(scale + c0, scale + end, f16_to_f32(sr[g]));
+      }
+    }
     float* row = out + r * d;
     for (size_t c0 = 0; c0 < d; c0 += kChunk) {
       const size_t n = d - c0 < kChunk ? d - c0 : kChunk;

@@ -23,21 +23,24 @@ namespace vc::cpu {
 namespace {
 
 using DequantFn = void (*)(const uint8_t*, size_t, int, size_t, size_t, size_t, const uint16_t*,
-                           const uint16_t*, size_t, float*);
+                           const uint16_t*, size_t, size_t, float*);
 
 struct Case {
   int bits;
-  size_t first, rows, d, group_cols;
+  size_t first, rows, d, group_cols, params_row_stride;
   std::vector<uint8_t> codes;  // exactly the bytes the codes [0, first + rows * d) need
   std::vector<uint16_t> code_values;
   std::vector<uint16_t> zero, scale;  // fp16 bits, one per group of group_cols columns
+                                      // (per row, params_row_stride apart, unless 0)
 };
 
 // Random codes packed LSB first, and per-group fp16 zeros and scales (as the packed
 // tier stores them): mostly ordinary values, some subnormal, signed zero or infinite.
 Case random_case(std::mt19937& rng, int bits, size_t first, size_t rows, size_t d,
-                 size_t group_cols) {
-  Case c{bits, first, rows, d, group_cols, {}, {}, {}, {}};
+                 size_t group_cols, bool per_row) {
+  const size_t groups = (d + group_cols - 1) / group_cols;
+  const size_t stride = per_row ? groups + (groups % 2) : 0;  // some strides with a gap
+  Case c{bits, first, rows, d, group_cols, stride, {}, {}, {}, {}};
   const size_t n = first + rows * d;
   c.codes.assign((n * size_t(bits) + 7) / 8, 0);
   c.code_values.resize(n);
@@ -59,8 +62,7 @@ Case random_case(std::mt19937& rng, int bits, size_t first, size_t rows, size_t 
       default: return f32_to_f16(typical);
     }
   };
-  const size_t groups = (d + group_cols - 1) / group_cols;
-  for (size_t g = 0; g < groups; ++g) {
+  for (size_t g = 0; g < (per_row ? rows * stride : groups); ++g) {
     c.zero.push_back(fp16(val(rng)));
     c.scale.push_back(fp16(std::fabs(val(rng)) / float((1u << bits) - 1u)));
   }
@@ -70,14 +72,15 @@ Case random_case(std::mt19937& rng, int bits, size_t first, size_t rows, size_t 
 std::vector<float> run(DequantFn fn, const Case& c) {
   std::vector<float> out(c.rows * c.d + 1, -7.0f);  // one guard element after the rows
   fn(c.codes.data(), c.codes.size(), c.bits, c.first, c.rows, c.d, c.zero.data(), c.scale.data(),
-     c.group_cols, out.data());
+     c.group_cols, c.params_row_stride, out.data());
   return out;
 }
 
 std::string describe(const Case& c) {
   return std::to_string(c.bits) + " bits, first " + std::to_string(c.first) + ", " +
          std::to_string(c.rows) + " rows of " + std::to_string(c.d) + ", groups of " +
-         std::to_string(c.group_cols) + " columns";
+         std::to_string(c.group_cols) + " columns, params row stride " +
+         std::to_string(c.params_row_stride);
 }
 
 // Every case the paths are compared on, from one seed.
@@ -88,11 +91,12 @@ void for_each_case(Check check) {
     for (size_t d : {size_t(64), size_t(128), size_t(96), size_t(24), size_t(13), size_t(7)})
       for (size_t group_cols : {1, 2, 3, 8, 16, 32, 64, 128})
         for (size_t first_row : {size_t(0), size_t(3), size_t(31)})
-          for (size_t rows : {size_t(1), size_t(5), size_t(16), size_t(32)}) {
-            check(random_case(rng, bits, first_row * d, rows, d, group_cols));
-            // A start that is not a whole row (and not a multiple of 8 codes).
-            check(random_case(rng, bits, first_row * d + 5, rows, d, group_cols));
-          }
+          for (size_t rows : {size_t(1), size_t(5), size_t(16), size_t(32)})
+            for (bool per_row : {false, true}) {
+              check(random_case(rng, bits, first_row * d, rows, d, group_cols, per_row));
+              // A start that is not a whole row (and not a multiple of 8 codes).
+              check(random_case(rng, bits, first_row * d + 5, rows, d, group_cols, per_row));
+            }
 }
 
 TEST(dequantize_rows, scalar_path_gives_zero_plus_code_times_scale_for_every_width) {
@@ -101,7 +105,7 @@ TEST(dequantize_rows, scalar_path_gives_zero_plus_code_times_scale_for_every_wid
     for (size_t r = 0; r < c.rows; ++r)
       for (size_t k = 0; k < c.d; ++k) {
         const float code = float(c.code_values[c.first + r * c.d + k]);
-        const size_t g = k / c.group_cols;
+        const size_t g = r * c.params_row_stride + k / c.group_cols;
         const float product = code * f16_to_f32(c.scale[g]);  // rounded alone, as the codecs do
         const float want = f16_to_f32(c.zero[g]) + product;
         if (std::isnan(want)) {  // 0 * inf
@@ -139,12 +143,12 @@ TEST(dequantize_rows, avx512_path_equals_the_scalar_path_bit_for_bit) {
 
 TEST(dequantize_rows, dispatch_runs_the_active_path_with_the_same_bits) {
   std::mt19937 rng(7);
-  const Case c = random_case(rng, 4, 64 * 3, 16, 64, 32);
+  const Case c = random_case(rng, 4, 64 * 3, 16, 64, 32, true);
   const std::vector<float> want = run(&dequantize_rows_scalar, c);
   test::for_each_simd_path([&](SimdPath) {
     std::vector<float> out(want.size(), -7.0f);
     dequantize_rows(c.codes.data(), c.codes.size(), c.bits, c.first, c.rows, c.d, c.zero.data(),
-                    c.scale.data(), c.group_cols, out.data());
+                    c.scale.data(), c.group_cols, c.params_row_stride, out.data());
     ASSERT_EQ(0, std::memcmp(want.data(), out.data(), want.size() * sizeof(float)));
   });
 }
@@ -155,7 +159,7 @@ TEST(dequantize_rows, bad_width_group_or_codes_past_the_buffer_are_errors_naming
   std::vector<float> out(16);
   auto call = [&](int bits, size_t rows, size_t group_cols) {
     dequantize_rows(codes.data(), codes.size(), bits, 0, rows, 8, zs.data(), ss.data(), group_cols,
-                    out.data());
+                    0, out.data());
   };
   test::expect_error_naming([&] { call(0, 1, 1); }, "bits must be in 1..16, got 0");
   test::expect_error_naming([&] { call(17, 1, 1); }, "got 17");
