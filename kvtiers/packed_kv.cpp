@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cpu/dequant.hpp"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 #include "kvtiers/compressors/hadamard.hpp"
@@ -139,82 +140,6 @@ void PackedSide::decode(float* out, size_t n, size_t d, const int32_t* positions
   }
 }
 
-namespace {
-
-// Codes [i, i + count) of `bits` (a compile-time width) bits, as floats: the
-// unpacking half of decode_rows, unrolled per width.
-// The 8 / Bits codes of every byte value, as floats: unpacking a byte-aligned run
-// is then one table row copied per byte (a shift, mask and convert per code was
-// most of the time of drafting over a KIVI view).
-template <int Bits>
-struct ByteCodes {
-  float v[256][8 / Bits];
-  constexpr ByteCodes() : v{} {
-    for (uint32_t b = 0; b < 256; ++b)
-      for (int k = 0; k < 8 / Bits; ++k) v[b][k] = float((b >> (k * Bits)) & ((1u << Bits) - 1u));
-  }
-};
-
-template <int Bits>
-void unpack_run(const uint8_t* codes, size_t i, size_t count, float* out) {
-  constexpr uint32_t mask = (1u << Bits) - 1u;
-  if constexpr (Bits < 8 && 8 % Bits == 0) {
-    constexpr size_t per_byte = 8 / Bits;
-    if ((i * Bits) % 8 == 0 && count % per_byte == 0) {
-      static constexpr ByteCodes<Bits> table;
-      const uint8_t* at = codes + i * Bits / 8;
-      for (size_t j = 0; j < count / per_byte; ++j)
-        std::memcpy(out + j * per_byte, table.v[at[j]], sizeof(table.v[0]));
-      return;
-    }
-  }
-  if constexpr (8 % Bits != 0) {
-    // Eight codes fill exactly Bits bytes: from a code index divisible by 8, each
-    // group of eight is one little-endian load and eight fixed shifts.
-    if (i % 8 == 0) {
-      const uint8_t* at = codes + i / 8 * Bits;
-      size_t c = 0;
-      for (; c + 8 <= count; c += 8, at += Bits) {
-        uint64_t w = 0;
-        for (int k = 0; k < Bits; ++k) w |= uint64_t(at[k]) << (8 * k);
-        for (int k = 0; k < 8; ++k) out[c + size_t(k)] = float(uint32_t(w >> (k * Bits)) & mask);
-      }
-      i += c;
-      out += c;
-      count -= c;
-    }
-  }
-  if constexpr (Bits == 8) {
-    for (size_t c = 0; c < count; ++c) out[c] = float(codes[i + c]);
-  } else if constexpr (8 % Bits == 0) {
-    for (size_t c = 0; c < count; ++c) {
-      const size_t bit = (i + c) * Bits;
-      out[c] = float(uint32_t(codes[bit / 8] >> (bit % 8)) & mask);
-    }
-  } else {
-    for (size_t c = 0; c < count; ++c) {  // a code may straddle two bytes
-      const size_t bit = (i + c) * Bits;
-      const uint32_t two = uint32_t(codes[bit / 8]) |
-                           (bit / 8 + 1 < (bit + Bits + 7) / 8 ? uint32_t(codes[bit / 8 + 1]) << 8 : 0u);
-      out[c] = float((two >> (bit % 8)) & mask);
-    }
-  }
-}
-
-void unpack_codes(const uint8_t* codes, size_t i, size_t count, int bits, float* out) {
-  switch (bits) {
-    case 1: return unpack_run<1>(codes, i, count, out);
-    case 2: return unpack_run<2>(codes, i, count, out);
-    case 3: return unpack_run<3>(codes, i, count, out);
-    case 4: return unpack_run<4>(codes, i, count, out);
-    case 8: return unpack_run<8>(codes, i, count, out);
-    default:
-      for (size_t c = 0; c < count; ++c) out[c] = float(code_at(codes, i + c, bits));
-  }
-}
-
-}  // namespace
-
 void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t d,
                              const int32_t* positions, const float* inv_freq) const {
   r1 = std::min(r1, n);
@@ -224,27 +149,20 @@ void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t 
   } else {
     const size_t q = std::min(quant_rows, n);
     const size_t br = block.rows, bc = block.cols, col_blocks = (d + bc - 1) / bc;
-    // Per row group (the rows sharing one block row), each column's scale and zero
-    // are expanded once; each row is then unpacked and dequantized as whole vectors.
-    // KIVI's per-channel key groups (32 rows x 1 column) made the per-block loop
-    // convert two fp16 values and dispatch once per element.
-    thread_local std::vector<float> zs, ss, cf;
-    zs.resize(d);
-    ss.resize(d);
-    cf.resize(d);
+    // The SIMD kernel of the active path unpacks and dequantizes whole rows
+    // (dequantize_code's formula, unfused): one call per row group (the rows sharing
+    // one block row), or one for all the rows when each row has its own groups.
     const size_t q_end = std::min(r1, q);
-    for (size_t r = r0; r < q_end;) {
-      const size_t group_end = std::min((r / br + 1) * br, q_end);
-      for (size_t cb = 0, c0 = 0; cb < col_blocks; ++cb, c0 += bc) {
-        const size_t b = (r / br) * col_blocks + cb, end = std::min(c0 + bc, d);
-        const float s = f16_to_f32(scale[b]), z = f16_to_f32(zero[b]);
-        std::fill(ss.begin() + ptrdiff_t(c0), ss.begin() + ptrdiff_t(end), s);
-        std::fill(zs.begin() + ptrdiff_t(c0), zs.begin() + ptrdiff_t(end), z);
-      }
-      for (; r < group_end; ++r) {
-        float* row = out + (r - r0) * d;
-        unpack_codes(codes.data(), r * d, d, bits, cf.data());
-        for (size_t c = 0; c < d; ++c) row[c] = dequantize_code(zs[c], ss[c], cf[c]);
+    if (br == 1 && r0 < q_end) {
+      cpu::dequantize_rows(codes.data(), codes.size(), bits, r0 * d, q_end - r0, d,
+                           zero.data() + r0 * col_blocks, scale.data() + r0 * col_blocks, bc,
+                           col_blocks, out);
+    } else {
+      for (size_t r = r0; r < q_end;) {
+        const size_t group_end = std::min((r / br + 1) * br, q_end), b = (r / br) * col_blocks;
+        cpu::dequantize_rows(codes.data(), codes.size(), bits, r * d, group_end - r, d,
+                             zero.data() + b, scale.data() + b, bc, 0, out + (r - r0) * d);
+        r = group_end;
       }
     }
     for (size_t r = std::max(r0, q); r < r1; ++r)

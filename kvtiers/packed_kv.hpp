@@ -74,7 +74,8 @@ void pack_quantized(PackedSide& side, size_t n, size_t d, BlockShape block, int 
 /// Records `count` values (each exactly a bf16 value) as side.full.
 void pack_bf16(PackedSide& side, const float* x, size_t count);
 
-/// value = zero + code * scale: the dequantization every codec and decode() share.
+/// value = zero + code * scale: the dequantization every codec, decode() and
+/// decode_rows() (through cpu::dequantize_rows, unfused on every SIMD path) share.
 [[nodiscard]] inline float dequantize_code(float zero, float scale, float code) {
   return zero + code * scale;  // baseline x86-64 build: no FMA contraction
 }
