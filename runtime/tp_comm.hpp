@@ -30,6 +30,9 @@ class Communicator {
   virtual void abort(int rank, const std::string& why) = 0;
   /// The rank that aborted first, or -1.
   [[nodiscard]] virtual int aborted_by() const = 0;
+  /// Called once every rank has returned from a failed request: clears the abort so
+  /// the next request runs (vc::Error when the group cannot be used again).
+  virtual void reset() = 0;
 };
 
 /// Ranks are threads of one process; collectives meet at a barrier and read each
@@ -43,9 +46,7 @@ class CpuCommunicator final : public Communicator {
   void all_gather(int rank, const float* data, size_t n, float* out) override;
   void abort(int rank, const std::string& why) override;
   [[nodiscard]] int aborted_by() const override;
-  /// Clears an abort once every rank has left the group's collectives (a new
-  /// request starts every rank afresh).
-  void reset();
+  void reset() override;
 
  private:
   void check_rank(int rank, const char* op) const;

@@ -13,11 +13,17 @@ namespace vc {
 TpGenerator::TpGenerator(std::shared_ptr<const Model> model,
                          std::shared_ptr<const Tokenizer> tokenizer, int degree,
                          GeneratorConfig cfg)
-    : tokenizer_(std::move(tokenizer)) {
-  if (degree < 1) throw Error("tensor parallelism: degree must be >= 1, got " + std::to_string(degree));
+    : TpGenerator(std::move(model), std::move(tokenizer), std::make_shared<CpuCommunicator>(degree),
+                  std::move(cfg)) {}
+
+TpGenerator::TpGenerator(std::shared_ptr<const Model> model,
+                         std::shared_ptr<const Tokenizer> tokenizer,
+                         std::shared_ptr<Communicator> comm, GeneratorConfig cfg)
+    : tokenizer_(std::move(tokenizer)), comm_(std::move(comm)) {
+  if (!comm_) throw Error("tensor parallelism: no communicator");
+  const int degree = comm_->degree();
   if (degree > 1 && !cfg.remote_url.empty())
     throw Error("tensor parallelism: a remote prefix cache is not supported with --tp > 1 yet");
-  comm_ = std::make_shared<CpuCommunicator>(degree);
   if (cfg.threads <= 0) cfg.threads = std::max(1, default_thread_count() / degree);
   for (int r = 0; r < degree; ++r)
     ranks_.push_back(

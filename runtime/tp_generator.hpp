@@ -29,6 +29,9 @@ class TpGenerator {
   /// cfg.fast_memory_bytes and cfg.full_tier_bytes are per rank.
   TpGenerator(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
               int degree, GeneratorConfig cfg = {});
+  /// Ranks over `comm` (a CpuCommunicator, or an NcclCommunicator for GPU ranks).
+  TpGenerator(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+              std::shared_ptr<Communicator> comm, GeneratorConfig cfg = {});
   ~TpGenerator();
 
   /// As Generator::generate. Byte counts in the stats are summed over the ranks
@@ -48,7 +51,7 @@ class TpGenerator {
 
  private:
   std::shared_ptr<const Tokenizer> tokenizer_;
-  std::shared_ptr<CpuCommunicator> comm_;
+  std::shared_ptr<Communicator> comm_;
   std::vector<std::unique_ptr<Generator>> ranks_;
 };
 
