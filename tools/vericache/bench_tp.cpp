@@ -3,7 +3,8 @@
 // prefill and decode speed (medians), ratios to degree 1, and whether each degree's
 // vericache output equals its own full output bit for bit (the exactness contract
 // at any degree). Ranks are threads sharing this machine's cores: --threads is the
-// total, split between the ranks.
+// total, split between the ranks. With --link-gbps each rank's mover streams its
+// own shard of the full KV over its own modelled link, so link bandwidth adds up.
 #include <algorithm>
 #include <cstring>
 #include <iostream>
@@ -33,6 +34,7 @@ struct BenchTpArgs {
   size_t draft = 16;
   int repeats = 3;
   int threads = 0;
+  double link_gbps = 0;  // per rank: each rank's mover streams its shard over its own link
   uint64_t seed = 1;
   bool json = false;
 };
@@ -60,7 +62,8 @@ int run_bench_tp(const BenchTpArgs& a) {
   struct Row {
     std::string mode;
     int degree, threads;
-    double prefill_s, decode_tps;
+    double prefill_s, decode_tps, verify_wait_s;
+    size_t link_bytes;  // read from the full tiers, all ranks
     bool exact;  // vericache: equals full at the same degree; full: same ids as degree 1
     size_t rounds, accepted;
   };
@@ -70,6 +73,7 @@ int run_bench_tp(const BenchTpArgs& a) {
     GeneratorConfig gc;
     gc.threads = std::max(1, total_threads / d);
     gc.max_context = a.context + size_t(a.gen_tokens) + 16;
+    gc.link_bandwidth = a.link_gbps * 1e9;
     TpGenerator gen(model, tok, d, gc);
     GenerateResult full_out;
     for (const DecodeMode mode : {DecodeMode::full, DecodeMode::vericache}) {
@@ -80,15 +84,16 @@ int run_bench_tp(const BenchTpArgs& a) {
       o.compressor = a.compressor;
       o.ratio = a.ratio;
       o.draft_length = a.draft;
-      std::vector<double> pre, dec;
+      std::vector<double> pre, dec, wait;
       GenerateResult r;
       for (int i = 0; i < a.repeats; ++i) {
         r = gen.generate(prompt, o);
         pre.push_back(r.stats.prefill_seconds);
         dec.push_back(r.stats.decode_tokens_per_second());
+        wait.push_back(r.stats.verify_wait_seconds);
       }
-      Row row{decode_mode_name(mode), d, gc.threads, median(pre), median(dec), false,
-              r.stats.rounds, r.stats.accepted};
+      Row row{decode_mode_name(mode), d, gc.threads, median(pre), median(dec), median(wait),
+              r.stats.full_tier_bytes_read, false, r.stats.rounds, r.stats.accepted};
       if (mode == DecodeMode::full) {
         if (ids_degree1.empty()) ids_degree1 = r.output_ids;
         row.exact = r.output_ids == ids_degree1;
@@ -114,26 +119,33 @@ int run_bench_tp(const BenchTpArgs& a) {
       j.push_back({{"mode", r.mode}, {"degree", r.degree}, {"threads_per_rank", r.threads},
                    {"prefill_seconds", r.prefill_s}, {"decode_tokens_per_second", r.decode_tps},
                    {"decode_ratio_to_first_degree", b.decode_tps > 0 ? r.decode_tps / b.decode_tps : 0.0},
-                   {"exact", r.exact}, {"rounds", r.rounds}, {"accepted", r.accepted}});
+                   {"exact", r.exact}, {"rounds", r.rounds}, {"accepted", r.accepted},
+                   {"verify_wait_seconds", r.verify_wait_s}, {"full_tier_bytes_read", r.link_bytes}});
     }
     std::cout << j.dump(2) << "\n";
     return 0;
   }
   std::cout << fmt::format(
       "bench tp: {} ({} layers, {} heads, {} KV heads), prompt {} tokens (seed {}), {} tokens "
-      "generated, vericache {} at {}x, draft {}; medians of {} runs; {} threads in all, {}\n",
+      "generated, vericache {} at {}x, draft {}; medians of {} runs; {} threads in all, {}; {}\n",
       a.model_dir, c.num_layers, c.num_heads, c.num_kv_heads, a.context, a.seed, a.gen_tokens,
       a.compressor, a.ratio, a.draft, a.repeats, total_threads,
-      cpu::simd_path_name(cpu::active_simd_path()));
-  std::cout << fmt::format("{:<10} {:>6} {:>8} {:>10} {:>10} {:>9} {:>8}  {}\n", "mode", "degree",
-                           "threads", "prefill s", "decode t/s", "x deg " + std::to_string(a.degrees.front()),
-                           "rounds", "exact");
+      cpu::simd_path_name(cpu::active_simd_path()),
+      a.link_gbps > 0 ? fmt::format("full tier behind a modelled {} GB/s link per rank", a.link_gbps)
+                      : std::string("full tier in host memory, link not throttled"));
+  std::cout << fmt::format("{:<10} {:>6} {:>8} {:>10} {:>10} {:>9} {:>8} {:>11} {:>10}  {}\n",
+                           "mode", "degree", "threads", "prefill s", "decode t/s",
+                           "x deg " + std::to_string(a.degrees.front()), "rounds", "link MB/rank",
+                           "wait s", "exact");
   for (const Row& r : rows) {
     const Row b = base(r);
-    std::cout << fmt::format("{:<10} {:>6} {:>8} {:>10.3f} {:>10.1f} {:>8.2f}x {:>8}  {}\n", r.mode,
-                             r.degree, r.threads, r.prefill_s, r.decode_tps,
+    const bool full = r.mode == "full";
+    std::cout << fmt::format("{:<10} {:>6} {:>8} {:>10.3f} {:>10.1f} {:>8.2f}x {:>8} {:>11} {:>10}  {}\n",
+                             r.mode, r.degree, r.threads, r.prefill_s, r.decode_tps,
                              b.decode_tps > 0 ? r.decode_tps / b.decode_tps : 0.0,
-                             r.mode == "full" ? std::string("-") : std::to_string(r.rounds),
+                             full ? std::string("-") : std::to_string(r.rounds),
+                             full ? std::string("-") : fmt::format("{:.1f}", double(r.link_bytes) / 1e6 / r.degree),
+                             full ? std::string("-") : fmt::format("{:.3f}", r.verify_wait_s),
                              r.mode == "full" ? (r.exact ? "ids = degree 1" : "ids differ from degree 1")
                                               : (r.exact ? "= full, bit for bit" : "DIFFERS FROM FULL"));
   }
@@ -164,6 +176,9 @@ void add_bench_tp_command(CLI::App& bench, Runner& run) {
       ->check(integer_in(1, 100));
   cmd->add_option("--threads", a->threads, "Threads in all, split between the ranks (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
+  cmd->add_option("--link-gbps", a->link_gbps,
+                  "Modelled link to each rank's full tier, GB/s (0 = not throttled)")
+      ->capture_default_str()->check(number_in(0.0, 1e6));
   cmd->add_option("--seed", a->seed, "Prompt seed")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_tp(*a); }; });
