@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "kernels/error.hpp"
@@ -29,7 +30,69 @@ class HiddenCapture final : public HiddenScorer {
   size_t dim_;
 };
 
+// KVzip+ scores of positions [0, n) of layer l's KV heads (kvzap_calibration.hpp):
+// score[g][p] = max over window rows w and the query heads h of g of
+// a_h(w, p) * ||W_o,h v_p|| / ||x_w||, with a_h(w, .) the softmax of row w's query
+// over the positions it sees (fp32 dot products, exp in double, as layer_stats) and
+// x_w the row's input hidden state.
+void kvzip_plus_scores(const Model& model, const PrefillStats& stats, const LayerKv& kv, size_t n,
+                       std::vector<std::vector<float>>& score) {
+  const ModelConfig& c = model.config();
+  const size_t l = kv.layer, G = kv.kv_heads, D = kv.head_dim, H = stats.heads, group = H / G;
+  const size_t hidden = size_t(c.hidden_size), W = stats.window, N = kv.n_pos;
+  const Weight& wo = model.weights().layers[l].wo;  // [hidden, H * D]
+  std::vector<float> wo_f(wo.rows * wo.cols);
+  to_f32(wo.dtype, wo.data, wo_f.data(), wo_f.size());
+  // ||x_w|| of each window row.
+  std::vector<double> x_norm(W, 0.0);
+  for (size_t d = 0; d < hidden; ++d) {
+    const float* x = stats.hidden(l, d);
+    for (size_t w = 0; w < W; ++w) x_norm[w] += double(x[stats.window_start + w]) * x[stats.window_start + w];
+  }
+  for (double& v : x_norm) v = std::sqrt(v);
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  score.assign(G, std::vector<float>(n, 0.0f));
+  std::vector<double> wov(n), a(N);
+  for (size_t h = 0; h < H; ++h) {
+    const size_t g = h / group;
+    for (size_t p = 0; p < n; ++p) {  // ||W_o,h v_p||
+      const float* v = kv.v_at(g, p);
+      double sq = 0;
+      for (size_t r = 0; r < hidden; ++r) {
+        const float* row = &wo_f[r * wo.cols + h * D];
+        double u = 0;
+        for (size_t d = 0; d < D; ++d) u += double(row[d]) * v[d];
+        sq += u * u;
+      }
+      wov[p] = std::sqrt(sq);
+    }
+    for (size_t w = 0; w < W; ++w) {
+      const float* q = stats.window_query(l, w, h);
+      const size_t last = std::min(stats.window_start + w, N - 1);
+      double mx = -INFINITY;
+      for (size_t t = 0; t <= last; ++t) {
+        const float* k = kv.k_at(g, t);
+        float dot = 0.f;
+        for (size_t d = 0; d < D; ++d) dot += q[d] * k[d];
+        a[t] = double(dot * scale);
+        mx = std::max(mx, a[t]);
+      }
+      double sum = 0;
+      for (size_t t = 0; t <= last; ++t) sum += a[t] = std::exp(a[t] - mx);
+      const double inv = x_norm[w] > 0 ? 1.0 / (sum * x_norm[w]) : 0.0;
+      for (size_t p = 0; p < std::min(n, last + 1); ++p)
+        score[g][p] = std::max(score[g][p], float(a[p] * inv * wov[p]));
+    }
+  }
+}
+
 }  // namespace
+
+KvzapTargets parse_kvzap_targets(const std::string& s) {
+  if (s == "kvzip") return KvzapTargets::kvzip;
+  if (s == "kvzip-plus") return KvzapTargets::kvzip_plus;
+  throw Error("kvzap targets: '" + s + "' is not one of kvzip, kvzip-plus");
+}
 
 std::vector<std::vector<int32_t>> kvzap_generated_texts(Generator& gen, size_t count,
                                                         size_t tokens, uint64_t seed) {
@@ -51,7 +114,7 @@ std::vector<std::vector<int32_t>> kvzap_generated_texts(Generator& gen, size_t c
 
 std::vector<KvzapSamples> kvzap_samples(const Model& model,
                                         const std::vector<std::vector<int32_t>>& texts,
-                                        Workspace& ws) {
+                                        Workspace& ws, KvzapTargets targets) {
   const ModelConfig& c = model.config();
   const size_t L = size_t(c.num_layers), D = size_t(c.hidden_size), G = size_t(c.num_kv_heads);
   std::vector<KvzapSamples> out(L);
@@ -79,9 +142,12 @@ std::vector<KvzapSamples> kvzap_samples(const Model& model,
     const LayerKvReader read = cache_layer_reader(cache, seq);
     LayerKv kv;
     std::vector<float> score;
+    std::vector<std::vector<float>> plus;
     for (size_t l = 0; l < L; ++l) {
       read(l, ids.size(), 0, G, kv);
-      const LayerStats ls = layer_stats(stats, kv, {.window = true, .accumulated = true});
+      if (targets == KvzapTargets::kvzip_plus) kvzip_plus_scores(model, stats, kv, n, plus);
+      std::optional<LayerStats> ls;
+      if (targets == KvzapTargets::kvzip) ls = layer_stats(stats, kv, {.window = true, .accumulated = true});
       KvzapSamples& s = out[l];
       const size_t r0 = s.rows;
       s.rows += n;
@@ -92,7 +158,8 @@ std::vector<KvzapSamples> kvzap_samples(const Model& model,
         for (size_t p = 0; p < n; ++p) s.x[(r0 + p) * D + d] = h[p];
       }
       for (size_t g = 0; g < G; ++g) {
-        kvzip_scores(ls, g, score);
+        if (targets == KvzapTargets::kvzip_plus) score = plus[g];
+        else kvzip_scores(*ls, g, score);
         for (size_t p = 0; p < n; ++p)
           s.y[(r0 + p) * G + g] = float(std::log(std::max(double(score[p]), 1e-12)));
       }

@@ -8,11 +8,15 @@
 // receives if larger. The target is log(max(score, 1e-12)) per KV head, as kvpress
 // takes the log of its KVzip+ scores. Inputs: the layer's input hidden state of p
 // after the attention RMSNorm, exactly what the prefill pass hands the surrogate.
-// (kvpress's KVzip+ also weights by ||W_o v|| / ||h||; ours is the plain KVzip
-// maximum that the kvzip method ranks by.)
+// KvzapTargets::kvzip_plus uses kvpress's KVzip+ score instead: the largest, over
+// the reconstruction queries t and the KV head's query heads h, of
+// a_h(t, p) * ||W_o,h v_p|| / ||h_t|| (the attention weight times the norm of what p's
+// value adds to the output through head h's block of o_proj, over the norm of the
+// query row's input hidden state).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kvtiers/kvzap/fit.hpp"
@@ -30,10 +34,16 @@ namespace vc {
 [[nodiscard]] std::vector<std::vector<int32_t>> kvzap_generated_texts(Generator& gen, size_t count,
                                                                       size_t tokens, uint64_t seed);
 
+/// What the surrogate learns to predict (see above).
+enum class KvzapTargets { kvzip, kvzip_plus };
+/// "kvzip" or "kvzip-plus"; vc::Error otherwise.
+[[nodiscard]] KvzapTargets parse_kvzap_targets(const std::string& s);
+
 /// Samples of every layer: [layers], rows = total tokens over the texts.
 [[nodiscard]] std::vector<KvzapSamples> kvzap_samples(const Model& model,
                                                       const std::vector<std::vector<int32_t>>& texts,
-                                                      Workspace& ws);
+                                                      Workspace& ws,
+                                                      KvzapTargets targets = KvzapTargets::kvzip);
 
 /// How to fit.
 struct KvzapFitOptions {

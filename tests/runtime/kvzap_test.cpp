@@ -193,3 +193,106 @@ TEST(kvzap_decoding, new_tokens_are_scored_as_they_come_and_folds_keep_the_view_
 
 }  // namespace
 }  // namespace vc
+
+namespace vc {
+namespace {
+
+// Layer 0 of the bundled model from its weights in double: the input hidden state
+// is the token's embedding, so every quantity of the KVzip+ score can be computed
+// here without the forward pass.
+TEST(kvzap_calibration, kvzip_plus_targets_are_attention_times_wo_v_norm_over_hidden_norm) {
+  const auto model = test::tinycode();
+  const ModelConfig& c = model->config();
+  const ModelWeights& W = model->weights();
+  const LayerWeights& L = W.layers[0];
+  ASSERT_FALSE(c.qk_norm);
+  ASSERT_FALSE(c.attention_bias);
+  const std::vector<int32_t> prompt = test::golden()["cases"][0]["prompt_ids"];
+  const std::vector<int32_t> text(prompt.begin(), prompt.begin() + 12);
+  const size_t n = text.size(), N = 2 * n, Dm = size_t(c.hidden_size), hd = size_t(c.head_dim);
+  const size_t H = size_t(c.num_heads), G = size_t(c.num_kv_heads), group = H / G;
+  auto row = [](const Weight& w, size_t r) {
+    std::vector<float> out(w.cols);
+    to_f32(w.dtype, static_cast<const std::byte*>(w.data) + r * w.cols * dtype_size(w.dtype), out.data(), w.cols);
+    return std::vector<double>(out.begin(), out.end());
+  };
+  const std::vector<double> norm_w = row(L.attn_norm, 0);
+  std::vector<std::vector<double>> h(N);  // the attention's input, per position
+  for (size_t t = 0; t < N; ++t) {
+    const std::vector<double> x = row(W.embed, size_t(text[t % n]));
+    double ms = 0;
+    for (double v : x) ms += v * v;
+    const double inv = 1.0 / std::sqrt(ms / double(Dm) + double(c.rms_norm_eps));
+    h[t].resize(Dm);
+    for (size_t d = 0; d < Dm; ++d) h[t][d] = x[d] * inv * norm_w[d];
+  }
+  auto project = [&](const Weight& w, size_t first_row, const std::vector<double>& x) {
+    std::vector<double> out(hd, 0.0);
+    for (size_t i = 0; i < hd; ++i) {
+      const std::vector<double> r = row(w, first_row + i);
+      for (size_t d = 0; d < Dm; ++d) out[i] += r[d] * x[d];
+    }
+    return out;
+  };
+  const std::vector<float>& inv_freq = model->rope_inv_freq();
+  auto rope = [&](std::vector<double> v, size_t pos) {
+    const size_t half = hd / 2;
+    std::vector<double> out(hd);
+    for (size_t i = 0; i < half; ++i) {
+      const double a = double(pos) * double(inv_freq[i]);
+      out[i] = v[i] * std::cos(a) - v[i + half] * std::sin(a);
+      out[i + half] = v[i + half] * std::cos(a) + v[i] * std::sin(a);
+    }
+    return out;
+  };
+  Workspace ws(1);
+  const auto samples = kvzap_samples(*model, {text}, ws, KvzapTargets::kvzip_plus);
+  const auto plain = kvzap_samples(*model, {text}, ws, KvzapTargets::kvzip);
+  double worst = 0;
+  bool differs = false;
+  for (size_t g = 0; g < G; ++g) {
+    std::vector<std::vector<double>> k(N), v(N);
+    for (size_t t = 0; t < N; ++t) {
+      k[t] = rope(project(L.wk, g * hd, h[t]), t);
+      v[t] = project(L.wv, g * hd, h[t]);
+    }
+    std::vector<double> best(n, 0.0);
+    for (size_t hh = g * group; hh < (g + 1) * group; ++hh) {
+      std::vector<double> wov(n);
+      for (size_t p = 0; p < n; ++p) {
+        double sq = 0;
+        for (size_t r = 0; r < Dm; ++r) {
+          const std::vector<double> wr = row(L.wo, r);
+          double u = 0;
+          for (size_t i = 0; i < hd; ++i) u += wr[hh * hd + i] * v[p][i];
+          sq += u * u;
+        }
+        wov[p] = std::sqrt(sq);
+      }
+      for (size_t w = n; w < N; ++w) {  // the reconstruction's queries
+        const std::vector<double> q = rope(project(L.wq, hh * hd, h[w]), w);
+        std::vector<double> a(w + 1);
+        double mx = -INFINITY, sum = 0, hn = 0;
+        for (size_t t = 0; t <= w; ++t) {
+          double dot = 0;
+          for (size_t i = 0; i < hd; ++i) dot += q[i] * k[t][i];
+          mx = std::max(mx, a[t] = dot / std::sqrt(double(hd)));
+        }
+        for (size_t t = 0; t <= w; ++t) sum += a[t] = std::exp(a[t] - mx);
+        for (double x : h[w]) hn += x * x;
+        for (size_t p = 0; p < n; ++p) best[p] = std::max(best[p], a[p] / sum * wov[p] / std::sqrt(hn));
+      }
+    }
+    for (size_t p = 0; p < n; ++p) {
+      const double got = samples[0].y[p * G + g];
+      worst = std::max(worst, std::fabs(got - std::log(best[p])));
+      differs |= std::fabs(got - plain[0].y[p * G + g]) > 0.1;
+    }
+  }
+  // The runtime's keys and values are stored in bf16: a few hundredths in log space.
+  EXPECT_LT(worst, 0.05) << "largest |log score - reference|";
+  EXPECT_TRUE(differs) << "KVzip+ targets should differ from plain KVzip's";
+}
+
+}  // namespace
+}  // namespace vc

@@ -34,6 +34,8 @@ struct CalibrateArgs {
   double lambda = 1e-3;
   size_t units = 64, epochs = 30;
   std::string seed = "1";
+  std::string targets = "kvzip";
+  size_t holdout = 0;  // texts the model writes itself for a held-out R^2, not fitted
   int threads = 0;
 };
 
@@ -76,13 +78,29 @@ int run_calibrate(const CalibrateArgs& a) {
   }
   if (texts.empty()) throw Error("calibrate kvzap: no text (give --data FILES or --generate N)");
   Workspace ws(a.threads);
-  const std::vector<KvzapSamples> samples = kvzap_samples(*model, texts, ws);
+  const KvzapTargets targets = parse_kvzap_targets(a.targets);
+  const std::vector<KvzapSamples> samples = kvzap_samples(*model, texts, ws, targets);
   const KvzapFit fit = fit_kvzap(*model, samples, opt, ws);
+  // Held out: texts the model writes from other seeds (--seed + 1000000 + i).
+  std::vector<double> held_r2;
+  if (a.holdout > 0) {
+    GeneratorConfig gc;
+    gc.max_context = a.max_tokens + 16;
+    gc.threads = a.threads;
+    Generator gen(model, std::make_shared<const Tokenizer>(Tokenizer::from_file(
+                             std::filesystem::path(a.model_dir) / "tokenizer.json")),
+                  gc);
+    const auto held = kvzap_samples(
+        *model, kvzap_generated_texts(gen, a.holdout, a.max_tokens, opt.mlp.seed + 1000000), ws, targets);
+    for (size_t l = 0; l < held.size(); ++l)
+      held_r2.push_back(r_squared(held[l], predict(fit.surrogate, l, held[l])));
+  }
   const std::filesystem::path out =
       a.out.empty() ? std::filesystem::path(a.model_dir) / kKvzapFileName : std::filesystem::path(a.out);
   std::string r2_text;
   for (double r : fit.r2) r2_text += (r2_text.empty() ? "" : " ") + fmt::format("{:.4f}", r);
   std::string command = "vericache calibrate kvzap --form " + a.form;
+  if (targets != KvzapTargets::kvzip) command += " --targets " + a.targets;
   if (opt.form == KvzapForm::mlp)
     command += fmt::format(" --units {} --epochs {}", a.units, a.epochs);
   else
@@ -94,8 +112,12 @@ int run_calibrate(const CalibrateArgs& a) {
                                   {"tokens", std::to_string(tokens)}});
   std::cout << fmt::format("calibrate kvzap: {} surrogate, {} texts, {} tokens\n", a.form,
                            texts.size(), tokens);
-  std::cout << "layer  R^2 (on the calibration tokens)\n";
-  for (size_t l = 0; l < fit.r2.size(); ++l) std::cout << fmt::format("{:5}  {:.4f}\n", l, fit.r2[l]);
+  std::cout << fmt::format("targets: {}\n", a.targets);
+  std::cout << (held_r2.empty() ? "layer  R^2 (on the calibration tokens)\n"
+                                : fmt::format("layer  R^2 (on the calibration tokens)  R^2 (held out: {} texts)\n", a.holdout));
+  for (size_t l = 0; l < fit.r2.size(); ++l)
+    std::cout << (held_r2.empty() ? fmt::format("{:5}  {:.4f}\n", l, fit.r2[l])
+                                  : fmt::format("{:5}  {:.4f}  {:.4f}\n", l, fit.r2[l], held_r2[l]));
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << fmt::format("wrote {} ({} bytes) in {:.1f} s\n", out.string(),
@@ -129,6 +151,13 @@ void add_calibrate_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(integer_in(1, 100000));
   kvzap->add_option("--seed", a->seed, "Seed of the mlp trainer and of --generate")->capture_default_str()
       ->check(seed_value());
+  kvzap->add_option("--targets", a->targets,
+                    "kvzip: the kvzip method's score; kvzip-plus: kvpress's KVzip+ "
+                    "(attention x ||W_o v|| / ||h||)")
+      ->capture_default_str()->check(CLI::IsMember({"kvzip", "kvzip-plus"}));
+  kvzap->add_option("--holdout", a->holdout,
+                    "Also report R^2 on N texts the model writes from other seeds (not fitted)")
+      ->capture_default_str()->check(integer_in(0, 100000));
   kvzap->add_option("--threads", a->threads, "Threads (0 = auto)")->capture_default_str()
       ->check(integer_in(0, 1024));
   kvzap->callback([&run, a] { run = [a] { return run_calibrate(*a); }; });
