@@ -63,15 +63,18 @@ int run_calibrate(const CalibrateArgs& a) {
       tokens += e - b;
     }
   }
-  // Texts the model writes itself (kvzap_generated_texts).
-  if (a.generate > 0) {
+  // Texts the model writes itself (kvzap_generated_texts), from seed + i.
+  auto written = [&](size_t count, uint64_t seed) {
     GeneratorConfig gc;
     gc.max_context = a.max_tokens + 16;
     gc.threads = a.threads;
     Generator gen(model, std::make_shared<const Tokenizer>(Tokenizer::from_file(
                              std::filesystem::path(a.model_dir) / "tokenizer.json")),
                   gc);
-    for (auto& ids : kvzap_generated_texts(gen, a.generate, a.max_tokens, opt.mlp.seed)) {
+    return kvzap_generated_texts(gen, count, a.max_tokens, seed);
+  };
+  if (a.generate > 0) {
+    for (auto& ids : written(a.generate, opt.mlp.seed)) {
       tokens += ids.size();
       texts.push_back(std::move(ids));
     }
@@ -84,14 +87,7 @@ int run_calibrate(const CalibrateArgs& a) {
   // Held out: texts the model writes from other seeds (--seed + 1000000 + i).
   std::vector<double> held_r2;
   if (a.holdout > 0) {
-    GeneratorConfig gc;
-    gc.max_context = a.max_tokens + 16;
-    gc.threads = a.threads;
-    Generator gen(model, std::make_shared<const Tokenizer>(Tokenizer::from_file(
-                             std::filesystem::path(a.model_dir) / "tokenizer.json")),
-                  gc);
-    const auto held = kvzap_samples(
-        *model, kvzap_generated_texts(gen, a.holdout, a.max_tokens, opt.mlp.seed + 1000000), ws, targets);
+    const auto held = kvzap_samples(*model, written(a.holdout, opt.mlp.seed + 1000000), ws, targets);
     for (size_t l = 0; l < held.size(); ++l)
       held_r2.push_back(r_squared(held[l], predict(fit.surrogate, l, held[l])));
   }
