@@ -3,7 +3,7 @@
 // takes its prefix from the store, and its tokens and logprobs equal a run without
 // the store bit for bit (vericache and lossy, greedy and seeded); a store killed
 // before a request, or chunks corrupted in it, cost a local recompute, never a
-// different token.
+// different token, and a paused one a timeout.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -159,6 +159,27 @@ TEST(engine_remote, a_store_killed_before_a_request_costs_a_local_prefill_not_a_
   EXPECT_NE(r.stats.remote_stop_reason.find(server.url()), std::string::npos)
       << r.stats.remote_stop_reason;
   EXPECT_EQ(0u, held_after_settling(engine));
+}
+
+TEST(engine_remote, a_paused_store_costs_one_timeout_and_a_local_prefill_not_a_token) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const Request req = long_request("vericache", "snapkv", false);
+  Result local;
+  {
+    Engine plain(config());
+    local = run(plain, req);
+  }
+  EngineConfig c = config(server.url());
+  c.remote_timeout_ms = 300;
+  Engine engine(c);
+  server.pause();  // accepts connections, never answers
+  const Result r = run(engine, req);
+  server.resume();
+  expect_same_output(local, r, "store paused");
+  EXPECT_EQ(0u, r.stats.remote_chunks_hit);
+  EXPECT_FALSE(r.stats.remote_stop_reason.empty());
+  EXPECT_GE(r.stats.remote_fetch_seconds, 0.25) << "it waited for the store's deadline";
 }
 
 TEST(engine_remote, corrupt_chunks_in_the_store_are_refused_and_recomputed) {
