@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 
+#include "actors/net_fetcher.hpp"
 #include "actors/protocol.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/workers.hpp"
@@ -18,6 +19,7 @@
 #include "runtime/forward.hpp"
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
+#include "runtime/remote_prefix.hpp"
 #include "runtime/request_validation.hpp"
 
 
@@ -38,7 +40,8 @@ struct Engine::Impl {
   std::shared_ptr<TraceRecorder> trace;
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
-  caf::actor sched, drafter, mover, verifier;
+  std::shared_ptr<RemoteTier> remote;    // EngineConfig::remote_url (else null)
+  caf::actor sched, drafter, mover, verifier, net_fetcher;
   std::atomic<uint64_t> next_id{1};
   std::shared_ptr<actors::LiveCounters> counters = std::make_shared<actors::LiveCounters>();
   TraceRecorder::time_point started = TraceRecorder::clock::now();
@@ -112,6 +115,15 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
     m.tier = std::make_unique<HostFullTier>(kvc);
   }
   m.tier->set_capacity_bytes(cfg.full_tier_bytes);
+  if (!cfg.remote_url.empty()) {
+    try {
+      m.remote = open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens, cfg.remote_ttl_seconds,
+                                   cfg.remote_timeout_ms},
+                                  kvc, cfg.model_dir);
+    } catch (const std::exception& e) {
+      throw Error(std::string("EngineConfig.remote_url: ") + e.what());
+    }
+  }
   m.trace = std::make_shared<TraceRecorder>(cfg.trace);
   // The block pool can never hold more than the budget: every block is charged.
   const size_t pool_tokens = budget / per_token + kvc.block_tokens;
@@ -129,11 +141,14 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.sys_cfg->set("logger.console", caf::atom("none"));
   m.sys = std::make_unique<caf::actor_system>(*m.sys_cfg);
   m.sched = m.sys->spawn(actors::scheduler, cfg.max_active, cfg.max_queue, cfg.lockstep,
-                         m.tokenizer.get(), m.counters, m.request_budget, cfg.full_tier_bytes);
+                         m.tokenizer.get(), m.counters, m.request_budget, cfg.full_tier_bytes,
+                         m.tier.get(), m.remote ? m.remote->layout().chunk_tokens : size_t(0));
   m.drafter = m.sys->spawn<caf::detached>(actors::drafter, batcher, m.sched, m.trace);
   m.mover = m.sys->spawn<caf::detached>(actors::mover, m.tier.get(), streamer, m.trace);
   m.verifier = m.sys->spawn<caf::detached>(actors::verifier, verifier, m.mover, m.sched, m.trace);
-  caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover});
+  if (m.remote)  // detached: a fetch blocks on the store
+    m.net_fetcher = m.sys->spawn<caf::detached>(actors::net_fetcher, m.remote);
+  caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover, m.net_fetcher});
 }
 
 Engine::~Engine() {
@@ -143,11 +158,12 @@ Engine::~Engine() {
     caf::scoped_actor self{*m.sys};
     self->request(m.sched, std::chrono::seconds(30), actors::shutdown_msg{})
         .receive([](bool) {}, [](caf::error&) {});
-    for (auto* a : {&m.sched, &m.drafter, &m.mover, &m.verifier})
-      self->send_exit(*a, caf::exit_reason::user_shutdown);
+    for (auto* a : {&m.sched, &m.drafter, &m.mover, &m.verifier, &m.net_fetcher})
+      if (*a) self->send_exit(*a, caf::exit_reason::user_shutdown);
   }
-  m.sched = m.drafter = m.mover = m.verifier = caf::actor{};
+  m.sched = m.drafter = m.mover = m.verifier = m.net_fetcher = caf::actor{};
   m.sys.reset();  // waits for every actor to finish
+  m.remote.reset();  // sends what its write-behind queue still holds, then stops
 }
 
 Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
@@ -186,6 +202,12 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
                     format_bytes(m.cfg.full_tier_bytes));
     }
     ctx->result.stats.fast_bytes_reserved = need.total();
+    if (m.remote && s.mode != DecodeMode::full) {
+      ctx->remote = true;
+      ctx->remote_limit =
+          remote_prefix_limit(*make_compressor(s.compressor, s.compressor_params), s.prompt.size(),
+                              s.stats_window);
+    }
     ctx->policy = o.draft_auto ? DraftLengthPolicy::adaptive(64)
                                : DraftLengthPolicy::fixed(o.draft_length);
     if (o.draft_auto && !r.row_costs.empty()) {

@@ -8,10 +8,27 @@ namespace vc::actors {
 caf::behavior net_fetcher(caf::event_based_actor*, std::shared_ptr<RemoteTier> remote) {
   return {
       [remote](remote_fetch_msg& m) -> remote_fetched_msg {
-        return remote_fetched_msg{m.id, remote->fetch_prefix(m.prompt, m.max_positions, *m.tier, m.id)};
+        remote_fetched_msg out{m.id, {}, {}};
+        bool created = false;
+        try {
+          if (m.create_positions > 0) {
+            m.tier->create(m.id, m.create_positions);
+            created = true;
+          }
+          out.fetch = remote->fetch_prefix(m.prompt, m.max_positions, *m.tier, m.id);
+        } catch (const std::exception& e) {  // the tier's fault; store faults never throw
+          if (created) m.tier->release_if_present(m.id);
+          out.fetch = RemoteFetch{};
+          out.error = e.what();
+        }
+        return out;
       },
       [remote](remote_publish_msg& m) -> size_t {
-        return remote->publish(m.prompt, m.first_chunk, *m.tier, m.id);
+        try {
+          return remote->publish(m.prompt, m.first_chunk, *m.tier, m.id);
+        } catch (const std::exception&) {
+          return 0;  // the entry was gone or unreadable: nothing published, nothing wrong
+        }
       },
   };
 }

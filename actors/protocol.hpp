@@ -84,33 +84,39 @@ struct step_msg {};
 /// engine -> scheduler, once at the end: cancel everything, drop the worker
 /// handles; replies true.
 struct shutdown_msg {};
-/// -> net_fetcher, once per request at admission when a remote store is configured:
-/// append the longest cached prefix of `prompt` (at most `max_positions`) to request
-/// `id` of `tier` (empty). Answered by remote_fetched_msg; a store fault is a short
-/// or empty prefix with its reason, never an error.
+/// scheduler -> net_fetcher, once per lossy or vericache request at admission when
+/// a remote store is configured: append the longest cached prefix of `prompt` (at
+/// most `max_positions`) to request `id` of `tier` (empty; created first with room
+/// for `create_positions` when that is > 0). Answered by remote_fetched_msg; a store
+/// fault is a short or empty prefix with its reason, never an error.
 struct remote_fetch_msg {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
   size_t max_positions = 0;
   FullTier* tier = nullptr;
+  size_t create_positions = 0;
 };
-/// net_fetcher -> the sender of remote_fetch_msg.
+/// net_fetcher -> the sender of remote_fetch_msg. `error`: the tier entry could not
+/// be created or written (a tier fault, not a store fault; nothing was kept).
 struct remote_fetched_msg {
   uint64_t id = 0;
   RemoteFetch fetch;
+  std::string error;
 };
-/// -> net_fetcher, once per request after its prefill: queue the prompt's chunks
-/// from `first_chunk` on (read from request `id` of `tier` now) for write-behind
-/// publishing. Answered with the number of chunks queued.
+/// scheduler -> net_fetcher, once per request after its prefill (when the prompt
+/// has complete chunks the store lacked): queue the prompt's chunks from
+/// `first_chunk` on (read from request `id` of `tier` now) for write-behind
+/// publishing. Answered with the number of chunks queued (0 after a tier fault).
 struct remote_publish_msg {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
   size_t first_chunk = 0;
   FullTier* tier = nullptr;
 };
-/// engine -> scheduler, once at start: the worker actors (spawned after it).
+/// engine -> scheduler, once at start: the worker actors (spawned after it);
+/// net_fetcher is invalid when no remote store is configured.
 struct wire_msg {
-  caf::actor drafter, verifier, mover;
+  caf::actor drafter, verifier, mover, net_fetcher;
 };
 
 }  // namespace vc::actors

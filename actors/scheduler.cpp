@@ -16,14 +16,37 @@ void ActorOutbox::release(uint64_t id, bool full_tier) {
   self_->send(w_.drafter, release_msg{id});
   if (full_tier) self_->send(w_.mover, release_msg{id});
 }
+void ActorOutbox::remote_fetch(uint64_t id, const std::vector<int32_t>& prompt,
+                               size_t max_positions, size_t create_positions) {
+  SchedulerCore* core = core_;
+  // Asynchronous: the scheduler goes on while the net_fetcher waits for the store.
+  self_->request(w_.net_fetcher, caf::infinite,
+                 remote_fetch_msg{id, prompt, max_positions, tier_, create_positions})
+      .then([core](remote_fetched_msg& m) { core->on_remote_fetched(m.id, m.fetch, m.error); },
+            [core, id](caf::error& e) {
+              core->on_remote_fetched(id, RemoteFetch{}, "net_fetcher: " + to_string(e));
+            });
+}
+void ActorOutbox::remote_publish(uint64_t id, const std::vector<int32_t>& prompt,
+                                 size_t first_chunk) {
+  SchedulerCore* core = core_;
+  self_->request(w_.net_fetcher, caf::infinite, remote_publish_msg{id, prompt, first_chunk, tier_})
+      .then([core, id](size_t chunks) { core->on_remote_published(id, chunks); },
+            [core, id](caf::error&) { core->on_remote_published(id, 0); });
+}
+void ActorOutbox::release_tier(uint64_t id) {
+  if (w_.mover) self_->send(w_.mover, release_msg{id});  // after its pending commits
+}
 
 caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_active,
                         size_t max_queue, bool lockstep, const Tokenizer* tokenizer,
                         std::shared_ptr<LiveCounters> counters, size_t fast_budget,
-                        size_t tier_budget) {
-  self->state.out = std::make_unique<ActorOutbox>(self);
+                        size_t tier_budget, FullTier* tier, size_t remote_chunk_tokens) {
+  self->state.out = std::make_unique<ActorOutbox>(self, tier);
   self->state.core = std::make_unique<SchedulerCore>(*self->state.out, max_active, max_queue,
                                                      lockstep, tokenizer, std::move(counters));
+  self->state.out->set_core(self->state.core.get());
+  self->state.core->set_remote_chunk_tokens(remote_chunk_tokens);
   self->state.core->set_fast_budget(fast_budget);
   self->state.core->set_tier_budget(tier_budget);
   auto& core = *self->state.core;

@@ -13,7 +13,11 @@ namespace vc::actors {
 /// Outbox over mailbox sends to the wired worker actors.
 class ActorOutbox final : public Outbox {
  public:
-  explicit ActorOutbox(caf::event_based_actor* self) : self_(self) {}
+  /// `tier`: the full tier the net_fetcher fills and publishes from (may be null
+  /// without a remote store).
+  ActorOutbox(caf::event_based_actor* self, FullTier* tier) : self_(self), tier_(tier) {}
+  /// Where the net_fetcher's replies go.
+  void set_core(SchedulerCore* core) { core_ = core; }
   void wire(const wire_msg& w) { w_ = w; }
   /// Drops the worker handles (shutdown).
   void clear() { w_ = wire_msg{}; }
@@ -22,9 +26,15 @@ class ActorOutbox final : public Outbox {
   void verify(const VerifyJob& job) override;
   void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0) override;
   void release(uint64_t id, bool full_tier) override;
+  void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
+                    size_t create_positions) override;
+  void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk) override;
+  void release_tier(uint64_t id) override;
 
  private:
   caf::event_based_actor* self_;
+  FullTier* tier_;
+  SchedulerCore* core_ = nullptr;
   wire_msg w_;
 };
 
@@ -34,14 +44,17 @@ struct SchedulerState {
 };
 
 /// Handles wire_msg (once), submit_msg, cancel_msg, prefilled_msg, drafted_msg,
-/// verified_msg, failed_msg and shutdown_msg (cancels everything still in flight).
+/// verified_msg, failed_msg and shutdown_msg (cancels everything still in flight),
+/// and the net_fetcher's replies. `tier`, remote_chunk_tokens: the full tier and the
+/// remote store's chunk size, when a store is configured (else null and 0).
 /// Its counts go to `counters`, which any thread reads without a message.
 /// fast_budget, tier_budget: bytes that admitted requests' fast-memory and full-tier
 /// needs must fit in (0: any).
 caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_active,
                         size_t max_queue, bool lockstep, const Tokenizer* tokenizer,
                         std::shared_ptr<LiveCounters> counters, size_t fast_budget = 0,
-                        size_t tier_budget = 0);
+                        size_t tier_budget = 0, FullTier* tier = nullptr,
+                        size_t remote_chunk_tokens = 0);
 
 }  // namespace vc::actors
 

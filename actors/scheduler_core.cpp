@@ -63,12 +63,68 @@ void SchedulerCore::admit() {
     counters_->fast_reserved.store(fast_reserved_, std::memory_order_relaxed);
     c->started = std::chrono::steady_clock::now();
     c->result.stats.queue_seconds = since(c->submitted);
-    c->phase = RequestCtx::Phase::prefill;
     counters_->prompt_tokens += c->spec.prompt.size();
     active_.emplace(c->id, c);
-    out_.prefill(c->spec);
+    if (c->remote) {
+      c->phase = RequestCtx::Phase::fetch;
+      c->remote_fetching = c->tier_held = true;
+      c->result.stats.remote = true;
+      out_.remote_fetch(c->id, c->spec.prompt, c->remote_limit,
+                        c->spec.prompt.size() + c->spec.max_new_tokens);
+    } else {
+      start_prefill(*c);
+    }
   }
   publish_sizes();
+}
+
+void SchedulerCore::start_prefill(RequestCtx& c) {
+  c.phase = RequestCtx::Phase::prefill;
+  out_.prefill(c.spec);
+}
+
+void SchedulerCore::free_tier(RequestCtx& c) {
+  if (!c.tier_held) return;
+  c.tier_held = false;
+  out_.release_tier(c.id);
+}
+
+void SchedulerCore::on_remote_fetched(uint64_t id, const RemoteFetch& f, const std::string& error) {
+  auto c = find(id);
+  if (!c) {  // finished (cancelled) while its prefix was fetched: free what arrived
+    out_.release_tier(id);
+    return;
+  }
+  c->remote_fetching = false;
+  if (!error.empty()) {
+    finish(*c, "error", "remote prefix cache: " + error);
+    return check_barriers();
+  }
+  auto& s = c->result.stats;
+  s.remote_chunks_hit = f.chunks;
+  s.remote_positions = f.positions;
+  s.remote_bytes_fetched = f.bytes_full;
+  s.remote_fetch_seconds = f.seconds;
+  s.remote_stop_reason = f.stop_reason;
+  c->spec.tier_ready = true;
+  c->spec.remote_cached = f.positions;
+  start_prefill(*c);
+  check_barriers();
+}
+
+void SchedulerCore::on_remote_published(uint64_t id, size_t chunks) {
+  auto it = publishing_.find(id);
+  if (it == publishing_.end()) return;
+  auto c = std::move(it->second);
+  publishing_.erase(it);
+  c->remote_publishing = false;
+  c->result.stats.remote_chunks_published = chunks;
+  // lossy decodes from its view alone: the entry goes as soon as it is copied.
+  if (c->phase == RequestCtx::Phase::done || c->spec.mode == DecodeMode::lossy) free_tier(*c);
+  if (c->result_pending) {
+    c->result_pending = false;
+    c->promise.set_value(std::move(c->result));
+  }
 }
 
 size_t SchedulerCore::remaining(const RequestCtx& c) const {
@@ -123,6 +179,16 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
   c->result.stats.compressed_bytes = r.compressed_bytes;
   c->result.stats.compressed_full_bytes = r.compressed_full_bytes;
   c->result.stats.fast_bytes_peak = std::max(c->result.stats.fast_bytes_peak, r.fast_bytes_peak);
+  if (c->tier_held) {  // remote: publish the complete chunks the store lacked
+    const size_t first = c->spec.remote_cached / remote_chunk_;
+    if (c->spec.prompt.size() / remote_chunk_ > first) {
+      c->remote_publishing = true;
+      publishing_[c->id] = c;
+      out_.remote_publish(c->id, c->spec.prompt, first);
+    } else if (c->spec.mode == DecodeMode::lossy) {
+      free_tier(*c);
+    }
+  }
   if (!emit(*c, r.token, r.logprob, r.top_logprobs)) next_round(*c);
   check_barriers();
 }
@@ -224,6 +290,12 @@ void SchedulerCore::cancel_all() {
   std::vector<uint64_t> ids;
   for (const auto& [id, c] : active_) ids.push_back(id);
   for (uint64_t id : ids) cancel(id);
+  // Results held back for a publish resolve now (the engine is going away).
+  for (auto& [id, c] : publishing_)
+    if (c->result_pending) {
+      c->result_pending = false;
+      c->promise.set_value(std::move(c->result));
+    }
 }
 
 void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::string& error) {
@@ -240,7 +312,11 @@ void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::
   if (!error.empty()) ++counters_->failed;
   else if (reason == "cancelled") ++counters_->cancelled;
   else ++counters_->completed;
-  out_.release(c.id, c.spec.mode == DecodeMode::vericache);
+  // A remote request's entry is the scheduler's: freed here unless a fetch or a
+  // publish still uses it (their replies free it).
+  out_.release(c.id, c.spec.mode == DecodeMode::vericache && !c.remote);
+  if (!c.remote_fetching && !c.remote_publishing) free_tier(c);
+  if (c.remote_fetching) c.tier_held = false;  // on_remote_fetched frees it
   fast_reserved_ -= std::min(fast_reserved_, c.fast_need);
   tier_reserved_ -= std::min(tier_reserved_, c.tier_need);
   counters_->fast_reserved.store(fast_reserved_, std::memory_order_relaxed);
@@ -249,7 +325,8 @@ void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::
                         held_for_draft_.end());
   held_for_verify_.erase(std::remove(held_for_verify_.begin(), held_for_verify_.end(), c.id),
                          held_for_verify_.end());
-  keep->promise.set_value(std::move(c.result));
+  if (c.remote_publishing) c.result_pending = true;  // its publish stats come first
+  else keep->promise.set_value(std::move(c.result));
   admit();
 }
 
@@ -261,7 +338,8 @@ void SchedulerCore::check_barriers() {
     return false;
   };
   if (!verifying_ && !held_for_verify_.empty() &&
-      !any_in(RequestCtx::Phase::draft, {}) && !any_in(RequestCtx::Phase::prefill, {})) {
+      !any_in(RequestCtx::Phase::draft, {}) && !any_in(RequestCtx::Phase::prefill, {}) &&
+      !any_in(RequestCtx::Phase::fetch, {})) {
     verifying_ = true;  // everyone has drafted: everyone verifies
     for (uint64_t id : std::exchange(held_for_verify_, {})) {
       auto c = find(id);

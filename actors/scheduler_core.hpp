@@ -1,6 +1,7 @@
 // The scheduler's logic as a plain object: admission with a bounded queue, each
 // request's state machine (queued -> prefill -> draft <-> verify -> done), the draft
-// length policy, lock-step barriers, and emission with the shared stop rule. It
+// length policy, lock-step barriers, emission with the shared stop rule, and the
+// remote prefix cache's steps around prefill (fetch before, publish after). It
 // talks to the workers through an Outbox, which the scheduler actor implements
 // with mailbox sends and tests implement with plain vectors.
 #pragma once
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "actors/vericache/engine.hpp"
+#include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/draft_batcher.hpp"
 #include "runtime/draft_length.hpp"
 #include "runtime/stop_rule.hpp"
@@ -25,7 +27,7 @@ namespace vc::actors {
 
 /// One request as the scheduler tracks it; shared with the client's submit call.
 struct RequestCtx {
-  enum class Phase { queued, prefill, draft, verify, done };
+  enum class Phase { queued, fetch, prefill, draft, verify, done };
   uint64_t id = 0;
   DraftSpec spec;
   StopRule stop;
@@ -43,6 +45,17 @@ struct RequestCtx {
   size_t fast_need = 0;          // fast-memory bytes reserved for it while active
   size_t tier_need = 0;          // full-tier bytes reserved for it while active
   std::chrono::steady_clock::time_point submitted, started;
+  // Remote prefix cache (lossy and vericache with a store configured): before
+  // prefill its full-tier entry is created and filled with the longest cached
+  // prefix (at most remote_limit positions) by the net_fetcher; after prefill the
+  // chunks the store lacked are published from it. The scheduler owns that entry
+  // then (the drafter neither creates nor frees it) and frees it once nothing reads
+  // it: after the publish for lossy, at the end (and after the publish) otherwise.
+  bool remote = false;           // set at submit: a store is configured, not full mode
+  size_t remote_limit = 0;
+  bool remote_fetching = false, remote_publishing = false;
+  bool tier_held = false;        // the scheduler still has the entry to free
+  bool result_pending = false;   // finished while its publish was being queued
 };
 
 /// What the scheduler asks the workers to do.
@@ -55,6 +68,17 @@ class Outbox {
   /// The drafter puts verified KV over its drafts (sent before the next draft).
   virtual void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0) = 0;
   virtual void release(uint64_t id, bool full_tier) = 0;
+  /// Remote prefix cache: create request `id`'s full-tier entry (room for
+  /// `create_positions`) and fill it with the longest cached prefix of `prompt`, at
+  /// most `max_positions`; answered through SchedulerCore::on_remote_fetched.
+  virtual void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt,
+                            size_t max_positions, size_t create_positions) = 0;
+  /// Queue the prompt's chunks from `first_chunk` on for write-behind publishing;
+  /// answered through SchedulerCore::on_remote_published.
+  virtual void remote_publish(uint64_t id, const std::vector<int32_t>& prompt,
+                              size_t first_chunk) = 0;
+  /// Free request `id`'s full-tier entry (after the mover's pending writes).
+  virtual void release_tier(uint64_t id) = 0;
 };
 
 /// Requests by outcome and tokens emitted: a snapshot.
@@ -94,6 +118,10 @@ class SchedulerCore {
   void set_fast_budget(size_t bytes) { fast_budget_ = bytes; }
   /// The same for the full tier's budget and tier_need (0: no limit).
   void set_tier_budget(size_t bytes) { tier_budget_ = bytes; }
+  /// Remote prefix cache: the store's chunk size (requests with RequestCtx::remote
+  /// go through remote_fetch before prefill; their submitter sets it only when a
+  /// store is configured).
+  void set_remote_chunk_tokens(size_t t) { remote_chunk_ = t; }
   /// Fast-memory bytes reserved by active requests.
   [[nodiscard]] size_t fast_reserved() const { return fast_reserved_; }
 
@@ -103,6 +131,11 @@ class SchedulerCore {
   void on_drafted(DraftBlock& b);
   void on_verified(std::shared_ptr<const VerifyOutcome> v);
   void on_failed(uint64_t id, const std::string& error);
+  /// The net_fetcher's answer: the prefix now in the tier (f.positions), or `error`
+  /// (the entry could not be made: the request fails, as a local prefill would).
+  void on_remote_fetched(uint64_t id, const RemoteFetch& f, const std::string& error);
+  /// The publish was queued (`chunks` of it): the entry may be freed now.
+  void on_remote_published(uint64_t id, size_t chunks);
   /// Cancels everything (engine shutdown).
   void cancel_all();
 
@@ -120,6 +153,8 @@ class SchedulerCore {
   /// Appends a token and calls back; returns the stop reason ("" to go on).
   std::string push(RequestCtx& c, int32_t tok, float logprob, std::span<const TokenLogprob> top);
   void finish(RequestCtx& c, const std::string& reason, const std::string& error = "");
+  void start_prefill(RequestCtx& c);
+  void free_tier(RequestCtx& c);  // release_tier once, if the scheduler holds it
   void check_barriers();
   [[nodiscard]] size_t remaining(const RequestCtx& c) const;
   [[nodiscard]] size_t pending_position(const RequestCtx& c) const;
@@ -140,6 +175,9 @@ class SchedulerCore {
   bool verifying_ = false;
   std::vector<uint64_t> held_for_draft_, held_for_verify_;
   std::shared_ptr<LiveCounters> counters_;
+  size_t remote_chunk_ = 0;
+  // Requests whose publish is being queued (the reply frees their entry), finished or not.
+  std::unordered_map<uint64_t, std::shared_ptr<RequestCtx>> publishing_;
 };
 
 }  // namespace vc::actors

@@ -82,13 +82,16 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     } else {
       // The prompt's KV goes to the full tier, never to fast memory; lossy mode
       // drops it once the view is built.
-      tier_->create(spec.id, spec.prompt.size() + spec.max_new_tokens);
-      tier_created = true;
+      if (!spec.tier_ready) {
+        tier_->create(spec.id, spec.prompt.size() + spec.max_new_tokens);
+        tier_created = true;
+      }
       p = prefill_compressed(*model_, spec.prompt, r.seq, cache_, ws_, *planner, spec.ratio,
-                             spec.stats_window, spec.prefill_chunk, *tier_, *stream_, spec.id);
+                             spec.stats_window, spec.prefill_chunk, *tier_, *stream_, spec.id,
+                             spec.tier_ready ? spec.remote_cached : 0);
       r.view_charge = FastCharge(budget_, p.view->held_bytes(),
                                  "the compressed view of request " + std::to_string(spec.id));
-      if (spec.mode == DecodeMode::lossy) {
+      if (spec.mode == DecodeMode::lossy && tier_created) {
         tier_->release(spec.id);
         tier_created = false;
       }
@@ -257,7 +260,8 @@ void DraftBatcher::release(uint64_t id) {
   // The full-tier entry was created here at prefill: free it too, so a request
   // cancelled while its prefill was in flight (the mover's release then came
   // first and found nothing) leaves nothing behind.
-  if (it->second.spec.mode == DecodeMode::vericache && tier_ != nullptr)
+  if (it->second.spec.mode == DecodeMode::vericache && !it->second.spec.tier_ready &&
+      tier_ != nullptr)
     tier_->release_if_present(id);  // the mover may release it at the same time
   reqs_.erase(it);
   active_.erase(std::remove(active_.begin(), active_.end(), id), active_.end());

@@ -36,6 +36,13 @@ struct DraftSpec {
   SamplingParams sampling;
   DraftHierarchy draft_hierarchy = DraftHierarchy::none;  // vericache: see GenerateOptions
   NgramParams ngram;
+  /// Remote prefix cache (lossy, vericache): the full-tier entry was created before
+  /// prefill (by the engine's net_fetcher) and already holds the prompt's positions
+  /// [0, remote_cached), fetched from the store; only the rest is prefilled. Whoever
+  /// created the entry releases it: the drafter neither drops it on failure nor
+  /// after a lossy prefill, nor at release().
+  bool tier_ready = false;
+  size_t remote_cached = 0;
 };
 
 /// The drafter's view of a generate request: its prompt and the options that shape

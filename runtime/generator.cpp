@@ -17,7 +17,7 @@
 #include "runtime/generator_request.hpp"
 #include "runtime/kvzap_file.hpp"
 #include "runtime/layer_streamer.hpp"
-#include "runtime/model/fingerprint.hpp"
+#include "runtime/remote_prefix.hpp"
 #include "runtime/streamed_prefill.hpp"
 #include "runtime/verifier.hpp"
 
@@ -59,14 +59,10 @@ Generator::Generator(std::shared_ptr<const Model> model,
   cache_.set_budget(fast_.get());
   if (cfg.full_tier != "host" && cfg.full_tier != "disk")
     throw Error("full tier: '" + cfg.full_tier + "' is not one of host, disk");
-  if (!cfg.remote_url.empty()) {  // a bad URL fails here, in one line
-    RemoteTierConfig rc;
-    rc.url = cfg.remote_url;
-    rc.chunk_tokens = cfg.remote_chunk_tokens;
-    rc.ttl_seconds = cfg.remote_ttl_seconds;
-    rc.timeouts.connect = rc.timeouts.io = std::chrono::milliseconds(cfg.remote_timeout_ms);
-    remote_ = std::make_unique<RemoteTier>(rc, cache_.config(), model_fingerprint(model_->dir()));
-  }
+  if (!cfg.remote_url.empty())  // a bad URL fails here, in one line
+    remote_ = open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens, cfg.remote_ttl_seconds,
+                                cfg.remote_timeout_ms},
+                               cache_.config(), model_->dir());
 }
 
 Generator::~Generator() = default;

@@ -32,6 +32,7 @@
 #include "runtime/compression.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/layer_streamer.hpp"
+#include "runtime/remote_prefix.hpp"
 #include "runtime/streamed_prefill.hpp"
 
 namespace vc {
@@ -49,14 +50,7 @@ void note_full_fetch(GenerateStats& s, const RemoteFetch& f) {
 }  // namespace
 
 size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prompt) {
-  // The last prompt position is always computed here (its logits start decoding);
-  // a compressor that reads the observation window's queries keeps that window
-  // local too, so its statistics are those of a full prefill.
-  size_t limit = prompt.size() - 1;
-  if (rq.compressor->stats_needs().hidden)  // the surrogate scores every prompt row
-    limit = 0;
-  else if (rq.compressor->needs_stats())
-    limit = prompt.size() > rq.opt.stats_window ? std::min(limit, prompt.size() - rq.opt.stats_window) : 0;
+  const size_t limit = remote_prefix_limit(*rq.compressor, prompt.size(), rq.opt.stats_window);
   const RemoteFetch f = remote_->fetch_prefix(prompt, limit, *full_tier_, rq.tier_id);
   note_full_fetch(rq.result.stats, f);
   return f.positions;

@@ -36,6 +36,17 @@ struct EngineConfig {
   size_t max_queue = 256;           ///< waiting requests; beyond it submit answers "overloaded"
   bool lockstep = false;            ///< everyone drafts, then everyone verifies (comparison only)
   bool trace = false;               ///< record slices for write_trace()
+  /// Remote prefix cache, "redis://HOST:PORT" ("" = none). Lossy and vericache
+  /// requests take the longest cached prefix of their prompt from it (whole chunks,
+  /// into their full-tier entry, by the engine's net_fetcher actor), prefill only
+  /// the rest, then publish the chunks the store lacked (write-behind, bounded;
+  /// decoding never waits for the store). A store fault (down, slow, a corrupt,
+  /// missing or foreign chunk) ends the cached prefix there: the rest is computed
+  /// locally, never a different token. A bad URL throws from the constructor.
+  std::string remote_url;
+  size_t remote_chunk_tokens = 256; ///< tokens per remote chunk (a multiple of 16)
+  int remote_ttl_seconds = 86400;   ///< published chunks expire (0: never)
+  int remote_timeout_ms = 1000;     ///< connect, and each pipelined batch of the store
 };
 
 /// One candidate token and its log-probability (natural log, under the model).
@@ -97,6 +108,14 @@ struct RequestStats {
   size_t compressed_full_bytes = 0;
   size_t fast_bytes_peak = 0;       ///< most fast memory it held (view + blocks)
   size_t fast_bytes_reserved = 0;   ///< what admission reserved for it (its bound)
+  /// Remote prefix cache (EngineConfig::remote_url; lossy and vericache requests):
+  bool remote = false;              ///< the store was asked for this request's prefix
+  size_t remote_chunks_hit = 0;     ///< prompt chunks taken from it, from the first
+  size_t remote_positions = 0;      ///< prompt positions they cover (not prefilled)
+  size_t remote_bytes_fetched = 0;  ///< value bytes received for them
+  double remote_fetch_seconds = 0;
+  std::string remote_stop_reason;   ///< why the cached prefix ended there ("" = at the limit)
+  size_t remote_chunks_published = 0;  ///< chunks queued for write-behind publishing
 };
 
 struct Result {

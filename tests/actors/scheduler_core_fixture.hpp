@@ -20,9 +20,9 @@ using Phase = RequestCtx::Phase;
 
 /// One Outbox call.
 struct Call {
-  enum Kind { prefill, draft, verify, commit, release } kind = prefill;
+  enum Kind { prefill, draft, verify, commit, release, fetch, publish, release_tier } kind = prefill;
   uint64_t id = 0;
-  size_t n = 0;           // draft: tokens; commit: p0
+  size_t n = 0;           // draft: tokens; commit: p0; fetch: max positions; publish: first chunk
   VerifyJob job;          // verify
   std::shared_ptr<const VerifyOutcome> outcome;  // commit
   bool full_tier = false;  // release
@@ -65,6 +65,28 @@ class FakeOutbox final : public Outbox {
     c.kind = Call::release;
     c.id = id;
     c.full_tier = full_tier;
+    calls.push_back(c);
+  }
+
+  void remote_fetch(uint64_t id, const std::vector<int32_t>&, size_t max_positions,
+                    size_t) override {
+    Call c;
+    c.kind = Call::fetch;
+    c.id = id;
+    c.n = max_positions;
+    calls.push_back(c);
+  }
+  void remote_publish(uint64_t id, const std::vector<int32_t>&, size_t first_chunk) override {
+    Call c;
+    c.kind = Call::publish;
+    c.id = id;
+    c.n = first_chunk;
+    calls.push_back(c);
+  }
+  void release_tier(uint64_t id) override {
+    Call c;
+    c.kind = Call::release_tier;
+    c.id = id;
     calls.push_back(c);
   }
 

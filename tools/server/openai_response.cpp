@@ -81,6 +81,13 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
       j["drafter_passes"] = s.drafter_passes;
     }
   }
+  if (s.remote)  // serve --remote: the prefix taken from the store
+    j["remote"] = {{"chunks_hit", s.remote_chunks_hit},
+                   {"positions_hit", s.remote_positions},
+                   {"bytes_fetched_full", s.remote_bytes_fetched},
+                   {"fetch_seconds", s.remote_fetch_seconds},
+                   {"stop_reason", s.remote_stop_reason},
+                   {"chunks_published", s.remote_chunks_published}};
   return j;
 }
 

@@ -49,6 +49,7 @@ struct BatchArgs {
   size_t stage_positions = 1024;
   std::string row_costs;  // --row-costs FILE
   RequestInput line_defaults;  // --draft-hierarchy and the n-gram options
+  RemoteArgs remote;
 };
 
 constexpr size_t kMaxLineBytes = size_t(16) << 20;
@@ -156,6 +157,15 @@ json stats_json(const vericache::Request& q, const vericache::RequestStats& s,
                                {"accepted_by_verifier", s.ngram_accepted}}},
                     {"drafter", {{"passes", s.drafter_passes}}}}}};
   }
+  if (s.remote)
+    j["remote"] = {{"url", a.remote.url},
+                   {"chunk_tokens", a.remote.chunk},
+                   {"chunks_hit", s.remote_chunks_hit},
+                   {"positions_hit", s.remote_positions},
+                   {"bytes_fetched_full", s.remote_bytes_fetched},
+                   {"fetch_seconds", s.remote_fetch_seconds},
+                   {"stop_reason", s.remote_stop_reason},
+                   {"chunks_published", s.remote_chunks_published}};
   if (q.mode != "full")
     j["compression"] = {{"compressor", q.compressor},
                         {"ratio", q.ratio},
@@ -247,6 +257,10 @@ int run_batch(const BatchArgs& a) {
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   cfg.stage_positions = a.stage_positions;
   cfg.trace = !a.trace.empty();
+  cfg.remote_url = a.remote.url;
+  cfg.remote_chunk_tokens = a.remote.chunk;
+  cfg.remote_ttl_seconds = a.remote.ttl;
+  cfg.remote_timeout_ms = a.remote.timeout_ms;
 
   spdlog::info("loading model from {}", a.model_dir);
   const auto load_start = clock::now();
@@ -342,6 +356,7 @@ void add_batch_command(CLI::App& app, Runner& run) {
                   "Requests with draft auto weigh verify passes with this measured row-cost "
                   "curve (the JSON of `vericache bench rows --json`)");
   add_draft_hierarchy_options(*cmd, a->line_defaults);
+  add_remote_options(*cmd, a->remote);
   cmd->add_option("--link-gbps", a->link_gbps,
                   "Modelled link bandwidth to the full tier in GB/s (0 = unthrottled)")
       ->capture_default_str()->check(number_in(0.0));

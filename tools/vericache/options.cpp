@@ -126,6 +126,19 @@ void check_ngram_sizes(const RequestInput& q) {
                 "), got " + std::to_string(q.ngram_max));
 }
 
+void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
+  cmd.add_option("--remote", r.url,
+                 "lossy/vericache: remote prefix cache redis://HOST:PORT (prefix KV fetched, "
+                 "the rest prefilled and published; a store fault means recompute)");
+  cmd.add_option("--remote-chunk", r.chunk, "Tokens per remote chunk (a multiple of 16)")
+      ->capture_default_str()->check(integer_in(16, 1 << 20));
+  cmd.add_option("--remote-ttl", r.ttl, "Seconds published chunks live (0 = no expiry)")
+      ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
+  cmd.add_option("--remote-timeout-ms", r.timeout_ms,
+                 "Deadline of a connect and of each pipelined batch")
+      ->capture_default_str()->check(integer_in(1, 600000));
+}
+
 std::string option_of_field(const std::string& field) {
   std::string o = field;
   std::replace(o.begin(), o.end(), '_', '-');

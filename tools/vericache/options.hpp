@@ -25,6 +25,16 @@ void add_draft_hierarchy_options(CLI::App& cmd, RequestInput& q);
 /// --ngram-max must be at least --ngram-min: vc::Error naming --ngram-max otherwise.
 void check_ngram_sizes(const RequestInput& q);
 
+/// The remote prefix cache's options of the engine commands (batch, serve).
+struct RemoteArgs {
+  std::string url;        // --remote redis://HOST:PORT ("" = none)
+  size_t chunk = 256;     // --remote-chunk
+  int ttl = 86400;        // --remote-ttl
+  int timeout_ms = 1000;  // --remote-timeout-ms
+};
+/// --remote, --remote-chunk, --remote-ttl, --remote-timeout-ms (as generate's).
+void add_remote_options(CLI::App& cmd, RemoteArgs& r);
+
 /// An integer in [lo, hi] ("expected an integer >= 0, got '-2'").
 [[nodiscard]] CLI::Validator integer_in(int64_t lo,
                                         int64_t hi = std::numeric_limits<int64_t>::max());

@@ -58,6 +58,7 @@ struct ServeArgs {
   std::string fast_memory = "0";
   std::string full_tier_budget = "0";
   std::string kv_dtype = "bf16";
+  RemoteArgs remote;
 };
 
 int g_stop_pipe[2] = {-1, -1};
@@ -130,6 +131,10 @@ int run_serve(const ServeArgs& a) {
   cfg.max_queue = a.max_queue;
   cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
+  cfg.remote_url = a.remote.url;
+  cfg.remote_chunk_tokens = a.remote.chunk;
+  cfg.remote_ttl_seconds = a.remote.ttl;
+  cfg.remote_timeout_ms = a.remote.timeout_ms;
 
   spdlog::info("loading model from {}", a.model_dir);
   const ModelConfig mc = load_model_config(std::filesystem::path(a.model_dir) / "config.json");
@@ -233,6 +238,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(bytes_value());
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
+  add_remote_options(*cmd, a->remote);
   cmd->callback([&run, a] { run = [a] { return run_serve(*a); }; });
 }
 

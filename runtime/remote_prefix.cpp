@@ -1,0 +1,29 @@
+// The remote prefix cache's shared pieces (see the header).
+#include "runtime/remote_prefix.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "runtime/model/fingerprint.hpp"
+
+namespace vc {
+
+std::unique_ptr<RemoteTier> open_remote_tier(const RemoteSettings& s, const KvCacheConfig& kv,
+                                             const std::filesystem::path& model_dir) {
+  RemoteTierConfig rc;
+  rc.url = s.url;
+  rc.chunk_tokens = s.chunk_tokens;
+  rc.ttl_seconds = s.ttl_seconds;
+  rc.timeouts.connect = rc.timeouts.io = std::chrono::milliseconds(s.timeout_ms);
+  return std::make_unique<RemoteTier>(rc, kv, model_fingerprint(model_dir));
+}
+
+size_t remote_prefix_limit(const Compressor& c, size_t prompt_size, size_t stats_window) {
+  if (prompt_size == 0 || c.stats_needs().hidden) return 0;
+  size_t limit = prompt_size - 1;
+  if (c.needs_stats())
+    limit = prompt_size > stats_window ? std::min(limit, prompt_size - stats_window) : 0;
+  return limit;
+}
+
+}  // namespace vc

@@ -1,0 +1,37 @@
+// What both front ends of the remote prefix cache share (the single-request
+// Generator and the actor engine's scheduler): opening the store, and how much of a
+// prompt's prefix may come from it.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "kvtiers/compressor.hpp"
+#include "kvtiers/remote/remote_tier.hpp"
+
+namespace vc {
+
+/// The remote store's settings, as GeneratorConfig and EngineConfig carry them.
+struct RemoteSettings {
+  std::string url;             // redis://HOST:PORT
+  size_t chunk_tokens = 256;   // a multiple of the KV block size
+  int ttl_seconds = 86400;     // 0: never expire
+  int timeout_ms = 1000;       // connect, and each pipelined batch
+};
+
+/// Opens the remote tier for a model's KV layout (its fingerprint keys the chunks).
+/// A bad URL or chunk size throws vc::Error in one line; the store is reached lazily.
+[[nodiscard]] std::unique_ptr<RemoteTier> open_remote_tier(const RemoteSettings& s,
+                                                           const KvCacheConfig& kv,
+                                                           const std::filesystem::path& model_dir);
+
+/// The most prompt positions a fetched prefix may cover: the last prompt position
+/// is always computed locally (its logits start decoding); a compressor that reads
+/// the observation window's queries keeps that window local too, so its statistics
+/// are those of a full prefill; one that scores every prompt row's hidden state
+/// (KVzap) takes nothing from the store.
+[[nodiscard]] size_t remote_prefix_limit(const Compressor& c, size_t prompt_size,
+                                         size_t stats_window);
+
+}  // namespace vc

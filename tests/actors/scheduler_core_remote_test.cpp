@@ -1,0 +1,179 @@
+// SchedulerCore with the remote prefix cache, without an actor system: the fetch
+// comes before prefill and sets where prefill starts; the publish comes after
+// prefill; the full-tier entry is freed only once neither the fetch nor the publish
+// reads it, and a request's result waits for its publish count.
+#include <gtest/gtest.h>
+
+#include "tests/actors/scheduler_core_fixture.hpp"
+
+namespace vc::actors {
+namespace {
+
+constexpr size_t kChunk = 16;
+
+Submitted remote_request(uint64_t id, size_t prompt, size_t max_tokens, DecodeMode mode,
+                         size_t limit) {
+  Submitted s = make_request(id, prompt, max_tokens, 4, mode);
+  s.ctx->remote = true;
+  s.ctx->remote_limit = limit;
+  return s;
+}
+
+RemoteFetch hit(size_t chunks) {
+  RemoteFetch f;
+  f.chunks = chunks;
+  f.positions = chunks * kChunk;
+  f.bytes_full = chunks * 1000;
+  return f;
+}
+
+TEST(scheduler_core_remote, a_request_fetches_its_prefix_before_prefill_and_prefills_from_its_end) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = remote_request(1, 70, 1, DecodeMode::vericache, 69);
+  core.submit(a.ctx);
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::fetch, calls[0].kind);
+  EXPECT_EQ(69u, calls[0].n);
+  core.on_remote_fetched(1, hit(2), "");
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  ASSERT_EQ(Call::prefill, calls[0].kind);
+  EXPECT_TRUE(calls[0].spec.tier_ready);
+  EXPECT_EQ(32u, calls[0].spec.remote_cached);
+
+  core.on_prefilled(prefilled(1, 7));  // max_tokens 1: finished at once
+  calls = out.take();
+  ASSERT_EQ(2u, calls.size());
+  EXPECT_EQ(Call::publish, calls[0].kind);
+  EXPECT_EQ(2u, calls[0].n) << "the chunks after those the store had";
+  EXPECT_EQ(Call::release, calls[1].kind);
+  EXPECT_FALSE(calls[1].full_tier) << "the entry is still being published from";
+  EXPECT_FALSE(ready(a.result)) << "the result waits for its publish count";
+
+  core.on_remote_published(1, 2);
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::release_tier, calls[0].kind);
+  ASSERT_TRUE(ready(a.result));
+  const auto r = a.result.get();
+  EXPECT_TRUE(r.ok);
+  EXPECT_TRUE(r.stats.remote);
+  EXPECT_EQ(2u, r.stats.remote_chunks_hit);
+  EXPECT_EQ(32u, r.stats.remote_positions);
+  EXPECT_EQ(2000u, r.stats.remote_bytes_fetched);
+  EXPECT_EQ(2u, r.stats.remote_chunks_published);
+}
+
+TEST(scheduler_core_remote, a_vericache_request_verifies_rounds_while_published_and_frees_its_entry_after_both) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = remote_request(1, 40, 4, DecodeMode::vericache, 39);
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_fetched(1, hit(0), "");
+  out.take();
+  core.on_prefilled(prefilled(1, 7));
+  EXPECT_EQ((std::vector<Call::Kind>{Call::publish, Call::draft}), kinds(out.take()));
+  DraftBlock d = drafts(1, {5, 6});
+  core.on_drafted(d);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::verify}), kinds(out.take()));
+  core.on_verified(verified(1, {5, 6, 8}, 2));  // 4 tokens: done, the publish not yet
+  auto calls = out.take();
+  EXPECT_EQ((std::vector<Call::Kind>{Call::release}), kinds(calls));
+  EXPECT_FALSE(calls[0].full_tier);
+  EXPECT_FALSE(ready(a.result));
+  core.on_remote_published(1, 2);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::release_tier}), kinds(out.take()));
+  ASSERT_TRUE(ready(a.result));
+  const auto r = a.result.get();
+  EXPECT_EQ((std::vector<int32_t>{7, 5, 6, 8}), r.output_ids);
+  EXPECT_EQ(2u, r.stats.remote_chunks_published);
+}
+
+TEST(scheduler_core_remote, lossy_frees_its_entry_once_published_while_it_still_decodes) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = remote_request(1, 40, 10, DecodeMode::lossy, 39);
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_fetched(1, hit(0), "");
+  out.take();
+  core.on_prefilled(prefilled(1, 7));
+  auto calls = out.take();
+  ASSERT_EQ(2u, calls.size());
+  EXPECT_EQ(Call::publish, calls[0].kind);
+  EXPECT_EQ(0u, calls[0].n);
+  EXPECT_EQ(Call::draft, calls[1].kind);
+  core.on_remote_published(1, 2);
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::release_tier, calls[0].kind);
+  DraftBlock rest = final_block(1, std::vector<int32_t>(9, 5));
+  core.on_drafted(rest);
+  calls = out.take();
+  EXPECT_EQ(0u, ids_of(calls, Call::release_tier).size()) << "freed once only";
+  ASSERT_TRUE(ready(a.result));
+  EXPECT_EQ(10u, a.result.get().output_ids.size());
+}
+
+TEST(scheduler_core_remote, a_fully_cached_prompt_publishes_nothing_and_frees_at_the_end) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = remote_request(1, 33, 1, DecodeMode::vericache, 32);
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_fetched(1, hit(2), "");
+  out.take();
+  core.on_prefilled(prefilled(1, 7));
+  const auto calls = out.take();
+  EXPECT_EQ(0u, ids_of(calls, Call::publish).size());
+  EXPECT_EQ((std::vector<uint64_t>{1}), ids_of(calls, Call::release_tier));
+  ASSERT_TRUE(ready(a.result));
+}
+
+TEST(scheduler_core_remote, cancelling_during_the_fetch_frees_the_entry_when_the_fetch_answers) {
+  FakeOutbox out;
+  SchedulerCore core(out, 1, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = remote_request(1, 40, 10, DecodeMode::vericache, 39);
+  auto b = make_request(2, 5, 10);
+  core.submit(a.ctx);
+  core.submit(b.ctx);
+  out.take();
+  core.cancel(1);
+  ASSERT_TRUE(ready(a.result));
+  EXPECT_EQ("cancelled", a.result.get().finish_reason);
+  auto calls = out.take();
+  EXPECT_EQ(0u, ids_of(calls, Call::release_tier).size()) << "the fetch still writes into it";
+  EXPECT_EQ((std::vector<uint64_t>{2}), ids_of(calls, Call::prefill)) << "the next is admitted";
+  core.on_remote_fetched(1, hit(1), "");
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::release_tier, calls[0].kind);
+  EXPECT_EQ(1u, calls[0].id);
+}
+
+TEST(scheduler_core_remote, a_fetch_that_could_not_make_the_entry_fails_the_request_naming_it) {
+  FakeOutbox out;
+  SchedulerCore core(out, 1, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = remote_request(1, 40, 10, DecodeMode::lossy, 39);
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_fetched(1, RemoteFetch{}, "host full tier: out of budget");
+  ASSERT_TRUE(ready(a.result));
+  const auto r = a.result.get();
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("remote prefix cache: host full tier: out of budget"), std::string::npos)
+      << r.error;
+  EXPECT_EQ((std::vector<uint64_t>{1}), ids_of(out.take(), Call::release_tier));
+}
+
+}  // namespace
+}  // namespace vc::actors

@@ -1,0 +1,73 @@
+// `vericache serve --remote redis://...` against a real redis-server: a completion's
+// text equals `vericache generate` for the same request, both before the store holds
+// the prompt's prefix and after (when the response's stats show the hit).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "kvtiers/remote/redis_client.hpp"
+#include "tests/cli/cli_support.hpp"
+#include "tests/kvtiers/redis_server.hpp"
+#include "tests/server/server_support.hpp"
+
+namespace vc::test {
+namespace {
+
+using nlohmann::json;
+
+std::string long_prompt() {
+  std::string p = "<|begin_of_text|>";
+  for (int i = 0; i < 40; ++i)
+    p += "def g" + std::to_string(i) + "(y):\n    return y - " + std::to_string(i) + "\n\n";
+  return p + "def main():";
+}
+
+size_t stored_chunks(const std::string& url) {
+  RedisClient c(parse_redis_url(url));
+  const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:*", "COUNT", "100000"});
+  return scan.elements.at(1).elements.size();
+}
+
+TEST(serve_remote, completion_text_equals_generate_before_and_after_the_store_holds_the_prefix) {
+  RedisServer store;
+  VC_REQUIRE_REDIS(store);
+  const std::string prompt = long_prompt();
+  const std::string file = "/tmp/vc-serve-remote-" + std::to_string(::getpid()) + ".txt";
+  { std::ofstream(file) << prompt; }
+  const CliRun g = run_vericache("generate --json --prompt-file " + file +
+                                     " --max-tokens 16 --mode vericache --compressor snapkv "
+                                     "--ratio 4 --draft 6 --ignore-eos",
+                                 false);
+  ::unlink(file.c_str());
+  ASSERT_EQ(g.code, 0) << g.out;
+  const std::string expected = json::parse(g.out)["text"].get<std::string>();
+
+  ServerProcess server({"--remote", store.url(), "--remote-chunk", "64"});
+  const json body = {{"prompt", prompt}, {"max_tokens", 16}, {"mode", "vericache"},
+                     {"compressor", "snapkv"}, {"ratio", 4}, {"draft", "6"}, {"ignore_eos", true}};
+  const HttpResponse cold = http_request(server.port(), "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(cold.status, 200) << cold.body;
+  EXPECT_EQ(cold.json()["choices"][0]["text"], expected);
+  EXPECT_EQ(cold.json()["vericache"]["remote"]["chunks_hit"], 0);
+
+  // Publishing is write-behind: wait until the store holds the chunks.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stored_chunks(store.url()) < 3 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(stored_chunks(store.url()), 3u);
+
+  const HttpResponse warm = http_request(server.port(), "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(warm.status, 200) << warm.body;
+  const json j = warm.json();
+  EXPECT_EQ(j["choices"][0]["text"], expected);
+  EXPECT_GE(j["vericache"]["remote"]["chunks_hit"].get<int>(), 3) << j["vericache"];
+}
+
+}  // namespace
+}  // namespace vc::test
