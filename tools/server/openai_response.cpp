@@ -2,6 +2,7 @@
 #include "tools/server/openai_response.hpp"
 
 #include <algorithm>
+#include <random>
 
 #include "tools/server/openai_logprobs.hpp"
 
@@ -85,11 +86,20 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
 }
 
 json response_body(const ResponseMeta& m, const ParsedRequest& p, const vericache::Result& r,
-                   const Decoder& decode) {
+                   const Decoder& decode, const ParsedReply* parsed) {
   const bool chat = m.endpoint == Endpoint::chat;
+  const bool called = chat && parsed != nullptr && !parsed->calls.empty();
   json choice = {{"index", 0}};
-  if (chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-  else choice["text"] = r.text;
+  if (called) {
+    const bool blank = parsed->content.find_first_not_of(" \t\n\r\f\v") == std::string::npos;
+    choice["message"] = {{"role", "assistant"},
+                         {"content", blank ? json(nullptr) : json(parsed->content)},
+                         {"tool_calls", tool_calls_json(parsed->calls, false)}};
+  } else if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+  } else {
+    choice["text"] = r.text;
+  }
   json logprobs = nullptr;
   if (p.logprobs) {
     size_t offset = 0;
@@ -97,7 +107,7 @@ json response_body(const ResponseMeta& m, const ParsedRequest& p, const vericach
                              [&](int32_t id) { return decode({id}); }, offset);
   }
   choice["logprobs"] = std::move(logprobs);
-  choice["finish_reason"] = finish_reason(r.finish_reason);
+  choice["finish_reason"] = called ? "tool_calls" : finish_reason(r.finish_reason);
   return {{"id", m.id},
           {"object", chat ? "chat.completion" : "text_completion"},
           {"created", m.created},
@@ -123,6 +133,45 @@ json chunk_body(const ResponseMeta& m, const std::string& delta, const std::stri
   choice["finish_reason"] = finish.empty() ? json(nullptr) : json(finish);
   return {{"id", m.id},
           {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", m.created},
+          {"model", m.model},
+          {"choices", json::array({choice})}};
+}
+
+std::string new_tool_call_id() {
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_int_distribution<size_t> pick(0, sizeof(kChars) - 2);
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kChars[pick(rng)];
+  return id;
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool streamed) {
+  json list = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = json::object();
+    if (streamed) c["index"] = i;
+    c["id"] = new_tool_call_id();
+    c["type"] = "function";
+    c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    list.push_back(std::move(c));
+  }
+  return list;
+}
+
+json tool_calls_chunk_body(const ResponseMeta& m, const std::string& content,
+                           const std::vector<ToolCall>& calls, bool first, json logprobs) {
+  json d = json::object();
+  if (first) d["role"] = "assistant";
+  if (!content.empty()) d["content"] = content;
+  else if (first) d["content"] = nullptr;
+  d["tool_calls"] = tool_calls_json(calls, true);
+  json choice = {{"index", 0}, {"delta", d}};
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = nullptr;
+  return {{"id", m.id},
+          {"object", "chat.completion.chunk"},
           {"created", m.created},
           {"model", m.model},
           {"choices", json::array({choice})}};
