@@ -175,18 +175,10 @@ Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
     (void)sink.send(event(engine_error(r).body()));
   } else if (parser != ToolCallParser::none) {
     const ParsedReply parsed = parse_tool_calls(parser, r.text, p.tool_names);
-    const std::string& sent = gate.sent();
-    const std::string rest = parsed.content.starts_with(sent) ? parsed.content.substr(sent.size())
-                                                              : std::string();
-    if (parsed.calls.empty()) {
-      (void)sink.send(event(chunk_body(meta, rest, finish_reason(r.finish_reason), first,
-                                       take_logprobs())));
-    } else {
-      const bool blank = rest.find_first_not_of(" \t\n\r\f\v") == std::string::npos;
-      (void)sink.send(event(tool_calls_chunk_body(meta, blank && sent.empty() ? "" : rest,
-                                                  parsed.calls, first, take_logprobs())));
-      (void)sink.send(event(chunk_body(meta, "", "tool_calls", false)));
-    }
+    for (const nlohmann::ordered_json& c :
+         final_tool_call_chunks(meta, parsed, gate.sent(), finish_reason(r.finish_reason), first,
+                                take_logprobs()))
+      (void)sink.send(event(c));
   } else {
     (void)sink.send(event(chunk_body(meta, text.finish(r.text), finish_reason(r.finish_reason),
                                      first, take_logprobs())));

@@ -177,6 +177,18 @@ json tool_calls_chunk_body(const ResponseMeta& m, const std::string& content,
           {"choices", json::array({choice})}};
 }
 
+std::vector<json> final_tool_call_chunks(const ResponseMeta& m, const ParsedReply& parsed,
+                                         const std::string& sent, const std::string& finish,
+                                         bool first, json logprobs) {
+  const std::string rest =
+      parsed.content.starts_with(sent) ? parsed.content.substr(sent.size()) : std::string();
+  if (parsed.calls.empty()) return {chunk_body(m, rest, finish, first, std::move(logprobs))};
+  const bool blank = rest.find_first_not_of(" \t\n\r\f\v") == std::string::npos;
+  return {tool_calls_chunk_body(m, blank && sent.empty() ? "" : rest, parsed.calls, first,
+                                std::move(logprobs)),
+          chunk_body(m, "", "tool_calls", false)};
+}
+
 json usage_chunk_body(const ResponseMeta& m, const ParsedRequest& p, const vericache::Result& r) {
   return {{"id", m.id},
           {"object", m.endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},

@@ -67,6 +67,15 @@ using Decoder = std::function<std::string(const std::vector<int32_t>&)>;
                                         const std::string& finish, bool first,
                                         nlohmann::ordered_json logprobs = nullptr);
 
+/// The last chunks of a streamed chat reply whose text went out through a
+/// ToolCallGate (`sent`: what it let out, a prefix of `parsed.content`): without calls
+/// one chunk with the rest of the text and `finish`; with calls tool_calls_chunk_body
+/// (the rest of the content, null when blank and nothing went out) and a chunk with
+/// finish_reason "tool_calls".
+[[nodiscard]] std::vector<nlohmann::ordered_json> final_tool_call_chunks(
+    const ResponseMeta& m, const ParsedReply& parsed, const std::string& sent,
+    const std::string& finish, bool first, nlohmann::ordered_json logprobs = nullptr);
+
 /// The final usage-only chunk of stream_options.include_usage (choices empty).
 [[nodiscard]] nlohmann::ordered_json usage_chunk_body(const ResponseMeta& m, const ParsedRequest& p,
                                               const vericache::Result& r);
