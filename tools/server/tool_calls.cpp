@@ -2,6 +2,7 @@
 #include "tools/server/tool_calls.hpp"
 
 #include <algorithm>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
