@@ -1,6 +1,7 @@
 // The Jinja subset renders the real chat templates of the Llama-3, Mistral, Qwen2 and
-// Qwen3 families, and two written for these tests (Llama-3.1-style tool calling, a
-// template built from macros), exactly as Python's jinja2 does, with and without
+// Qwen3 families, and three written for these tests (Llama-3.1-style tool calling, a
+// template built from macros, one from call blocks and select/reject), exactly as
+// Python's jinja2 does, with and without
 // tools (tests/data/chat_templates: the renderings of render_reference.py).
 #include <gtest/gtest.h>
 
@@ -30,7 +31,8 @@ const std::string kDir = std::string(VC_TEST_DATA_DIR) + "/chat_templates/";
 
 using ordered = nlohmann::ordered_json;
 
-const char* const kTemplates[] = {"llama3", "mistral", "qwen2", "qwen3", "llama31_tools", "macros"};
+const char* const kTemplates[] = {"llama3",        "mistral", "qwen2",      "qwen3",
+                                  "llama31_tools", "macros",  "call_blocks"};
 
 // What happened to each rendering, by the outcome jinja2 had.
 struct Outcomes {
@@ -83,7 +85,7 @@ TEST(chat_template, renders_the_templates_as_python_jinja2_does) {
       expect_as_jinja2(t, messages, nullptr, expected.at(name).at(conv), n);
     }
   }
-  EXPECT_EQ(n.rendered, 38);
+  EXPECT_EQ(n.rendered, 45);
   EXPECT_EQ(n.refused, 4);
 }
 
@@ -103,7 +105,7 @@ TEST(chat_template, renders_tools_and_tool_calls_as_python_jinja2_does) {
                        expected.at(name).at(conv), n);
     }
   }
-  EXPECT_EQ(n.rendered, 23);
+  EXPECT_EQ(n.rendered, 28);
   EXPECT_EQ(n.refused, 5);
   EXPECT_EQ(n.failed, 2);
   // The tools' keys in the order they came, not sorted.
@@ -161,8 +163,8 @@ TEST(chat_template, malformed_tools_and_tool_calls_are_refused_naming_the_field)
 }
 
 TEST(chat_template, a_template_outside_the_subset_fails_with_a_clear_error) {
-  const ChatTemplate t("{% call m() %}x{% endcall %}", "", "");
-  EXPECT_NE(t.parse_error().find("the tag 'call' is not supported"), std::string::npos)
+  const ChatTemplate t("{% block m %}x{% endblock %}", "", "");
+  EXPECT_NE(t.parse_error().find("the tag 'block' is not supported"), std::string::npos)
       << t.parse_error();
   try {
     (void)t.render(json::array({{{"role", "user"}, {"content", "hi"}}}));
@@ -230,6 +232,9 @@ TEST(jinja, follows_python_semantics_the_templates_rely_on) {
             "{\n  \"z\": 1,\n  \"a\": {\n    \"y\": [\n      1.5,\n      \"é\"\n    ],\n"
             "    \"b\": null\n  }\n}");
   EXPECT_THROW((void)jinja::Template("{% if x %}"), jinja::TemplateError);
+  // One newline at the end of the source is dropped (keep_trailing_newline=False).
+  EXPECT_EQ(render("a\n{{ 'x' }}\n"), "a\nx");
+  EXPECT_EQ(render("a\n\n"), "a\n");
 }
 
 TEST(jinja, macros_take_positional_and_keyword_arguments_and_defaults_as_jinja2_does) {

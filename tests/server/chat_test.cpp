@@ -87,13 +87,13 @@ TEST(serve_chat, bad_messages_get_400_naming_the_field) {
 }
 
 TEST(serve_chat, a_template_it_cannot_render_gets_500_and_completions_still_work) {
-  const ModelWithTemplate model("unrenderable", "{% call turn() %}{{ m.content }}{% endcall %}");
+  const ModelWithTemplate model("unrenderable", "{% block turn %}{{ m.content }}{% endblock %}");
   ServerProcess server(model.serve_args());
   const HttpResponse r = http_request(server.port(), "POST", "/v1/chat/completions",
                                       json{{"messages", kMessages}, {"max_tokens", 3}}.dump());
   EXPECT_EQ(r.status, 500);
   EXPECT_EQ(r.json()["error"]["code"], "chat_template_unsupported");
-  EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("'call' is not supported"),
+  EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("'block' is not supported"),
             std::string::npos)
       << r.body;
   EXPECT_EQ(http_request(server.port(), "POST", "/v1/completions",

@@ -117,7 +117,7 @@ ordered checked_tools(const ordered& tools) {
 }  // namespace
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token)
-    : bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
+    : source_(source), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
   try {
     template_ = std::make_shared<jinja::Template>(source);
   } catch (const jinja::TemplateError& e) {

@@ -36,10 +36,13 @@ class ChatTemplate {
                                    const nlohmann::ordered_json& tools = nullptr) const;
   /// Why the template cannot be used ("" when it parsed).
   [[nodiscard]] const std::string& parse_error() const { return parse_error_; }
+  /// The template's text.
+  [[nodiscard]] const std::string& source() const { return source_; }
 
  private:
   std::shared_ptr<jinja::Template> template_;
   std::string parse_error_;
+  std::string source_;
   std::string bos_, eos_;
 };
 

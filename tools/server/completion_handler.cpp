@@ -88,6 +88,12 @@ ParsedRequest parse(ServerState& st, Endpoint endpoint, const json& body,
   return parse_request(body, endpoint, st.settings, st.limits, *st.tokenizer, prompt);
 }
 
+// The parser for this request's reply: none unless it is a chat request with tools.
+ToolCallParser parser_for(const ServerState& st, Endpoint endpoint, const ParsedRequest& p) {
+  if (endpoint != Endpoint::chat || p.tool_names.empty()) return ToolCallParser::none;
+  return st.tool_call_parser;
+}
+
 // Waits for the result; a client that leaves cancels the request.
 bool wait_result(ServerState& st, uint64_t id, std::future<vericache::Result>& f,
                  StreamSink& sink) {
@@ -104,6 +110,9 @@ Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
              vericache::Engine::Submission& sub, const std::shared_ptr<TokenQueue>& q,
              const Decoder& decode, StreamSink& sink, const TokenTimer& timer) {
   TextStream text(decode, p.engine_request.stop);
+  // With tools, text that may be a tool call waits for the end (tool_calls.hpp).
+  const ToolCallParser parser = parser_for(st, meta.endpoint, p);
+  ToolCallGate gate(parser);
   bool begun = false, first = true;
   // Tokens whose logprobs no chunk has carried yet: a chunk carries those of the
   // tokens that let its text out (text held back waits with its tokens), the last
@@ -145,8 +154,13 @@ Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
       delta += text.push(t.id);
       unsent.push_back(std::move(t));
     }
+    delta = gate.push(delta);
     if (!delta.empty()) {
-      if (!sink.send(event(chunk_body(meta, delta, "", first, take_logprobs())))) return cancel();
+      // Tokens whose text the gate holds wait with it (to the last chunk).
+      const bool all_out = gate.sent().size() == text.sent().size();
+      if (!sink.send(event(chunk_body(meta, delta, "", first,
+                                      all_out ? take_logprobs() : nullptr))))
+        return cancel();
       first = false;
     }
     if (ready) {
@@ -159,6 +173,12 @@ Reply stream(ServerState& st, const ResponseMeta& meta, const ParsedRequest& p,
   if (!begun && !sink.begin_stream()) return {0, "", true};
   if (!r.ok) {
     (void)sink.send(event(engine_error(r).body()));
+  } else if (parser != ToolCallParser::none) {
+    const ParsedReply parsed = parse_tool_calls(parser, r.text, p.tool_names);
+    for (const nlohmann::ordered_json& c :
+         final_tool_call_chunks(meta, parsed, gate.sent(), finish_reason(r.finish_reason), first,
+                                take_logprobs()))
+      (void)sink.send(event(c));
   } else {
     (void)sink.send(event(chunk_body(meta, text.finish(r.text), finish_reason(r.finish_reason),
                                      first, take_logprobs())));
@@ -207,7 +227,10 @@ Reply run(ServerState& st, Endpoint endpoint, const std::string& body_text, Stre
   }
   const vericache::Result r = account(st, *timer, sub.result.get());
   if (!r.ok) throw engine_error(r);
-  return {200, dump(response_body(meta, p, r, decode)), false};
+  const ToolCallParser parser = parser_for(st, endpoint, p);
+  if (parser == ToolCallParser::none) return {200, dump(response_body(meta, p, r, decode)), false};
+  const ParsedReply parsed = parse_tool_calls(parser, r.text, p.tool_names);
+  return {200, dump(response_body(meta, p, r, decode, &parsed)), false};
 }
 
 }  // namespace

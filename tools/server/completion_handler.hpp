@@ -12,6 +12,7 @@
 
 #include "runtime/request_validation.hpp"
 #include "tools/server/openai_request.hpp"
+#include "tools/server/tool_calls.hpp"
 
 namespace vc {
 class Tokenizer;
@@ -50,6 +51,8 @@ struct ServerState {
   RequestLimits limits;
   ServeSettings settings;
   const ChatTemplate* chat_template = nullptr;  ///< null: chat completions unavailable
+  /// How a chat reply's tool calls are found (when the request has tools).
+  ToolCallParser tool_call_parser = ToolCallParser::none;
   ServerMetrics* metrics = nullptr;             ///< null: none recorded
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_response{1};

@@ -2,9 +2,11 @@
 // (checked against Python's jinja2 in tests/server): whitespace control ({%- -%},
 // trim_blocks and lstrip_blocks as Hugging Face sets them), if/elif/else, for with
 // loop.* and else, set (with namespace attributes), macros (positional and keyword
-// arguments, defaults), comments, string and list methods, the filters and tests
-// those templates use, raise_exception. Anything else (call blocks, blocks, includes,
-// an unknown filter) is an error naming it and its line, at parse time where possible.
+// arguments, defaults), call blocks with caller() (and caller parameters), comments,
+// string and list methods, the filters and tests those templates use (select/reject,
+// selectattr/rejectattr, map(attribute=) ...), raise_exception. Anything else (blocks,
+// includes, an unknown filter) is an error naming it and its line, at parse time where
+// possible.
 #pragma once
 #include <memory>
 #include <string>

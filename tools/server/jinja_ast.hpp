@@ -1,6 +1,6 @@
 // The syntax tree of the Jinja subset chat templates use (jinja.hpp): statements
 // (text, output, if/elif/else, for with loop variables and else, set, set of a
-// namespace attribute, macro definitions) and expressions (literals, names, attribute and item access,
+// namespace attribute, macro definitions, call blocks) and expressions (literals, names, attribute and item access,
 // slices, calls, filters, tests, unary and binary operators, conditional
 // expressions). Built by jinja_parse.cpp, run by jinja_eval.cpp.
 #pragma once
@@ -46,14 +46,17 @@ using NodePtr = std::unique_ptr<Node>;
 using Body = std::vector<NodePtr>;
 
 struct Node {
-  enum class Kind { text, output, if_, for_, set, macro };
+  enum class Kind { text, output, if_, for_, set, macro, call_block };
   Kind kind = Kind::text;
   std::string text;                            // text
   ExprPtr expr;                                // output; set value; for iterable
   std::vector<std::pair<ExprPtr, Body>> branches;  // if: (condition or null for else, body)
   std::vector<std::string> targets;            // for: loop variable(s); set: name [, attribute];
-                                               // macro: name, then its parameters
-  std::vector<ExprPtr> defaults;               // macro: per parameter, its default or null
+                                               // macro: name, then its parameters;
+                                               // call_block: "caller", then its parameters
+  std::vector<ExprPtr> defaults;               // macro, call_block: per parameter, its
+                                               // default or null
+                                               // (call_block: expr is the macro call)
   ExprPtr filter;                              // for ... if filter
   Body body, else_body;                        // for; macro: body
   int line = 0;

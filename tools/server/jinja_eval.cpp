@@ -1,6 +1,7 @@
 // Rendering of the Jinja subset (jinja.hpp) over JSON values (jinja_values.hpp): a
 // namespace() is an object the template may set attributes of; a macro runs with the
-// template's top-level variables and its parameters, and returns what it rendered;
+// template's top-level variables and its parameters, and returns what it rendered (a
+// call block's body runs, by the macro's caller(), where the block stands);
 // string methods follow Python where templates depend on it; filters and tests are in
 // jinja_filters.cpp.
 #include <algorithm>
@@ -29,6 +30,16 @@ class Renderer {
  private:
   std::vector<json> scopes_;  // innermost last; objects
   std::map<std::string, const Node*> macros_;  // defined so far
+  // Scopes of the sites of the macro calls running now, outermost first.
+  std::vector<std::vector<json>> saved_;
+  // Call blocks by id (a macro's `caller` is {"__caller__": id}); `saved`: where
+  // saved_ holds the scopes of the block's site while its macro runs.
+  struct Caller {
+    const Node* block;
+    size_t saved;
+    bool active;
+  };
+  std::vector<Caller> callers_;
   int macro_depth_ = 0;
   static constexpr int kMaxMacroDepth = 64;
 
@@ -72,19 +83,18 @@ class Renderer {
       }
       case Node::Kind::for_: loop(n, out); break;
       case Node::Kind::macro: macros_[n.targets[0]] = &n; break;
+      case Node::Kind::call_block: call_block(n, out); break;
     }
   }
 
-  // A call of a macro: positional arguments, then keyword ones, then defaults (the
-  // rest are undefined), as jinja2 binds them.
-  json call_macro(const Node& m, const Expr& e) {
-    const std::string& name = m.targets[0];
+  // The arguments of call `e` bound to the parameters of `m` (a macro, or a call
+  // block's caller: targets[1..] with their defaults): positional ones, then keyword
+  // ones, then defaults (the rest are undefined), as jinja2 binds them.
+  json bind(const Node& m, const Expr& e, const std::string& what) {
     const size_t params = m.targets.size() - 1;
     if (e.items.size() - 1 > params)
-      fail(e.line, "macro '" + name + "' takes not more than " + std::to_string(params) +
+      fail(e.line, what + " takes not more than " + std::to_string(params) +
                        " argument(s), got " + std::to_string(e.items.size() - 1));
-    if (macro_depth_ >= kMaxMacroDepth)
-      fail(e.line, "macro calls nested deeper than " + std::to_string(kMaxMacroDepth));
     json scope = json::object();
     std::vector<bool> bound(params, false);
     for (size_t i = 1; i < e.items.size(); ++i) {
@@ -93,27 +103,78 @@ class Renderer {
     }
     for (const auto& [k, v] : e.kwargs) {
       const auto at = std::find(m.targets.begin() + 1, m.targets.end(), k);
-      if (at == m.targets.end())
-        fail(e.line, "macro '" + name + "' takes no keyword argument '" + k + "'");
+      if (at == m.targets.end()) fail(e.line, what + " takes no keyword argument '" + k + "'");
       const size_t i = size_t(at - m.targets.begin()) - 1;
-      if (bound[i]) fail(e.line, "macro '" + name + "' got multiple values for argument '" + k + "'");
+      if (bound[i]) fail(e.line, what + " got multiple values for argument '" + k + "'");
       scope[k] = eval(*v);
       bound[i] = true;
     }
     for (size_t i = 0; i < params; ++i)
       if (!bound[i])
         scope[m.targets[i + 1]] = m.defaults[i] ? eval(*m.defaults[i]) : kUndefined;
-    // The body sees the top-level variables and its parameters, not the caller's.
-    std::vector<json> caller = std::move(scopes_);
+    return scope;
+  }
+
+  // A call of a macro; `caller`: the value of its `caller` variable (a call block's).
+  json call_macro(const Node& m, const Expr& e, const json* caller = nullptr) {
+    json scope = bind(m, e, "macro '" + m.targets[0] + "'");
+    if (caller != nullptr) scope["caller"] = *caller;
+    if (macro_depth_ >= kMaxMacroDepth)
+      fail(e.line, "macro calls nested deeper than " + std::to_string(kMaxMacroDepth));
+    // The body sees the top-level variables and its parameters, not the caller's,
+    // whose scopes wait in saved_ (a call block's body runs in them again).
+    saved_.push_back(std::move(scopes_));
     scopes_.clear();
-    scopes_.push_back(std::move(caller.front()));
+    scopes_.push_back(std::move(saved_.back().front()));
     scopes_.push_back(std::move(scope));
     std::string out;
     ++macro_depth_;
     run(m.body, out);
     --macro_depth_;
-    caller.front() = std::move(scopes_.front());
-    scopes_ = std::move(caller);
+    saved_.back().front() = std::move(scopes_.front());
+    scopes_ = std::move(saved_.back());
+    saved_.pop_back();
+    return out;
+  }
+
+  // {% call [(params)] m(args) %}body{% endcall %}: m runs with a `caller` that
+  // renders the body where the block stands.
+  void call_block(const Node& n, std::string& out) {
+    const Expr& e = *n.expr;
+    const auto m = macros_.find(e.items[0]->name);
+    if (m == macros_.end()) fail(n.line, "call block: '" + e.items[0]->name + "' is not a macro");
+    const size_t id = callers_.size();
+    callers_.push_back({&n, saved_.size(), true});  // call_macro saves this site's scopes there
+    const json marker = {{"__caller__", id}};
+    out += str(call_macro(*m->second, e, &marker));
+    callers_[id].active = false;
+  }
+
+  // caller(args) inside a macro a call block called: the block's body, in the scopes
+  // of the block's site plus its parameters; returns what it rendered.
+  json call_caller(const Expr& e) {
+    const json c = lookup("caller");
+    if (!c.is_object() || !c.contains("__caller__"))
+      fail(e.line, "caller() is only defined in a macro called by a call block");
+    const Caller frame = callers_.at(c["__caller__"].get<size_t>());  // a copy: callers_ grows
+    if (!frame.active) fail(e.line, "caller() used after its call block ended");
+    json scope = bind(*frame.block, e, "the call block's caller");
+    // The body is a macro of its own, called by no call block (jinja2: "No caller").
+    if (!scope.contains("caller")) scope["caller"] = kUndefined;
+    if (macro_depth_ >= kMaxMacroDepth)
+      fail(e.line, "macro calls nested deeper than " + std::to_string(kMaxMacroDepth));
+    std::vector<json> inner = std::move(scopes_);
+    scopes_ = std::move(saved_[frame.saved]);
+    scopes_.front() = std::move(inner.front());  // the top-level scope travels along
+    scopes_.push_back(std::move(scope));
+    std::string out;
+    ++macro_depth_;
+    run(frame.block->body, out);
+    --macro_depth_;
+    scopes_.pop_back();
+    inner.front() = std::move(scopes_.front());
+    saved_[frame.saved] = std::move(scopes_);
+    scopes_ = std::move(inner);
     return out;
   }
 
@@ -287,6 +348,7 @@ class Renderer {
   json call(const Expr& e) {
     const Expr& target = *e.items[0];
     if (target.kind == Expr::Kind::name) {
+      if (target.name == "caller") return call_caller(e);
       if (const auto m = macros_.find(target.name); m != macros_.end())
         return call_macro(*m->second, e);
       const std::vector<json> a = args(e, 1);

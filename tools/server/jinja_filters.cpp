@@ -2,6 +2,7 @@
 // where templates depend on it.
 #include "tools/server/jinja_filters.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 
@@ -113,6 +114,23 @@ json apply_filter(const std::string& f, const json& v, const std::vector<json>& 
     }
     return r;
   }
+  if (f == "select" || f == "reject") {
+    // Items of a list, characters of a string, keys of a dict; by a test's name (with
+    // its arguments after it), or by truthiness without one.
+    json items = json::array();
+    if (v.is_array()) items = v;
+    else if (v.is_string()) for (auto& cp : code_points(v.get<std::string>())) items.push_back(cp);
+    else if (v.is_object()) for (const auto& [k, x] : v.items()) items.push_back(k);
+    else if (!undefined(v)) fail(line, f + " of a " + type_name(v));
+    if (!a.empty() && !a[0].is_string()) fail(line, f + "() needs the name of a test");
+    json r = json::array();
+    for (const json& x : items) {
+      const bool ok = a.empty() ? truthy(x)
+                                : apply_test(str(a[0]), x, std::vector<json>(a.begin() + 1, a.end()), line);
+      if (ok == (f == "select")) r.push_back(x);
+    }
+    return r;
+  }
   if (f == "map") {
     if (!v.is_array()) fail(line, "map of a " + type_name(v));
     const json attr = kwarg("attribute", kUndefined);
@@ -130,7 +148,7 @@ bool apply_test(const std::string& t, const json& v, const std::vector<json>& a,
   if (t == "undefined") return undefined(v);
   if (t == "none") return v.is_null();
   if (t == "string") return v.is_string();
-  if (t == "number") return v.is_number();
+  if (t == "number") return v.is_number() || v.is_boolean();  // Python's bool is a number
   if (t == "integer") return v.is_number_integer();
   if (t == "float") return v.is_number_float();
   if (t == "boolean") return v.is_boolean();
@@ -141,6 +159,19 @@ bool apply_test(const std::string& t, const json& v, const std::vector<json>& a,
   if (t == "equalto" || t == "eq" || t == "sameas" || t == "==") {
     if (a.empty()) fail(line, "'" + t + "' needs a value");
     return equal(v, a[0]);
+  }
+  if (t == "ne" || t == "!=") {
+    if (a.empty()) fail(line, "'" + t + "' needs a value");
+    return !equal(v, a[0]);
+  }
+  if (t == "in") {  // as the `in` operator
+    if (a.empty()) fail(line, "'in' needs a container");
+    const json& c = a[0];
+    if (c.is_string()) return c.get<std::string>().find(str(v)) != std::string::npos;
+    if (c.is_array())
+      return std::any_of(c.begin(), c.end(), [&](const json& x) { return equal(x, v); });
+    if (c.is_object()) return v.is_string() && c.contains(v.get<std::string>());
+    fail(line, "'in' needs a string, list or mapping, got " + type_name(c));
   }
   if (t == "odd" || t == "even") {
     const int64_t x = as_int(v, line, t.c_str());

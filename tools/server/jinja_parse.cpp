@@ -558,27 +558,24 @@ class StmtParser {
       } else if (kw == "macro") {
         node->kind = Node::Kind::macro;
         node->targets.push_back(p.expect_name());
-        p.expect_op("(");
-        while (!p.is_op(")")) {
-          node->targets.push_back(p.expect_name());
-          ExprPtr dflt;
-          if (p.is_op("=")) {
-            p.skip(1);
-            dflt = p.expression();
-          } else if (!node->defaults.empty() && node->defaults.back()) {
-            fail(t.line, "macro '" + node->targets[0] + "': the parameter '" + node->targets.back() +
-                             "' without a default follows one with a default");
-          }
-          node->defaults.push_back(std::move(dflt));
-          if (!p.is_op(",")) break;
-          p.skip(1);
-        }
-        p.expect_op(")");
+        parameters(p, *node, t.line, "macro '" + node->targets[0] + "'");
         p.expect_end();
         if (body(node->body, {"endmacro"}) != "endmacro")
           fail(t.line, "'macro' is not closed by 'endmacro'");
+      } else if (kw == "call") {
+        // {% call [(params)] macro(args) %}body{% endcall %}: the macro's caller()
+        // renders the body, its arguments bound to the params.
+        node->kind = Node::Kind::call_block;
+        node->targets.push_back("caller");
+        if (p.is_op("(")) parameters(p, *node, t.line, "the call block's caller");
+        node->expr = p.expression();
+        if (node->expr->kind != Expr::Kind::call || node->expr->items[0]->kind != Expr::Kind::name)
+          fail(t.line, "a call block must call a macro by its name");
+        p.expect_end();
+        if (body(node->body, {"endcall"}) != "endcall")
+          fail(t.line, "'call' is not closed by 'endcall'");
       } else if (kw == "elif" || kw == "else" || kw == "endif" || kw == "endfor" ||
-                 kw == "endmacro") {
+                 kw == "endmacro" || kw == "endcall") {
         fail(t.line, "'" + kw + "' without a matching opening tag");
       } else {
         fail(t.line, "the tag '" + kw + "' is not supported by this Jinja subset");
@@ -596,6 +593,26 @@ class StmtParser {
   }
 
  private:
+  // "(a, b=default, ...)" into node.targets (after its name) and node.defaults.
+  static void parameters(ExprParser& p, Node& node, int line, const std::string& what) {
+    p.expect_op("(");
+    while (!p.is_op(")")) {
+      node.targets.push_back(p.expect_name());
+      ExprPtr dflt;
+      if (p.is_op("=")) {
+        p.skip(1);
+        dflt = p.expression();
+      } else if (!node.defaults.empty() && node.defaults.back()) {
+        fail(line, what + ": the parameter '" + node.targets.back() +
+                       "' without a default follows one with a default");
+      }
+      node.defaults.push_back(std::move(dflt));
+      if (!p.is_op(",")) break;
+      p.skip(1);
+    }
+    p.expect_op(")");
+  }
+
   std::vector<Tag> tags_;
   size_t i_ = 0;
   Tag* current_ = nullptr;
@@ -604,7 +621,11 @@ class StmtParser {
 }  // namespace
 
 Template::Template(const std::string& source) : body_(std::make_unique<Body>()) {
-  StmtParser p(split_tags(source));
+  // jinja2 drops one newline at the end of the source (keep_trailing_newline=False).
+  std::string_view s = source;
+  if (s.ends_with("\r\n")) s.remove_suffix(2);
+  else if (s.ends_with('\n') || s.ends_with('\r')) s.remove_suffix(1);
+  StmtParser p(split_tags(s));
   (void)p.body(*body_, {});
 }
 

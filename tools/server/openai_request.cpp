@@ -99,6 +99,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
   bool has_prompt = chat;
   bool has_stream_options = false;
   bool has_top_logprobs = false;
+  bool tool_choice_none = false;
   for (const auto& [key, v] : body.items()) {
     if (is_pass_through(key)) {
       if (!v.is_null()) line[key] = v;
@@ -112,14 +113,23 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     } else if (key == "prompt" && !chat) {
       read_prompt(v, line);
       has_prompt = true;
-    } else if ((key == "messages" || key == "tools") && chat) {
+    } else if (key == "messages" && chat) {
       // rendered by the caller into prompt_text
+    } else if (key == "tools" && chat) {
+      // rendered by the caller into prompt_text (which checked them); their names are
+      // the functions a reply's tool calls may name
+      if (v.is_array())
+        for (const json& t : v)
+          if (t.is_object() && t.contains("function") && t["function"].is_object() &&
+              t["function"].contains("name") && t["function"]["name"].is_string())
+            out.tool_names.push_back(t["function"]["name"].get<std::string>());
     } else if (key == "tool_choice" && chat) {
-      // The tools reach the template; the reply is the model's text as it wrote it
-      // (no call is forced and none is parsed out of it).
+      // The tools reach the template; no call is forced (the model's calls are parsed
+      // out of its reply unless the choice is "none").
       if (!v.is_null() && v != "auto" && v != "none")
         throw bad_request(key, "only \"auto\" and \"none\" are supported (the server does not "
                                "force tool calls), got " + shown(v));
+      tool_choice_none = v == "none";
     } else if (key == "parallel_tool_calls" && chat) {
       if (!v.is_null() && !v.is_boolean())
         throw bad_request(key, "expected true or false, got " + shown(v));
@@ -187,6 +197,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
                                                                       : "max_tokens",
                       "expected at most " + std::to_string(cap) + " (the server's limit), got " +
                           std::to_string(max_tokens));
+  if (tool_choice_none) out.tool_names.clear();
   if (out.logprobs) line["logprobs"] = true;
   if (out.top_logprobs > 0) line["top_logprobs"] = out.top_logprobs;
 

@@ -49,6 +49,9 @@ struct ParsedRequest {
   /// With logprobs: alternatives per token (completions `logprobs: N`, 0..5; chat
   /// `top_logprobs`, 0..20); engine_request.top_logprobs holds the same.
   int top_logprobs = 0;
+  /// Chat: the functions of `tools` whose calls are parsed out of the reply (empty
+  /// without tools or with tool_choice "none").
+  std::vector<std::string> tool_names;
 };
 
 /// The most alternatives per token each endpoint allows (OpenAI's limits).

@@ -2,6 +2,7 @@
 #include "tools/server/openai_response.hpp"
 
 #include <algorithm>
+#include <random>
 
 #include "tools/server/openai_logprobs.hpp"
 
@@ -92,11 +93,20 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
 }
 
 json response_body(const ResponseMeta& m, const ParsedRequest& p, const vericache::Result& r,
-                   const Decoder& decode) {
+                   const Decoder& decode, const ParsedReply* parsed) {
   const bool chat = m.endpoint == Endpoint::chat;
+  const bool called = chat && parsed != nullptr && !parsed->calls.empty();
   json choice = {{"index", 0}};
-  if (chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-  else choice["text"] = r.text;
+  if (called) {
+    const bool blank = parsed->content.find_first_not_of(" \t\n\r\f\v") == std::string::npos;
+    choice["message"] = {{"role", "assistant"},
+                         {"content", blank ? json(nullptr) : json(parsed->content)},
+                         {"tool_calls", tool_calls_json(parsed->calls, false)}};
+  } else if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+  } else {
+    choice["text"] = r.text;
+  }
   json logprobs = nullptr;
   if (p.logprobs) {
     size_t offset = 0;
@@ -104,7 +114,7 @@ json response_body(const ResponseMeta& m, const ParsedRequest& p, const vericach
                              [&](int32_t id) { return decode({id}); }, offset);
   }
   choice["logprobs"] = std::move(logprobs);
-  choice["finish_reason"] = finish_reason(r.finish_reason);
+  choice["finish_reason"] = called ? "tool_calls" : finish_reason(r.finish_reason);
   return {{"id", m.id},
           {"object", chat ? "chat.completion" : "text_completion"},
           {"created", m.created},
@@ -133,6 +143,57 @@ json chunk_body(const ResponseMeta& m, const std::string& delta, const std::stri
           {"created", m.created},
           {"model", m.model},
           {"choices", json::array({choice})}};
+}
+
+std::string new_tool_call_id() {
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_int_distribution<size_t> pick(0, sizeof(kChars) - 2);
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kChars[pick(rng)];
+  return id;
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool streamed) {
+  json list = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = json::object();
+    if (streamed) c["index"] = i;
+    c["id"] = new_tool_call_id();
+    c["type"] = "function";
+    c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    list.push_back(std::move(c));
+  }
+  return list;
+}
+
+json tool_calls_chunk_body(const ResponseMeta& m, const std::string& content,
+                           const std::vector<ToolCall>& calls, bool first, json logprobs) {
+  json d = json::object();
+  if (first) d["role"] = "assistant";
+  if (!content.empty()) d["content"] = content;
+  else if (first) d["content"] = nullptr;
+  d["tool_calls"] = tool_calls_json(calls, true);
+  json choice = {{"index", 0}, {"delta", d}};
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = nullptr;
+  return {{"id", m.id},
+          {"object", "chat.completion.chunk"},
+          {"created", m.created},
+          {"model", m.model},
+          {"choices", json::array({choice})}};
+}
+
+std::vector<json> final_tool_call_chunks(const ResponseMeta& m, const ParsedReply& parsed,
+                                         const std::string& sent, const std::string& finish,
+                                         bool first, json logprobs) {
+  const std::string rest =
+      parsed.content.starts_with(sent) ? parsed.content.substr(sent.size()) : std::string();
+  if (parsed.calls.empty()) return {chunk_body(m, rest, finish, first, std::move(logprobs))};
+  const bool blank = rest.find_first_not_of(" \t\n\r\f\v") == std::string::npos;
+  return {tool_calls_chunk_body(m, blank && sent.empty() ? "" : rest, parsed.calls, first,
+                                std::move(logprobs)),
+          chunk_body(m, "", "tool_calls", false)};
 }
 
 json usage_chunk_body(const ResponseMeta& m, const ParsedRequest& p, const vericache::Result& r) {

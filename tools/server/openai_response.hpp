@@ -12,6 +12,7 @@
 #include <vericache/engine.hpp>
 
 #include "tools/server/openai_request.hpp"
+#include "tools/server/tool_calls.hpp"
 
 namespace vc::server {
 
@@ -35,9 +36,29 @@ using Decoder = std::function<std::string(const std::vector<int32_t>&)>;
 [[nodiscard]] nlohmann::ordered_json vericache_stats_json(const vericache::Request& q,
                                                   const vericache::Result& r);
 
-/// The whole (non-streamed) response body.
+/// The whole (non-streamed) response body. `parsed`: the reply's tool calls (chat
+/// with tools): when it holds calls, the message's `content` is the text outside them
+/// (null when blank), `tool_calls` lists them and finish_reason is "tool_calls".
 [[nodiscard]] nlohmann::ordered_json response_body(const ResponseMeta& m, const ParsedRequest& p,
-                                           const vericache::Result& r, const Decoder& decode);
+                                           const vericache::Result& r, const Decoder& decode,
+                                           const ParsedReply* parsed = nullptr);
+
+/// A fresh tool call id, "call_" and 24 random letters and digits.
+[[nodiscard]] std::string new_tool_call_id();
+
+/// OpenAI's `tool_calls` list: [{"id", "type": "function", "function": {"name",
+/// "arguments"}}], each with its "index" first when `streamed` (a delta's form).
+[[nodiscard]] nlohmann::ordered_json tool_calls_json(const std::vector<ToolCall>& calls,
+                                                     bool streamed);
+
+/// The streamed chunk that carries a reply's tool calls, all at once: `delta` holds
+/// the role (first chunk), the content not sent yet (omitted when empty; null in a
+/// first chunk) and `tool_calls` (tool_calls_json's streamed form); finish_reason null.
+[[nodiscard]] nlohmann::ordered_json tool_calls_chunk_body(const ResponseMeta& m,
+                                                           const std::string& content,
+                                                           const std::vector<ToolCall>& calls,
+                                                           bool first,
+                                                           nlohmann::ordered_json logprobs = nullptr);
 
 /// One streamed chunk: `delta` text, finish_reason null when empty. The first chat
 /// chunk carries the assistant role. `logprobs`: the choice's logprobs object of the
@@ -45,6 +66,15 @@ using Decoder = std::function<std::string(const std::vector<int32_t>&)>;
 [[nodiscard]] nlohmann::ordered_json chunk_body(const ResponseMeta& m, const std::string& delta,
                                         const std::string& finish, bool first,
                                         nlohmann::ordered_json logprobs = nullptr);
+
+/// The last chunks of a streamed chat reply whose text went out through a
+/// ToolCallGate (`sent`: what it let out, a prefix of `parsed.content`): without calls
+/// one chunk with the rest of the text and `finish`; with calls tool_calls_chunk_body
+/// (the rest of the content, null when blank and nothing went out) and a chunk with
+/// finish_reason "tool_calls".
+[[nodiscard]] std::vector<nlohmann::ordered_json> final_tool_call_chunks(
+    const ResponseMeta& m, const ParsedReply& parsed, const std::string& sent,
+    const std::string& finish, bool first, nlohmann::ordered_json logprobs = nullptr);
 
 /// The final usage-only chunk of stream_options.include_usage (choices empty).
 [[nodiscard]] nlohmann::ordered_json usage_chunk_body(const ResponseMeta& m, const ParsedRequest& p,

@@ -24,6 +24,7 @@
 #include "runtime/model/config.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "tools/server/chat_template.hpp"
+#include "tools/server/tool_calls.hpp"
 #include "tools/server/http_server.hpp"
 #include "tools/server/server_metrics.hpp"
 #include "tools/vericache/commands.hpp"
@@ -47,6 +48,7 @@ struct ServeArgs {
   int64_t max_tokens_limit = 0;
   int64_t default_max_tokens = 128;
   std::string mode = "vericache";
+  std::string tool_call_parser = "auto";
   std::string compressor = "snapkv";
   double ratio = 4.0;
   std::string draft = "16";
@@ -120,6 +122,11 @@ int run_serve(const ServeArgs& a) {
   settings.max_prompt_tokens = a.max_prompt_tokens;
   settings.max_body_bytes = parse_bytes("--max-body", a.max_body);
   if (settings.max_body_bytes == 0) throw Error("--max-body: expected a size > 0, got 0");
+  const std::optional<server::ToolCallParser> named_parser =
+      a.tool_call_parser == "auto" ? std::nullopt : server::tool_call_parser_named(a.tool_call_parser);
+  if (a.tool_call_parser != "auto" && !named_parser)
+    throw Error("--tool-call-parser: expected auto, hermes, llama3_json or none, got '" +
+                a.tool_call_parser + "'");
 
   vericache::EngineConfig cfg;
   cfg.model_dir = a.model_dir;
@@ -156,6 +163,11 @@ int run_serve(const ServeArgs& a) {
   server::ServerMetrics metrics;
   server::ServerState state;
   state.chat_template = chat ? &*chat : nullptr;
+  // auto: the format the template itself writes tool calls in.
+  state.tool_call_parser = named_parser ? *named_parser
+                           : chat       ? server::detect_tool_call_parser(chat->source())
+                                        : server::ToolCallParser::none;
+  if (chat) spdlog::info("tool call parser: {}", server::tool_call_parser_name(state.tool_call_parser));
   state.metrics = &metrics;
   state.engine = &*engine;
   state.tokenizer = &tok;
@@ -221,6 +233,10 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--draft", a->draft, "Default draft length, or auto")
       ->capture_default_str()->check(draft_value());
   add_draft_hierarchy_options(*cmd, a->hierarchy);
+  cmd->add_option("--tool-call-parser", a->tool_call_parser,
+                  "How tool calls are found in chat replies to requests with tools: auto (from "
+                  "the chat template), hermes (<tool_call>), llama3_json, none")
+      ->capture_default_str();
   cmd->add_option("--drain-seconds", a->drain_seconds,
                   "On SIGTERM, how long requests in flight may finish before they are cancelled")
       ->capture_default_str()->check(number_in(0.0));
