@@ -118,7 +118,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (!cfg.remote_url.empty()) {
     try {
       m.remote = open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens, cfg.remote_ttl_seconds,
-                                   cfg.remote_timeout_ms},
+                                   cfg.remote_timeout_ms, cfg.remote_retry_ms},
                                   kvc, cfg.model_dir);
     } catch (const std::exception& e) {
       throw Error(std::string("EngineConfig.remote_url: ") + e.what());

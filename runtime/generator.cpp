@@ -61,7 +61,7 @@ Generator::Generator(std::shared_ptr<const Model> model,
     throw Error("full tier: '" + cfg.full_tier + "' is not one of host, disk");
   if (!cfg.remote_url.empty())  // a bad URL fails here, in one line
     remote_ = open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens, cfg.remote_ttl_seconds,
-                                cfg.remote_timeout_ms},
+                                cfg.remote_timeout_ms, cfg.remote_retry_ms},
                                cache_.config(), model_->dir());
 }
 

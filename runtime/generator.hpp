@@ -169,6 +169,7 @@ struct GeneratorConfig {
   size_t remote_chunk_tokens = 256;  // tokens per remote chunk (a multiple of block_tokens)
   int remote_ttl_seconds = 86400;    // published chunks expire (0: never)
   int remote_timeout_ms = 1000;      // connect, and each pipelined batch
+  int remote_retry_ms = 5000;        // after a store fault, skip the store this long (0: never)
   /// Fetch the prefix's compressed chunks first (same compressor, parameters and
   /// ratio): drafting starts from them while the full chunks stream into the full
   /// tier on a fetch thread; the first verification waits for those (remote_prefill.cpp).

@@ -15,6 +15,7 @@ std::unique_ptr<RemoteTier> open_remote_tier(const RemoteSettings& s, const KvCa
   rc.chunk_tokens = s.chunk_tokens;
   rc.ttl_seconds = s.ttl_seconds;
   rc.timeouts.connect = rc.timeouts.io = std::chrono::milliseconds(s.timeout_ms);
+  rc.retry_after = std::chrono::milliseconds(s.retry_ms);
   return std::make_unique<RemoteTier>(rc, kv, model_fingerprint(model_dir));
 }
 

@@ -18,6 +18,7 @@ struct RemoteSettings {
   size_t chunk_tokens = 256;   // a multiple of the KV block size
   int ttl_seconds = 86400;     // 0: never expire
   int timeout_ms = 1000;       // connect, and each pipelined batch
+  int retry_ms = 5000;         // after a store fault, skip the store this long (0: never skip)
 };
 
 /// Opens the remote tier for a model's KV layout (its fingerprint keys the chunks).

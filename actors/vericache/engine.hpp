@@ -47,6 +47,10 @@ struct EngineConfig {
   size_t remote_chunk_tokens = 256; ///< tokens per remote chunk (a multiple of 16)
   int remote_ttl_seconds = 86400;   ///< published chunks expire (0: never)
   int remote_timeout_ms = 1000;     ///< connect, and each pipelined batch of the store
+  /// After a store fault (unreachable, deadline passed, connection dropped) the store
+  /// is skipped this long: requests admitted meanwhile prefill locally at once instead
+  /// of each waiting for its own deadline. 0: every request tries the store.
+  int remote_retry_ms = 5000;
 };
 
 /// One candidate token and its log-probability (natural log, under the model).

@@ -40,7 +40,7 @@ size_t block_bytes(const ChunkLayout& l) {
 RemoteTier::RemoteTier(const RemoteTierConfig& cfg, const KvCacheConfig& kv, uint64_t model_fingerprint)
     : cfg_(cfg), endpoint_(parse_redis_url(cfg.url)), kv_(kv),
       layout_(make_layout(cfg, kv, model_fingerprint)),
-      fetch_client_(endpoint_, cfg.timeouts, cfg.connections) {
+      fetch_client_(endpoint_, cfg.timeouts, cfg.connections), health_(cfg.retry_after) {
   publisher_ = std::thread([this] { publisher_loop(); });
 }
 
@@ -56,6 +56,11 @@ RemoteTier::~RemoteTier() {
 template <class Accept>
 void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t limit, Accept&& accept,
                            size_t& chunks, size_t& bytes, std::string& stop_reason) {
+  if (limit == 0) return;
+  if (std::string skip = health_.skip_reason(); !skip.empty()) {
+    stop_reason = std::move(skip);
+    return;
+  }
   for (size_t first = 0; first < limit;) {
     const size_t n = std::min(std::max<size_t>(1, cfg_.fetch_window), limit - first);
     std::vector<RedisCommand> cmds;
@@ -63,8 +68,10 @@ void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t limit, A
     std::vector<RedisReply> replies;
     try {
       replies = fetch_client_.pipeline(cmds);
+      health_.answered();
     } catch (const RedisError& e) {
       stop_reason = e.what();
+      health_.failed(e.what());
       return;
     }
     for (size_t j = 0; j < n; ++j) {
@@ -252,17 +259,24 @@ void RemoteTier::publisher_loop() {
       }
       cmds.push_back(std::move(c));
     }
-    size_t sent = 0, failed = 0;
-    try {
-      for (const RedisReply& r : client.pipeline(cmds))
-        (r.type == RedisReply::Type::status ? sent : failed) += 1;
-    } catch (const RedisError&) {
-      failed = cmds.size();
+    size_t sent = 0, failed = 0, skipped = 0;
+    if (!health_.skip_reason().empty()) {
+      failed = skipped = cmds.size();  // the store failed a moment ago: do not wait on it
+    } else {
+      try {
+        for (const RedisReply& r : client.pipeline(cmds))
+          (r.type == RedisReply::Type::status ? sent : failed) += 1;
+        health_.answered();
+      } catch (const RedisError& e) {
+        failed = cmds.size();
+        health_.failed(e.what());
+      }
     }
     lock.lock();
     sending_ = false;
     pstats_.sent += sent;
     pstats_.failed += failed;
+    pstats_.skipped_store_down += skipped;
     if (failed > 0 && stop_) {  // shutting down with a failing store: do not wait on it again
       pstats_.failed += queue_.size();
       queue_.clear();

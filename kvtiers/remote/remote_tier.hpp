@@ -10,7 +10,9 @@
 // enters the full tier only after its checks passed, so a fault can shorten the
 // prefix but never change a bit of it. Publishing is write-behind: chunks are copied
 // into a bounded queue and sent by a background thread; when the queue is full, or
-// the store fails, chunks are dropped (counted), never waited for.
+// the store fails, chunks are dropped (counted), never waited for. After a transport
+// fault the store is skipped for `retry_after` (store_health.hpp): fetches meanwhile
+// end at once (their requests recompute locally) and publish batches are dropped.
 #pragma once
 #include <condition_variable>
 #include <cstddef>
@@ -28,6 +30,7 @@
 #include "kvtiers/full_tier.hpp"
 #include "kvtiers/remote/chunk_key.hpp"
 #include "kvtiers/remote/redis_client.hpp"
+#include "kvtiers/remote/store_health.hpp"
 
 namespace vc {
 
@@ -36,6 +39,7 @@ struct RemoteTierConfig {
   size_t chunk_tokens = 256;   // a multiple of the KV block size
   int ttl_seconds = 86400;     // keys expire (0: never)
   RedisTimeouts timeouts;
+  std::chrono::milliseconds retry_after{5000};  // the store is skipped this long after a fault (0: never)
   size_t connections = 2;      // fetch pool; the publisher has its own connection
   size_t fetch_window = 8;     // chunks requested per pipelined batch
   size_t publish_queue_bytes = size_t(256) << 20;  // write-behind bound
@@ -65,6 +69,7 @@ struct RemotePublishStats {
   size_t queued = 0, sent = 0, dropped_full_queue = 0, failed = 0, skipped_present = 0;
   size_t compressed_queued = 0;     // of `queued`: compressed chunks
   size_t compressed_uncuttable = 0; // compressed chunks not published: the view cannot be cut there
+  size_t skipped_store_down = 0;    // of `failed`: dropped unsent while the store was skipped
 };
 
 class RemoteTier {
@@ -109,6 +114,8 @@ class RemoteTier {
   /// Waits until the queue is empty (tests; the CLI before it exits).
   void flush();
   [[nodiscard]] RemotePublishStats publish_stats() const;
+  /// Fetches and publish batches skipped because the store failed recently.
+  [[nodiscard]] size_t skipped_while_down() const { return health_.skipped(); }
 
  private:
   void publisher_loop();
@@ -126,6 +133,7 @@ class RemoteTier {
   KvCacheConfig kv_;
   ChunkLayout layout_;
   RedisClient fetch_client_;
+  StoreHealth health_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;

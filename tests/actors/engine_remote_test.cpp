@@ -182,6 +182,33 @@ TEST(engine_remote, a_paused_store_costs_one_timeout_and_a_local_prefill_not_a_t
   EXPECT_GE(r.stats.remote_fetch_seconds, 0.25) << "it waited for the store's deadline";
 }
 
+TEST(engine_remote, requests_after_a_store_fault_skip_the_store_instead_of_each_waiting_a_deadline) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const Request req = long_request("vericache", "snapkv", false);
+  Result local;
+  {
+    Engine plain(config());
+    local = run(plain, req);
+  }
+  EngineConfig c = config(server.url());
+  c.remote_timeout_ms = 300;
+  c.remote_retry_ms = 600000;  // the whole test
+  Engine engine(c);
+  server.pause();
+  const Result first = run(engine, req);
+  const Result second = run(engine, req);
+  server.resume();
+  expect_same_output(local, first, "store paused, first request");
+  expect_same_output(local, second, "store paused, second request");
+  EXPECT_NE(first.stats.remote_stop_reason.find("no reply within"), std::string::npos)
+      << first.stats.remote_stop_reason;
+  EXPECT_NE(second.stats.remote_stop_reason.find("store skipped"), std::string::npos)
+      << second.stats.remote_stop_reason;
+  EXPECT_EQ(0u, second.stats.remote_chunks_hit);
+  EXPECT_EQ(0u, held_after_settling(engine));
+}
+
 TEST(engine_remote, corrupt_chunks_in_the_store_are_refused_and_recomputed) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/error.hpp"
@@ -305,6 +306,49 @@ TEST_F(remote_tier, a_store_that_is_down_or_paused_costs_a_timeout_and_delivers_
   EXPECT_EQ(r.publish(prompt, 0, src, 1), 4u);
   r.flush();
   EXPECT_EQ(r.publish_stats().failed, 4u);
+}
+
+TEST_F(remote_tier, after_a_fault_the_store_is_skipped_until_the_retry_pause_is_over) {
+  RemoteTier r(remote_cfg(server.url()), small_kv(), 99);
+  publish_all(r);
+  RemoteTierConfig cfg = remote_cfg(server.url());
+  cfg.timeouts.io = std::chrono::milliseconds(300);
+  cfg.retry_after = std::chrono::milliseconds(400);
+  RemoteTier reader(cfg, small_kv(), 99);
+  server.pause();
+  RemoteFetch f = fetch(reader, 5);
+  EXPECT_NE(f.stop_reason.find("no reply within"), std::string::npos) << f.stop_reason;
+  // The next fetch does not wait for its own deadline: it is told at once.
+  f = fetch(reader, 6);
+  EXPECT_EQ(f.chunks, 0u);
+  EXPECT_NE(f.stop_reason.find("store skipped"), std::string::npos) << f.stop_reason;
+  EXPECT_NE(f.stop_reason.find("no reply within"), std::string::npos) << "names the fault: " << f.stop_reason;
+  EXPECT_EQ(reader.skipped_while_down(), 1u);
+  // Publishing meanwhile drops the chunks unsent, counted.
+  EXPECT_EQ(reader.publish(prompt, 0, src, 1), 4u);
+  reader.flush();
+  EXPECT_EQ(reader.publish_stats().failed, 4u);
+  EXPECT_EQ(reader.publish_stats().skipped_store_down, 4u);
+  server.resume();
+  // Once the pause is over the store is asked again, and answers.
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  f = fetch(reader, 7);
+  EXPECT_EQ(f.chunks, 4u) << f.stop_reason;
+  EXPECT_EQ(f.stop_reason, "");
+}
+
+TEST_F(remote_tier, a_zero_retry_pause_asks_the_store_every_time) {
+  RemoteTierConfig cfg = remote_cfg(server.url());
+  cfg.timeouts.io = std::chrono::milliseconds(200);
+  cfg.retry_after = std::chrono::milliseconds(0);
+  RemoteTier reader(cfg, small_kv(), 99);
+  server.pause();
+  for (uint64_t id : {5, 6}) {
+    const RemoteFetch f = fetch(reader, id);
+    EXPECT_NE(f.stop_reason.find("no reply within"), std::string::npos) << id << ": " << f.stop_reason;
+  }
+  EXPECT_EQ(reader.skipped_while_down(), 0u);
+  server.resume();
 }
 
 TEST_F(remote_tier, a_connection_dropped_mid_transfer_keeps_only_the_chunks_that_arrived_whole) {

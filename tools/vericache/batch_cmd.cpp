@@ -261,6 +261,7 @@ int run_batch(const BatchArgs& a) {
   cfg.remote_chunk_tokens = a.remote.chunk;
   cfg.remote_ttl_seconds = a.remote.ttl;
   cfg.remote_timeout_ms = a.remote.timeout_ms;
+  cfg.remote_retry_ms = a.remote.retry_ms;
 
   spdlog::info("loading model from {}", a.model_dir);
   const auto load_start = clock::now();

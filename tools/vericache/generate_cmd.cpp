@@ -43,6 +43,7 @@ struct GenerateArgs {
   size_t remote_chunk = 256;
   int remote_ttl = 86400;
   int remote_timeout_ms = 1000;
+  int remote_retry_ms = 5000;
   std::string remote_flow = "compressed-first";
 };
 
@@ -106,6 +107,7 @@ int run_generate(const GenerateArgs& a) {
   gc.remote_chunk_tokens = a.remote_chunk;
   gc.remote_ttl_seconds = a.remote_ttl;
   gc.remote_timeout_ms = a.remote_timeout_ms;
+  gc.remote_retry_ms = a.remote_retry_ms;
   gc.remote_compressed_first = a.remote_flow == "compressed-first";
   // --tp > 1: one rank per thread over the model's shards (runtime/tp_generator.hpp).
   std::optional<Generator> gen;
@@ -332,6 +334,8 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--remote-timeout-ms", a->remote_timeout_ms,
                   "Deadline of a connect and of each pipelined batch")
       ->capture_default_str()->check(integer_in(1, 600000));
+  cmd->add_option("--remote-retry-ms", a->remote_retry_ms, kRemoteRetryHelp)
+      ->capture_default_str()->check(integer_in(0, 3600000));
   cmd->add_option("--compressor", q.compressor, "Compression method (see `vericache compressors`)")
       ->capture_default_str();
   cmd->add_option("--compressor-param", a->compressor_params,

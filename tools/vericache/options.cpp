@@ -137,6 +137,8 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
   cmd.add_option("--remote-timeout-ms", r.timeout_ms,
                  "Deadline of a connect and of each pipelined batch")
       ->capture_default_str()->check(integer_in(1, 600000));
+  cmd.add_option("--remote-retry-ms", r.retry_ms, kRemoteRetryHelp)
+      ->capture_default_str()->check(integer_in(0, 3600000));
 }
 
 std::string option_of_field(const std::string& field) {
