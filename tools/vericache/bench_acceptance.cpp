@@ -12,6 +12,7 @@
 #include "kvtiers/compressor.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/request_validation.hpp"
+#include "tools/vericache/bench_prompts.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
 #include "tools/vericache/prompt_set.hpp"
@@ -34,18 +35,6 @@ struct AcceptanceArgs {
   std::string prompt_kind = "plain";  // plain, or edit: the prompt repeats its context
   bool json = false;
 };
-
-// "edit": the file, then an instruction to write it out again and its first lines,
-// as a code-editing request does; the answer repeats the context, which is what the
-// n-gram level is for. "plain": the file alone.
-std::string shape_prompt(const std::string& text, const std::string& kind) {
-  if (kind == "plain") return text;
-  const std::string body = text.rfind("<|begin_of_text|>", 0) == 0 ? text.substr(17) : text;
-  size_t cut = 0;
-  for (int line = 0; line < 3 && cut != std::string::npos; ++line) cut = body.find('\n', cut + 1);
-  return text + "\n\n# The same file again, with typos fixed:\n" +
-         body.substr(0, cut == std::string::npos ? body.size() : cut + 1);
-}
 
 int run_acceptance(const AcceptanceArgs& a) {
   if (a.min_prompt_tokens > a.max_prompt_tokens)

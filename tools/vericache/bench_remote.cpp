@@ -16,9 +16,9 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/generator.hpp"
+#include "tools/vericache/bench_prompts.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
-#include "tools/vericache/prompt_set.hpp"
 #include "tools/vericache/throttled_proxy.hpp"
 
 namespace vc::cli {
@@ -41,19 +41,6 @@ struct BenchRemoteArgs {
   int threads = 0;
   bool json = false;
 };
-
-// `n` prompt tokens: the bundled code prompts, tokenized and concatenated from the
-// one `seed` picks, cycling.
-std::vector<int32_t> make_prompt(const Tokenizer& tok, size_t n, uint32_t seed) {
-  const std::vector<BenchPrompt> set = load_prompts(default_prompt_file());
-  std::vector<int32_t> out;
-  for (size_t i = seed % set.size(); out.size() < n; i = (i + 1) % set.size()) {
-    const std::vector<int32_t> ids = tok.encode(set[i].text);
-    out.insert(out.end(), ids.begin(), ids.end());
-  }
-  out.resize(n);
-  return out;
-}
 
 struct FlowRun {
   std::string flow;
@@ -93,7 +80,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   opt.mode = DecodeMode::full;
   std::vector<FlowRun> runs;
   for (size_t n : a.lengths) {
-    const std::vector<int32_t> prompt = make_prompt(*tok, n, a.seed);
+    const std::vector<int32_t> prompt = code_prompt(*tok, n, a.seed);
     opt.mode = DecodeMode::full;
     const GenerateResult ref = reference.generate(prompt, opt);
     opt.mode = DecodeMode::vericache;

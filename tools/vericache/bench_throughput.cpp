@@ -7,6 +7,8 @@
 //   (c) lossy decoding over compressed views: as many requests as the views fit;
 //   (d) VeriCache lock-step: everyone drafts, then everyone verifies;
 //   (e) VeriCache staggered: drafting and verifying overlap across requests.
+// With --draft-hierarchy ngram, (d) and (e) run once more with the n-gram level in
+// front of the drafter, beside the rows without it.
 // The link is modelled (no GPU here): the mover's reads are throttled to the
 // machine's measured memory bandwidth divided by the HBM:link ratio of the modelled
 // deployment (H200 HBM 4.8 TB/s against PCIe Gen5 x16 ~55 GB/s by default); every
@@ -14,6 +16,7 @@
 // disk, no throttling) are reported separately.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -26,7 +29,9 @@
 #include "kvtiers/compressor.hpp"
 #include "runtime/fast_memory_need.hpp"
 #include "runtime/model.hpp"
+#include "runtime/model/tokenizer.hpp"
 #include "runtime/request_validation.hpp"
+#include "tools/vericache/bench_prompts.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
 #include "tools/vericache/membw.hpp"
@@ -46,6 +51,7 @@ struct ThroughputArgs {
   double hbm_gbps = 4800, link_gbps = 55;
   size_t fold_every = 64;
   RequestInput hierarchy;  // --draft-hierarchy and the n-gram options (vericache requests)
+  std::string prompt_kind = "random";  // random tokens, or the bundled code prompts (plain, edit)
   bool disk = true;
   bool json = false;
 };
@@ -54,6 +60,7 @@ struct Config {
   std::string label, mode, draft;
   size_t concurrency;
   bool lockstep, simulated, disk;
+  std::string hierarchy = "none";  // the draft hierarchy of vericache requests
 };
 
 struct Outcome {
@@ -79,7 +86,7 @@ std::vector<int32_t> prompt_of(size_t n, int vocab, int bos, uint32_t seed) {
 // the last request produced its first token (all prefills done), so prefill cost
 // (the same in every configuration) does not blur the comparison.
 Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double link_bps,
-                   const ModelConfig& mc, size_t budget) {
+                   const ModelConfig& mc, const Tokenizer& tok, size_t budget) {
   vericache::EngineConfig ec;
   ec.model_dir = a.model_dir;
   ec.max_active = c.concurrency;
@@ -97,14 +104,16 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   std::vector<vericache::Engine::Submission> subs;
   for (size_t i = 0; i < c.concurrency; ++i) {
     vericache::Request r;
-    r.prompt_ids = prompt_of(ctx, mc.vocab_size, mc.bos_token_id, uint32_t(i + 1));
+    r.prompt_ids = a.prompt_kind == "random"
+                       ? prompt_of(ctx, mc.vocab_size, mc.bos_token_id, uint32_t(i + 1))
+                       : code_prompt(tok, ctx, uint32_t(i + 1), a.prompt_kind);
     r.max_tokens = a.gen_tokens;
     r.mode = c.mode;
     r.compressor = a.compressor;
     r.ratio = a.ratio;
     r.draft = c.draft;
     r.fold_every = a.fold_every;
-    r.draft_hierarchy = a.hierarchy.draft_hierarchy;
+    r.draft_hierarchy = c.hierarchy;
     r.ngram_min = size_t(a.hierarchy.ngram_min);
     r.ngram_max = size_t(a.hierarchy.ngram_max);
     r.ngram_proposal = size_t(a.hierarchy.ngram_proposal);
@@ -150,6 +159,9 @@ int run_throughput(const ThroughputArgs& a) {
   check_ngram_sizes(a.hierarchy);
   const auto model = Model::load(a.model_dir);
   const ModelConfig& mc = model->config();
+  const Tokenizer tok = Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json");
+  if (a.prompt_kind != "random")  // a context too short for the prompt kind fails before any work
+    for (size_t ctx : a.contexts) (void)code_prompt(tok, ctx, 1, a.prompt_kind);
   (void)make_compressor(a.compressor);  // an unknown name fails before any work
   for (size_t ctx : a.contexts)
     if (ctx + size_t(a.gen_tokens) > size_t(mc.max_position_embeddings))
@@ -186,11 +198,15 @@ int run_throughput(const ThroughputArgs& a) {
         {"(c) lossy (compressed only)", "lossy", "0", fit("lossy", "0"), false, false, false},
         {"(d) VeriCache lock-step", "vericache", a.draft, n_fit, true, true, false},
         {"(e) VeriCache staggered", "vericache", a.draft, n_fit, false, true, false}};
+    if (a.hierarchy.draft_hierarchy == "ngram") {
+      configs.push_back({"(d) lock-step + n-gram", "vericache", a.draft, n_fit, true, true, false, "ngram"});
+      configs.push_back({"(e) staggered + n-gram", "vericache", a.draft, n_fit, false, true, false, "ngram"});
+    }
     if (a.disk) configs.push_back({"(e) staggered, disk tier", "vericache", a.draft, n_fit, false, false, true});
     double base = 0;
     for (const auto& c : configs) {
       spdlog::info("context {}: {} x{}", ctx, c.label, c.concurrency);
-      const Outcome o = run_config(a, c, ctx, link_bps, mc, budget);
+      const Outcome o = run_config(a, c, ctx, link_bps, mc, tok, budget);
       if (c.label[1] == 'a') base = o.tokens_per_second;
       nlohmann::json busy = o.busy;
       rows.push_back({{"context", ctx},
@@ -204,11 +220,13 @@ int run_throughput(const ThroughputArgs& a) {
                       {"busy_fraction", busy},
                       {"simulated_link", c.simulated},
                       {"disk_tier", c.disk},
+                      {"draft_hierarchy", c.mode == "vericache" && c.draft != "0" ? c.hierarchy : "none"},
                       {"all_ok", o.all_ok}});
     }
   }
   if (a.json) {
     std::cout << nlohmann::json{{"ram_read_gb_per_second", ram_bps / 1e9},
+                                {"prompt_kind", a.prompt_kind},
                                 {"simulated_link_gb_per_second", link_bps / 1e9},
                                 {"modelled_hbm_gb_per_second", a.hbm_gbps},
                                 {"modelled_link_gb_per_second", a.link_gbps},
@@ -218,12 +236,14 @@ int run_throughput(const ThroughputArgs& a) {
     return 0;
   }
   std::cout << fmt::format(
-      "bench throughput: {} ({}x, draft {}), {} tokens per request, equal fast-memory budget "
+      "bench throughput: {} ({}x, draft {}), {} tokens per request, {} prompts, equal fast-memory budget "
       "= {} full-KV requests + staging, ENFORCED (blocks, views and staging buffers are charged "
       "to it; requests are admitted by memory)\nfast memory: this machine's RAM, {:.1f} GB/s read; link: "
       "SIMULATED at {:.2f} GB/s (RAM / {:.0f}, the ratio of {:.0f} GB/s HBM to {:.0f} GB/s "
       "PCIe)\n\n",
-      a.compressor, a.ratio, a.draft, a.gen_tokens, a.base_requests, ram_bps / 1e9,
+      a.compressor, a.ratio, a.draft, a.gen_tokens,
+      a.prompt_kind == "random" ? std::string("random-token") : "code (" + a.prompt_kind + ")",
+      a.base_requests, ram_bps / 1e9,
       link_bps / 1e9, a.hbm_gbps / a.link_gbps, a.hbm_gbps, a.link_gbps);
   std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>13}  {}\n",
                            "context", "configuration", "reqs", "tok/s", "vs (a)", "tok/rnd",
@@ -271,6 +291,11 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--link-gbps", a->link_gbps, "Modelled link bandwidth")->capture_default_str()
       ->check(number_in(0.0, 1e9, /*lo_open=*/true));
   add_draft_hierarchy_options(*cmd, a->hierarchy);
+  cmd->add_option("--prompt-kind", a->prompt_kind,
+                  "random: random tokens; plain: the bundled code prompts concatenated; edit: "
+                  "the same ending in a request to write the first file out again (the answer "
+                  "repeats the context)")
+      ->capture_default_str()->check(CLI::IsMember({"random", "plain", "edit"}));
   cmd->add_option("--fold-every", a->fold_every, "Rebuild views every N verified tokens")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd->add_flag("!--no-disk", a->disk, "Skip the disk-tier row");

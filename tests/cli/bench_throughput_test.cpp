@@ -1,0 +1,46 @@
+// `vericache bench throughput` run end to end on tiny sizes: the n-gram level's rows
+// beside the drafter-alone rows, and the code-prompt kinds.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_support.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+TEST(bench_throughput, draft_hierarchy_ngram_adds_rows_with_the_level_beside_the_rows_without_it) {
+  const auto r = vc::test::run_vericache(
+      "bench throughput --contexts 160 --gen-tokens 12 --base-requests 1 --no-disk --draft 8 "
+      "--draft-hierarchy ngram --prompt-kind edit --json", /*merge_err=*/false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["prompt_kind"], "edit");
+  std::set<std::string> with, without;
+  for (const json& row : j["rows"]) {
+    EXPECT_TRUE(row["all_ok"].get<bool>()) << row.dump();
+    const std::string label = row["config"];
+    (row["draft_hierarchy"] == "ngram" ? with : without).insert(label);
+  }
+  EXPECT_EQ(with, (std::set<std::string>{"(d) lock-step + n-gram", "(e) staggered + n-gram"}));
+  EXPECT_TRUE(without.count("(d) VeriCache lock-step") && without.count("(e) VeriCache staggered"))
+      << "the rows without the level stay, for the comparison";
+}
+
+TEST(bench_throughput, an_edit_prompt_needs_room_for_its_request_and_says_so) {
+  const auto r = vc::test::run_vericache("bench throughput --contexts 8 --prompt-kind edit", /*merge_err=*/true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("too short for an edit request"), std::string::npos) << r.out;
+}
+
+TEST(bench_throughput, refuses_an_unknown_prompt_kind) {
+  const auto r = vc::test::run_vericache("bench throughput --prompt-kind poetry", /*merge_err=*/true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--prompt-kind"), std::string::npos) << r.out;
+}
+
+}  // namespace
