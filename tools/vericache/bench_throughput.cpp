@@ -50,6 +50,7 @@ struct ThroughputArgs {
   bool disk = true;
   bool json = false;
   int tp = 1;  // --tp: EngineConfig::tp of every configuration's engine
+  int threads = 0;  // --threads: EngineConfig::threads (per compute actor, per rank)
 };
 
 struct Config {
@@ -85,6 +86,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   vericache::EngineConfig ec;
   ec.model_dir = a.model_dir;
   ec.tp = a.tp;
+  ec.threads = a.threads;
   ec.max_active = c.concurrency;
   ec.max_queue = c.concurrency;
   ec.lockstep = c.lockstep;
@@ -210,6 +212,7 @@ int run_throughput(const ThroughputArgs& a) {
       nlohmann::json busy = o.busy;
       rows.push_back({{"context", ctx},
                       {"tensor_parallel", a.tp},
+                      {"threads", a.threads},
                       {"config", c.label},
                       {"concurrency", c.concurrency},
                       {"fast_budget_bytes", budget},
@@ -296,6 +299,10 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--tp", a->tp,
                   "Tensor-parallel degree of every engine (budgets are then per rank)")
       ->capture_default_str()->check(integer_in(1, 64));
+  cmd->add_option("--threads", a->threads,
+                  "Worker threads per compute actor, per rank (0 = auto: the cores split "
+                  "between the ranks)")
+      ->capture_default_str()->check(integer_in(0, 1024));
   cmd->callback([&run, a] { run = [a] { return run_throughput(*a); }; });
 }
 
