@@ -176,6 +176,35 @@ TEST(engine_tensor_parallel, bad_degrees_and_unsupported_settings_are_named) {
   EXPECT_EQ(c.output_ids.size(), 8u);
 }
 
+TEST(engine_tensor_parallel, budgets_are_per_rank_and_each_rank_stays_within_its_reservation) {
+  EngineConfig cfg = config(2);
+  cfg.fast_memory_bytes = size_t(3) << 20;  // per rank; 1 MiB of it is the staging buffers
+  Engine engine(cfg);
+  std::vector<Engine::Submission> subs;
+  for (uint32_t i = 0; i < 6; ++i) {
+    Request r = request(prompt(80 + 40 * i, 50 + i), i % 3 == 2 ? "full" : "vericache", 24, i % 2);
+    r.compressor = i % 3 == 0 ? "laprox" : "snapkv";  // laprox selects model-wide
+    r.draft = "8";
+    subs.push_back(engine.submit(r));
+  }
+  for (auto& s : subs) {
+    const auto r = s.result.get();
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_GT(r.stats.fast_bytes_peak, 0u);
+    EXPECT_LE(r.stats.fast_bytes_peak, r.stats.fast_bytes_reserved)
+        << "the fullest rank stays within what admission reserved on each rank";
+  }
+  const auto st = engine.stats();
+  EXPECT_EQ(st.fast_memory_budget, cfg.fast_memory_bytes);
+  EXPECT_LE(st.fast_memory_peak, cfg.fast_memory_bytes);
+  // A request whose per-rank need exceeds the per-rank budget fails, naming both.
+  Request huge = request(prompt(3000, 77), "full", 100, false);
+  const auto h = engine.submit(huge).result.get();
+  EXPECT_FALSE(h.ok);
+  EXPECT_NE(h.error.find("of fast memory, more than the"), std::string::npos) << h.error;
+  EXPECT_NE(h.error.find("per rank"), std::string::npos) << h.error;
+}
+
 TEST(engine_tensor_parallel, a_failing_rank_fails_its_request_with_its_error_and_the_engine_serves_on) {
   // Disk tiers, one per rank. Once the victim has tokens, ONE rank's file of it
   // goes behind its tier's back: that rank's next read fails, the group is aborted
