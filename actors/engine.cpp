@@ -21,22 +21,33 @@
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/remote_prefix.hpp"
 #include "runtime/request_validation.hpp"
+#include "runtime/tp_comm.hpp"
+#include "runtime/tp_draft_batcher.hpp"
+#include "runtime/tp_verifier.hpp"
 
 
 namespace vericache {
 
 using namespace vc;
 
+// Tensor parallelism (EngineConfig::tp): one drafter, verifier and mover actor per
+// group, each driving every rank. A rank has its own shard of every tier (its fast
+// memory, its full tier, its streamer). The drafter and the verifier run passes at
+// the same time, so their collectives must never meet: each has its own
+// communicator and so its own shards. Two shards of a rank share the checkpoint's
+// mapping (q/k/v, gate/up, embedding and LM head are row ranges of it) but each
+// holds its own copy of its o_proj and down_proj columns: o_proj and down_proj are
+// held twice in all (README, tensor parallelism in the engine).
 struct Engine::Impl {
   EngineConfig cfg;
-  std::shared_ptr<const Model> model;
+  std::shared_ptr<const Model> model;    // unsharded
   std::shared_ptr<const Tokenizer> tokenizer;
-  std::unique_ptr<FullTier> tier;
-  std::unique_ptr<FastMemory> fast;      // the fast-memory budget, charged by all below
-  KvCacheConfig kv;
-  size_t request_budget = 0;             // fast memory left for requests' needs
-  std::shared_ptr<DraftBatcher> batcher;
-  std::shared_ptr<LayerStreamer> streamer;
+  std::vector<std::unique_ptr<FullTier>> tiers;    // per rank
+  std::vector<std::unique_ptr<FastMemory>> fast;   // per rank: its fast-memory budget
+  KvCacheConfig kv;                      // a rank's KV layout
+  size_t request_budget = 0;             // fast memory (per rank) left for requests' needs
+  std::shared_ptr<TpDraftBatcher> batcher;
+  std::shared_ptr<StreamerGroup> streamers;
   std::shared_ptr<TraceRecorder> trace;
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
@@ -94,11 +105,35 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (cfg.full_tier != "host" && cfg.full_tier != "disk")
     throw Error("EngineConfig.full_tier: expected host or disk, got '" + cfg.full_tier + "'");
   if (cfg.max_active == 0) throw Error("EngineConfig.max_active: must be at least 1");
+  if (cfg.tp < 1) throw Error("EngineConfig.tp: must be at least 1, got " + std::to_string(cfg.tp));
+  const size_t d = size_t(cfg.tp);
+  if (d > 1 && !cfg.remote_url.empty())
+    throw Error("EngineConfig.tp: a remote prefix cache (remote_url) is not supported with "
+                "tensor parallelism (tp " + std::to_string(cfg.tp) + ") yet");
   m.model = Model::load(cfg.model_dir);
   m.tokenizer = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(cfg.model_dir) / "tokenizer.json"));
+  // Rank r's shard for the drafter and for the verifier (see Impl).
+  std::vector<std::shared_ptr<const Model>> draft_shards, verify_shards;
+  std::shared_ptr<Communicator> draft_comm, verify_comm;
+  if (d == 1) {
+    draft_shards = verify_shards = {m.model};
+  } else {
+    draft_comm = std::make_shared<CpuCommunicator>(cfg.tp);
+    verify_comm = std::make_shared<CpuCommunicator>(cfg.tp);
+    try {
+      for (int r = 0; r < cfg.tp; ++r) {
+        draft_shards.push_back(Model::shard(m.model, r, draft_comm));
+        verify_shards.push_back(Model::shard(m.model, r, verify_comm));
+      }
+    } catch (const std::exception& e) {
+      throw Error(std::string("EngineConfig.tp: ") + e.what());
+    }
+  }
+  const int threads =
+      cfg.threads > 0 ? cfg.threads : (d > 1 ? std::max(1, default_thread_count() / cfg.tp) : 0);
   const DType kv = cfg.kv_dtype == "f32" ? DType::f32 : DType::bf16;
-  const KvCacheConfig kvc = m.model->kv_config(16, kv);
+  const KvCacheConfig kvc = draft_shards[0]->kv_config(16, kv);  // every rank's layout
   m.kv = kvc;
   const size_t per_token = 2 * kvc.num_layers * kvc.kv_heads * kvc.head_dim * dtype_size(kv);
   const size_t budget = cfg.fast_memory_bytes > 0 ? cfg.fast_memory_bytes : (size_t(1) << 16) * per_token;
@@ -106,15 +141,16 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (budget <= overhead)
     throw Error("EngineConfig.fast_memory_bytes: " + format_bytes(budget) +
                 " does not cover the staging buffers of the verify and prefill passes (" +
-                format_bytes(overhead) + ")");
-  m.fast = std::make_unique<FastMemory>(budget);
+                format_bytes(overhead) + (d > 1 ? ", per rank" : "") + ")");
   m.request_budget = budget - overhead;
-  if (cfg.full_tier == "disk") {
-    m.tier = std::make_unique<DiskFullTier>(kvc, cfg.disk_dir);  // private dir under it
-  } else {
-    m.tier = std::make_unique<HostFullTier>(kvc);
+  for (size_t r = 0; r < d; ++r) {
+    m.fast.push_back(std::make_unique<FastMemory>(budget));
+    if (cfg.full_tier == "disk")
+      m.tiers.push_back(std::make_unique<DiskFullTier>(kvc, cfg.disk_dir));  // private dir under it
+    else
+      m.tiers.push_back(std::make_unique<HostFullTier>(kvc));
+    m.tiers.back()->set_capacity_bytes(cfg.full_tier_bytes);
   }
-  m.tier->set_capacity_bytes(cfg.full_tier_bytes);
   if (!cfg.remote_url.empty()) {
     try {
       m.remote = open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens, cfg.remote_ttl_seconds,
@@ -127,14 +163,23 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.trace = std::make_shared<TraceRecorder>(cfg.trace);
   // The block pool can never hold more than the budget: every block is charged.
   const size_t pool_tokens = budget / per_token + kvc.block_tokens;
-  auto batcher = std::make_shared<DraftBatcher>(m.model, m.tier.get(), pool_tokens, kv,
-                                                cfg.threads, m.fast.get(), cfg.stage_positions);
-  auto streamer = std::make_shared<LayerStreamer>(*m.tier, cfg.stage_positions);
-  streamer->set_link_bandwidth(cfg.link_bytes_per_second);
-  streamer->set_budget(m.fast.get());
-  m.batcher = batcher;
-  m.streamer = streamer;
-  auto verifier = std::make_shared<Verifier>(m.model, cfg.threads);
+  std::vector<std::shared_ptr<DraftBatcher>> batchers;
+  std::vector<std::shared_ptr<Verifier>> verifiers;
+  m.streamers = std::make_shared<StreamerGroup>();
+  std::vector<FullTier*> tier_ptrs;
+  for (size_t r = 0; r < d; ++r) {
+    batchers.push_back(std::make_shared<DraftBatcher>(draft_shards[r], m.tiers[r].get(), pool_tokens,
+                                                      kv, threads, m.fast[r].get(),
+                                                      cfg.stage_positions));
+    auto streamer = std::make_shared<LayerStreamer>(*m.tiers[r], cfg.stage_positions);
+    streamer->set_link_bandwidth(cfg.link_bytes_per_second);
+    streamer->set_budget(m.fast[r].get());
+    m.streamers->ranks.push_back(std::move(streamer));
+    verifiers.push_back(std::make_shared<Verifier>(verify_shards[r], threads));
+    tier_ptrs.push_back(m.tiers[r].get());
+  }
+  m.batcher = std::make_shared<TpDraftBatcher>(std::move(batchers), draft_comm);
+  auto verifier = std::make_shared<TpVerifier>(std::move(verifiers), verify_comm);
 
   m.sys_cfg = std::make_unique<caf::actor_system_config>();
   m.sys_cfg->set("scheduler.max-threads", 2);
@@ -142,10 +187,10 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.sys = std::make_unique<caf::actor_system>(*m.sys_cfg);
   m.sched = m.sys->spawn(actors::scheduler, cfg.max_active, cfg.max_queue, cfg.lockstep,
                          m.tokenizer.get(), m.counters, m.request_budget, cfg.full_tier_bytes,
-                         m.tier.get(), m.remote ? m.remote->layout().chunk_tokens : size_t(0));
-  m.drafter = m.sys->spawn<caf::detached>(actors::drafter, batcher, m.sched, m.trace);
-  m.mover = m.sys->spawn<caf::detached>(actors::mover, m.tier.get(), streamer, m.trace);
-  m.verifier = m.sys->spawn<caf::detached>(actors::verifier, verifier, m.mover, m.sched, m.trace);
+                         m.tiers[0].get(), m.remote ? m.remote->layout().chunk_tokens : size_t(0));
+  m.drafter = m.sys->spawn<caf::detached>(actors::drafter_group, m.batcher, m.sched, m.trace);
+  m.mover = m.sys->spawn<caf::detached>(actors::mover_group, tier_ptrs, m.streamers, m.trace);
+  m.verifier = m.sys->spawn<caf::detached>(actors::verifier_group, verifier, m.mover, m.sched, m.trace);
   if (m.remote)  // detached: a fetch blocks on the store
     m.net_fetcher = m.sys->spawn<caf::detached>(actors::net_fetcher, m.remote);
   caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover, m.net_fetcher});
@@ -186,16 +231,34 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
         validate_request(to_input(r), RequestLimits::of(m.model->config()), m.tokenizer.get());
     const GenerateOptions& o = v.options;
     s = make_draft_spec(ctx->id, v.prompt_ids, o);
+    if (m.cfg.tp > 1) {  // what the rank groups do not run yet (as TpGenerator)
+      const std::string tp = " is not supported with tensor parallelism (EngineConfig.tp " +
+                             std::to_string(m.cfg.tp) + ") yet";
+      if (o.mode == DecodeMode::vericache && o.draft_auto)
+        throw Error("field 'draft': the adaptive draft length ('auto')" + tp +
+                    " (it times each rank's passes, which differ)");
+      if (o.mode != DecodeMode::full && make_compressor(o.compressor)->stats_needs().hidden)
+        throw Error("field 'compressor': '" + o.compressor +
+                    "' scores hidden states per KV head of the whole model;" + tp);
+    }
     // Admission by memory: reserve what the request can grow to; a request that
     // could never fit alone fails now, naming the sizes.
-    const FastNeed need = fast_memory_need(s, m.kv, o.draft_auto ? 64 : o.draft_length);
+    // At tp > 1 the need is a rank's (m.kv holds a rank's KV heads), as the budget
+    // is. A method that ranks tokens model-wide may keep more than a rank's share
+    // of the positions on one rank: bound a rank's view as if it kept all of them.
+    DraftSpec per_rank = s;
+    if (m.cfg.tp > 1 && s.mode != DecodeMode::full &&
+        make_compressor(s.compressor, s.compressor_params)->selects_globally())
+      per_rank.ratio = std::max(1.0, s.ratio / m.cfg.tp);
+    const FastNeed need = fast_memory_need(per_rank, m.kv, o.draft_auto ? 64 : o.draft_length);
     if (need.total() > m.request_budget)
       throw Error("request: needs " + need.describe() + " of fast memory, more than the " +
                   format_bytes(m.request_budget) + " the engine's budget (" +
-                  format_bytes(m.fast->capacity()) + ") leaves for requests");
+                  format_bytes(m.fast[0]->capacity()) +
+                  (m.cfg.tp > 1 ? " per rank" : "") + ") leaves for requests");
     ctx->fast_need = need.total();
     if (s.mode != DecodeMode::full) {  // its full KV in the full tier, at most
-      ctx->tier_need = (s.prompt.size() + s.max_new_tokens + 1) * m.tier->bytes_per_token();
+      ctx->tier_need = (s.prompt.size() + s.max_new_tokens + 1) * m.tiers[0]->bytes_per_token();
       if (m.cfg.full_tier_bytes > 0 && ctx->tier_need > m.cfg.full_tier_bytes)
         throw Error("request: its full KV needs " + format_bytes(ctx->tier_need) + " in the " +
                     m.cfg.full_tier + " full tier, more than its budget of " +
@@ -252,17 +315,23 @@ EngineStats Engine::stats() {
   const auto now = TraceRecorder::clock::now();
   s.seconds = std::chrono::duration<double>(now - m.started).count();
   s.busy_fraction = m.trace->busy_fraction(m.started, now);
-  const TierBytes b = m.tier->bytes();
-  s.full_tier_bytes_read = b.read;
-  s.full_tier_bytes_written = b.written;
-  s.full_tier_bytes_held = b.held;
-  s.full_tier_bytes_read_verify = m.streamer->bytes_streamed();
+  s.tp = m.cfg.tp;
+  for (size_t r = 0; r < m.tiers.size(); ++r) {  // traffic: summed over the ranks
+    const TierBytes b = m.tiers[r]->bytes();
+    s.full_tier_bytes_read += b.read;
+    s.full_tier_bytes_written += b.written;
+    s.full_tier_bytes_held += b.held;
+    s.full_tier_bytes_read_verify += m.streamers->ranks[r]->bytes_streamed();
+  }
   s.full_tier_bytes_read_prefill = m.batcher->prefill_bytes_streamed();
   const size_t streamed = s.full_tier_bytes_read_verify + s.full_tier_bytes_read_prefill;
-  s.full_tier_bytes_read_refold = b.read > streamed ? b.read - streamed : 0;
-  s.fast_memory_budget = m.fast->capacity();
-  s.fast_memory_used = m.fast->used();
-  s.fast_memory_peak = m.fast->peak();
+  s.full_tier_bytes_read_refold =
+      s.full_tier_bytes_read > streamed ? s.full_tier_bytes_read - streamed : 0;
+  s.fast_memory_budget = m.fast[0]->capacity();  // fast memory: per rank, the fullest
+  for (const auto& f : m.fast) {
+    s.fast_memory_used = std::max(s.fast_memory_used, f->used());
+    s.fast_memory_peak = std::max(s.fast_memory_peak, f->peak());
+  }
   s.fast_memory_reserved = m.counters->fast_reserved.load(std::memory_order_relaxed);
   return s;
 }

@@ -13,6 +13,7 @@
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/draft_batcher.hpp"
 #include "runtime/layer_streamer.hpp"
+#include "runtime/tp_verifier.hpp"
 #include "runtime/verifier.hpp"
 
 namespace vc::actors {
@@ -52,7 +53,8 @@ struct verify_msg {
   VerifyJob job;
 };
 /// verifier -> mover, once per verify pass: start streaming the full KV of a
-/// request, layer by layer, into the staging buffers; answered with the streamer.
+/// request, layer by layer, into the staging buffers (each rank's from its own
+/// tier); answered with the streamers (StreamerGroup, one per rank).
 struct stream_msg {
   uint64_t id = 0;
   size_t n_full = 0, n_rows = 0;
@@ -140,3 +142,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetch_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetched_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_publish_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::LayerStreamer>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::StreamerGroup>)

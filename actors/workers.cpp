@@ -10,6 +10,12 @@ namespace vc::actors {
 
 caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher> batcher,
                       caf::actor scheduler, std::shared_ptr<TraceRecorder> trace) {
+  return drafter_group(self, std::make_shared<TpDraftBatcher>(std::move(batcher)),
+                       std::move(scheduler), std::move(trace));
+}
+
+caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraftBatcher> batcher,
+                            caf::actor scheduler, std::shared_ptr<TraceRecorder> trace) {
   const int track = trace->track("drafter");
   auto stepping = std::make_shared<bool>(false);
   auto kick = [=] {  // keep one step_msg in flight while anything drafts
@@ -73,38 +79,65 @@ caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher
 
 caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
                     std::shared_ptr<LayerStreamer> streamer, std::shared_ptr<TraceRecorder> trace) {
+  auto group = std::make_shared<StreamerGroup>();
+  group->ranks.push_back(std::move(streamer));
+  return mover_group(self, {tier}, std::move(group), std::move(trace));
+}
+
+caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> tiers,
+                          std::shared_ptr<StreamerGroup> streamers,
+                          std::shared_ptr<TraceRecorder> trace) {
   (void)self;
   const int track = trace->track("mover");
-  streamer->set_layer_observer([trace, track](uint64_t id, size_t layer, auto b, auto e, size_t bytes) {
-    const std::array<uint64_t, 1> ids{id};
-    trace->slice(track, "layer " + std::to_string(layer) + " transfer", ids, b, e,
-                 {{"bytes", double(bytes)}});
-  });
+  for (size_t rank = 0; rank < streamers->ranks.size(); ++rank) {
+    const std::string prefix = rank == 0 ? "" : "rank " + std::to_string(rank) + " ";
+    streamers->ranks[rank]->set_layer_observer(
+        [trace, track, prefix](uint64_t id, size_t layer, auto b, auto e, size_t bytes) {
+          const std::array<uint64_t, 1> ids{id};
+          trace->slice(track, prefix + "layer " + std::to_string(layer) + " transfer", ids, b, e,
+                       {{"bytes", double(bytes)}});
+        });
+  }
   return {
-      [=](stream_msg& m) -> std::shared_ptr<LayerStreamer> {
-        streamer->start(m.id, m.n_full, m.n_rows, m.whole_layers);
-        return streamer;
+      [=](stream_msg& m) -> std::shared_ptr<StreamerGroup> {
+        // Each rank's streamer reads its own tier on its own copy thread: the ranks'
+        // links run at once.
+        for (auto& s : streamers->ranks) s->start(m.id, m.n_full, m.n_rows, m.whole_layers);
+        return streamers;
       },
       [=](commit_msg& m) {
         const VerifyOutcome& v = *m.outcome;
         auto s = trace->scope(track, "commit", v.id);
-        const size_t layers = tier->config().num_layers;
         try {
-          for (size_t r = 0; r <= v.accepted; ++r)
-            for (size_t l = 0; l < layers; ++l)
-              tier->write(v.id, l, m.p0 + r, v.k(l, r), v.v(l, r));
+          for (size_t rank = 0; rank < tiers.size(); ++rank) {
+            const VerifyOutcome& o = rank_outcome(v, int(rank), int(tiers.size()));
+            FullTier* tier = tiers[rank];
+            const size_t layers = tier->config().num_layers;
+            for (size_t r = 0; r <= o.accepted; ++r)
+              for (size_t l = 0; l < layers; ++l)
+                tier->write(o.id, l, m.p0 + r, o.k(l, r), o.v(l, r));
+          }
         } catch (const std::exception&) {
           // The request was cancelled (released) meanwhile, or its tier failed: the
           // next verify pass reports a failure for it alone.
         }
       },
-      [=](release_msg& m) { tier->release_if_present(m.id); },
+      [=](release_msg& m) {
+        for (FullTier* tier : tiers) tier->release_if_present(m.id);
+      },
   };
 }
 
 caf::behavior verifier(caf::event_based_actor* self, std::shared_ptr<Verifier> v,
                        caf::actor mover, caf::actor scheduler,
                        std::shared_ptr<TraceRecorder> trace) {
+  return verifier_group(self, std::make_shared<TpVerifier>(std::move(v)), std::move(mover),
+                        std::move(scheduler), std::move(trace));
+}
+
+caf::behavior verifier_group(caf::event_based_actor* self, std::shared_ptr<TpVerifier> v,
+                             caf::actor mover, caf::actor scheduler,
+                             std::shared_ptr<TraceRecorder> trace) {
   const int track = trace->track("verifier");
   return {
       [=](verify_msg& m) {
@@ -114,10 +147,10 @@ caf::behavior verifier(caf::event_based_actor* self, std::shared_ptr<Verifier> v
         self->request(mover, caf::infinite,
                       stream_msg{job.id, job.p0, job.drafts.size() + 1})
             .await(
-                [=](std::shared_ptr<LayerStreamer> stream) {
+                [=](std::shared_ptr<StreamerGroup> stream) {
                   try {
                     auto s = trace->scope(track, "verify pass", job.id);
-                    auto out = std::make_shared<const VerifyOutcome>(v->run(job, *stream));
+                    std::shared_ptr<const VerifyOutcome> out = v->run(job, *stream);
                     self->send(mover, commit_msg{out, job.p0});
                     self->send(scheduler, verified_msg{out});
                   } catch (const std::exception& e) {

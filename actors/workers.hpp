@@ -2,6 +2,9 @@
 // link: full-tier reads and writes), verifier (compute for verify passes). Each is
 // a thin behavior over a plain object from runtime/; each runs detached (its own
 // thread), since each owns a resource that blocks while it works.
+//
+// Tensor parallelism: one actor of each kind per group drives every rank (the
+// *_group behaviors); the single-object behaviors are the degree-1 case.
 #pragma once
 #include <memory>
 
@@ -10,6 +13,8 @@
 #include "runtime/draft_batcher.hpp"
 #include "runtime/layer_streamer.hpp"
 #include "runtime/trace.hpp"
+#include "runtime/tp_draft_batcher.hpp"
+#include "runtime/tp_verifier.hpp"
 #include "runtime/verifier.hpp"
 
 namespace vc::actors {
@@ -19,14 +24,29 @@ namespace vc::actors {
 caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher> batcher,
                       caf::actor scheduler, std::shared_ptr<TraceRecorder> trace);
 
-/// Handles stream_msg (replies with the streamer), commit_msg, release_msg.
+/// The drafter of a tensor-parallel group: every message runs on all its ranks.
+caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraftBatcher> batcher,
+                            caf::actor scheduler, std::shared_ptr<TraceRecorder> trace);
+
+/// Handles stream_msg (replies with the streamers), commit_msg, release_msg.
 caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
                     std::shared_ptr<LayerStreamer> streamer, std::shared_ptr<TraceRecorder> trace);
+
+/// The mover of a group: tiers[r] holds rank r's KV heads, streamers.ranks[r]
+/// streams from it; a commit writes each rank's verified rows to its own tier.
+caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> tiers,
+                          std::shared_ptr<StreamerGroup> streamers,
+                          std::shared_ptr<TraceRecorder> trace);
 
 /// Handles verify_msg: asks `mover` to stream, runs the pass, sends commit_msg to
 /// the mover and verified_msg (or failed_msg) to `scheduler`.
 caf::behavior verifier(caf::event_based_actor* self, std::shared_ptr<Verifier> v,
                        caf::actor mover, caf::actor scheduler,
                        std::shared_ptr<TraceRecorder> trace);
+
+/// The verifier of a group: the pass runs on every rank at once.
+caf::behavior verifier_group(caf::event_based_actor* self, std::shared_ptr<TpVerifier> v,
+                             caf::actor mover, caf::actor scheduler,
+                             std::shared_ptr<TraceRecorder> trace);
 
 }  // namespace vc::actors

@@ -2,11 +2,9 @@
 // shard; a failing rank aborts the group so no rank waits forever.
 #include "runtime/tp_generator.hpp"
 
-#include <exception>
-#include <thread>
-
 #include "kernels/error.hpp"
 #include "kvtiers/compressor.hpp"
+#include "runtime/rank_group.hpp"
 
 namespace vc {
 
@@ -52,7 +50,6 @@ GenerateResult TpGenerator::generate(std::span<const int32_t> prompt_ids,
                   "--tp > 1 yet");
   }
   std::vector<GenerateResult> results(static_cast<size_t>(d));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(d));
   // The stop decision is rank 0's callback's, shared by an all-reduce so that every
   // rank stops on the same token.
   auto callback_of = [&](int r) -> TokenCallback {
@@ -63,24 +60,11 @@ GenerateResult TpGenerator::generate(std::span<const int32_t> prompt_ids,
       return stop == 0.0f;
     };
   };
-  auto run = [&](int r) {
-    try {
-      results[size_t(r)] = ranks_[size_t(r)]->generate(prompt_ids, opt, callback_of(r));
-    } catch (const std::exception& e) {
-      errors[size_t(r)] = std::current_exception();
-      comm_->abort(r, e.what());
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int r = 1; r < d; ++r) threads.emplace_back(run, r);
-  run(0);
-  for (auto& t : threads) t.join();
-  // The rank that failed first has the cause; the others report its abort.
-  const int first = comm_->aborted_by();
-  if (first >= 0) {
-    comm_->reset();  // every rank has returned; the next request starts them afresh
-    std::rethrow_exception(errors[size_t(first)]);
-  }
+  // Every rank at once; a failing rank aborts the group, which is reset once every
+  // rank has returned, and its own error (the cause) is rethrown.
+  RankGroup(comm_).run([&](int r) {
+    results[size_t(r)] = ranks_[size_t(r)]->generate(prompt_ids, opt, callback_of(r));
+  });
 
   GenerateResult out = std::move(results[0]);
   for (int r = 1; r < d; ++r) {

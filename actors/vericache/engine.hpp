@@ -18,18 +18,27 @@ namespace vericache {
 /// std::runtime_error naming the field).
 struct EngineConfig {
   std::string model_dir;            ///< Hugging Face model directory
-  int threads = 0;                  ///< per compute actor; 0 = auto
+  /// Tensor-parallel degree: the model is sharded over this many ranks (CPU: rank
+  /// threads), as `generate --tp` shards it; it must split the model's attention
+  /// heads, KV heads (or be a multiple of them) and MLP width. The drafter, verifier
+  /// and mover each drive every rank; each rank holds its KV heads' share of every
+  /// tier. At tp > 1 the budgets below are per rank, remote_url is refused, and so
+  /// are requests with draft "auto" or a compressor that scores hidden states (kvzap).
+  int tp = 1;
+  int threads = 0;                  ///< per compute actor (per rank); 0 = auto
   std::string full_tier = "host";   ///< where full KV lives: "host" or "disk"
   std::string disk_dir;             ///< holds the disk tier's private dir ("" = $TMPDIR or /tmp)
-  double link_bytes_per_second = 0; ///< modelled link to the full tier (0 = unthrottled)
+  double link_bytes_per_second = 0; ///< modelled link to the full tier (per rank; 0 = unthrottled)
   /// Fast-memory budget in bytes for every byte of KV in fast memory (compressed
   /// views, draft tails, full-mode KV, staging of verify and prefill passes); the
   /// block pool holds at most this, and requests wait (FIFO) until their need fits.
-  /// 0: 65,536 tokens of full KV.
+  /// 0: 65,536 tokens of full KV. At tp > 1: per rank (each rank's KV heads' share;
+  /// a rank's fast memory is its own device's), and so is the default.
   size_t fast_memory_bytes = 0;
   size_t stage_positions = 1024;    ///< KV positions per staged chunk of the full KV
   /// The full tier's own budget in bytes (host memory or disk); lossy and vericache
-  /// requests also wait until their full KV fits in it. 0: not limited.
+  /// requests also wait until their full KV fits in it. 0: not limited. At tp > 1:
+  /// per rank, against each request's per-rank share of its full KV.
   size_t full_tier_bytes = 0;
   std::string kv_dtype = "bf16";    ///< "bf16" or "f32"
   size_t max_active = 16;           ///< requests in flight (prefill/draft/verify) at once
@@ -106,12 +115,12 @@ struct RequestStats {
   size_t ngram_proposed = 0, ngram_confirmed = 0, ngram_accepted = 0, drafter_passes = 0;
   double queue_seconds = 0, prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;
   double total_seconds = 0;
-  size_t compressed_bytes = 0;
+  size_t compressed_bytes = 0;       ///< at tp > 1: summed over the ranks
   /// The same positions' full KV (bf16): compressed_full_bytes / compressed_bytes is
   /// the achieved ratio (it varies per request with threshold selection).
   size_t compressed_full_bytes = 0;
-  size_t fast_bytes_peak = 0;       ///< most fast memory it held (view + blocks)
-  size_t fast_bytes_reserved = 0;   ///< what admission reserved for it (its bound)
+  size_t fast_bytes_peak = 0;       ///< most fast memory it held (view + blocks; tp > 1: the fullest rank's)
+  size_t fast_bytes_reserved = 0;   ///< what admission reserved for it (its bound; tp > 1: on each rank)
   /// Remote prefix cache (EngineConfig::remote_url; lossy and vericache requests):
   bool remote = false;              ///< the store was asked for this request's prefix
   size_t remote_chunks_hit = 0;     ///< prompt chunks taken from it, from the first
@@ -145,11 +154,15 @@ struct EngineStats {
   size_t drafted_tokens = 0, accepted_tokens = 0;  ///< vericache rounds: drafts verified, accepted
   double seconds = 0;                          ///< since the engine started
   std::map<std::string, double> busy_fraction; ///< per resource
+  int tp = 1;                                  ///< tensor-parallel degree (EngineConfig::tp)
+  /// Full-tier traffic, summed over the ranks (each rank's link carries its shard).
   size_t full_tier_bytes_read = 0, full_tier_bytes_written = 0;
   size_t full_tier_bytes_held = 0;             ///< KV of requests still in the full tier
   size_t full_tier_bytes_read_verify = 0;      ///< of bytes_read: by verify passes
   size_t full_tier_bytes_read_prefill = 0;     ///< of bytes_read: by streamed prefills
   size_t full_tier_bytes_read_refold = 0;      ///< of bytes_read: by view rebuilds
+  /// Fast memory: per rank at tp > 1 (the budget of each; used and peak of the
+  /// fullest rank), as admission reserves it.
   size_t fast_memory_budget = 0;               ///< bytes (EngineConfig::fast_memory_bytes)
   size_t fast_memory_used = 0, fast_memory_peak = 0;  ///< bytes charged now, and at most
   size_t fast_memory_reserved = 0;             ///< needs of the requests running now

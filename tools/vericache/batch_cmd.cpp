@@ -42,6 +42,7 @@ struct BatchArgs {
   bool lockstep = false;
   std::string trace;
   int threads = 0;
+  int tp = 1;  // --tp: tensor-parallel degree (EngineConfig::tp)
   size_t max_queue = 0;  // 0 = the number of lines
   std::string kv_dtype = "bf16";
   std::string fast_memory = "0";
@@ -134,7 +135,8 @@ json stats_json(const vericache::Request& q, const vericache::RequestStats& s,
             {"decode_tokens_per_second", decode > 0 ? double(s.output_tokens) / decode : 0.0},
             {"fast_bytes_peak", s.fast_bytes_peak},
             {"kv_dtype", a.kv_dtype},
-            {"threads", a.threads}};
+            {"threads", a.threads},
+            {"tensor_parallel", a.tp}};
   if (q.mode == "vericache") {
     json hist = s.accepted_histogram;
     const double rounds = double(s.rounds);
@@ -216,8 +218,9 @@ void print_summary(const BatchArgs& a, size_t requests, size_t ok, size_t tokens
                    double load, const vericache::EngineStats& st) {
   const std::string sim =
       a.link_gbps > 0 ? fmt::format(" (simulated link {:g} GB/s)", a.link_gbps) : "";
-  std::cerr << fmt::format("batch: {} requests, {} ok, {} failed | concurrency {}{}\n", requests,
-                           ok, requests - ok, a.concurrency, a.lockstep ? ", lock-step" : "");
+  std::cerr << fmt::format("batch: {} requests, {} ok, {} failed | concurrency {}{}{}\n", requests,
+                           ok, requests - ok, a.concurrency, a.lockstep ? ", lock-step" : "",
+                           a.tp > 1 ? fmt::format(", {} tensor-parallel ranks", a.tp) : "");
   std::cerr << fmt::format("tokens: {} in {:.3f} s wall, {:.1f} tokens/s{} | model load {:.2f} s\n",
                            tokens, wall, wall > 0 ? double(tokens) / wall : 0.0, sim, load);
   std::string busy;
@@ -246,6 +249,7 @@ int run_batch(const BatchArgs& a) {
   vericache::EngineConfig cfg;
   cfg.model_dir = a.model_dir;
   cfg.threads = a.threads;
+  cfg.tp = a.tp;
   cfg.full_tier = a.full_tier;
   cfg.disk_dir = a.disk_dir;
   cfg.link_bytes_per_second = a.link_gbps * 1e9;
@@ -366,6 +370,11 @@ void add_batch_command(CLI::App& app, Runner& run) {
   cmd->add_option("--trace", a->trace, "Write a Chrome trace-event JSON file");
   cmd->add_option("--threads", a->threads, "Worker threads per compute actor (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
+  cmd->add_option("--tp", a->tp,
+                  "Tensor-parallel degree: the engine's drafter, verifier and mover each drive this many "
+                  "ranks (threads) over shards of the model, KV sharded by KV heads; --threads, "
+                  "--fast-memory and --full-tier-budget are then per rank")
+      ->capture_default_str()->check(integer_in(1, 64));
   cmd->add_option("--max-queue", a->max_queue,
                   "Requests waiting in the engine at most; more lines wait their turn "
                   "(default: every line)")

@@ -31,6 +31,7 @@
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/request_validation.hpp"
+#include "runtime/tp_comm.hpp"
 #include "tools/vericache/bench_prompts.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
@@ -54,6 +55,8 @@ struct ThroughputArgs {
   std::string prompt_kind = "random";  // random tokens, or the bundled code prompts (plain, edit)
   bool disk = true;
   bool json = false;
+  int tp = 1;  // --tp: EngineConfig::tp of every configuration's engine
+  int threads = 0;  // --threads: EngineConfig::threads (per compute actor, per rank)
 };
 
 struct Config {
@@ -89,6 +92,8 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
                    const ModelConfig& mc, const Tokenizer& tok, size_t budget) {
   vericache::EngineConfig ec;
   ec.model_dir = a.model_dir;
+  ec.tp = a.tp;
+  ec.threads = a.threads;
   ec.max_active = c.concurrency;
   ec.max_queue = c.concurrency;
   ec.lockstep = c.lockstep;
@@ -163,6 +168,18 @@ int run_throughput(const ThroughputArgs& a) {
   if (a.prompt_kind != "random")  // a context too short for the prompt kind fails before any work
     for (size_t ctx : a.contexts) (void)code_prompt(tok, ctx, 1, a.prompt_kind);
   (void)make_compressor(a.compressor);  // an unknown name fails before any work
+  // At --tp > 1 budgets and needs are per rank: a rank's KV layout (its KV heads).
+  std::shared_ptr<const Model> rank_model = model;
+  if (a.tp > 1) {
+    try {
+      rank_model = Model::shard(model, 0, std::make_shared<CpuCommunicator>(a.tp));
+    } catch (const std::exception& e) {
+      throw Error(std::string("--tp: ") + e.what());
+    }
+    if (a.draft == "auto" || make_compressor(a.compressor)->stats_needs().hidden)
+      throw Error("--tp: draft auto and compressors that score hidden states are not supported "
+                  "with tensor parallelism yet");
+  }
   for (size_t ctx : a.contexts)
     if (ctx + size_t(a.gen_tokens) > size_t(mc.max_position_embeddings))
       throw Error(fmt::format("--contexts: {} + --gen-tokens {} exceeds the model's context of {} "
@@ -175,7 +192,7 @@ int run_throughput(const ThroughputArgs& a) {
     // The budget holds base_requests full-KV requests (as admission counts them)
     // plus the engine's staging; every configuration runs as many requests as
     // admission by memory lets in at once under it.
-    const KvCacheConfig kv = model->kv_config(16, DType::bf16);
+    const KvCacheConfig kv = rank_model->kv_config(16, DType::bf16);
     auto need = [&](const std::string& mode, const std::string& draft) {
       DraftSpec s;
       s.prompt.assign(ctx, 0);
@@ -210,6 +227,8 @@ int run_throughput(const ThroughputArgs& a) {
       if (c.label[1] == 'a') base = o.tokens_per_second;
       nlohmann::json busy = o.busy;
       rows.push_back({{"context", ctx},
+                      {"tensor_parallel", a.tp},
+                      {"threads", a.threads},
                       {"config", c.label},
                       {"concurrency", c.concurrency},
                       {"fast_budget_bytes", budget},
@@ -236,13 +255,14 @@ int run_throughput(const ThroughputArgs& a) {
     return 0;
   }
   std::cout << fmt::format(
-      "bench throughput: {} ({}x, draft {}), {} tokens per request, {} prompts, equal fast-memory budget "
+      "bench throughput: {} ({}x, draft {}), {} tokens per request, {} prompts, {}equal fast-memory budget "
       "= {} full-KV requests + staging, ENFORCED (blocks, views and staging buffers are charged "
       "to it; requests are admitted by memory)\nfast memory: this machine's RAM, {:.1f} GB/s read; link: "
       "SIMULATED at {:.2f} GB/s (RAM / {:.0f}, the ratio of {:.0f} GB/s HBM to {:.0f} GB/s "
       "PCIe)\n\n",
       a.compressor, a.ratio, a.draft, a.gen_tokens,
       a.prompt_kind == "random" ? std::string("random-token") : "code (" + a.prompt_kind + ")",
+      a.tp > 1 ? fmt::format("{} tensor-parallel ranks, budget PER RANK: ", a.tp) : "",
       a.base_requests, ram_bps / 1e9,
       link_bps / 1e9, a.hbm_gbps / a.link_gbps, a.hbm_gbps, a.link_gbps);
   std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>13}  {}\n",
@@ -300,6 +320,13 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd->add_flag("!--no-disk", a->disk, "Skip the disk-tier row");
   cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->add_option("--tp", a->tp,
+                  "Tensor-parallel degree of every engine (budgets are then per rank)")
+      ->capture_default_str()->check(integer_in(1, 64));
+  cmd->add_option("--threads", a->threads,
+                  "Worker threads per compute actor, per rank (0 = auto: the cores split "
+                  "between the ranks)")
+      ->capture_default_str()->check(integer_in(0, 1024));
   cmd->callback([&run, a] { run = [a] { return run_throughput(*a); }; });
 }
 

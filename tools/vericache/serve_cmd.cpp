@@ -55,6 +55,7 @@ struct ServeArgs {
   RequestInput hierarchy;  // --draft-hierarchy and the n-gram options
   double drain_seconds = 30;
   int threads = 0;
+  int tp = 1;  // --tp: tensor-parallel degree (EngineConfig::tp)
   std::string full_tier = "host";
   std::string disk_dir;
   std::string fast_memory = "0";
@@ -131,6 +132,7 @@ int run_serve(const ServeArgs& a) {
   vericache::EngineConfig cfg;
   cfg.model_dir = a.model_dir;
   cfg.threads = a.threads;
+  cfg.tp = a.tp;
   cfg.full_tier = a.full_tier;
   cfg.disk_dir = a.disk_dir;
   cfg.kv_dtype = a.kv_dtype;
@@ -144,7 +146,8 @@ int run_serve(const ServeArgs& a) {
   cfg.remote_timeout_ms = a.remote.timeout_ms;
   cfg.remote_retry_ms = a.remote.retry_ms;
 
-  spdlog::info("loading model from {}", a.model_dir);
+  spdlog::info("loading model from {}{}", a.model_dir,
+               a.tp > 1 ? fmt::format(" ({} tensor-parallel ranks)", a.tp) : "");
   const ModelConfig mc = load_model_config(std::filesystem::path(a.model_dir) / "config.json");
   const Tokenizer tok = Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json");
   std::optional<vericache::Engine> engine;
@@ -243,6 +246,11 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(number_in(0.0));
   cmd->add_option("--threads", a->threads, "Worker threads per compute actor (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
+  cmd->add_option("--tp", a->tp,
+                  "Tensor-parallel degree: the engine's drafter, verifier and mover each drive this many "
+                  "ranks (threads) over shards of the model, KV sharded by KV heads; --threads, "
+                  "--fast-memory and --full-tier-budget are then per rank")
+      ->capture_default_str()->check(integer_in(1, 64));
   cmd->add_option("--full-tier", a->full_tier, "Where the full KV lives")
       ->capture_default_str()->check(CLI::IsMember({"host", "disk"}));
   cmd->add_option("--disk-dir", a->disk_dir, "Directory of the disk tier (default: a temp dir)");

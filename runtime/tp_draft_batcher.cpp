@@ -1,0 +1,106 @@
+// Drafting on every rank of a group (see tp_draft_batcher.hpp).
+#include "runtime/tp_draft_batcher.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+
+#include "kernels/error.hpp"
+#include "runtime/tp_verifier.hpp"
+
+namespace vc {
+
+namespace {
+
+// Calls f on every rank in turn (no pass, no collective), then rethrows the first
+// failure: every rank has seen the call, so their states stay equal.
+template <class F>
+void each_rank(std::vector<std::shared_ptr<DraftBatcher>>& ranks, F f) {
+  std::exception_ptr first;
+  for (auto& b : ranks) {
+    try {
+      f(*b);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+[[noreturn]] void disagree(size_t r, const char* what, uint64_t id) {
+  throw Error("tensor parallelism: rank " + std::to_string(r) + " " + what +
+              " than rank 0 (request " + std::to_string(id) + ")");
+}
+
+}  // namespace
+
+TpDraftBatcher::TpDraftBatcher(std::vector<std::shared_ptr<DraftBatcher>> ranks,
+                               std::shared_ptr<Communicator> comm)
+    : ranks_(std::move(ranks)), group_(std::move(comm)) {
+  if (ranks_.empty() || size_t(group_.degree()) != ranks_.size())
+    throw Error("TpDraftBatcher: " + std::to_string(ranks_.size()) + " batchers for a group of " +
+                std::to_string(group_.degree()));
+}
+
+TpDraftBatcher::TpDraftBatcher(std::shared_ptr<DraftBatcher> one)
+    : TpDraftBatcher(std::vector<std::shared_ptr<DraftBatcher>>{std::move(one)}, nullptr) {}
+
+PrefillResult TpDraftBatcher::prefill(const DraftSpec& spec) {
+  const size_t d = ranks_.size();
+  if (d == 1) return ranks_[0]->prefill(spec);
+  std::vector<PrefillResult> out(d);
+  group_.run([&](int r) { out[size_t(r)] = ranks_[size_t(r)]->prefill(spec); });
+  PrefillResult p = std::move(out[0]);
+  for (size_t r = 1; r < d; ++r) {
+    const PrefillResult& o = out[r];
+    if (o.token != p.token || o.logprob != p.logprob) {
+      for (auto& b : ranks_) b->release(spec.id);
+      disagree(r, "chose another first token", spec.id);
+    }
+    p.compressed_bytes += o.compressed_bytes;
+    p.compressed_full_bytes += o.compressed_full_bytes;
+    p.fast_bytes_peak = std::max(p.fast_bytes_peak, o.fast_bytes_peak);
+  }
+  return p;
+}
+
+void TpDraftBatcher::start(uint64_t id, size_t n) {
+  each_rank(ranks_, [&](DraftBatcher& b) { b.start(id, n); });
+}
+
+std::vector<DraftBlock> TpDraftBatcher::step() {
+  const size_t d = ranks_.size();
+  if (d == 1) return ranks_[0]->step();
+  std::vector<std::vector<DraftBlock>> out(d);
+  group_.run([&](int r) { out[size_t(r)] = ranks_[size_t(r)]->step(); });
+  std::vector<DraftBlock> done = std::move(out[0]);
+  for (size_t r = 1; r < d; ++r) {
+    if (out[r].size() != done.size()) disagree(r, "finished other blocks", done.empty() ? 0 : done[0].id);
+    for (size_t i = 0; i < done.size(); ++i) {
+      const DraftBlock& o = out[r][i];
+      DraftBlock& b = done[i];
+      if (o.id != b.id || o.tokens != b.tokens || o.logprobs != b.logprobs || o.final != b.final)
+        disagree(r, "drafted other tokens", b.id);
+      b.fast_bytes_peak = std::max(b.fast_bytes_peak, o.fast_bytes_peak);
+    }
+  }
+  return done;
+}
+
+void TpDraftBatcher::commit(uint64_t id, const VerifyOutcome& v) {
+  const int d = degree();
+  // A commit may rebuild the view through the compressor: collectives, so at once.
+  group_.run([&](int r) { ranks_[size_t(r)]->commit(id, rank_outcome(v, r, d)); });
+}
+
+void TpDraftBatcher::release(uint64_t id) {
+  each_rank(ranks_, [&](DraftBatcher& b) { b.release(id); });
+}
+
+size_t TpDraftBatcher::prefill_bytes_streamed() const {
+  size_t n = 0;
+  for (const auto& b : ranks_) n += b->prefill_bytes_streamed();
+  return n;
+}
+
+}  // namespace vc

@@ -1,0 +1,49 @@
+// The drafter of a tensor-parallel group: one DraftBatcher per rank, each over its
+// shard, its rank's full tier and its rank's share of fast memory; every operation
+// runs on all ranks at once and the ranks' answers are checked equal.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "runtime/draft_batcher.hpp"
+#include "runtime/rank_group.hpp"
+
+namespace vc {
+
+class TpDraftBatcher {
+ public:
+  /// ranks[r] drafts with shard r of `comm`'s group (one rank: comm may be null).
+  TpDraftBatcher(std::vector<std::shared_ptr<DraftBatcher>> ranks,
+                 std::shared_ptr<Communicator> comm);
+  /// One batcher, no tensor parallelism.
+  explicit TpDraftBatcher(std::shared_ptr<DraftBatcher> one);
+
+  [[nodiscard]] int degree() const { return int(ranks_.size()); }
+  [[nodiscard]] DraftBatcher& rank(int r) { return *ranks_.at(size_t(r)); }
+
+  /// As DraftBatcher, on every rank. Results are rank 0's, checked equal across
+  /// ranks (tokens, logprobs); compressed_bytes and compressed_full_bytes are summed
+  /// over the ranks (the whole model's view), fast_bytes_peak is the largest rank's
+  /// (fast-memory budgets are per rank). A rank's failure fails the operation with
+  /// its own error on every rank; nothing of a failed prefill is kept on any rank.
+  [[nodiscard]] PrefillResult prefill(const DraftSpec& spec);
+  void start(uint64_t id, size_t n);
+  [[nodiscard]] bool busy() const { return ranks_[0]->busy(); }
+  [[nodiscard]] std::vector<DraftBlock> step();
+  /// Rank r commits rank_outcome(v, r, degree()): its own KV heads' verified rows
+  /// (`v` is TpVerifier::run's outcome).
+  void commit(uint64_t id, const VerifyOutcome& v);
+  void release(uint64_t id);
+
+  [[nodiscard]] const std::vector<uint64_t>& active() const { return ranks_[0]->active(); }
+  [[nodiscard]] size_t last_step_rows() const { return ranks_[0]->last_step_rows(); }
+  [[nodiscard]] const std::vector<uint64_t>& last_step_ids() const { return ranks_[0]->last_step_ids(); }
+  /// Summed over the ranks (thread-safe).
+  [[nodiscard]] size_t prefill_bytes_streamed() const;
+
+ private:
+  std::vector<std::shared_ptr<DraftBatcher>> ranks_;
+  RankGroup group_;
+};
+
+}  // namespace vc

@@ -1,0 +1,51 @@
+// Verify passes on every rank of a group (see tp_verifier.hpp).
+#include "runtime/tp_verifier.hpp"
+
+#include <string>
+
+#include "kernels/error.hpp"
+
+namespace vc {
+
+TpVerifier::TpVerifier(std::vector<std::shared_ptr<Verifier>> ranks,
+                       std::shared_ptr<Communicator> comm)
+    : ranks_(std::move(ranks)), group_(std::move(comm)) {
+  if (ranks_.empty() || size_t(group_.degree()) != ranks_.size())
+    throw Error("TpVerifier: " + std::to_string(ranks_.size()) + " verifiers for a group of " +
+                std::to_string(group_.degree()));
+}
+
+TpVerifier::TpVerifier(std::shared_ptr<Verifier> one)
+    : TpVerifier(std::vector<std::shared_ptr<Verifier>>{std::move(one)}, nullptr) {}
+
+const VerifyOutcome& rank_outcome(const VerifyOutcome& v, int r, int degree) {
+  if (r == 0 || degree == 1) return v;
+  const auto& group = static_cast<const TpVerifyOutcome&>(v);  // see the header
+  if (r < 0 || size_t(r) > group.other_ranks.size())
+    throw Error("rank_outcome: rank " + std::to_string(r) + " of an outcome of " +
+                std::to_string(group.other_ranks.size() + 1) + " ranks");
+  return group.other_ranks[size_t(r - 1)];
+}
+
+std::shared_ptr<const VerifyOutcome> TpVerifier::run(const VerifyJob& job,
+                                                     const StreamerGroup& streams) {
+  const size_t d = ranks_.size();
+  if (streams.ranks.size() != d)
+    throw Error("verify: " + std::to_string(streams.ranks.size()) + " streamers for " +
+                std::to_string(d) + " ranks");
+  if (d == 1) return std::make_shared<const VerifyOutcome>(ranks_[0]->run(job, *streams.ranks[0]));
+  std::vector<VerifyOutcome> out(d);
+  group_.run([&](int r) { out[size_t(r)] = ranks_[size_t(r)]->run(job, *streams.ranks[size_t(r)]); });
+  auto v = std::make_shared<TpVerifyOutcome>();
+  static_cast<VerifyOutcome&>(*v) = std::move(out[0]);
+  for (size_t r = 1; r < d; ++r) {
+    const VerifyOutcome& o = out[r];
+    if (o.tokens != v->tokens || o.logprobs != v->logprobs || o.accepted != v->accepted)
+      throw Error("tensor parallelism: rank " + std::to_string(r) +
+                  " verified other tokens than rank 0 (request " + std::to_string(job.id) + ")");
+    v->other_ranks.push_back(std::move(out[r]));
+  }
+  return v;
+}
+
+}  // namespace vc

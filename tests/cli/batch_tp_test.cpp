@@ -1,0 +1,94 @@
+// `vericache batch --tp N`: the engine's tensor parallelism from the command line;
+// each line's output equals `generate --tp N` for the same request.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_support.hpp"
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("vc-batch-tp-test-" + std::to_string(::getpid()));
+  TempDir() {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::vector<json> read_results(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<json> out;
+  std::string line;
+  while (std::getline(in, line)) out.push_back(json::parse(line));
+  return out;
+}
+
+TEST(cli_batch_tp, lines_at_degree_two_equal_generate_at_degree_two_and_unsupported_lines_are_named) {
+  TempDir d;
+  const std::string prompt = "<|begin_of_text|>def add(a, b):";
+  const std::vector<json> lines = {
+      {{"prompt", prompt}, {"max_tokens", 20}, {"mode", "full"}, {"logprobs", true},
+       {"ignore_eos", true}},
+      {{"prompt", prompt}, {"max_tokens", 20}, {"mode", "vericache"}, {"compressor", "snapkv"},
+       {"draft", 6}, {"logprobs", true}, {"ignore_eos", true}},
+      {{"prompt", prompt}, {"max_tokens", 20}, {"mode", "vericache"}, {"compressor", "laprox"},
+       {"draft", 4}, {"temperature", 0.8}, {"seed", 7}, {"logprobs", true}, {"ignore_eos", true}},
+      {{"prompt", prompt}, {"max_tokens", 20}, {"mode", "vericache"}, {"draft", "auto"}},
+  };
+  {
+    std::ofstream in(d.path / "in.jsonl");
+    for (const auto& l : lines) in << l.dump() << "\n";
+  }
+  const auto r = vc::test::run_vericache("batch --tp 2 --concurrency 4 --input " +
+                                             (d.path / "in.jsonl").string() + " --output " +
+                                             (d.path / "out.jsonl").string(),
+                                         true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("4 requests, 3 ok, 1 failed | concurrency 4, 2 tensor-parallel ranks"),
+            std::string::npos)
+      << r.out;
+  const auto res = read_results(d.path / "out.jsonl");
+  ASSERT_EQ(res.size(), lines.size());
+  const std::string args = "generate --tp 2 --json --logprobs --ignore-eos --max-tokens 20 --prompt '" +
+                           prompt + "' ";
+  const std::vector<std::string> same = {"--mode full",
+                                         "--mode vericache --compressor snapkv --draft 6",
+                                         "--mode vericache --compressor laprox --draft 4 "
+                                         "--temperature 0.8 --seed 7"};
+  for (size_t i = 0; i < same.size(); ++i) {
+    ASSERT_FALSE(res[i].contains("error")) << res[i].dump();
+    EXPECT_EQ(res[i]["stats"]["tensor_parallel"], 2);
+    const auto g = json::parse(vc::test::run_vericache(args + same[i] + " 2>/dev/null", false).out);
+    EXPECT_EQ(res[i]["output_ids"], g["output_ids"]) << i;
+    EXPECT_EQ(res[i]["output_logprobs"].dump(), g["output_logprobs"].dump()) << i;
+  }
+  EXPECT_GT(res[1]["stats"]["vericache"]["rounds"].get<int>(), 0);
+  ASSERT_TRUE(res[3].contains("error"));
+  EXPECT_NE(res[3]["error"].get<std::string>().find("field 'draft'"), std::string::npos) << res[3];
+}
+
+TEST(cli_batch_tp, a_degree_that_does_not_split_the_heads_is_one_error_line_and_exit_1) {
+  TempDir d;
+  { std::ofstream(d.path / "in.jsonl") << "{\"prompt\": \"x\"}\n"; }
+  const auto r = vc::test::run_vericache("batch --tp 3 --input " + (d.path / "in.jsonl").string() +
+                                             " --output " + (d.path / "out.jsonl").string(),
+                                         true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out,
+            "error: EngineConfig.tp: tensor parallelism: degree 3 does not split the model's 4 "
+            "attention heads\n");
+}
+
+}  // namespace

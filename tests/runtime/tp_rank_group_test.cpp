@@ -1,0 +1,63 @@
+// The engine's rank-group building block: RankGroup runs an operation on every
+// rank at once and survives a failing rank.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "kernels/error.hpp"
+#include "runtime/rank_group.hpp"
+#include "tests/error_naming.hpp"
+
+namespace vc {
+namespace {
+
+TEST(rank_group, runs_every_rank_at_once_with_rank_zero_on_the_calling_thread) {
+  RankGroup g(std::make_shared<CpuCommunicator>(3));
+  std::vector<float> sums(3);
+  std::thread::id rank0;
+  g.run([&](int r) {
+    if (r == 0) rank0 = std::this_thread::get_id();
+    float x = float(r + 1);
+    g.comm()->all_reduce_sum(r, &x, 1);  // needs every rank at once
+    sums[size_t(r)] = x;
+  });
+  EXPECT_EQ(rank0, std::this_thread::get_id());
+  EXPECT_EQ(sums, (std::vector<float>{6, 6, 6}));
+}
+
+TEST(rank_group, a_failing_rank_fails_the_operation_with_its_own_error_and_the_group_runs_again) {
+  RankGroup g(std::make_shared<CpuCommunicator>(2));
+  test::expect_error_naming(
+      [&] {
+        g.run([&](int r) {
+          if (r == 1) throw Error("rank one's disk is gone");
+          float x = 1;
+          g.comm()->all_reduce_sum(r, &x, 1);  // rank 0 waits here until the abort
+        });
+      },
+      "rank one's disk is gone");
+  EXPECT_EQ(g.comm()->aborted_by(), -1) << "reset once every rank returned";
+  std::atomic<int> ran{0};
+  g.run([&](int r) {
+    float x = 1;
+    g.comm()->all_reduce_sum(r, &x, 1);
+    if (x == 2) ++ran;
+  });
+  EXPECT_EQ(ran.load(), 2);
+}
+
+TEST(rank_group, without_a_communicator_it_is_one_rank_on_the_calling_thread) {
+  RankGroup g(nullptr);
+  EXPECT_EQ(g.degree(), 1);
+  int calls = 0;
+  g.run([&](int r) {
+    EXPECT_EQ(r, 0);
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
+  test::expect_error_naming([&] { g.run([](int) { throw Error("alone"); }); }, "alone");
+}
+
+}  // namespace
+}  // namespace vc
