@@ -61,8 +61,13 @@ void QuantBlockParams::prepare(const QuantRows& q, size_t d, size_t r0, size_t r
   }
   zero_rows_.resize(rows);
   scale_rows_.resize(rows);
-  for (size_t t = 0; t < rows; ++t) {
-    const size_t at = ((r0 + t) / br - p_first) * per_row_;
+  // Row r0 + t's group row, counted up without a division per row.
+  size_t at = 0, in_group = r0 - p_first * br;
+  for (size_t t = 0; t < rows; ++t, ++in_group) {
+    if (in_group == br) {
+      in_group = 0;
+      at += per_row_;
+    }
     zero_rows_[t] = zero_.data() + at;
     scale_rows_[t] = scale_.data() + at;
   }

@@ -14,7 +14,7 @@ namespace {
 struct Avx512Codes {
   __m512i shuffle, shift, mask;
   size_t lane_byte[4];
-  size_t bits, limit;  // limit: a vector's first byte must be below it
+  size_t bits;
   const uint8_t* codes;
   explicit Avx512Codes(const QuantSideBlock& s) {
     const Unpack16& u = unpack16(s.bits);
@@ -23,10 +23,15 @@ struct Avx512Codes {
     mask = u.mask;
     for (size_t l = 0; l < 4; ++l) lane_byte[l] = u.lane_byte[l];
     bits = size_t(s.bits);
-    limit = s.codes_bytes >= u.reach ? s.codes_bytes - u.reach + 1 : 0;
     codes = s.codes;
   }
-  [[nodiscard]] bool fast(size_t i) const { return i % 8 == 0 && i / 8 * bits < limit; }
+  // Every vector of the block's c rows: row starts and widths on multiples of 8
+  // codes, and the last vector's loads inside the buffer.
+  static bool block_fast(const QuantSideBlock& s, size_t D, size_t c) {
+    if (s.first % 8 != 0 || D % 16 != 0 || c == 0) return false;
+    const size_t last = s.first + (c - 1) * D + D - 16;
+    return last / 8 * size_t(s.bits) + unpack16(s.bits).reach <= s.codes_bytes;
+  }
   [[nodiscard]] __m512 unpack(size_t i) const {
     return codes16(shuffle, shift, mask, lane_byte, codes + i / 8 * bits);
   }

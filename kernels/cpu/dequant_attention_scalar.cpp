@@ -12,7 +12,7 @@ namespace {
 // No vector unpacking: every code goes through QuantRowsSrc's per-lane loop.
 struct ScalarCodes {
   explicit ScalarCodes(const QuantSideBlock&) {}
-  [[nodiscard]] bool fast(size_t) const { return false; }
+  static bool block_fast(const QuantSideBlock&, size_t, size_t) { return false; }
   [[nodiscard]] ScalarSimd::V unpack(size_t) const { return ScalarSimd::zero(); }
 };
 
