@@ -61,15 +61,22 @@ void QuantBlockParams::prepare(const QuantRows& q, size_t d, size_t r0, size_t r
   }
   zero_rows_.resize(rows);
   scale_rows_.resize(rows);
-  // Row r0 + t's group row, counted up without a division per row.
-  size_t at = 0, in_group = r0 - p_first * br;
+  // Row r0 + t's group row, counted up without a division per row (locals: the
+  // pointer stores could otherwise alias the vectors' own).
+  const float* z = zero_.data();
+  const float* s = scale_.data();
+  const float** zr = zero_rows_.data();
+  const float** sr = scale_rows_.data();
+  const size_t per_row = per_row_;
+  size_t in_group = r0 - p_first * br;
   for (size_t t = 0; t < rows; ++t, ++in_group) {
     if (in_group == br) {
       in_group = 0;
-      at += per_row_;
+      z += per_row;
+      s += per_row;
     }
-    zero_rows_[t] = zero_.data() + at;
-    scale_rows_[t] = scale_.data() + at;
+    zr[t] = z;
+    sr[t] = s;
   }
   out = QuantSideBlock{q.codes,           q.codes_bytes,      q.bits,     r0 * d,
                        zero_rows_.data(), scale_rows_.data(), broadcast_, bc};
