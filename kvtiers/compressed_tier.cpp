@@ -189,6 +189,12 @@ const void* plain_data(const PackedSide& side) {
 
 }  // namespace
 
+CompressedView::QuantSides CompressedView::quant_sides(size_t l, size_t g) const {
+  const Head& head = heads_[l * kv_heads_ + g];
+  const size_t n = head.positions.size();
+  return {head.packed.k.quant_rows_view(n), head.packed.v.quant_rows_view(n)};
+}
+
 std::optional<CompressedView::Rows> CompressedView::rows_in_place(size_t l, size_t g) const {
   const Head& head = heads_[l * kv_heads_ + g];
   const size_t n = head.positions.size();

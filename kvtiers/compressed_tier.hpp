@@ -91,6 +91,14 @@ class CompressedView {
     const void* v;
   };
   [[nodiscard]] std::optional<Rows> rows_in_place(size_t l, size_t g) const;
+  /// The K and V sides of layer l, KV head g whose quantized rows the drafter's
+  /// kernel may read straight from their codes (PackedSide::quant_rows_view): a
+  /// side with a transform (KVQuant's RoPE keys, RotateKV's rotation), no
+  /// quantized rows or fp32 values is nullopt and goes through decode_rows().
+  struct QuantSides {
+    std::optional<cpu::QuantRows> k, v;
+  };
+  [[nodiscard]] QuantSides quant_sides(size_t l, size_t g) const;
 
   /// Bytes stored at the plan's precision.
   [[nodiscard]] size_t stored_bytes() const { return stored_bytes_; }

@@ -184,6 +184,24 @@ void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t 
   }
 }
 
+std::optional<cpu::QuantRows> PackedSide::quant_rows_view(size_t n) const {
+  const size_t q = std::min(quant_rows, n);
+  if (!raw.empty() || transform != PackedTransform::none || q == 0 || bits < 1 || bits > 16)
+    return std::nullopt;
+  cpu::QuantRows r;
+  r.codes = codes.data();
+  r.codes_bytes = codes.size();
+  r.bits = bits;
+  r.rows = q;
+  r.block_rows = block.rows;
+  r.block_cols = block.cols;
+  r.zero = zero.data();
+  r.scale = scale.data();
+  r.outliers = outlier_index.data();
+  r.n_outliers = outlier_index.size();
+  return r;
+}
+
 size_t PackedSide::held_bytes() const {
   return (scale.size() + zero.size() + full.size() + outlier_value.size()) * 2 + codes.size() +
          outlier_index.size() * 4 + raw.size() * 4;

@@ -7,7 +7,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
+
+#include "kernels/cpu/dequant_attention.hpp"
 
 namespace vc {
 
@@ -54,6 +57,11 @@ struct PackedSide {
   /// n positions. Needs outlier_index ascending (as every codec records it).
   void decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t d,
                    const int32_t* positions, const float* inv_freq) const;
+  /// The quantized rows as the drafter's kernel reads them from their codes
+  /// (cpu::QuantRows, pointing into this side), when decode() gives them as
+  /// zero + code * scale: packed codes, no transform. Outliers are listed, so that
+  /// blocks holding one are decoded instead. nullopt otherwise.
+  [[nodiscard]] std::optional<cpu::QuantRows> quant_rows_view(size_t n) const;
   /// Bytes held by the vectors above.
   [[nodiscard]] size_t held_bytes() const;
 };

@@ -92,6 +92,7 @@ void attend_tiles(const cpu::PagedKv& kv, size_t M, size_t b_begin, size_t b_end
 struct PackedRows {
   const CompressedView* view = nullptr;
   size_t l = 0, g = 0;
+  CompressedView::QuantSides quant;  // sides attended straight from their codes
 };
 
 void decode_packed_rows(const void* ctx, size_t r0, size_t r1, float* k, float* v) {
@@ -122,7 +123,8 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
         continue;
       }
       // Plain rows (token dropping) are read in place; packed ones (quantized,
-      // transformed) are decoded a block of rows at a time inside the kernel.
+      // transformed) are decoded a block of rows at a time inside the kernel, or,
+      // for blocks of plain quantized rows, attended straight from their codes.
       prefix.resize(nkv);
       packed.resize(nkv);
       for (size_t g = 0; g < nkv; ++g) {
@@ -131,8 +133,10 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
           prefix[g] = {rows->k, rows->v, n, rows->dtype};
           continue;
         }
-        packed[g] = {cv, l, g};
-        prefix[g] = {nullptr, nullptr, n, DType::f32, &decode_packed_rows, &packed[g]};
+        packed[g] = {cv, l, g, cv->quant_sides(l, g)};
+        const auto& qs = packed[g].quant;
+        prefix[g] = {nullptr, nullptr, n, DType::f32, &decode_packed_rows, &packed[g],
+                     qs.k ? &*qs.k : nullptr, qs.v ? &*qs.v : nullptr};
       }
       cpu::attention_row_mixed(ws.q.data() + m * qd, nh, prefix.data(),
                                cache.view(l, *rows[m].seq), cv->covered(), size_t(pos[m]) + 1,

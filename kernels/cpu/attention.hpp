@@ -9,6 +9,8 @@
 
 namespace vc::cpu {
 
+struct QuantSideBlock;  // dequant_attention.hpp
+
 /// One layer's paged KV as raw pointers.
 /// k, v: [num_blocks, kv_heads, block_tokens, head_dim] in `dtype`.
 /// block_table[j]: physical block of logical block j (positions j*block_tokens ..).
@@ -56,6 +58,10 @@ class AttentionRowState {
   /// block_begin must be where the previous add() ended (0 first). With `pool`, the
   /// KV heads are split across its threads (bit-identical either way).
   void add(const PagedKv& kv, size_t block_begin, size_t block_end, ThreadPool* pool = nullptr);
+  /// Merges the next block from K and V rows held as quantized codes, dequantized in
+  /// registers (dequant_attention.hpp): the bits of add() over the same block's
+  /// dequantized fp32 rows. States of one KV head only.
+  void add_quantized(const QuantSideBlock& k, const QuantSideBlock& v);
   /// out: [n_heads, head_dim]. Every block of the context must have been added.
   void finish(float* out) const;
   /// out: [n_heads][2], each head's softmax maximum and sum over the blocks added so

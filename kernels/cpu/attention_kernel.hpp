@@ -58,16 +58,29 @@ struct AttnBuffers {
   size_t dp, bp;
 };
 
-/// One KV block j for query heads h0 .. h0+HB (all on KV head g): scores,
-/// probabilities, weighted V, merged into the heads' running state.
-template <class T, DType KT, bool kTail, int HB>
-void attend_block(const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx,
-                  const AttnBuffers& buf) {
+/// One side (K or V) of a KV block in the paged layout: row t's W lanes from
+/// column d (len of them valid; the rest 0), converted from KT.
+template <class T, DType KT, bool kTail>
+struct PagedRows {
+  const char* base;
+  size_t row_bytes;
+  typename T::V at(size_t t, size_t d, size_t len) const {
+    return load_kv<T, KT, kTail>(base + t * row_bytes, d, len);
+  }
+};
+
+/// One KV block (c valid positions, head_dim D) for query heads h0 .. h0+HB: scores,
+/// probabilities, weighted V, merged into the heads' running state. K and V rows
+/// come from ks.at(t, d, len) and vs.at(t, d, len) (PagedRows, or rows dequantized
+/// in registers: dequant_attention_kernel.hpp); the arithmetic on them is the same
+/// whatever their source, so equal values give equal bits.
+template <class T, int HB, class KS, class VS>
+void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0,
+                       const AttnBuffers& buf) {
   using V = typename T::V;
   constexpr size_t W = T::W;
   constexpr int DV = T::DV;
   static_assert(HB <= 4 && 2 * HB <= int(W), "at most 4 heads; their merge factors fit one vector");
-  const size_t D = kv.head_dim, bt = kv.block_tokens, esz = sizeof(WElem<KT>);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // This pass's slices of the state: b.qs / b.o rows h0.., stats h0..
   const AttnBuffers b{buf.qs + h0 * buf.dp, buf.o + h0 * buf.dp, buf.stats + 2 * h0, buf.sc,
@@ -78,18 +91,11 @@ void attend_block(const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx
     run_sum[h] = b.stats[2 * h + 1];
   }
 
-  const size_t c = (j + 1) * bt <= n_ctx ? bt : n_ctx - j * bt;  // valid positions
-  const size_t off = (size_t(kv.block_table[j]) * kv.kv_heads + g) * bt * D * esz;
-  const char* kb = static_cast<const char*>(kv.k) + off;
-  const char* vb = static_cast<const char*>(kv.v) + off;
   // Scores, four positions at a time (a last partial group repeats position c-1;
   // the extra results are not stored).
   for (size_t t = 0; t < c; t += 4) {
-    const char* kp[4];
-    for (int p = 0; p < 4; ++p) {
-      const size_t pos = t + size_t(p) < c ? t + size_t(p) : c - 1;
-      kp[p] = kb + pos * D * esz;
-    }
+    size_t kp[4];
+    for (int p = 0; p < 4; ++p) kp[p] = t + size_t(p) < c ? t + size_t(p) : c - 1;
     V acc[HB][4];
     for (int h = 0; h < HB; ++h)
       for (int p = 0; p < 4; ++p) acc[h][p] = T::zero();
@@ -98,7 +104,7 @@ void attend_block(const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx
       V qv[HB];
       for (int h = 0; h < HB; ++h) qv[h] = T::load(b.qs + size_t(h) * b.dp + d);
       for (int p = 0; p < 4; ++p) {
-        const V kvec = load_kv<T, KT, kTail>(kp[p], d, len);
+        const V kvec = ks.at(kp[p], d, len);
         for (int h = 0; h < HB; ++h) acc[h][p] = T::fmadd(qv[h], kvec, acc[h][p]);
       }
     }
@@ -155,13 +161,12 @@ void attend_block(const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx
     V acc[HB][DV];
     for (int h = 0; h < HB; ++h)
       for (int i = 0; i < DV; ++i) acc[h][i] = T::zero();
-    const char* vp = vb + d0 * esz;
     if (nv == size_t(DV)) {
-      for (size_t t = 0; t < c; ++t, vp += D * esz) {
+      for (size_t t = 0; t < c; ++t) {
         V vv[DV];
         for (int i = 0; i < DV; ++i) {
           const size_t d = d0 + size_t(i) * W;
-          vv[i] = load_kv<T, KT, kTail>(vp, size_t(i) * W, D - d < W ? D - d : W);
+          vv[i] = vs.at(t, d, D - d < W ? D - d : W);
         }
         for (int h = 0; h < HB; ++h) {
           const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
@@ -169,12 +174,11 @@ void attend_block(const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx
         }
       }
     } else {  // the last, narrower pass over head_dim
-      for (size_t t = 0; t < c; ++t, vp += D * esz) {
+      for (size_t t = 0; t < c; ++t) {
         V vv[DV];
         for (int i = 0; i < DV; ++i) {
           const size_t d = d0 + size_t(i) * W;
-          vv[i] = size_t(i) < nv ? load_kv<T, KT, kTail>(vp, size_t(i) * W, D - d < W ? D - d : W)
-                                 : T::zero();
+          vv[i] = size_t(i) < nv ? vs.at(t, d, D - d < W ? D - d : W) : T::zero();
         }
         for (int h = 0; h < HB; ++h) {
           const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
@@ -195,6 +199,18 @@ void attend_block(const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx
     b.stats[2 * h] = run_max[h];
     b.stats[2 * h + 1] = run_sum[h];
   }
+}
+
+/// One KV block j of the paged layout for query heads h0 .. h0+HB (all on KV head g).
+template <class T, DType KT, bool kTail, int HB>
+void attend_block(const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx,
+                  const AttnBuffers& buf) {
+  const size_t D = kv.head_dim, bt = kv.block_tokens, esz = sizeof(WElem<KT>);
+  const size_t c = (j + 1) * bt <= n_ctx ? bt : n_ctx - j * bt;  // valid positions
+  const size_t off = (size_t(kv.block_table[j]) * kv.kv_heads + g) * bt * D * esz;
+  const PagedRows<T, KT, kTail> ks{static_cast<const char*>(kv.k) + off, D * esz};
+  const PagedRows<T, KT, kTail> vs{static_cast<const char*>(kv.v) + off, D * esz};
+  attend_block_rows<T, HB>(ks, vs, D, c, h0, buf);
 }
 
 template <class T, DType KT, bool kTail, int HB = T::HB>

@@ -3,7 +3,9 @@
 // partial block and the paged tail are gathered as fp32 into per-thread scratch
 // and appended as further blocks. A packed (quantized) prefix is decoded one block
 // at a time into a per-thread fp32 tile right before that block is attended to, so
-// no step materialises the whole prefix. AttentionRowState merges the blocks in order.
+// no step materialises the whole prefix; a block of plain quantized rows is
+// attended straight from its codes (dequant_attention.hpp), with the same bits.
+// AttentionRowState merges the blocks in order.
 #include "kernels/cpu/attention_mixed.hpp"
 
 #include <algorithm>
@@ -39,6 +41,7 @@ void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* pref
   thread_local std::vector<float> sk, sv, tk, tv;
   thread_local std::vector<int32_t> table_in_place, table_scratch;
   thread_local AttentionRowState state;
+  thread_local QuantBlockParams qk, qv;
   for (size_t g = 0; g < G; ++g) {
     const DenseKvHead& p = prefix[g];
     if (p.rows == nullptr && p.dtype != DType::f32 && p.dtype != DType::bf16)
@@ -78,9 +81,23 @@ void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* pref
       tk.resize(B * D);
       tv.resize(B * D);
       const PagedKv tile{tk.data(), tv.data(), DType::f32, B, 1, D, table_in_place.data()};
+      // A block whose K and V rows are both plain quantized rows is attended from
+      // the codes; any other is decoded into the tile (rows() writes both sides).
+      const bool fuse = p.quant_k != nullptr && p.quant_v != nullptr;
+      qk.reset();
+      qv.reset();
       for (size_t j = 0; j < whole; ++j) {
-        p.rows(p.ctx, j * B, (j + 1) * B, tk.data(), tv.data());
-        state.add(tile, j, j + 1);
+        const size_t r0 = j * B, r1 = r0 + B;
+        if (fuse && quant_rows_plain(*p.quant_k, D, r0, r1) &&
+            quant_rows_plain(*p.quant_v, D, r0, r1)) {
+          QuantSideBlock kb, vb;
+          qk.prepare(*p.quant_k, D, r0, B, kb);
+          qv.prepare(*p.quant_v, D, r0, B, vb);
+          state.add_quantized(kb, vb);
+        } else {
+          p.rows(p.ctx, r0, r1, tk.data(), tv.data());
+          state.add(tile, j, j + 1);
+        }
       }
     } else if (whole > 0) {
       const PagedKv in_place{p.k, p.v, p.dtype, B, 1, D, table_in_place.data()};

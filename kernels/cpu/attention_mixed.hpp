@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/dequant_attention.hpp"
 #include "kernels/dtype.hpp"
 
 namespace vc::cpu {
@@ -17,7 +18,12 @@ using PrefixRowsFn = void (*)(const void* ctx, size_t r0, size_t r1, float* k, f
 /// One KV head's explicit rows: k, v: [n, head_dim] in `dtype` (f32 or bf16),
 /// read in place. With `rows` set, k and v are unused: the rows are packed
 /// (quantized, transformed) and rows(ctx, ...) decodes one block of them at a time
-/// into a per-thread fp32 tile right before it is attended to.
+/// into a per-thread fp32 tile right before it is attended to. With quant_k and
+/// quant_v set as well, describing the sides' rows as they are held (their values,
+/// as rows() writes them, being exactly zero + code * scale wherever
+/// quant_rows_plain() holds), a block whose K and V rows are all plain quantized
+/// rows is attended straight from the codes instead (dequant_attention.hpp): the
+/// same bits, without writing the block out.
 struct DenseKvHead {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -25,6 +31,8 @@ struct DenseKvHead {
   DType dtype = DType::f32;
   PrefixRowsFn rows = nullptr;
   const void* ctx = nullptr;
+  const QuantRows* quant_k = nullptr;
+  const QuantRows* quant_v = nullptr;
 };
 
 /// Rows of the prefix read in place per block; the rest (a partial block and the

@@ -15,62 +15,14 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
-#include <array>
 #include <vector>
 
 #include "kernels/cpu/dequant_code.hpp"
 #include "kernels/cpu/dequant_paths.hpp"
+#include "kernels/cpu/dequant_unpack_avx512.hpp"
 
 namespace vc::cpu {
 namespace {
-
-struct Unpack16 {
-  __m512i shuffle, shift, mask;
-  size_t lane_byte[4];  // where each lane's four codes' bytes start
-  size_t reach;         // bytes read from a group's first byte
-};
-
-Unpack16 make_unpack16(int bits) {
-  const size_t b = size_t(bits);
-  alignas(64) uint8_t shuffle[64];
-  alignas(64) int32_t shift[16];
-  Unpack16 u;
-  for (size_t lane = 0; lane < 4; ++lane) u.lane_byte[lane] = 4 * lane * b / 8;
-  for (size_t k = 0; k < 16; ++k) {
-    const size_t bit = k * b - 8 * u.lane_byte[k / 4];
-    for (size_t j = 0; j < 4; ++j) shuffle[k * 4 + j] = uint8_t(bit / 8 + j);
-    shift[k] = int32_t(bit % 8);
-  }
-  u.shuffle = _mm512_load_si512(shuffle);
-  u.shift = _mm512_load_si512(shift);
-  u.mask = _mm512_set1_epi32(int32_t((1u << bits) - 1u));
-  u.reach = u.lane_byte[3] + 16;
-  return u;
-}
-
-// The sixteen codes whose bits start at byte p, as floats.
-inline __m512 codes16(__m512i shuffle, __m512i shift, __m512i mask, const size_t (&lane_byte)[4],
-                      const uint8_t* p) {
-  auto load = [&](size_t lane) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + lane_byte[lane]));
-  };
-  __m512i v = _mm512_zextsi128_si512(load(0));
-  v = _mm512_inserti32x4(v, load(1), 1);
-  v = _mm512_inserti32x4(v, load(2), 2);
-  v = _mm512_inserti32x4(v, load(3), 3);
-  v = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(v, shuffle), shift), mask);
-  return _mm512_cvtepi32_ps(v);
-}
-
-// The shuffles of every width, made once.
-const Unpack16& unpack16(int bits) {
-  static const auto all = [] {
-    std::array<Unpack16, 17> t{};
-    for (int b = 1; b <= 16; ++b) t[size_t(b)] = make_unpack16(b);
-    return t;
-  }();
-  return all[size_t(bits)];
-}
 
 // The fp16 zeros (or scales) of a row's column groups, one float per column (the
 // conversion is exact, subnormals included; per-channel groups 16 at a time).

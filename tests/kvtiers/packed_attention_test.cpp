@@ -4,10 +4,13 @@
 // dequantized rows then a paged tail: every quantized format (KIVI, KVQuant with
 // its RoPE transform and outliers, RotateKV with its Hadamard transform, the
 // StreamingLLM combinations, 16-bit and 3-bit sides), prefix lengths around the
-// 16-row block, on every SIMD path the CPU runs.
+// 16-row block, on every SIMD path the CPU runs; and attending from the codes
+// (quant_sides) against decoding every block, bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -138,6 +141,73 @@ TEST(packed_attention, every_quantized_view_matches_a_double_softmax_over_its_ro
     std::mt19937 r(5);
     for (const auto& [what, view] : views) check_view(what, view, r);
   });
+}
+
+// The drafter's attention with the view's quantized sides attended from their codes
+// (what forward() passes: CompressedView::quant_sides) against decoding every block
+// (the path before): the same bits, on every SIMD path, for every quantized format.
+// KIVI's sides are read from their codes; KVQuant's RoPE keys and RotateKV's rotated
+// sides are not (a transform follows dequantization), so those views keep decoding.
+TEST(packed_attention, attending_from_the_codes_gives_the_bits_of_decoding_every_block) {
+  std::mt19937 rng(12);
+  KvSnapshot kv{kLayers, kKvHeads, kDim, kPos, normal(kLayers * kKvHeads * kPos * kDim, rng, 1.f),
+                normal(kLayers * kKvHeads * kPos * kDim, rng, 0.5f)};
+  for (size_t i = 5; i < kv.k.size(); i += kDim) kv.k[i] *= 8.0f;  // an outlier channel
+  ModelFacts model;
+  model.heads = kHeads;
+  for (size_t i = 0; i < kDim / 2; ++i)
+    model.rope_inv_freq.push_back(float(std::pow(10000.0, -2.0 * double(i) / double(kDim))));
+  for (size_t p = 0; p < kPos; ++p) model.positions.push_back(int32_t(p) + 1000);
+  struct Format {
+    const char* name;
+    double ratio;
+    int key_bits, value_bits;  // 0: the codec's choice
+    bool from_codes;           // both sides read from their codes
+  };
+  const Format formats[] = {{"kivi", 4.0, 0, 0, true},       {"kivi", 8.0, 0, 0, true},
+                            {"kivi", 4.0, 3, 5, true},       {"kivi", 4.0, 16, 3, false},
+                            {"kvquant", 4.0, 0, 0, false},   {"rotate_kv", 4.0, 0, 0, false},
+                            {"streaming_llm+kivi", 2.0, 0, 0, true}};
+  const float scale = 1.f / std::sqrt(float(kDim));
+  const std::vector<float> q = normal(kHeads * kDim, rng, 1.f);
+  const std::vector<int32_t> table((kPos + 3) / kBlock + 1, 0);  // every tail block: block 0
+  const std::vector<float> tk = normal(kKvHeads * kBlock * kDim, rng, 1.f), tv = tk;
+  const cpu::PagedKv tail{tk.data(), tv.data(), DType::f32, kBlock, kKvHeads, kDim, table.data()};
+  for (const Format& f : formats) {
+    auto c = make_compressor(f.name);
+    if (f.key_bits != 0) c->set_param("key_bits", f.key_bits);
+    if (f.value_bits != 0) c->set_param("value_bits", f.value_bits);
+    const CompressedView view =
+        CompressedView::build(kv, plan_snapshot(*c, kv, {}, model, f.ratio), *c, model);
+    const std::string what = std::string(f.name) + " " + std::to_string(f.ratio) + "x k" +
+                             std::to_string(f.key_bits) + " v" + std::to_string(f.value_bits);
+    std::vector<Rows> ctx;
+    std::vector<CompressedView::QuantSides> sides;
+    for (size_t g = 0; g < kKvHeads; ++g) {
+      ctx.push_back({&view, 0, g});
+      sides.push_back(view.quant_sides(0, g));
+      EXPECT_EQ(sides[g].k.has_value() && sides[g].v.has_value(), f.from_codes) << what;
+    }
+    test::for_each_simd_path([&](cpu::SimdPath) {
+      for (size_t n : {size_t(16), size_t(47), view.count(0, 0)}) {
+        std::vector<cpu::DenseKvHead> decoded, fused;
+        for (size_t g = 0; g < kKvHeads; ++g) {
+          const size_t rows = std::min(n, view.count(0, g));
+          decoded.push_back({nullptr, nullptr, rows, DType::f32, &decode_rows, &ctx[g]});
+          fused.push_back(decoded.back());
+          fused.back().quant_k = sides[g].k ? &*sides[g].k : nullptr;
+          fused.back().quant_v = sides[g].v ? &*sides[g].v : nullptr;
+        }
+        std::vector<float> want(kHeads * kDim), got(kHeads * kDim);
+        cpu::attention_row_mixed(q.data(), kHeads, decoded.data(), tail, kPos, kPos + 3, scale,
+                                 want.data());
+        cpu::attention_row_mixed(q.data(), kHeads, fused.data(), tail, kPos, kPos + 3, scale,
+                                 got.data());
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << what << ", prefix " << n;
+      }
+    });
+  }
 }
 
 }  // namespace

@@ -1,0 +1,221 @@
+// Attention over quantized rows straight from their codes (dequant_attention.hpp,
+// through attention_row_mixed's quant_k / quant_v) against the unfused path the
+// drafter ran before: the same prefix decoded a block at a time with
+// dequantize_rows into fp32 rows, then attended. Bit for bit, on every SIMD path
+// the CPU runs, at every code width 1..16, over the group shapes the codecs use
+// (per-channel columns, a few columns, 8/16/32 columns, whole rows, several rows),
+// head dims with and without a vector tail, outliers and trailing rows that are
+// not quantized (decoded, not fused), and query-head groups that leave a partial
+// pass.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention_mixed.hpp"
+#include "kernels/cpu/dequant.hpp"
+#include "kernels/cpu/dequant_attention.hpp"
+#include "kernels/dtype.hpp"
+#include "tests/error_naming.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+namespace vc::cpu {
+namespace {
+
+// One side of a head: n rows of d values, rows [0, q) quantized (codes, fp16 zero
+// and scale per block, outliers replacing some elements), rows [q, n) plain fp32.
+struct Side {
+  size_t n = 0, d = 0;
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> zero, scale;
+  std::vector<uint32_t> outliers;
+  std::vector<float> outlier_values, plain;
+  QuantRows q;
+
+  // The unfused decode: dequantize_rows row by row, then outliers, then plain rows.
+  void decode(size_t r0, size_t r1, float* out) const {
+    const size_t cb = (d + q.block_cols - 1) / q.block_cols;
+    for (size_t r = r0; r < r1; ++r) {
+      float* row = out + (r - r0) * d;
+      if (r < q.rows) {
+        const size_t b = r / q.block_rows * cb;
+        dequantize_rows(codes.data(), codes.size(), q.bits, r * d, 1, d, zero.data() + b,
+                        scale.data() + b, q.block_cols, 0, row);
+      } else {
+        std::memcpy(row, plain.data() + (r - q.rows) * d, d * sizeof(float));
+      }
+    }
+    for (size_t i = 0; i < outliers.size(); ++i)
+      if (outliers[i] >= r0 * d && outliers[i] < r1 * d) out[outliers[i] - r0 * d] = outlier_values[i];
+  }
+};
+
+Side make_side(std::mt19937& rng, size_t n, size_t q, size_t d, int bits, size_t br, size_t bc,
+               std::vector<uint32_t> outliers) {
+  Side s;
+  s.n = n;
+  s.d = d;
+  s.codes.assign((q * d * size_t(bits) + 7) / 8, 0);
+  std::uniform_int_distribution<uint32_t> code(0, (1u << bits) - 1u);
+  for (size_t i = 0; i < q * d; ++i) {
+    const uint32_t c = code(rng);
+    for (int b = 0; b < bits; ++b) {
+      const size_t at = i * size_t(bits) + size_t(b);
+      if ((c >> b) & 1u) s.codes[at / 8] |= uint8_t(1u << (at % 8));
+    }
+  }
+  // Scales spread the codes over about [-1, 1]: attention stays finite.
+  std::uniform_real_distribution<float> zero(-1.f, 0.f), scale(0.5f, 2.f);
+  const size_t blocks = (q + br - 1) / br * ((d + bc - 1) / bc);
+  const float range = float((1u << bits) - 1u);
+  for (size_t b = 0; b < blocks; ++b) {
+    s.zero.push_back(f32_to_f16(zero(rng)));
+    s.scale.push_back(f32_to_f16(scale(rng) / std::max(range, 1.f)));
+  }
+  s.outliers = std::move(outliers);
+  std::normal_distribution<float> val(0.f, 1.f);
+  for (size_t i = 0; i < s.outliers.size(); ++i) s.outlier_values.push_back(4.f * val(rng));
+  for (size_t i = 0; i < (n - q) * d; ++i) s.plain.push_back(val(rng));
+  s.q = QuantRows{s.codes.data(), s.codes.size(), bits,           q,
+                  br,             bc,             s.zero.data(),  s.scale.data(),
+                  s.outliers.data(), s.outliers.size()};
+  return s;
+}
+
+struct Head {
+  Side k, v;
+  size_t decoded_rows = 0;  // rows the callback wrote (the blocks not fused)
+};
+
+void decode_head(const void* ctx, size_t r0, size_t r1, float* k, float* v) {
+  auto* h = const_cast<Head*>(static_cast<const Head*>(ctx));
+  h->k.decode(r0, r1, k);
+  h->v.decode(r0, r1, v);
+  h->decoded_rows += r1 - r0;
+}
+
+// attention_row_mixed over the heads' prefixes (and a short fp32 tail), fusing the
+// sides asked for; returns the output and adds the rows decoded to `decoded`.
+std::vector<float> attend(std::vector<Head>& heads, size_t n_heads, size_t d, bool fuse,
+                          const std::vector<float>& q, size_t& decoded) {
+  const size_t kvh = heads.size(), n = heads[0].k.n, tail_rows = 3, bt = 4;
+  const size_t n_ctx = n + tail_rows, blocks = (n_ctx + bt - 1) / bt;
+  std::vector<int32_t> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::mt19937 rng(3);
+  const std::vector<float> tk = test::random_floats(rng, blocks * kvh * bt * d);
+  const std::vector<float> tv = test::random_floats(rng, tk.size());
+  const PagedKv tail{tk.data(), tv.data(), DType::f32, bt, kvh, d, table.data()};
+  std::vector<DenseKvHead> prefix;
+  for (Head& h : heads) {
+    h.decoded_rows = 0;
+    prefix.push_back({nullptr, nullptr, n, DType::f32, &decode_head, &h,
+                      fuse ? &h.k.q : nullptr, fuse ? &h.v.q : nullptr});
+  }
+  std::vector<float> out(n_heads * d, NAN);
+  attention_row_mixed(q.data(), n_heads, prefix.data(), tail, n, n_ctx, 0.125f, out.data());
+  for (const Head& h : heads) decoded += h.decoded_rows;
+  return out;
+}
+
+struct Shape {
+  size_t br, bc;
+};
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(a[i])) << what << ", element " << i;
+    uint32_t x, y;
+    std::memcpy(&x, &a[i], 4);
+    std::memcpy(&y, &b[i], 4);
+    ASSERT_EQ(x, y) << what << ", element " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+TEST(dequant_attention, fused_blocks_give_the_bits_of_decoded_blocks_on_every_simd_path) {
+  constexpr size_t B = kMixedBlockRows;
+  const size_t n = 4 * B + 5, q = 3 * B + 9;  // a block with trailing plain rows, a partial one
+  test::for_each_simd_path([&](SimdPath path) {
+    std::mt19937 rng(7);
+    for (size_t d : {size_t(64), size_t(40), size_t(20)}) {
+      const Shape shapes[] = {{256, 1}, {B, 1}, {5, 3}, {1, 8}, {1, 16}, {1, 32},
+                              {1, d},   {4, d}, {3, 7}, {1, 2 * d}};
+      for (int bits = 1; bits <= 16; ++bits) {
+        for (const Shape& sh : shapes) {
+          const size_t br = std::min(sh.br, q);
+          for (size_t n_heads : {size_t(4), size_t(6)}) {  // 2 or 3 query heads per KV head
+            std::vector<Head> heads;
+            // KV head 0: an outlier in block 1 (keys) and block 2 (values); head 1 none.
+            heads.push_back({make_side(rng, n, q, d, bits, br, sh.bc, {uint32_t(B * d + 3)}),
+                             make_side(rng, n, q, d, bits, br, sh.bc, {uint32_t(2 * B * d + d - 1)})});
+            heads.push_back({make_side(rng, n, q, d, bits, br, sh.bc, {}),
+                             make_side(rng, n, q, d, bits, br, sh.bc, {})});
+            const std::vector<float> qv = test::random_floats(rng, n_heads * d, -2.f, 2.f);
+            const std::string what = std::string(simd_path_name(path)) + ", d " +
+                                     std::to_string(d) + ", " + std::to_string(bits) +
+                                     " bits, blocks " + std::to_string(br) + "x" +
+                                     std::to_string(sh.bc) + ", heads " + std::to_string(n_heads);
+            size_t unfused_rows = 0, fused_rows = 0;
+            const auto want = attend(heads, n_heads, d, false, qv, unfused_rows);
+            const auto got = attend(heads, n_heads, d, true, qv, fused_rows);
+            expect_same_bits(got, want, what);
+            // Unfused: every row of the 4 whole blocks and the 5-row rest, per KV head.
+            ASSERT_EQ(unfused_rows, 2 * n) << what;
+            // Fused: head 0 decodes blocks 1 and 2 (outliers), both heads block 3
+            // (rows past q) and the rest; every other block came from the codes.
+            ASSERT_EQ(fused_rows, (2 * B + B + 5) + (B + 5)) << what;
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(dequant_attention, quant_rows_plain_holds_only_for_quantized_rows_without_outliers) {
+  const std::vector<uint8_t> codes(64);
+  const std::vector<uint16_t> params(8);
+  const std::vector<uint32_t> outliers = {70, 200};
+  const QuantRows q{codes.data(), codes.size(), 4,  16, 4, 8, params.data(), params.data(),
+                    outliers.data(), outliers.size()};
+  const size_t d = 8;
+  EXPECT_TRUE(quant_rows_plain(q, d, 0, 8));     // elements [0, 64)
+  EXPECT_FALSE(quant_rows_plain(q, d, 8, 9));    // element 70
+  EXPECT_TRUE(quant_rows_plain(q, d, 9, 16));    // [72, 128)
+  EXPECT_FALSE(quant_rows_plain(q, d, 12, 17));  // past the 16 quantized rows
+  EXPECT_FALSE(quant_rows_plain(q, d, 4, 4));    // no rows
+  EXPECT_FALSE(quant_rows_plain(QuantRows{}, d, 0, 1));
+}
+
+TEST(dequant_attention, bad_blocks_are_refused_with_an_error_naming_them) {
+  const float q[16] = {};
+  const std::vector<float> rows(2 * 4 * 8);
+  const int32_t table[1] = {0};
+  const PagedKv one{rows.data(), rows.data(), DType::f32, 4, 1, 8, table};
+  const std::vector<uint8_t> codes(16), few(4);  // 32 codes of 4 bits; 8
+  const float zeros[16] = {}, *zr[4] = {zeros, zeros, zeros, zeros};
+  const QuantSideBlock ok{codes.data(), codes.size(), 4, 0, zr, zr, false, 1};
+  QuantSideBlock short_codes = ok, bad_bits = ok, no_scales = ok;
+  short_codes.codes_bytes = few.size();
+  bad_bits.bits = 17;
+  no_scales.scale = nullptr;
+  AttentionRowState s;
+  s.begin(q, 1, one, 4, 1.f);
+  test::expect_error_naming([&] { s.add_quantized(short_codes, ok); }, "run past");
+  test::expect_error_naming([&] { s.add_quantized(ok, bad_bits); }, "bits must be in 1..16");
+  test::expect_error_naming([&] { s.add_quantized(no_scales, ok); }, "no codes, zeros or scales");
+  const PagedKv two{rows.data(), rows.data(), DType::f32, 4, 2, 8, table};
+  s.begin(q, 2, two, 4, 1.f);
+  test::expect_error_naming([&] { s.add_quantized(ok, ok); }, "one KV head");
+  s.begin(q, 1, one, 4, 1.f);
+  s.add_quantized(ok, ok);
+  test::expect_error_naming([&] { s.add_quantized(ok, ok); }, "already added");
+}
+
+}  // namespace
+}  // namespace vc::cpu
