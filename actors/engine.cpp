@@ -34,10 +34,9 @@ using namespace vc;
 // group, each driving every rank. A rank has its own shard of every tier (its fast
 // memory, its full tier, its streamer). The drafter and the verifier run passes at
 // the same time, so their collectives must never meet: each has its own
-// communicator and so its own shards. Two shards of a rank share the checkpoint's
-// mapping (q/k/v, gate/up, embedding and LM head are row ranges of it) but each
-// holds its own copy of its o_proj and down_proj columns: o_proj and down_proj are
-// held twice in all (README, tensor parallelism in the engine).
+// communicator and so its own shard models; a rank's verifier shard is its drafter
+// shard over the other communicator (Model::with_comm), so the rank's weights, the
+// copied o_proj and down_proj columns included, are held once.
 struct Engine::Impl {
   EngineConfig cfg;
   std::shared_ptr<const Model> model;    // unsharded
@@ -124,7 +123,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
     try {
       for (int r = 0; r < cfg.tp; ++r) {
         draft_shards.push_back(Model::shard(m.model, r, draft_comm));
-        verify_shards.push_back(Model::shard(m.model, r, verify_comm));
+        verify_shards.push_back(Model::with_comm(draft_shards.back(), verify_comm));
       }
     } catch (const std::exception& e) {
       throw Error(std::string("EngineConfig.tp: ") + e.what());
@@ -231,12 +230,12 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
         validate_request(to_input(r), RequestLimits::of(m.model->config()), m.tokenizer.get());
     const GenerateOptions& o = v.options;
     s = make_draft_spec(ctx->id, v.prompt_ids, o);
-    if (m.cfg.tp > 1) {  // what the rank groups do not run yet (as TpGenerator)
+    // The adaptive draft length runs at any degree: the scheduler's one policy per
+    // request times the group's passes (rank 0's, which wait in every collective for
+    // the slowest rank) and sends every rank the same length.
+    if (m.cfg.tp > 1) {  // what the rank groups do not run yet
       const std::string tp = " is not supported with tensor parallelism (EngineConfig.tp " +
                              std::to_string(m.cfg.tp) + ") yet";
-      if (o.mode == DecodeMode::vericache && o.draft_auto)
-        throw Error("field 'draft': the adaptive draft length ('auto')" + tp +
-                    " (it times each rank's passes, which differ)");
       if (o.mode != DecodeMode::full && make_compressor(o.compressor)->stats_needs().hidden)
         throw Error("field 'compressor': '" + o.compressor +
                     "' scores hidden states per KV head of the whole model;" + tp);

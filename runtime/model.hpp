@@ -64,6 +64,13 @@ class Model {
   [[nodiscard]] static std::shared_ptr<const Model> shard(std::shared_ptr<const Model> base,
                                                           int rank,
                                                           std::shared_ptr<Communicator> comm);
+  /// The same shard (its rank, config and weights, the copied o_proj and down_proj
+  /// columns included, all shared, not copied) reducing through `comm` instead: a
+  /// second group of ranks over the same weights whose collectives never meet the
+  /// first's (the engine's drafter and verifier groups). `comm` must be of the
+  /// shard's degree; throws vc::Error naming what does not fit.
+  [[nodiscard]] static std::shared_ptr<const Model> with_comm(std::shared_ptr<const Model> shard,
+                                                              std::shared_ptr<Communicator> comm);
   /// Null for an unsharded model.
   [[nodiscard]] const TensorParallelRank* tp() const { return tp_ ? &*tp_ : nullptr; }
 
@@ -73,7 +80,8 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   std::vector<float> inv_freq_;
-  // Sharded models: the model whose mapped weights the row slices point into, and
+  // Sharded models: the model whose weights the slices point into (the unsharded
+  // model's mapping, or for with_comm the shard that owns the copied columns), and
   // the copied column slices.
   std::shared_ptr<const Model> base_;
   std::vector<std::vector<std::byte>> owned_;

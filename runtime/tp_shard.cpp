@@ -147,4 +147,21 @@ std::shared_ptr<const Model> Model::shard(std::shared_ptr<const Model> base, int
   return m;
 }
 
+std::shared_ptr<const Model> Model::with_comm(std::shared_ptr<const Model> shard,
+                                              std::shared_ptr<Communicator> comm) {
+  if (!shard || !comm) throw Error("Model::with_comm: no model or no communicator");
+  const TensorParallelRank* t = shard->tp();
+  if (t == nullptr) throw Error("Model::with_comm: the model is not a shard (Model::shard makes one)");
+  if (comm->degree() != t->degree)
+    throw Error("Model::with_comm: a communicator of " + std::to_string(comm->degree()) +
+                " ranks for a shard of a group of " + std::to_string(t->degree));
+  TensorParallelRank tp = *t;
+  tp.comm = comm;
+  tp.head_shards = std::make_shared<CommHeadShards>(comm, tp.rank, tp.global_kv_heads);
+  std::shared_ptr<Model> m(new Model(shard->dir(), shard->config(), shard->weights()));
+  m->base_ = std::move(shard);  // owns the columns the weights point into
+  m->tp_ = std::move(tp);
+  return m;
+}
+
 }  // namespace vc

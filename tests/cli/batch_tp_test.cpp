@@ -45,7 +45,9 @@ TEST(cli_batch_tp, lines_at_degree_two_equal_generate_at_degree_two_and_unsuppor
        {"draft", 6}, {"logprobs", true}, {"ignore_eos", true}},
       {{"prompt", prompt}, {"max_tokens", 20}, {"mode", "vericache"}, {"compressor", "laprox"},
        {"draft", 4}, {"temperature", 0.8}, {"seed", 7}, {"logprobs", true}, {"ignore_eos", true}},
-      {{"prompt", prompt}, {"max_tokens", 20}, {"mode", "vericache"}, {"draft", "auto"}},
+      {{"prompt", prompt}, {"max_tokens", 20}, {"mode", "vericache"}, {"compressor", "kvzap"}},
+      {{"prompt", prompt}, {"max_tokens", 20}, {"mode", "vericache"}, {"compressor", "snapkv"},
+       {"draft", "auto"}, {"logprobs", true}, {"ignore_eos", true}},
   };
   {
     std::ofstream in(d.path / "in.jsonl");
@@ -56,7 +58,7 @@ TEST(cli_batch_tp, lines_at_degree_two_equal_generate_at_degree_two_and_unsuppor
                                              (d.path / "out.jsonl").string(),
                                          true);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("4 requests, 3 ok, 1 failed | concurrency 4, 2 tensor-parallel ranks"),
+  EXPECT_NE(r.out.find("5 requests, 4 ok, 1 failed | concurrency 4, 2 tensor-parallel ranks"),
             std::string::npos)
       << r.out;
   const auto res = read_results(d.path / "out.jsonl");
@@ -76,7 +78,12 @@ TEST(cli_batch_tp, lines_at_degree_two_equal_generate_at_degree_two_and_unsuppor
   }
   EXPECT_GT(res[1]["stats"]["vericache"]["rounds"].get<int>(), 0);
   ASSERT_TRUE(res[3].contains("error"));
-  EXPECT_NE(res[3]["error"].get<std::string>().find("field 'draft'"), std::string::npos) << res[3];
+  EXPECT_NE(res[3]["error"].get<std::string>().find("field 'compressor': 'kvzap'"), std::string::npos)
+      << res[3];
+  // The adaptive draft length runs at degree 2 and decodes full decoding's bits.
+  ASSERT_FALSE(res[4].contains("error")) << res[4].dump();
+  EXPECT_EQ(res[4]["output_ids"], res[0]["output_ids"]);
+  EXPECT_EQ(res[4]["output_logprobs"].dump(), res[0]["output_logprobs"].dump());
 }
 
 TEST(cli_batch_tp, a_degree_that_does_not_split_the_heads_is_one_error_line_and_exit_1) {

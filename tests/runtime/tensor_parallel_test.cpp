@@ -113,6 +113,60 @@ TEST(model_shard, splits_heads_mlp_and_vocabulary_and_replicates_kv_heads_when_f
                             "degree 3 does not split the model's 4 attention heads");
 }
 
+TEST(model_shard, with_comm_shares_the_shards_weights_and_errors_name_what_does_not_fit) {
+  const auto base = test::tinycode();
+  auto a = std::make_shared<CpuCommunicator>(2), b = std::make_shared<CpuCommunicator>(2);
+  const auto s = Model::shard(base, 1, a);
+  const auto t = Model::with_comm(s, b);
+  ASSERT_NE(t->tp(), nullptr);
+  EXPECT_EQ(t->tp()->comm, b);
+  EXPECT_EQ(t->tp()->rank, 1);
+  EXPECT_EQ(t->tp()->first_head, s->tp()->first_head);
+  EXPECT_NE(t->tp()->head_shards, s->tp()->head_shards) << "its own group's view of the KV heads";
+  EXPECT_EQ(t->config().num_heads, s->config().num_heads);
+  for (size_t l = 0; l < s->weights().layers.size(); ++l) {
+    const LayerWeights &x = s->weights().layers[l], &y = t->weights().layers[l];
+    // The copied columns are the shard's own buffers, held once.
+    EXPECT_EQ(y.wo.data, x.wo.data) << "layer " << l;
+    EXPECT_EQ(y.w_down.data, x.w_down.data) << "layer " << l;
+    EXPECT_EQ(y.wq.data, x.wq.data) << "layer " << l;
+  }
+  EXPECT_EQ(t->weights().embed.data, s->weights().embed.data);
+  test::expect_error_naming([&] { (void)Model::with_comm(base, b); }, "not a shard");
+  test::expect_error_naming([&] { (void)Model::with_comm(s, std::make_shared<CpuCommunicator>(4)); },
+                            "a communicator of 4 ranks for a shard of a group of 2");
+  test::expect_error_naming([&] { (void)Model::with_comm(s, nullptr); }, "no communicator");
+}
+
+TEST(model_shard, two_groups_over_one_set_of_shards_run_at_once_and_decode_the_same_bits) {
+  // The engine's drafter and verifier groups: rank r's verifier shard is its drafter
+  // shard over another communicator, and both groups run passes at the same time.
+  const auto base = test::tinycode();
+  constexpr int d = 2;
+  auto a = std::make_shared<CpuCommunicator>(d), b = std::make_shared<CpuCommunicator>(d);
+  GeneratorConfig gc;
+  gc.max_context = 256;
+  gc.threads = 1;
+  std::vector<std::shared_ptr<const Model>> shards;  // group a's ranks, then group b's
+  for (int r = 0; r < d; ++r) shards.push_back(Model::shard(base, r, a));
+  for (int r = 0; r < d; ++r) shards.push_back(Model::with_comm(shards[size_t(r)], b));
+  std::vector<std::unique_ptr<Generator>> gens;
+  for (const auto& s : shards)
+    gens.push_back(std::make_unique<Generator>(s, test::tinycode_tokenizer(), gc));
+  std::mt19937 rng(17);
+  const auto p = test::random_tokens(rng, 60, base->config().vocab_size, base->config().bos_token_id);
+  GenerateOptions o;
+  o.max_tokens = 16;
+  o.stop_at_eos = false;
+  std::vector<GenerateResult> out(gens.size());
+  on_ranks(int(gens.size()), [&](int i) { out[size_t(i)] = gens[size_t(i)]->generate(p, o); });
+  for (size_t i = 1; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].output_ids, out[0].output_ids) << "rank " << i % d << " of group " << i / d;
+    EXPECT_EQ(0, std::memcmp(out[i].output_logprobs.data(), out[0].output_logprobs.data(),
+                             out[0].output_logprobs.size() * sizeof(float)));
+  }
+}
+
 GenerateOptions options(DecodeMode mode, int tokens, bool sampled = false) {
   GenerateOptions o;
   o.mode = mode;

@@ -176,9 +176,9 @@ int run_throughput(const ThroughputArgs& a) {
     } catch (const std::exception& e) {
       throw Error(std::string("--tp: ") + e.what());
     }
-    if (a.draft == "auto" || make_compressor(a.compressor)->stats_needs().hidden)
-      throw Error("--tp: draft auto and compressors that score hidden states are not supported "
-                  "with tensor parallelism yet");
+    if (make_compressor(a.compressor)->stats_needs().hidden)
+      throw Error("--tp: compressors that score hidden states are not supported with tensor "
+                  "parallelism yet");
   }
   for (size_t ctx : a.contexts)
     if (ctx + size_t(a.gen_tokens) > size_t(mc.max_position_embeddings))
