@@ -1,8 +1,7 @@
-// The CLI's signal handling: self-pipe from an async-signal-safe handler to a
-// watcher thread that cleans up and exits (interrupt.hpp).
+// The CLI's signal handling: a watcher thread takes the signals with sigwait, cleans
+// up and exits (interrupt.hpp).
 #include "tools/vericache/interrupt.hpp"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -22,21 +21,13 @@ namespace vc::cli {
 
 namespace {
 
-int g_pipe[2] = {-1, -1};
 std::atomic<int> g_signals{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
 
-// Async-signal-safe: an atomic, write, and on a second signal the registry's
-// removal and _exit.
+// Runs only for a second signal (on the watcher, once it has unblocked them) or in a
+// forked child: async-signal-safe removal of the scratch, then _exit.
 void on_signal(int signo) {
-  const int saved_errno = errno;
-  if (g_signals.fetch_add(1) == 0) {
-    const unsigned char b = static_cast<unsigned char>(signo);
-    if (::write(g_pipe[1], &b, 1) == 1) {
-      errno = saved_errno;
-      return;
-    }
-  }
+  g_signals.fetch_add(1);
   remove_all_scratch();
   ::_exit(128 + signo);
 }
@@ -58,18 +49,28 @@ const char* signal_name(int signo) {
 }
 
 void watch() {
-  // The one thread that takes these signals (install_interrupt_handlers blocks them
-  // in every other thread).
+  // The signals are blocked in every thread, this one too, so no handler runs for
+  // the first one: sigwait takes it off the process's queue here, synchronously.
+  // (A handler can be deferred: ThreadSanitizer runs it at the receiving thread's
+  // next safe point, which a thread parked in read() or a futex never reaches.)
   sigset_t ours = interrupt_signals();
-  ::pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
-  unsigned char b = 0;
+  int signo = 0;
   for (;;) {
-    const ssize_t n = ::read(g_pipe[0], &b, 1);
-    if (n == 1) break;
-    if (n < 0 && errno == EINTR) continue;
-    return;  // the pipe is gone: nothing to watch
+    if (::sigwait(&ours, &signo) != 0) continue;
+    // A command that installed its own handler since (serve: the first SIGINT or
+    // SIGTERM drains, the second exits) gets it called here, on this thread.
+    struct sigaction now {};
+    if (::sigaction(signo, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) == 0 &&
+        now.sa_handler != on_signal && now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN) {
+      now.sa_handler(signo);
+      continue;
+    }
+    break;
   }
-  const int signo = b;
+  g_signals.fetch_add(1);
+  // From now on a second signal runs the handler here: it removes the scratch and
+  // exits at once, should this removal hang.
+  ::pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
   const size_t dirs = remove_all_scratch();
   spdlog::warn("interrupted by {}: stopped, removed {} disk tier scratch director{}, exit status {}",
                signal_name(signo), dirs, dirs == 1 ? "y" : "ies", 128 + signo);
@@ -80,8 +81,6 @@ void watch() {
 }  // namespace
 
 void install_interrupt_handlers() {
-  if (::pipe2(g_pipe, O_CLOEXEC) != 0)
-    throw Error(std::string("cannot create the signal pipe: ") + std::strerror(errno));
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -90,11 +89,9 @@ void install_interrupt_handlers() {
     if (::sigaction(s, &sa, nullptr) != 0)
       throw Error(std::string("cannot install the handler for ") + signal_name(s) + ": " +
                   std::strerror(errno));
-  // Blocked here, so in every thread made from now on; the watcher unblocks them, so
-  // the handler always runs on the watcher while it waits in read(). Otherwise the
-  // kernel may pick a thread parked in a raw futex wait (a std::future), and a runtime
-  // that defers handlers to a safe point (ThreadSanitizer does) runs it only when that
-  // wait ends: minutes later. A signal arriving before the watcher starts stays pending.
+  // Blocked here, so in every thread made from now on (the watcher included, which
+  // takes them with sigwait). A signal arriving before the watcher starts stays
+  // pending until it does.
   sigset_t ours = interrupt_signals();
   if (const int rc = ::pthread_sigmask(SIG_BLOCK, &ours, nullptr); rc != 0)
     throw Error(std::string("cannot block the interrupt signals: ") + std::strerror(rc));
@@ -107,7 +104,7 @@ void wait_if_interrupted() {
 }
 
 void handle_interrupts_without_watcher() {
-  g_signals.store(1);  // as after a first signal: the handler cleans up and exits itself
+  g_signals.store(1);  // the handler cleans up and exits at once
   sigset_t ours = interrupt_signals();
   ::pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
 }

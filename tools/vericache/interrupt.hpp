@@ -6,12 +6,12 @@
 
 namespace vc::cli {
 
-/// Installs the handlers; call once, before any work. The handler itself only
-/// writes the signal number to a pipe; a watcher thread reads it, deletes the
-/// scratch and calls _exit. A second signal while that runs deletes the scratch
-/// from the handler (async-signal-safe) and exits at once.
-/// The signals are blocked in the calling thread (call it before making any other
-/// thread) and taken only by the watcher thread.
+/// Installs the handling; call once, before any work. The signals are blocked in the
+/// calling thread (call it before making any other thread) and so in every thread;
+/// a watcher thread takes the first with sigwait, deletes the scratch and calls
+/// _exit. A second signal while that runs deletes the scratch from a handler
+/// (async-signal-safe) and exits at once. A command that installs its own handler
+/// for one of them afterwards (serve) has it called by the watcher instead.
 void install_interrupt_handlers();
 
 /// When a signal came: waits for the watcher to exit the process (so a command that
