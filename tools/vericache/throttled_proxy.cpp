@@ -53,13 +53,14 @@ ThrottledProxy::ThrottledProxy(std::string upstream_host, int upstream_port, dou
     throw Error("throttling proxy for " + host_ + ":" + std::to_string(upstream_port_) +
                 ": cannot listen on a loopback port");
   port_ = ntohs(a.sin_port);
-  threads_.emplace_back([this] { accept_loop(); });
+  accept_thread_ = std::thread([this] { accept_loop(); });
 }
 
 ThrottledProxy::~ThrottledProxy() {
   stop_ = true;
   shutdown(listen_fd_, SHUT_RDWR);
   close(listen_fd_);
+  accept_thread_.join();  // no pump is added from now on
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (int fd : fds_) shutdown(fd, SHUT_RDWR);

@@ -41,7 +41,8 @@ class ThrottledProxy {
   std::atomic<size_t> reply_bytes_{0};
   std::mutex mu_;
   std::vector<int> fds_;
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_;  // the pumps, added by the accept thread under mu_
+  std::thread accept_thread_;
   std::chrono::steady_clock::time_point next_free_;  // when the link is idle again
 };
 
