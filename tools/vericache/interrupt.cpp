@@ -23,6 +23,7 @@ namespace {
 
 std::atomic<int> g_signals{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
+std::atomic<InterruptHook> g_hook{nullptr};
 
 // Runs only for a second signal (on the watcher, once it has unblocked them) or in a
 // forked child: async-signal-safe removal of the scratch, then _exit.
@@ -57,14 +58,9 @@ void watch() {
   int signo = 0;
   for (;;) {
     if (::sigwait(&ours, &signo) != 0) continue;
-    // A command that installed its own handler since (serve: the first SIGINT or
-    // SIGTERM drains, the second exits) gets it called here, on this thread.
-    struct sigaction now {};
-    if (::sigaction(signo, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) == 0 &&
-        now.sa_handler != on_signal && now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN) {
-      now.sa_handler(signo);
+    // A command's own handling first (serve: the first SIGINT or SIGTERM drains).
+    if (const InterruptHook hook = g_hook.load(std::memory_order_acquire); hook && hook(signo))
       continue;
-    }
     break;
   }
   g_signals.fetch_add(1);
@@ -97,6 +93,8 @@ void install_interrupt_handlers() {
     throw Error(std::string("cannot block the interrupt signals: ") + std::strerror(rc));
   std::thread(watch).detach();
 }
+
+void set_interrupt_hook(InterruptHook hook) { g_hook.store(hook, std::memory_order_release); }
 
 void wait_if_interrupted() {
   if (g_signals.load() == 0) return;

@@ -10,9 +10,15 @@ namespace vc::cli {
 /// calling thread (call it before making any other thread) and so in every thread;
 /// a watcher thread takes the first with sigwait, deletes the scratch and calls
 /// _exit. A second signal while that runs deletes the scratch from a handler
-/// (async-signal-safe) and exits at once. A command that installs its own handler
-/// for one of them afterwards (serve) has it called by the watcher instead.
+/// (async-signal-safe) and exits at once.
 void install_interrupt_handlers();
+
+/// A command's own handling (serve drains on SIGINT/SIGTERM): the watcher calls
+/// hook(signo) for each signal it takes; true means handled (the watcher waits for
+/// the next one), false the default (delete the scratch, exit). Everything the hook
+/// reads that was set before this call is visible to it.
+using InterruptHook = bool (*)(int signo);
+void set_interrupt_hook(InterruptHook hook);
 
 /// When a signal came: waits for the watcher to exit the process (so a command that
 /// ended because its scratch was deleted under it does not exit 0 or print errors

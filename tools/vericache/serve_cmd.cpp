@@ -26,6 +26,7 @@
 #include "tools/server/chat_template.hpp"
 #include "tools/server/tool_calls.hpp"
 #include "tools/server/http_server.hpp"
+#include "tools/vericache/interrupt.hpp"
 #include "tools/server/server_metrics.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
@@ -84,11 +85,12 @@ void on_stop_signal(int signo) {
 void install_drain_handlers() {
   if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0)
     throw Error(std::string("cannot create the signal pipe: ") + std::strerror(errno));
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int s : {SIGINT, SIGTERM}) ::sigaction(s, &sa, nullptr);
+  // The CLI's watcher thread takes the signals (interrupt.hpp) and calls this.
+  set_interrupt_hook([](int signo) {
+    if (signo != SIGINT && signo != SIGTERM) return false;  // SIGHUP: clean up, exit
+    on_stop_signal(signo);
+    return true;
+  });
   ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error value, not a signal
 }
 
