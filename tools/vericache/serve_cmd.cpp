@@ -26,9 +26,9 @@
 #include "tools/server/chat_template.hpp"
 #include "tools/server/tool_calls.hpp"
 #include "tools/server/http_server.hpp"
-#include "tools/vericache/interrupt.hpp"
 #include "tools/server/server_metrics.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/interrupt.hpp"
 #include "tools/vericache/options.hpp"
 
 namespace vc::cli {
