@@ -266,9 +266,12 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
     ctx->result.stats.fast_bytes_reserved = need.total();
     if (m.remote && s.mode != DecodeMode::full) {
       ctx->remote = true;
-      ctx->remote_limit =
-          remote_prefix_limit(*make_compressor(s.compressor, s.compressor_params), s.prompt.size(),
-                              s.stats_window);
+      const auto compressor = make_compressor(s.compressor, s.compressor_params);
+      ctx->remote_limit = remote_prefix_limit(*compressor, s.prompt.size(), s.stats_window);
+      // The view's compressed chunks are published for compressed-first fetches,
+      // which a compressor scoring hidden states never makes (remote_prefix.hpp).
+      s.copy_view = !compressor->stats_needs().hidden &&
+                    s.prompt.size() >= m.remote->layout().chunk_tokens;
     }
     ctx->policy = o.draft_auto ? DraftLengthPolicy::adaptive(64)
                                : DraftLengthPolicy::fixed(o.draft_length);

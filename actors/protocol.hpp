@@ -106,14 +106,23 @@ struct remote_fetched_msg {
   std::string error;
 };
 /// scheduler -> net_fetcher, once per request after its prefill (when the prompt
-/// has complete chunks the store lacked): queue the prompt's chunks from
-/// `first_chunk` on (read from request `id` of `tier` now) for write-behind
-/// publishing. Answered with the number of chunks queued (0 after a tier fault).
+/// has complete chunks): queue for write-behind publishing the prompt's full chunks
+/// from `first_chunk` on (the ones the store lacked, read from request `id` of
+/// `tier` now) and, with `view`, the compressed form of its chunks from the first
+/// (each chunk's slice of the view, keyed by `view_spec`, see compressor_spec()).
+/// Answered by remote_published_msg.
 struct remote_publish_msg {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
   size_t first_chunk = 0;
   FullTier* tier = nullptr;
+  std::shared_ptr<const CompressedView> view;
+  std::string view_spec;
+};
+/// net_fetcher -> the sender of remote_publish_msg: the chunks queued (0 full
+/// chunks after a tier fault: the entry was gone or unreadable).
+struct remote_published_msg {
+  size_t chunks = 0, compressed_chunks = 0;
 };
 /// engine -> scheduler, once at start: the worker actors (spawned after it);
 /// net_fetcher is invalid when no remote store is configured.
@@ -141,5 +150,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::shutdown_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetch_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetched_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_publish_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_published_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::LayerStreamer>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::StreamerGroup>)

@@ -28,10 +28,14 @@ void ActorOutbox::remote_fetch(uint64_t id, const std::vector<int32_t>& prompt,
             });
 }
 void ActorOutbox::remote_publish(uint64_t id, const std::vector<int32_t>& prompt,
-                                 size_t first_chunk) {
+                                 size_t first_chunk, std::shared_ptr<const CompressedView> view,
+                                 const std::string& view_spec) {
   SchedulerCore* core = core_;
-  self_->request(w_.net_fetcher, caf::infinite, remote_publish_msg{id, prompt, first_chunk, tier_})
-      .then([core, id](size_t chunks) { core->on_remote_published(id, chunks); },
+  self_->request(w_.net_fetcher, caf::infinite,
+                 remote_publish_msg{id, prompt, first_chunk, tier_, std::move(view), view_spec})
+      .then([core, id](remote_published_msg& m) {
+              core->on_remote_published(id, m.chunks, m.compressed_chunks);
+            },
             [core, id](caf::error&) { core->on_remote_published(id, 0); });
 }
 void ActorOutbox::release_tier(uint64_t id) {

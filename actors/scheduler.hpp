@@ -28,7 +28,8 @@ class ActorOutbox final : public Outbox {
   void release(uint64_t id, bool full_tier) override;
   void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
                     size_t create_positions) override;
-  void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk) override;
+  void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
+                      std::shared_ptr<const CompressedView> view, const std::string& view_spec) override;
   void release_tier(uint64_t id) override;
 
  private:

@@ -112,13 +112,14 @@ void SchedulerCore::on_remote_fetched(uint64_t id, const RemoteFetch& f, const s
   check_barriers();
 }
 
-void SchedulerCore::on_remote_published(uint64_t id, size_t chunks) {
+void SchedulerCore::on_remote_published(uint64_t id, size_t chunks, size_t compressed_chunks) {
   auto it = publishing_.find(id);
   if (it == publishing_.end()) return;
   auto c = std::move(it->second);
   publishing_.erase(it);
   c->remote_publishing = false;
   c->result.stats.remote_chunks_published = chunks;
+  c->result.stats.remote_compressed_chunks_published = compressed_chunks;
   // lossy decodes from its view alone: the entry goes as soon as it is copied.
   if (c->phase == RequestCtx::Phase::done || c->spec.mode == DecodeMode::lossy) free_tier(*c);
   if (c->result_pending) {
@@ -179,12 +180,16 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
   c->result.stats.compressed_bytes = r.compressed_bytes;
   c->result.stats.compressed_full_bytes = r.compressed_full_bytes;
   c->result.stats.fast_bytes_peak = std::max(c->result.stats.fast_bytes_peak, r.fast_bytes_peak);
-  if (c->tier_held) {  // remote: publish the complete chunks the store lacked
+  if (c->tier_held) {
+    // remote: publish the complete chunks the store lacked, and the view's chunks
     const size_t first = c->spec.remote_cached / remote_chunk_;
-    if (c->spec.prompt.size() / remote_chunk_ > first) {
+    const size_t complete = c->spec.prompt.size() / remote_chunk_;
+    const bool view = r.view && complete > 0;
+    if (complete > first || view) {
       c->remote_publishing = true;
       publishing_[c->id] = c;
-      out_.remote_publish(c->id, c->spec.prompt, first);
+      out_.remote_publish(c->id, c->spec.prompt, first, view ? r.view : nullptr,
+                          compressor_spec(c->spec.compressor, c->spec.compressor_params, c->spec.ratio));
     } else if (c->spec.mode == DecodeMode::lossy) {
       free_tier(*c);
     }

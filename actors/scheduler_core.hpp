@@ -73,10 +73,12 @@ class Outbox {
   /// most `max_positions`; answered through SchedulerCore::on_remote_fetched.
   virtual void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt,
                             size_t max_positions, size_t create_positions) = 0;
-  /// Queue the prompt's chunks from `first_chunk` on for write-behind publishing;
-  /// answered through SchedulerCore::on_remote_published.
-  virtual void remote_publish(uint64_t id, const std::vector<int32_t>& prompt,
-                              size_t first_chunk) = 0;
+  /// Queue for write-behind publishing the prompt's full chunks from `first_chunk`
+  /// on and, with `view`, its compressed chunks (keyed by `view_spec`); answered
+  /// through SchedulerCore::on_remote_published.
+  virtual void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
+                              std::shared_ptr<const CompressedView> view,
+                              const std::string& view_spec) = 0;
   /// Free request `id`'s full-tier entry (after the mover's pending writes).
   virtual void release_tier(uint64_t id) = 0;
 };
@@ -134,8 +136,9 @@ class SchedulerCore {
   /// The net_fetcher's answer: the prefix now in the tier (f.positions), or `error`
   /// (the entry could not be made: the request fails, as a local prefill would).
   void on_remote_fetched(uint64_t id, const RemoteFetch& f, const std::string& error);
-  /// The publish was queued (`chunks` of it): the entry may be freed now.
-  void on_remote_published(uint64_t id, size_t chunks);
+  /// The publish was queued (`chunks` full and `compressed_chunks` compressed
+  /// chunks of it): the entry may be freed now.
+  void on_remote_published(uint64_t id, size_t chunks, size_t compressed_chunks = 0);
   /// Cancels everything (engine shutdown).
   void cancel_all();
 

@@ -120,6 +120,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     if (r.view) {
       out.compressed_bytes = r.view->stored_bytes();
       out.compressed_full_bytes = r.view->full_bytes();
+      if (spec.copy_view) out.view = std::make_shared<const CompressedView>(*r.view);
     }
     out.fast_bytes_peak = note_fast(r);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

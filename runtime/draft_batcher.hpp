@@ -43,6 +43,9 @@ struct DraftSpec {
   /// after a lossy prefill, nor at release().
   bool tier_ready = false;
   size_t remote_cached = 0;
+  /// Remote prefix cache: PrefillResult::view gets a copy of the prompt's view, for
+  /// publishing its compressed chunks (lossy, vericache).
+  bool copy_view = false;
 };
 
 /// The drafter's view of a generate request: its prompt and the options that shape
@@ -58,6 +61,9 @@ struct PrefillResult {
   size_t compressed_bytes = 0, compressed_full_bytes = 0;
   size_t fast_bytes_peak = 0;  // the request's fast memory so far (view + blocks)
   double seconds = 0;
+  /// With DraftSpec::copy_view: a copy of the prompt's compressed view (host
+  /// memory, not charged to the fast-memory budget; freed once published).
+  std::shared_ptr<const CompressedView> view;
 };
 
 /// A finished block: drafts (vericache) or final tokens (full, lossy).

@@ -61,7 +61,9 @@ Generator::Generator(std::shared_ptr<const Model> model,
     throw Error("full tier: '" + cfg.full_tier + "' is not one of host, disk");
   if (!cfg.remote_url.empty())  // a bad URL fails here, in one line
     remote_ = open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens, cfg.remote_ttl_seconds,
-                                cfg.remote_timeout_ms, cfg.remote_retry_ms},
+                                cfg.remote_timeout_ms, cfg.remote_retry_ms,
+                                model_->tp() ? size_t(model_->tp()->rank) : 0,
+                                model_->tp() ? size_t(model_->tp()->degree) : 1},
                                cache_.config(), model_->dir());
 }
 

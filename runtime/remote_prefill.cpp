@@ -31,6 +31,8 @@
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/compression.hpp"
 #include "runtime/generator_request.hpp"
+#include "runtime/model.hpp"
+#include "runtime/tp_comm.hpp"
 #include "runtime/layer_streamer.hpp"
 #include "runtime/remote_prefix.hpp"
 #include "runtime/streamed_prefill.hpp"
@@ -47,11 +49,42 @@ void note_full_fetch(GenerateStats& s, const RemoteFetch& f) {
   s.remote_stop_reason = f.stop_reason;
 }
 
+// The fewest and the most positions any rank of `tp`'s group fetched.
+std::pair<size_t, size_t> prefix_range(const TensorParallelRank& tp, size_t positions) {
+  std::vector<float> all(size_t(tp.degree));
+  const float mine = float(positions);  // exact: prompts stay far below 2^24 positions
+  tp.comm->all_gather(tp.rank, &mine, 1, all.data());
+  const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
+  return {size_t(*lo), size_t(*hi)};
+}
+
 }  // namespace
 
 size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prompt) {
   const size_t limit = remote_prefix_limit(*rq.compressor, prompt.size(), rq.opt.stats_window);
-  const RemoteFetch f = remote_->fetch_prefix(prompt, limit, *full_tier_, rq.tier_id);
+  RemoteFetch f = remote_->fetch_prefix(prompt, limit, *full_tier_, rq.tier_id);
+  // Tensor parallelism: each rank fetched its own shard's chunks, and a chunk may be
+  // missing for one rank alone (evicted, corrupt). The ranks prefill from the same
+  // position (their passes meet in collectives): the shortest prefix any rank has.
+  // A rank that fetched more refetches up to it into a fresh entry; after two
+  // disagreements every rank takes nothing.
+  if (const TensorParallelRank* tp = model_->tp(); tp && tp->degree > 1) {
+    for (int attempt = 0;; ++attempt) {
+      const auto [lo, hi] = prefix_range(*tp, f.positions);
+      if (lo == hi) break;
+      if (f.positions == lo) continue;  // the others come down to it
+      const size_t keep = attempt < 2 ? lo : 0;
+      const double seconds = f.seconds;
+      full_tier_->release(rq.tier_id);
+      full_tier_->create(rq.tier_id, prompt.size() + size_t(std::max(rq.steps, 0)));
+      f = keep > 0 ? remote_->fetch_prefix(prompt, keep, *full_tier_, rq.tier_id) : RemoteFetch{};
+      f.seconds += seconds;
+      if (f.positions == keep)
+        f.stop_reason = "the tensor-parallel ranks' cached prefixes differ (" + std::to_string(lo) +
+                        " to " + std::to_string(hi) + " positions): every rank takes " +
+                        std::to_string(keep);
+    }
+  }
   note_full_fetch(rq.result.stats, f);
   return f.positions;
 }
@@ -63,7 +96,10 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
   const std::string spec = compressor_spec(opt.compressor, opt.compressor_params, opt.ratio);
   // KVzap scores every prompt row from its hidden state (a fetched view would leave
   // the request's score log without them): its prompt is computed locally.
-  if (cfg_.remote_compressed_first && !rq.compressor->stats_needs().hidden) {
+  // Tensor parallelism takes the full flow: the drafter's head start depends on when
+  // each rank's full chunks arrive, which the ranks' lock step cannot follow yet.
+  const bool ranks = model_->tp() && model_->tp()->degree > 1;
+  if (cfg_.remote_compressed_first && !ranks && !rq.compressor->stats_needs().hidden) {
     RemoteCompressedFetch cf = remote_->fetch_compressed(prompt, prompt.size() - 1, spec);
     s.remote_compressed_chunks_hit = cf.chunks;
     s.remote_compressed_positions = cf.positions;
@@ -79,7 +115,9 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
   // Write-behind: copies the chunks, never waits for the store.
   const size_t chunk = remote_->layout().chunk_tokens;
   s.remote_chunks_published = remote_->publish(prompt, cached / chunk, *full_tier_, rq.tier_id);
-  if (p.view) s.remote_compressed_chunks_published = remote_->publish_compressed(prompt, 0, *p.view, spec);
+  // Compressed chunks serve compressed-first fetches: degree 1's, not KVzap's.
+  if (p.view && !ranks && !rq.compressor->stats_needs().hidden)
+    s.remote_compressed_chunks_published = remote_->publish_compressed(prompt, 0, *p.view, spec);
   return p;
 }
 

@@ -16,6 +16,8 @@ std::unique_ptr<RemoteTier> open_remote_tier(const RemoteSettings& s, const KvCa
   rc.ttl_seconds = s.ttl_seconds;
   rc.timeouts.connect = rc.timeouts.io = std::chrono::milliseconds(s.timeout_ms);
   rc.retry_after = std::chrono::milliseconds(s.retry_ms);
+  rc.tp_rank = s.tp_rank;
+  rc.tp_degree = s.tp_degree;
   return std::make_unique<RemoteTier>(rc, kv, model_fingerprint(model_dir));
 }
 

@@ -20,8 +20,6 @@ TpGenerator::TpGenerator(std::shared_ptr<const Model> model,
     : tokenizer_(std::move(tokenizer)), comm_(std::move(comm)) {
   if (!comm_) throw Error("tensor parallelism: no communicator");
   const int degree = comm_->degree();
-  if (degree > 1 && !cfg.remote_url.empty())
-    throw Error("tensor parallelism: a remote prefix cache is not supported with --tp > 1 yet");
   if (cfg.threads <= 0) cfg.threads = std::max(1, default_thread_count() / degree);
   for (int r = 0; r < degree; ++r)
     ranks_.push_back(
@@ -41,9 +39,6 @@ GenerateResult TpGenerator::generate(std::span<const int32_t> prompt_ids,
                                      const GenerateOptions& opt, const TokenCallback& on_token) {
   const int d = degree();
   if (d > 1) {
-    if (opt.mode == DecodeMode::vericache && opt.draft_auto)
-      throw Error("tensor parallelism: the adaptive draft length (--draft auto) is not supported "
-                  "with --tp > 1 yet (it times each rank's passes, which differ)");
     if (opt.mode != DecodeMode::full && make_compressor(opt.compressor)->stats_needs().hidden)
       throw Error("tensor parallelism: compressor '" + opt.compressor +
                   "' scores hidden states per KV head of the whole model; not supported with "
@@ -83,6 +78,7 @@ GenerateResult TpGenerator::generate(std::span<const int32_t> prompt_ids,
     s.fast_bytes_end += t.fast_bytes_end;
     s.fast_bytes_peak += t.fast_bytes_peak;
     s.fast_kv_bytes_peak += t.fast_kv_bytes_peak;
+    s.remote_bytes_full += t.remote_bytes_full;  // each rank fetched its own shard's chunks
   }
   return out;
 }

@@ -26,7 +26,10 @@ namespace vc {
 class TpGenerator {
  public:
   /// threads in cfg: per rank (0: the hardware's cores split between the ranks).
-  /// cfg.fast_memory_bytes and cfg.full_tier_bytes are per rank.
+  /// cfg.fast_memory_bytes and cfg.full_tier_bytes are per rank. With
+  /// cfg.remote_url each rank fetches and publishes its own shard's chunks (keys
+  /// carry the rank and degree), in the full flow (compressed first is degree 1's),
+  /// and the ranks prefill from the shortest prefix any of them fetched.
   TpGenerator(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
               int degree, GeneratorConfig cfg = {});
   /// Ranks over `comm` (a CpuCommunicator, or an NcclCommunicator for GPU ranks).
@@ -37,8 +40,8 @@ class TpGenerator {
   /// As Generator::generate. Byte counts in the stats are summed over the ranks
   /// (each rank holds its shard); the rest are rank 0's. `on_token` runs on the
   /// calling thread, and its answer reaches every rank. Throws vc::Error for what
-  /// tensor parallelism does not run yet (adaptive draft length, a remote store,
-  /// compressors that score hidden states) and for any rank's failure.
+  /// tensor parallelism does not run yet (compressors that score hidden states) and for any rank's failure. With the adaptive draft length every
+  /// rank's policy observes rank 0's timings, so the ranks draft the same lengths.
   [[nodiscard]] GenerateResult generate(std::span<const int32_t> prompt_ids,
                                         const GenerateOptions& opt,
                                         const TokenCallback& on_token = {});

@@ -26,6 +26,8 @@
 #include "runtime/draft_length.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/layer_streamer.hpp"
+#include "runtime/model.hpp"
+#include "runtime/tp_comm.hpp"
 #include "runtime/verifier.hpp"
 
 namespace vc {
@@ -36,6 +38,16 @@ std::unique_ptr<FullTier> make_full_tier(const GeneratorConfig& cfg, const KvCac
   // A private directory per tier under disk_dir ("" = the temp dir).
   if (cfg.full_tier == "disk") return std::make_unique<DiskFullTier>(kv, cfg.disk_dir);
   return std::make_unique<HostFullTier>(kv);
+}
+
+// Rank 0's two timings on every rank of `tp`'s group (as floats, on rank 0 too, so
+// every rank holds the same values); no-op outside tensor parallelism.
+void share_rank0_seconds(const TensorParallelRank* tp, double (&seconds)[2]) {
+  if (!tp || tp->degree <= 1) return;
+  float v[2] = {0.0f, 0.0f};
+  if (tp->rank == 0) v[0] = float(seconds[0]), v[1] = float(seconds[1]);
+  tp->comm->all_reduce_sum(tp->rank, v, 2);
+  seconds[0] = v[0], seconds[1] = v[1];
 }
 
 }  // namespace
@@ -190,7 +202,11 @@ void Generator::decode_verified(Request& rq) {
     st.accepted_histogram[std::min(n, hist_size - 1)] += 1;
     st.draft_seconds += draft_s;
     st.verify_seconds += verify_s;
-    policy.observe(L, n, draft_s, verify_s);
+    // Under tensor parallelism every rank's adaptive policy observes rank 0's times,
+    // so the ranks choose the same lengths (their own passes take different times).
+    double seconds[2] = {draft_s, verify_s};
+    if (opt.draft_auto) share_rank0_seconds(model_->tp(), seconds);
+    policy.observe(L, n, seconds[0], seconds[1]);
     p0 += n + 1;
   }
   const TierBytes after = full_tier_->bytes();

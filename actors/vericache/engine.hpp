@@ -129,6 +129,7 @@ struct RequestStats {
   double remote_fetch_seconds = 0;
   std::string remote_stop_reason;   ///< why the cached prefix ended there ("" = at the limit)
   size_t remote_chunks_published = 0;  ///< chunks queued for write-behind publishing
+  size_t remote_compressed_chunks_published = 0;  ///< the view's chunks queued likewise
 };
 
 struct Result {

@@ -128,7 +128,8 @@ TEST(engine_remote, a_second_submission_takes_its_prefix_from_the_store_and_deco
       EXPECT_TRUE(cold.stats.remote);
       EXPECT_EQ(0u, cold.stats.remote_chunks_hit) << cold.stats.remote_stop_reason;
       EXPECT_EQ(2u, cold.stats.remote_chunks_published) << what;
-      wait_for_chunks(server.url(), 2);
+      EXPECT_EQ(2u, cold.stats.remote_compressed_chunks_published) << what << ": the view's chunks";
+      wait_for_chunks(server.url(), 4);
 
       const Result warm = run(engine, req);
       expect_same_output(local, warm, "warm, " + what);

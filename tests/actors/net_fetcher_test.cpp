@@ -53,8 +53,11 @@ TEST(net_fetcher, fetches_back_what_it_published_and_reports_a_dead_store_as_a_m
     caf::scoped_actor self{sys};
     auto fetcher = sys.spawn<caf::detached>(net_fetcher, remote);
     const auto timeout = std::chrono::seconds(10);
-    self->request(fetcher, timeout, remote_publish_msg{1, prompt, 0, &tier})
-        .receive([](size_t queued) { EXPECT_EQ(queued, 2u); },
+    self->request(fetcher, timeout, remote_publish_msg{1, prompt, 0, &tier, nullptr, ""})
+        .receive([](const remote_published_msg& m) {
+                   EXPECT_EQ(m.chunks, 2u);
+                   EXPECT_EQ(m.compressed_chunks, 0u) << "no view was sent";
+                 },
                  [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
     remote->flush();
     tier.create(2);

@@ -27,6 +27,8 @@ struct Call {
   std::shared_ptr<const VerifyOutcome> outcome;  // commit
   bool full_tier = false;  // release
   DraftSpec spec;          // prefill
+  std::shared_ptr<const CompressedView> view;  // publish: the view's chunks too
+  std::string view_spec;                       // publish: their compressor spec
 };
 
 class FakeOutbox final : public Outbox {
@@ -76,11 +78,14 @@ class FakeOutbox final : public Outbox {
     c.n = max_positions;
     calls.push_back(c);
   }
-  void remote_publish(uint64_t id, const std::vector<int32_t>&, size_t first_chunk) override {
+  void remote_publish(uint64_t id, const std::vector<int32_t>&, size_t first_chunk,
+                      std::shared_ptr<const CompressedView> view, const std::string& view_spec) override {
     Call c;
     c.kind = Call::publish;
     c.id = id;
     c.n = first_chunk;
+    c.view = std::move(view);
+    c.view_spec = view_spec;
     calls.push_back(c);
   }
   void release_tier(uint64_t id) override {

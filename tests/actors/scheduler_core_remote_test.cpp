@@ -137,6 +137,37 @@ TEST(scheduler_core_remote, a_fully_cached_prompt_publishes_nothing_and_frees_at
   ASSERT_TRUE(ready(a.result));
 }
 
+TEST(scheduler_core_remote, the_prompts_view_is_published_with_its_compressor_spec_even_when_the_full_chunks_were_cached) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = remote_request(1, 33, 1, DecodeMode::vericache, 32);
+  a.ctx->spec.compressor = "kivi";
+  a.ctx->spec.ratio = 5.0;
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_fetched(1, hit(2), "");
+  out.take();
+  PrefillResult p = prefilled(1, 7);
+  p.view = std::make_shared<const CompressedView>();
+  core.on_prefilled(p);
+  auto calls = out.take();
+  const auto publish = ids_of(calls, Call::publish);
+  ASSERT_EQ((std::vector<uint64_t>{1}), publish);
+  const Call& c = calls[0];
+  ASSERT_EQ(Call::publish, c.kind);
+  EXPECT_EQ(2u, c.n) << "no full chunk is left to publish";
+  EXPECT_EQ(p.view, c.view);
+  EXPECT_EQ(compressor_spec("kivi", {}, 5.0), c.view_spec);
+  EXPECT_FALSE(ready(a.result)) << "the result waits for its publish count";
+  core.on_remote_published(1, 0, 2);
+  EXPECT_EQ((std::vector<uint64_t>{1}), ids_of(out.take(), Call::release_tier));
+  ASSERT_TRUE(ready(a.result));
+  const auto r = a.result.get();
+  EXPECT_EQ(0u, r.stats.remote_chunks_published);
+  EXPECT_EQ(2u, r.stats.remote_compressed_chunks_published);
+}
+
 TEST(scheduler_core_remote, cancelling_during_the_fetch_frees_the_entry_when_the_fetch_answers) {
   FakeOutbox out;
   SchedulerCore core(out, 1, 4, false, nullptr);

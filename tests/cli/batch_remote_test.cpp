@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli/cli_support.hpp"
+#include "tests/cli/generate_json.hpp"
 #include "tests/kvtiers/redis_server.hpp"
 
 namespace {
@@ -82,6 +83,10 @@ TEST(cli_batch_remote, a_second_run_hits_the_store_and_outputs_equal_batch_witho
     }
     EXPECT_FALSE(local[i]["stats"].contains("remote"));
   }
+  // The SnapKV line's view is cut into chunks; KIVI's default groups straddle the
+  // chunk boundaries on this prompt, so its view is not published (README).
+  EXPECT_GE(cold[0]["stats"]["remote"]["compressed_chunks_published"].get<int>(), 3)
+      << cold[0]["stats"]["remote"];
   for (size_t i = 0; i < 2; ++i) {
     const json& rs = warm[i]["stats"]["remote"];
     EXPECT_GE(rs["chunks_hit"].get<int>(), 3) << rs;
@@ -90,6 +95,36 @@ TEST(cli_batch_remote, a_second_run_hits_the_store_and_outputs_equal_batch_witho
     EXPECT_EQ(rs["url"], server.url());
   }
   EXPECT_FALSE(warm[2]["stats"].contains("remote")) << "full mode never asks the store";
+}
+
+TEST(cli_batch_remote, the_views_batch_publishes_start_generates_compressed_first_flow) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  Dir d;
+  const std::string p = long_prompt();
+  {
+    std::ofstream in(d.path / "in.jsonl");
+    in << json{{"prompt", p}, {"max_tokens", 16}, {"mode", "vericache"}, {"compressor", "snapkv"},
+               {"ratio", 4}, {"draft", 6}, {"ignore_eos", true}}.dump()
+       << "\n";
+    std::ofstream(d.path / "prompt.txt") << p;
+  }
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 64";
+  const auto published = run_batch(d, "publish", remote);  // its chunks are sent at its exit
+  ASSERT_EQ(published.size(), 1u);
+  const json& ps = published[0]["stats"]["remote"];
+  EXPECT_EQ(ps["chunks_hit"], 0) << ps;
+  EXPECT_GE(ps["compressed_chunks_published"].get<int>(), 3) << ps;
+
+  const std::string base = "--prompt-file " + (d.path / "prompt.txt").string() +
+                           " --max-tokens 16 --json --logprobs --ignore-eos";
+  const json full = vc::test::generate_json(base);
+  const json warm = vc::test::generate_json(base + " --mode vericache --compressor snapkv --ratio 4 --draft 6" + remote);
+  vc::test::expect_same_tokens(full, warm, "compressed first from batch's chunks");
+  const json& rs = warm["stats"]["remote"];
+  EXPECT_TRUE(rs["compressed_first"].get<bool>()) << rs;
+  EXPECT_EQ(rs["compressed_chunks_hit"], ps["compressed_chunks_published"]) << rs;
+  EXPECT_GE(rs["chunks_hit"].get<int>(), 3) << rs;
 }
 
 TEST(cli_batch_remote, a_bad_remote_option_is_an_error_naming_it) {

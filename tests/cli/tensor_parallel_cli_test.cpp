@@ -19,6 +19,14 @@ TEST(generate_tp, vericache_at_degree_2_equals_full_at_degree_2_digit_for_digit)
   }
 }
 
+TEST(generate_tp, draft_auto_at_degree_2_equals_full_at_degree_2_digit_for_digit) {
+  const auto full = generate_json(kArgs + "--tp 2 --mode full");
+  const auto vc = generate_json(kArgs + "--tp 2 --mode vericache --draft auto --compressor snapkv");
+  ASSERT_TRUE(vc.contains("output_ids")) << vc.dump();
+  expect_same_tokens(full, vc, "--tp 2 --draft auto");
+  EXPECT_GT(vc["stats"]["vericache"]["rounds"].get<int>(), 0);
+}
+
 TEST(generate_tp, a_degree_that_does_not_split_the_heads_is_one_line_and_exit_1) {
   const auto r = run_vericache("generate --prompt x --tp 3", true);
   EXPECT_EQ(r.code, 1);

@@ -389,16 +389,38 @@ TEST(tensor_parallel, a_callback_that_stops_stops_every_rank_on_the_same_token) 
   EXPECT_EQ(tp.generate(prompt(60, 2), options(DecodeMode::full, 5)).output_ids, r.output_ids);
 }
 
+TEST(tensor_parallel, the_adaptive_draft_length_at_degree_two_equals_full_decoding_bit_for_bit) {
+  // Each rank times its own passes; the ranks must still draft the same lengths, or
+  // their verify passes would meet in collectives of different sizes.
+  TpGenerator tp(test::tinycode(), test::tinycode_tokenizer(), 2, config());
+  for (const bool sampled : {false, true}) {
+    for (const char* method : {"snapkv", "kivi"}) {
+      const std::string what = std::string(method) + (sampled ? " sampled" : " greedy");
+      GenerateOptions o = options(DecodeMode::vericache, 48, sampled);
+      o.compressor = method;
+      o.draft_auto = true;
+      o.max_draft = 12;
+      const GenerateResult v = tp.generate(prompt(90, 3), o);
+      const GenerateResult f = tp.generate(prompt(90, 3), options(DecodeMode::full, 48, sampled));
+      expect_identical(v, f, what);
+      EXPECT_GT(v.stats.rounds, 1u) << what;
+      EXPECT_EQ(v.stats.accepted_histogram.size(), 13u) << what;
+    }
+  }
+  // With a measured row-cost curve too.
+  GenerateOptions o = options(DecodeMode::vericache, 32);
+  o.draft_auto = true;
+  o.row_costs = {{1, 1e-3}, {8, 2e-3}, {64, 1e-2}};
+  expect_identical(tp.generate(prompt(70, 4), o), tp.generate(prompt(70, 4), options(DecodeMode::full, 32)),
+                   "row costs");
+}
+
 TEST(tensor_parallel, a_bad_request_fails_with_its_own_error_and_unsupported_options_are_named) {
   TpGenerator tp(test::tinycode(), test::tinycode_tokenizer(), 2, config());
   test::expect_error_naming(
       [&] { (void)tp.generate(std::vector<int32_t>{}, options(DecodeMode::full, 4)); },
       "generate: the prompt has no tokens");
   GenerateOptions o = options(DecodeMode::vericache, 4);
-  o.draft_auto = true;
-  test::expect_error_naming([&] { (void)tp.generate(prompt(20, 1), o); },
-                            "the adaptive draft length (--draft auto) is not supported with --tp > 1");
-  o.draft_auto = false;
   o.compressor = "kvzap";
   test::expect_error_naming([&] { (void)tp.generate(prompt(20, 1), o); }, "compressor 'kvzap'");
   // The group is still usable.

@@ -88,7 +88,8 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
                    {"bytes_fetched_full", s.remote_bytes_fetched},
                    {"fetch_seconds", s.remote_fetch_seconds},
                    {"stop_reason", s.remote_stop_reason},
-                   {"chunks_published", s.remote_chunks_published}};
+                   {"chunks_published", s.remote_chunks_published},
+                   {"compressed_chunks_published", s.remote_compressed_chunks_published}};
   return j;
 }
 

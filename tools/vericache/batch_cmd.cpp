@@ -167,7 +167,8 @@ json stats_json(const vericache::Request& q, const vericache::RequestStats& s,
                    {"bytes_fetched_full", s.remote_bytes_fetched},
                    {"fetch_seconds", s.remote_fetch_seconds},
                    {"stop_reason", s.remote_stop_reason},
-                   {"chunks_published", s.remote_chunks_published}};
+                   {"chunks_published", s.remote_chunks_published},
+                   {"compressed_chunks_published", s.remote_compressed_chunks_published}};
   if (q.mode != "full")
     j["compression"] = {{"compressor", q.compressor},
                         {"ratio", q.ratio},

@@ -1,0 +1,109 @@
+// `generate --tp 2 --remote redis://...` against a real redis-server: each rank
+// fetches and publishes its own shard's chunks, a warm request's tokens and logprobs
+// equal full decoding at degree 2 bit for bit, and when one rank's chunk is missing
+// the ranks agree on the shorter prefix (every rank prefills from the same position).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kvtiers/remote/redis_client.hpp"
+#include "tests/cli/cli_support.hpp"
+#include "tests/cli/generate_json.hpp"
+#include "tests/kvtiers/redis_server.hpp"
+
+namespace {
+
+using nlohmann::json;
+using vc::test::expect_same_tokens;
+
+// A prompt of a few hundred tokens in a temporary file (removed on destruction).
+struct PromptFile {
+  std::string path;
+  PromptFile() {
+    char tmpl[] = "/tmp/vc-remote-tp-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    close(fd);
+    path = tmpl;
+    std::ofstream out(path);
+    out << "<|begin_of_text|>";
+    for (int i = 0; i < 10; ++i)
+      out << "def h" << i << "(z):\n    return z + " << i << " * " << i + 5 << "\n\n";
+    out << "class Queue:\n    def pop(self):";
+  }
+  ~PromptFile() { unlink(path.c_str()); }
+};
+
+std::vector<std::string> full_chunk_keys(const std::string& url) {
+  vc::RedisClient c(vc::parse_redis_url(url));
+  const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:full:*", "COUNT", "10000"});
+  std::vector<std::string> keys;
+  for (const auto& k : scan.elements[1].elements) keys.push_back(k.str);
+  return keys;
+}
+
+TEST(remote_tp, each_rank_fetches_its_own_chunks_and_the_tokens_equal_full_decoding) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  PromptFile prompt;
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
+  for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 3"}) {
+    const std::string base = "--prompt-file " + prompt.path +
+                             " --max-tokens 20 --json --logprobs --ignore-eos --tp 2" + sampling;
+    const json full = vc::test::generate_json(base + " --mode full");
+    for (const std::string mode : {" --mode vericache --compressor snapkv --ratio 4 --draft 6",
+                                   " --mode vericache --compressor kivi --ratio 4 --draft auto"}) {
+      ASSERT_EQ(vc::test::run_vericache("cache clear --remote " + server.url(), false).code, 0);
+      const json cold = vc::test::generate_json(base + mode + remote);
+      expect_same_tokens(full, cold, "cold" + mode + sampling);
+      const int published = cold["stats"]["remote"]["chunks_published"].get<int>();
+      EXPECT_GT(published, 3) << cold["stats"]["remote"];
+      // Two ranks, each its own keys: twice the chunks of one rank.
+      EXPECT_EQ(full_chunk_keys(server.url()).size(), size_t(2 * published));
+      const json warm = vc::test::generate_json(base + mode + remote);
+      expect_same_tokens(full, warm, "warm" + mode + sampling);
+      const json& rs = warm["stats"]["remote"];
+      // Every chunk before snapkv's window (the window stays local).
+      EXPECT_GT(rs["chunks_hit"].get<int>(), 3) << rs;
+      EXPECT_GE(rs["chunks_hit"].get<int>(), published - 1) << rs;
+      EXPECT_FALSE(rs["compressed_first"].get<bool>()) << "tensor parallelism takes the full flow";
+      // Only what the fetch could not take (chunks in snapkv's window) is sent again.
+      EXPECT_EQ(rs["chunks_published"].get<int>(), published - rs["chunks_hit"].get<int>()) << rs;
+    }
+  }
+}
+
+TEST(remote_tp, a_chunk_one_rank_lacks_makes_every_rank_take_the_shorter_prefix) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  PromptFile prompt;
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
+  const std::string common = "--prompt-file " + prompt.path + " --max-tokens 16 --json --logprobs --ignore-eos --tp 2";
+  const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 6";
+  const json full = vc::test::generate_json(common + " --mode full");
+  const int all = vc::test::generate_json(base + remote)["stats"]["remote"]["chunks_published"].get<int>();
+  ASSERT_GT(all, 3);
+  // Delete one key at a time (each run republishes it): half are rank 1's, whose
+  // loss leaves rank 0 (whose stats these are) with a longer prefix than rank 1.
+  bool disagreed = false;
+  vc::RedisClient c(vc::parse_redis_url(server.url()));
+  for (const std::string& key : full_chunk_keys(server.url())) {
+    ASSERT_EQ(c.command({"DEL", key}).integer, 1);
+    const json j = vc::test::generate_json(base + remote);
+    expect_same_tokens(full, j, "without " + key);
+    const json& rs = j["stats"]["remote"];
+    EXPECT_LT(rs["chunks_hit"].get<int>(), all) << rs;
+    EXPECT_EQ(rs["positions_hit"].get<int>(), 32 * rs["chunks_hit"].get<int>()) << rs;
+    if (rs["stop_reason"].get<std::string>().find("ranks' cached prefixes differ") != std::string::npos) {
+      disagreed = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(disagreed) << "no deleted chunk was rank 1's alone";
+}
+
+}  // namespace
