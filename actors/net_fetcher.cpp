@@ -25,13 +25,10 @@ caf::behavior net_fetcher(caf::event_based_actor*, std::shared_ptr<RemoteTier> r
       },
       [remote](remote_publish_msg& m) -> remote_published_msg {
         remote_published_msg out;
-        const size_t chunk = remote->layout().chunk_tokens;
-        if (m.prompt.size() / chunk > m.first_chunk) {
-          try {
-            out.chunks = remote->publish(m.prompt, m.first_chunk, *m.tier, m.id);
-          } catch (const std::exception&) {
-            // The entry was gone or unreadable: nothing published, nothing wrong.
-          }
+        try {
+          out.chunks = remote->publish(m.prompt, m.first_chunk, *m.tier, m.id);
+        } catch (const std::exception&) {
+          // The entry was gone or unreadable: nothing published, nothing wrong.
         }
         if (m.view) out.compressed_chunks = remote->publish_compressed(m.prompt, 0, *m.view, m.view_spec);
         return out;

@@ -203,6 +203,7 @@ size_t RemoteTier::publish_compressed(std::span<const int32_t> tokens, size_t fi
 size_t RemoteTier::publish(std::span<const int32_t> tokens, size_t first_chunk, FullTier& tier,
                            uint64_t id) {
   const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
+  if (first_chunk >= keys.size()) return 0;  // nothing to read: no buffers either
   const size_t cb = layout_.chunk_tokens / layout_.block_tokens;
   const size_t region = cb * block_bytes(layout_);
   std::vector<std::byte> payload(2 * layout_.num_layers * region);

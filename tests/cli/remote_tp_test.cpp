@@ -62,6 +62,7 @@ TEST(remote_tp, each_rank_fetches_its_own_chunks_and_the_tokens_equal_full_decod
       expect_same_tokens(full, cold, "cold" + mode + sampling);
       const int published = cold["stats"]["remote"]["chunks_published"].get<int>();
       EXPECT_GT(published, 3) << cold["stats"]["remote"];
+      EXPECT_EQ(cold["stats"]["remote"]["compressed_chunks_published"], 0) << "degree 1's alone";
       // Two ranks, each its own keys: twice the chunks of one rank.
       EXPECT_EQ(full_chunk_keys(server.url()).size(), size_t(2 * published));
       const json warm = vc::test::generate_json(base + mode + remote);
