@@ -272,6 +272,25 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
       // which a compressor scoring hidden states never makes (remote_prefix.hpp).
       s.copy_view = !compressor->stats_needs().hidden &&
                     s.prompt.size() >= m.remote->layout().chunk_tokens;
+      // Compressed first: a fetched view of [0, C) leaves the suffix [C, n) in the
+      // tail. The reservation covers a suffix of up to one chunk (the most a whole
+      // compressed prefix leaves) and a view as large as a local one's bound; a
+      // fetched prefix that needs more runs the full flow (the scheduler checks).
+      const size_t chunk = m.remote->layout().chunk_tokens;
+      if (m.cfg.remote_compressed_first && !compressor->stats_needs().hidden &&
+          s.prompt.size() > chunk) {
+        ctx->compressed_first = true;
+        ctx->view_spec = compressor_spec(s.compressor, s.compressor_params, s.ratio);
+        ctx->cf_view_allowance = need.view;
+        ctx->cf_suffix_allowance = chunk;
+        const size_t extra = tail_blocks_bytes(m.kv, chunk);
+        if (need.total() + extra <= m.request_budget) {
+          ctx->fast_need += extra;
+          ctx->result.stats.fast_bytes_reserved = ctx->fast_need;
+        } else {  // room for the local flow only: the full flow it is
+          ctx->compressed_first = false;
+        }
+      }
     }
     ctx->policy = o.draft_auto ? DraftLengthPolicy::adaptive(64)
                                : DraftLengthPolicy::fixed(o.draft_length);

@@ -23,6 +23,15 @@ caf::behavior net_fetcher(caf::event_based_actor*, std::shared_ptr<RemoteTier> r
         }
         return out;
       },
+      [remote](remote_fetch_compressed_msg& m) -> remote_compressed_fetched_msg {
+        remote_compressed_fetched_msg out{m.id, nullptr, {}};
+        out.fetch = remote->fetch_compressed(m.prompt, m.max_positions, m.spec);
+        if (out.fetch.view) {
+          out.view = std::make_shared<const CompressedView>(std::move(*out.fetch.view));
+          out.fetch.view.reset();
+        }
+        return out;
+      },
       [remote](remote_publish_msg& m) -> remote_published_msg {
         remote_published_msg out;
         try {

@@ -10,8 +10,9 @@
 
 namespace vc::actors {
 
-/// Handles remote_fetch_msg (replies remote_fetched_msg) and remote_publish_msg
-/// (replies the chunks queued, a size_t).
+/// Handles remote_fetch_msg (replies remote_fetched_msg), remote_fetch_compressed_msg
+/// (replies remote_compressed_fetched_msg) and remote_publish_msg (replies
+/// remote_published_msg).
 caf::behavior net_fetcher(caf::event_based_actor* self, std::shared_ptr<RemoteTier> remote);
 
 }  // namespace vc::actors

@@ -124,6 +124,36 @@ struct remote_publish_msg {
 struct remote_published_msg {
   size_t chunks = 0, compressed_chunks = 0;
 };
+/// scheduler -> net_fetcher, once per compressed-first request at admission (lossy
+/// and vericache with a store and EngineConfig::remote_compressed_first): fetch the
+/// longest cached compressed prefix of `prompt` (at most `max_positions`) keyed by
+/// `spec` (compressor_spec()). Answered by remote_compressed_fetched_msg; a store
+/// fault is a short or empty prefix with its reason.
+struct remote_fetch_compressed_msg {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  size_t max_positions = 0;
+  std::string spec;
+};
+/// net_fetcher -> the sender of remote_fetch_compressed_msg: the chunks' views
+/// joined (null when none was found) and the fetch's counts (its view moved out).
+struct remote_compressed_fetched_msg {
+  uint64_t id = 0;
+  std::shared_ptr<const CompressedView> view;
+  RemoteCompressedFetch fetch;
+};
+/// scheduler -> drafter, once per compressed-first vericache request, when its full
+/// chunks are in the tier and no block of it is in flight: prefill the rest exactly
+/// (DraftBatcher::finish_prefill). Answered by prefill_finished_msg or failed_msg.
+struct finish_prefill_msg {
+  uint64_t id = 0;
+  size_t cached = 0;  // prompt positions the full tier holds from the store
+};
+/// drafter -> scheduler: the exact first token, and whether the drafts of the block
+/// drafted from the guess stand.
+struct prefill_finished_msg {
+  PrefillResult result;
+};
 /// engine -> scheduler, once at start: the worker actors (spawned after it);
 /// net_fetcher is invalid when no remote store is configured.
 struct wire_msg {
@@ -151,5 +181,9 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetch_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetched_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_publish_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_published_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetch_compressed_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_compressed_fetched_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::finish_prefill_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::prefill_finished_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::LayerStreamer>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::StreamerGroup>)

@@ -38,6 +38,23 @@ void ActorOutbox::remote_publish(uint64_t id, const std::vector<int32_t>& prompt
             },
             [core, id](caf::error&) { core->on_remote_published(id, 0); });
 }
+void ActorOutbox::remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
+                                          size_t max_positions, const std::string& view_spec) {
+  SchedulerCore* core = core_;
+  self_->request(w_.net_fetcher, caf::infinite,
+                 remote_fetch_compressed_msg{id, prompt, max_positions, view_spec})
+      .then([core](remote_compressed_fetched_msg& m) {
+              core->on_remote_compressed_fetched(m.id, std::move(m.view), m.fetch);
+            },
+            [core, id](caf::error& e) {
+              RemoteCompressedFetch none;
+              none.stop_reason = "net_fetcher: " + to_string(e);
+              core->on_remote_compressed_fetched(id, nullptr, none);
+            });
+}
+void ActorOutbox::finish_prefill(uint64_t id, size_t cached) {
+  self_->send(w_.drafter, finish_prefill_msg{id, cached});
+}
 void ActorOutbox::release_tier(uint64_t id) {
   if (w_.mover) self_->send(w_.mover, release_msg{id});  // after its pending commits
 }
@@ -59,6 +76,7 @@ caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_ac
       [&core](submit_msg& m) { core.submit(std::move(m.ctx)); },
       [&core](cancel_msg& m) { core.cancel(m.id); },
       [&core](prefilled_msg& m) { core.on_prefilled(m.result); },
+      [&core](prefill_finished_msg& m) { core.on_prefill_finished(m.result); },
       [&core](drafted_msg& m) { core.on_drafted(m.block); },
       [&core](verified_msg& m) { core.on_verified(std::move(m.outcome)); },
       [&core](failed_msg& m) { core.on_failed(m.id, m.error); },

@@ -31,6 +31,9 @@ class ActorOutbox final : public Outbox {
   void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
                       std::shared_ptr<const CompressedView> view, const std::string& view_spec) override;
   void release_tier(uint64_t id) override;
+  void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
+                               size_t max_positions, const std::string& view_spec) override;
+  void finish_prefill(uint64_t id, size_t cached) override;
 
  private:
   caf::event_based_actor* self_;
@@ -44,7 +47,8 @@ struct SchedulerState {
   std::unique_ptr<SchedulerCore> core;
 };
 
-/// Handles wire_msg (once), submit_msg, cancel_msg, prefilled_msg, drafted_msg,
+/// Handles wire_msg (once), submit_msg, cancel_msg, prefilled_msg,
+/// prefill_finished_msg, drafted_msg,
 /// verified_msg, failed_msg and shutdown_msg (cancels everything still in flight),
 /// and the net_fetcher's replies. `tier`, remote_chunk_tokens: the full tier and the
 /// remote store's chunk size, when a store is configured (else null and 0).

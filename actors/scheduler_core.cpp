@@ -67,10 +67,12 @@ void SchedulerCore::admit() {
     active_.emplace(c->id, c);
     if (c->remote) {
       c->phase = RequestCtx::Phase::fetch;
-      c->remote_fetching = c->tier_held = true;
       c->result.stats.remote = true;
-      out_.remote_fetch(c->id, c->spec.prompt, c->remote_limit,
-                        c->spec.prompt.size() + c->spec.max_new_tokens);
+      if (c->compressed_first)  // the prompt's last position is always computed
+        out_.remote_fetch_compressed(c->id, c->spec.prompt, c->spec.prompt.size() - 1,
+                                     c->view_spec);
+      else
+        start_remote_fetch(*c, c->remote_limit);
     } else {
       start_prefill(*c);
     }
@@ -81,6 +83,74 @@ void SchedulerCore::admit() {
 void SchedulerCore::start_prefill(RequestCtx& c) {
   c.phase = RequestCtx::Phase::prefill;
   out_.prefill(c.spec);
+}
+
+void SchedulerCore::start_remote_fetch(RequestCtx& c, size_t max_positions) {
+  c.remote_fetching = c.tier_held = true;
+  out_.remote_fetch(c.id, c.spec.prompt, max_positions,
+                    c.spec.prompt.size() + c.spec.max_new_tokens);
+}
+
+void SchedulerCore::on_remote_compressed_fetched(uint64_t id,
+                                                 std::shared_ptr<const CompressedView> view,
+                                                 const RemoteCompressedFetch& f) {
+  auto c = find(id);
+  if (!c) return;  // cancelled meanwhile: it holds nothing yet
+  auto& s = c->result.stats;
+  s.remote_compressed_chunks_hit = f.chunks;
+  s.remote_compressed_positions = f.positions;
+  s.remote_bytes_compressed = f.bytes;
+  s.remote_compressed_fetch_seconds = f.seconds;
+  s.remote_compressed_stop_reason = f.stop_reason;
+  const size_t n = c->spec.prompt.size();
+  if (view && (n - view->covered() > c->cf_suffix_allowance ||
+               view->held_bytes() > c->cf_view_allowance)) {
+    s.remote_compressed_stop_reason =
+        "the fetched view of " + std::to_string(view->covered()) + " positions (" +
+        std::to_string(view->held_bytes()) + " bytes) and its suffix of " +
+        std::to_string(n - view->covered()) +
+        " positions do not fit the fast memory reserved for the request: full flow";
+    view.reset();
+  }
+  if (!view) {  // the full flow, as without compressed first
+    start_remote_fetch(*c, c->remote_limit);
+    return check_barriers();
+  }
+  c->cf_active = true;
+  s.remote_compressed_first = true;
+  c->spec.fetched_view = std::move(view);
+  c->spec.copy_view = false;  // its chunks came from the store
+  if (c->spec.mode == DecodeMode::vericache) {
+    // The full chunks stream into the tier while the drafter works over the view;
+    // nothing of them limits the statistics (the view is the store's).
+    c->spec.tier_ready = true;
+    start_remote_fetch(*c, n - 1);
+  }
+  start_prefill(*c);
+  check_barriers();
+}
+
+void SchedulerCore::maybe_finish_prefill(RequestCtx& c) {
+  if (!c.cf_active || c.cf_finishing || !c.cf_full_in || !c.cf_guessed || c.cf_predrafting) return;
+  c.cf_finishing = true;
+  out_.finish_prefill(c.id, c.spec.remote_cached);
+}
+
+void SchedulerCore::publish_full_chunks(RequestCtx& c, std::shared_ptr<const CompressedView> view) {
+  // remote: publish the complete chunks the store lacked, and the view's chunks
+  const size_t first = c.spec.remote_cached / remote_chunk_;
+  const size_t complete = c.spec.prompt.size() / remote_chunk_;
+  const bool with_view = view && complete > 0;
+  if (complete > first || with_view) {
+    c.remote_publishing = true;
+    publishing_[c.id] = find(c.id);
+    out_.remote_publish(c.id, c.spec.prompt, first, with_view ? std::move(view) : nullptr,
+                        c.view_spec.empty() ? compressor_spec(c.spec.compressor, c.spec.compressor_params,
+                                                              c.spec.ratio)
+                                            : c.view_spec);
+  } else if (c.spec.mode == DecodeMode::lossy) {
+    free_tier(c);
+  }
 }
 
 void SchedulerCore::free_tier(RequestCtx& c) {
@@ -108,7 +178,12 @@ void SchedulerCore::on_remote_fetched(uint64_t id, const RemoteFetch& f, const s
   s.remote_stop_reason = f.stop_reason;
   c->spec.tier_ready = true;
   c->spec.remote_cached = f.positions;
-  start_prefill(*c);
+  if (c->cf_active) {  // the drafter works from the fetched view meanwhile
+    c->cf_full_in = true;
+    maybe_finish_prefill(*c);
+  } else {
+    start_prefill(*c);
+  }
   check_barriers();
 }
 
@@ -180,21 +255,46 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
   c->result.stats.compressed_bytes = r.compressed_bytes;
   c->result.stats.compressed_full_bytes = r.compressed_full_bytes;
   c->result.stats.fast_bytes_peak = std::max(c->result.stats.fast_bytes_peak, r.fast_bytes_peak);
-  if (c->tier_held) {
-    // remote: publish the complete chunks the store lacked, and the view's chunks
-    const size_t first = c->spec.remote_cached / remote_chunk_;
-    const size_t complete = c->spec.prompt.size() / remote_chunk_;
-    const bool view = r.view && complete > 0;
-    if (complete > first || view) {
-      c->remote_publishing = true;
-      publishing_[c->id] = c;
-      out_.remote_publish(c->id, c->spec.prompt, first, view ? r.view : nullptr,
-                          compressor_spec(c->spec.compressor, c->spec.compressor_params, c->spec.ratio));
-    } else if (c->spec.mode == DecodeMode::lossy) {
-      free_tier(*c);
+  if (r.exact_pending) {
+    // Compressed first, vericache: r.token is the drafter's guess. While the full
+    // chunks are on their way it drafts one block from it (not in lock step, whose
+    // barriers count rounds).
+    c->cf_guessed = true;
+    if (!c->cf_full_in && !lockstep_ && remaining(*c) > 1) {
+      const size_t L = c->policy.next(remaining(*c) - 1);
+      if (L > 0) {
+        c->cf_predrafting = true;
+        c->round_drafts = L;
+        out_.draft(c->id, L);
+      }
     }
+    maybe_finish_prefill(*c);
+    return check_barriers();
   }
+  c->cf_active = false;  // lossy, compressed first: decodes over the fetched view
+  if (c->tier_held) publish_full_chunks(*c, r.view);
   if (!emit(*c, r.token, r.logprob, r.top_logprobs)) next_round(*c);
+  check_barriers();
+}
+
+void SchedulerCore::on_prefill_finished(const PrefillResult& r) {
+  auto c = find(r.id);
+  if (!c) return;
+  auto& s = c->result.stats;
+  s.prefill_seconds += r.seconds;
+  s.fast_bytes_peak = std::max(s.fast_bytes_peak, r.fast_bytes_peak);
+  const bool kept = r.drafts_kept && c->cf_held;
+  s.remote_predrafts_kept = kept;
+  c->cf_active = c->cf_held = false;
+  if (c->tier_held) publish_full_chunks(*c, nullptr);
+  if (emit(*c, r.token, r.logprob, r.top_logprobs)) return check_barriers();
+  if (kept) {
+    start_verify(*c);
+  } else {
+    c->drafts.clear();
+    c->drafts_from_ngram.clear();
+    next_round(*c);
+  }
   check_barriers();
 }
 
@@ -218,15 +318,25 @@ void SchedulerCore::on_drafted(DraftBlock& b) {
     s.ngram_confirmed += b.levels.ngram_confirmed;
   }
   c->round_draft_seconds = b.seconds;
-  c->phase = RequestCtx::Phase::verify;
-  const size_t p0 = pending_position(*c);
   c->wants_stats = b.wants_stats;
   c->hidden = b.hidden;
-  const VerifyJob job{c->id, c->result.output_ids.back(), p0, c->drafts, c->spec.sampling,
-                      b.wants_stats, c->hidden};
-  if (lockstep_) held_for_verify_.push_back(c->id);
-  else out_.verify(job);
+  if (c->cf_predrafting) {  // compressed first: drafted from the guess; held for now
+    c->cf_predrafting = false;
+    c->cf_held = true;
+    c->result.stats.remote_predrafted = c->drafts.size();
+    maybe_finish_prefill(*c);
+    return check_barriers();
+  }
+  start_verify(*c);
   check_barriers();
+}
+
+void SchedulerCore::start_verify(RequestCtx& c) {
+  c.phase = RequestCtx::Phase::verify;
+  const VerifyJob job{c.id, c.result.output_ids.back(), pending_position(c), c.drafts,
+                      c.spec.sampling, c.wants_stats, c.hidden};
+  if (lockstep_) held_for_verify_.push_back(c.id);
+  else out_.verify(job);
 }
 
 void SchedulerCore::on_verified(std::shared_ptr<const VerifyOutcome> v) {

@@ -56,6 +56,25 @@ struct RequestCtx {
   bool remote_fetching = false, remote_publishing = false;
   bool tier_held = false;        // the scheduler still has the entry to free
   bool result_pending = false;   // finished while its publish was being queued
+  // Compressed first (set at submit with `remote`, for a method that does not score
+  // hidden states): the store is asked for the prompt's compressed chunks first; with
+  // a hit the drafter prefills the suffix over the fetched view (no full tier), and
+  // in vericache mode the full chunks are fetched meanwhile, the drafter drafts one
+  // block from its guess of the first token while they are on their way, and the
+  // exact prefill of the rest (finish_prefill) gives the first token once they are
+  // in; the held drafts are verified when the guess was that token. Without a hit,
+  // or when the fetched view and suffix would not fit the fast memory reserved, the
+  // full flow runs.
+  bool compressed_first = false;
+  std::string view_spec;          // compressor_spec() of its method: the chunks' keys
+  size_t cf_view_allowance = 0;   // bytes of a fetched view its reservation covers
+  size_t cf_suffix_allowance = 0; // suffix positions [C, n) its reservation covers
+  bool cf_active = false;         // drafting from a fetched view, first token not exact yet
+  bool cf_guessed = false;        // the drafter's guess is in (prefilled over the view)
+  bool cf_full_in = false;        // the full chunks are in the tier
+  bool cf_predrafting = false;    // the block from the guess is being drafted
+  bool cf_held = false;           // that block's drafts wait for the exact first token
+  bool cf_finishing = false;      // finish_prefill was sent
 };
 
 /// What the scheduler asks the workers to do.
@@ -81,6 +100,14 @@ class Outbox {
                               const std::string& view_spec) = 0;
   /// Free request `id`'s full-tier entry (after the mover's pending writes).
   virtual void release_tier(uint64_t id) = 0;
+  /// Compressed first: fetch the longest cached compressed prefix of `prompt` (at
+  /// most `max_positions`) keyed by `view_spec`; answered through
+  /// SchedulerCore::on_remote_compressed_fetched.
+  virtual void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
+                                       size_t max_positions, const std::string& view_spec) = 0;
+  /// Compressed first, vericache: the drafter prefills [cached, n) exactly (the tier
+  /// holds [0, cached)); answered through SchedulerCore::on_prefill_finished.
+  virtual void finish_prefill(uint64_t id, size_t cached) = 0;
 };
 
 /// Requests by outcome and tokens emitted: a snapshot.
@@ -139,6 +166,11 @@ class SchedulerCore {
   /// The publish was queued (`chunks` full and `compressed_chunks` compressed
   /// chunks of it): the entry may be freed now.
   void on_remote_published(uint64_t id, size_t chunks, size_t compressed_chunks = 0);
+  /// Compressed first: the fetched view (null: no chunk) and the fetch's counts.
+  void on_remote_compressed_fetched(uint64_t id, std::shared_ptr<const CompressedView> view,
+                                    const RemoteCompressedFetch& f);
+  /// Compressed first, vericache: the exact first token (finish_prefill's answer).
+  void on_prefill_finished(const PrefillResult& r);
   /// Cancels everything (engine shutdown).
   void cancel_all();
 
@@ -157,6 +189,10 @@ class SchedulerCore {
   std::string push(RequestCtx& c, int32_t tok, float logprob, std::span<const TokenLogprob> top);
   void finish(RequestCtx& c, const std::string& reason, const std::string& error = "");
   void start_prefill(RequestCtx& c);
+  void start_remote_fetch(RequestCtx& c, size_t max_positions);  // the full chunks
+  void start_verify(RequestCtx& c);  // the drafts in c.drafts, from the pending token
+  void maybe_finish_prefill(RequestCtx& c);  // compressed first: when all is in
+  void publish_full_chunks(RequestCtx& c, std::shared_ptr<const CompressedView> view);
   void free_tier(RequestCtx& c);  // release_tier once, if the scheduler holds it
   void check_barriers();
   [[nodiscard]] size_t remaining(const RequestCtx& c) const;

@@ -60,6 +60,14 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
         for (auto& blk : done) self->send(scheduler, drafted_msg{std::move(blk)});
         kick();
       },
+      [=](finish_prefill_msg& m) {
+        try {
+          auto s = trace->scope(track, "exact prefill", m.id);
+          self->send(scheduler, prefill_finished_msg{batcher->finish_prefill(m.id, m.cached)});
+        } catch (const std::exception& e) {
+          self->send(scheduler, failed_msg{m.id, e.what()});
+        }
+      },
       [=](commit_msg& m) {
         try {
           batcher->commit(m.outcome->id, *m.outcome);

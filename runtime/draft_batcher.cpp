@@ -76,7 +76,13 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   bool tier_created = false;  // the cleanup below must not drop an entry it did not make
   try {
     PrefilledRequest p;
-    if (spec.mode == DecodeMode::full) {
+    if (spec.fetched_view && spec.mode != DecodeMode::full) {
+      if (compressor->stats_needs().hidden)
+        throw Error("drafter: request " + std::to_string(spec.id) + ": '" + spec.compressor +
+                    "' scores every prompt row's hidden state: it cannot start from a fetched view");
+      p = prefill_over_fetched_view(spec, r);
+      r.exact_pending = spec.mode == DecodeMode::vericache;
+    } else if (spec.mode == DecodeMode::full) {
       p = prefill_request(*model_, spec.prompt, r.seq, cache_, ws_, nullptr, spec.ratio,
                           spec.stats_window, spec.prefill_chunk);
     } else {
@@ -120,8 +126,10 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     if (r.view) {
       out.compressed_bytes = r.view->stored_bytes();
       out.compressed_full_bytes = r.view->full_bytes();
-      if (spec.copy_view) out.view = std::make_shared<const CompressedView>(*r.view);
+      if (spec.copy_view && !spec.fetched_view)
+        out.view = std::make_shared<const CompressedView>(*r.view);
     }
+    out.exact_pending = r.exact_pending;
     out.fast_bytes_peak = note_fast(r);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     reqs_.emplace(spec.id, std::move(r));
@@ -133,8 +141,97 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   }
 }
 
+PrefilledRequest DraftBatcher::prefill_over_fetched_view(const DraftSpec& spec, Req& r) {
+  const size_t n = spec.prompt.size(), covered = spec.fetched_view->covered();
+  if (covered == 0 || covered >= n)
+    throw Error("drafter: request " + std::to_string(spec.id) + ": the fetched view covers " +
+                std::to_string(covered) + " positions of a " + std::to_string(n) +
+                "-token prompt (1 to n - 1 expected)");
+  PrefilledRequest p;
+  p.view = *spec.fetched_view;
+  r.view_charge = FastCharge(budget_, p.view->held_bytes(),
+                             "the fetched compressed view of request " + std::to_string(spec.id));
+  // The suffix [covered, n) attends over the view: drafting work, its KV and the
+  // first token are guesses (exact ones come from finish_prefill in vericache).
+  cache_.start_at(r.seq, covered);
+  const size_t step = spec.prefill_chunk > 0 ? spec.prefill_chunk : n;
+  std::vector<ForwardRow> rows;
+  for (size_t b = covered; b < n; b += step) {
+    const size_t e = std::min(n, b + step);
+    cache_.reserve(r.seq, e);
+    rows.clear();
+    for (size_t i = b; i < e; ++i)
+      rows.push_back(ForwardRow{spec.prompt[i], int32_t(i), &r.seq, i + 1 == n, &*p.view});
+    forward(*model_, rows, cache_, ws_, p.logits);
+  }
+  return p;
+}
+
+PrefillResult DraftBatcher::finish_prefill(uint64_t id, size_t cached) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Req& r = get(id, "finish_prefill");
+  const std::string who = "drafter: finish_prefill: request " + std::to_string(id);
+  if (!r.exact_pending) throw Error(who + " does not wait for an exact prefill");
+  if (std::find(active_.begin(), active_.end(), id) != active_.end())
+    throw Error(who + " has a block in progress");
+  const std::span<const int32_t> prompt(r.spec.prompt);
+  const size_t n = prompt.size(), covered = r.view->covered();
+  if (cached >= n)
+    throw Error(who + ": " + std::to_string(cached) + " cached positions of a " +
+                std::to_string(n) + "-token prompt (at most n - 1)");
+  const std::vector<float> logits =
+      prefill_to_tier(*model_, prompt.subspan(cached), id, *tier_, *stream_, cache_, ws_,
+                      r.spec.prefill_chunk);
+  // The tail's suffix takes the exact KV (what a local prefill leaves it).
+  const KvCacheConfig& kc = cache_.config();
+  const size_t heads = kc.kv_heads, d = kc.head_dim;
+  const LayerKvReader read = tier_layer_reader(*tier_, id);
+  LayerKv layer;
+  std::vector<float> k(heads * d), v(heads * d);
+  for (size_t l = 0; l < kc.num_layers; ++l) {
+    read(l, n, 0, heads, layer);
+    for (size_t pos = covered; pos < n; ++pos) {
+      for (size_t h = 0; h < heads; ++h) {
+        std::copy_n(layer.k_at(h, pos), d, &k[h * d]);
+        std::copy_n(layer.v_at(h, pos), d, &v[h * d]);
+      }
+      cache_.write(l, r.seq, pos, k.data(), v.data());
+    }
+  }
+  const int32_t tok = sample_token(logits, r.spec.sampling, int64_t(n));
+  // A block drafted from the guess starts at n with the guess: its drafts follow
+  // the exact token only when the guess was it.
+  const bool kept = r.pos > n && r.p0 == n && r.start_token == tok;
+  if (!kept) {
+    cache_.truncate(r.seq, n);
+    r.pos = r.p0 = n;
+    r.cur = r.start_token = tok;
+    r.block = DraftBlock{};
+    if (!r.context.empty()) {
+      r.context.resize(n);
+      r.context.push_back(tok);
+    }
+  }
+  r.exact_pending = false;
+  PrefillResult out;
+  out.id = id;
+  out.token = tok;
+  TokenLogprobs lp = token_logprobs(logits, tok, size_t(r.spec.sampling.top_logprobs));
+  out.logprob = lp.logprob;
+  out.top_logprobs = std::move(lp.top);
+  out.compressed_bytes = r.view->stored_bytes();
+  out.compressed_full_bytes = r.view->full_bytes();
+  out.drafts_kept = kept;
+  out.fast_bytes_peak = note_fast(r);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
 void DraftBatcher::start(uint64_t id, size_t n) {
   Req& r = get(id, "start");
+  if (r.exact_pending && r.pos > r.spec.prompt.size())
+    throw Error("drafter: request " + std::to_string(id) +
+                " drafts one block from its guess before finish_prefill");
   r.p0 = r.pos;
   r.start_token = r.cur;
   r.want = n;

@@ -46,6 +46,12 @@ struct DraftSpec {
   /// Remote prefix cache: PrefillResult::view gets a copy of the prompt's view, for
   /// publishing its compressed chunks (lossy, vericache).
   bool copy_view = false;
+  /// Remote prefix cache, compressed first (lossy, vericache): the view of the
+  /// prompt's positions [0, C) fetched from the store. prefill() computes the suffix
+  /// [C, n) over it into the tail, with no full tier: its first token is the
+  /// drafter's guess (PrefillResult::exact_pending) until finish_prefill() in
+  /// vericache mode; lossy mode decodes over the fetched view as it is.
+  std::shared_ptr<const CompressedView> fetched_view;
 };
 
 /// The drafter's view of a generate request: its prompt and the options that shape
@@ -64,6 +70,13 @@ struct PrefillResult {
   /// With DraftSpec::copy_view: a copy of the prompt's compressed view (host
   /// memory, not charged to the fast-memory budget; freed once published).
   std::shared_ptr<const CompressedView> view;
+  /// Compressed first (DraftSpec::fetched_view), vericache: `token` is the drafter's
+  /// guess from the suffix over the fetched view, not a token to emit; the request
+  /// may draft from it, and finish_prefill() gives the exact first token.
+  bool exact_pending = false;
+  /// finish_prefill(): the block drafted from the guess is kept (the guess was the
+  /// exact token), so its drafts are the first round's (verify them from p0 = n).
+  bool drafts_kept = false;
 };
 
 /// A finished block: drafts (vericache) or final tokens (full, lossy).
@@ -114,6 +127,13 @@ class DraftBatcher {
   /// the tail has reached fold_every positions, the view is rebuilt over [0, p0)
   /// from the full tier through the compressor (the tier holds [0, p0) by then).
   void commit(uint64_t id, const VerifyOutcome& v);
+  /// Compressed first, vericache (PrefillResult::exact_pending): the full tier entry
+  /// (created by the caller, tier_ready) now holds the prompt's positions [0, cached)
+  /// from the store; prefills [cached, n) exactly into it, puts the exact KV of the
+  /// suffix [C, n) over the tail's guesses and samples the first token from the exact
+  /// logits. A block drafted from the guess (none may be in progress) is kept when
+  /// the guess was that token (drafts_kept), else dropped. Throws vc::Error.
+  [[nodiscard]] PrefillResult finish_prefill(uint64_t id, size_t cached);
   /// Frees everything the request holds here, and its full-tier entry (idempotent).
   void release(uint64_t id);
 
@@ -154,8 +174,11 @@ class DraftBatcher {
     std::vector<int32_t> context;  // tokens at positions [0, pos]: the n-gram level's text
     DraftBlock block;
     FastCharge view_charge;   // the view's held bytes, charged to the budget
+    bool exact_pending = false;  // compressed first: finish_prefill() is due
     size_t fast_peak = 0;
   };
+  /// prefill() of a spec with a fetched_view: the suffix over it, into r's tail.
+  PrefilledRequest prefill_over_fetched_view(const DraftSpec& spec, Req& r);
   /// Updates r's peak fast bytes; returns it.
   size_t note_fast(Req& r) const;
   [[nodiscard]] size_t fast_bytes(const Req& r) const;

@@ -72,6 +72,12 @@ FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv, size_t
   return need;
 }
 
+size_t tail_blocks_bytes(const KvCacheConfig& kv, size_t positions) {
+  const size_t bt = kv.block_tokens;
+  const size_t per_token = 2 * kv.num_layers * kv.kv_heads * kv.head_dim * dtype_size(kv.dtype);
+  return ((positions + bt - 1) / bt + 1) * bt * per_token;
+}
+
 size_t engine_fast_overhead(const KvCacheConfig& kv, size_t stage_positions) {
   const size_t positions = stage_positions == 0 ? kv.block_tokens : stage_positions;
   return 2 * whole_layer_staging(kv, positions);  // the verifier's and the prefill's streamer

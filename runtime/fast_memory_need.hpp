@@ -32,6 +32,11 @@ struct FastNeed {
 [[nodiscard]] FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv,
                                         size_t max_draft);
 
+/// Bytes of the paged blocks `positions` more tail positions can take wherever
+/// they start (one block more than they fill): the compressed-first flow's suffix,
+/// which sits in the tail instead of the view.
+[[nodiscard]] size_t tail_blocks_bytes(const KvCacheConfig& kv, size_t positions);
+
 /// Fast memory an engine holds whatever runs: the staging buffers of its verify
 /// and prefill streamers (two chunks of `stage_positions` each).
 [[nodiscard]] size_t engine_fast_overhead(const KvCacheConfig& kv, size_t stage_positions);

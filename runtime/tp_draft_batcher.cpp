@@ -64,6 +64,13 @@ PrefillResult TpDraftBatcher::prefill(const DraftSpec& spec) {
   return p;
 }
 
+PrefillResult TpDraftBatcher::finish_prefill(uint64_t id, size_t cached) {
+  if (ranks_.size() != 1)
+    throw Error("drafter: the compressed-first flow runs at degree 1 only (degree " +
+                std::to_string(ranks_.size()) + ")");
+  return ranks_[0]->finish_prefill(id, cached);
+}
+
 void TpDraftBatcher::start(uint64_t id, size_t n) {
   each_rank(ranks_, [&](DraftBatcher& b) { b.start(id, n); });
 }

@@ -33,6 +33,8 @@ class TpDraftBatcher {
   /// Rank r commits rank_outcome(v, r, degree()): its own KV heads' verified rows
   /// (`v` is TpVerifier::run's outcome).
   void commit(uint64_t id, const VerifyOutcome& v);
+  /// DraftBatcher::finish_prefill (compressed first): degree 1 only (throws else).
+  [[nodiscard]] PrefillResult finish_prefill(uint64_t id, size_t cached);
   void release(uint64_t id);
 
   [[nodiscard]] const std::vector<uint64_t>& active() const { return ranks_[0]->active(); }

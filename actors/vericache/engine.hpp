@@ -60,6 +60,13 @@ struct EngineConfig {
   /// is skipped this long: requests admitted meanwhile prefill locally at once instead
   /// of each waiting for its own deadline. 0: every request tries the store.
   int remote_retry_ms = 5000;
+  /// Compressed first: a request asks the store for its prompt's compressed chunks
+  /// (its compressor, parameters and ratio) before the full ones; with a hit the
+  /// drafter starts from them at once (and, in vericache mode, drafts a block from
+  /// its guess of the first token while the full chunks arrive); every emitted
+  /// vericache token is still verified against the full KV. Lossy requests then
+  /// decode over the fetched view. false: the full flow only. Not for KVzap.
+  bool remote_compressed_first = true;
 };
 
 /// One candidate token and its log-probability (natural log, under the model).
@@ -130,6 +137,15 @@ struct RequestStats {
   std::string remote_stop_reason;   ///< why the cached prefix ended there ("" = at the limit)
   size_t remote_chunks_published = 0;  ///< chunks queued for write-behind publishing
   size_t remote_compressed_chunks_published = 0;  ///< the view's chunks queued likewise
+  /// Compressed first (EngineConfig::remote_compressed_first):
+  bool remote_compressed_first = false;     ///< drafting started from fetched compressed chunks
+  size_t remote_compressed_chunks_hit = 0;  ///< compressed chunks found, from the first
+  size_t remote_compressed_positions = 0;   ///< prompt positions they cover
+  size_t remote_bytes_compressed = 0;       ///< value bytes received for them
+  double remote_compressed_fetch_seconds = 0;
+  std::string remote_compressed_stop_reason; ///< why they ended there, or why they were not used
+  size_t remote_predrafted = 0;   ///< vericache: drafts made before the exact first token
+  bool remote_predrafts_kept = false;  ///< they were verified (the drafter's guess of it was right)
 };
 
 struct Result {

@@ -1,6 +1,6 @@
 // The actor engine with the remote prefix cache (EngineConfig::remote_url) against a
 // real redis-server on a free loopback port: a second submission of a long prompt
-// takes its prefix from the store, and its tokens and logprobs equal a run without
+// takes its prefix from the store (the full flow), and its tokens and logprobs equal a run without
 // the store bit for bit (vericache and lossy, greedy and seeded); a store killed
 // before a request, or chunks corrupted in it, cost a local recompute, never a
 // different token, and a paused one a timeout.
@@ -14,95 +14,11 @@
 
 #include <vericache/engine.hpp>
 
-#include "kvtiers/remote/redis_client.hpp"
-#include "tests/kvtiers/redis_server.hpp"
-#include "tests/runtime/test_support.hpp"
+#include "tests/actors/engine_remote_support.hpp"
 
 namespace {
 
-using vericache::Engine;
-using vericache::EngineConfig;
-using vericache::Request;
-using vericache::Result;
-
-constexpr size_t kChunk = 256;
-
-EngineConfig config(const std::string& remote_url = "") {
-  EngineConfig c;
-  c.model_dir = VC_MODEL_DIR;
-  c.max_active = 4;
-  c.remote_url = remote_url;
-  c.remote_chunk_tokens = kChunk;
-  c.remote_timeout_ms = 2000;
-  return c;
-}
-
-// A prompt of 650 tokens: two complete chunks of 256 fit before snapkv's window.
-Request long_request(const std::string& mode, const std::string& compressor, bool sampled) {
-  const auto model = vc::test::tinycode();
-  std::mt19937 rng(17);
-  Request r;
-  r.prompt_ids = vc::test::random_tokens(rng, 650, model->config().vocab_size,
-                                         model->config().bos_token_id);
-  r.max_tokens = 24;
-  r.mode = mode;
-  r.compressor = compressor;
-  r.ratio = 4;
-  r.draft = "6";
-  r.ignore_eos = true;
-  if (sampled) {
-    r.temperature = 0.8f;
-    r.top_k = 40;
-    r.seed = 1234;
-  }
-  return r;
-}
-
-Result run(Engine& e, const Request& r) {
-  Result res = e.submit(r).result.get();
-  EXPECT_TRUE(res.ok) << res.error;
-  return res;
-}
-
-void expect_same_output(const Result& want, const Result& got, const std::string& what) {
-  EXPECT_EQ(want.output_ids, got.output_ids) << what;
-  EXPECT_EQ(want.output_logprobs, got.output_logprobs) << what;
-}
-
-// Keys of this project in the store (vc:kv:*).
-size_t stored_chunks(const std::string& url) {
-  vc::RedisClient c(vc::parse_redis_url(url));
-  const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:*", "COUNT", "100000"});
-  return scan.elements.at(1).elements.size();
-}
-
-// Publishing is write-behind: waits until the store holds `n` chunks (or 10 s).
-void wait_for_chunks(const std::string& url, size_t n) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (stored_chunks(url) < n && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_GE(stored_chunks(url), n);
-}
-
-// The full tier's entries are freed by the mover after the result is out: waits
-// until none is held (or 10 s).
-size_t held_after_settling(Engine& e) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (e.stats().full_tier_bytes_held > 0 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  return e.stats().full_tier_bytes_held;
-}
-
-// Flips one payload byte of every chunk this project holds in the store.
-void corrupt_every_chunk(const std::string& url) {
-  vc::RedisClient c(vc::parse_redis_url(url));
-  const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:*", "COUNT", "100000"});
-  for (const auto& k : scan.elements.at(1).elements) {
-    std::string v = c.command({"GET", k.str}).str;
-    v[v.size() - 5] ^= 0x01;
-    ASSERT_EQ(c.command({"SET", k.str, v}).str, "OK");
-  }
-}
+using namespace vc::test::engine_remote;
 
 TEST(engine_remote, a_second_submission_takes_its_prefix_from_the_store_and_decodes_the_same_tokens) {
   vc::test::RedisServer server;
@@ -122,7 +38,9 @@ TEST(engine_remote, a_second_submission_takes_its_prefix_from_the_store_and_deco
         EXPECT_FALSE(local.stats.remote);
       }
       server.restart();  // an empty store
-      Engine engine(config(server.url()));
+      EngineConfig c = config(server.url());
+      c.remote_compressed_first = false;  // the full flow (engine_compressed_first_test.cpp: the other)
+      Engine engine(c);
       const Result cold = run(engine, req);
       expect_same_output(local, cold, "cold, " + what);
       EXPECT_TRUE(cold.stats.remote);
@@ -180,7 +98,11 @@ TEST(engine_remote, a_paused_store_costs_one_timeout_and_a_local_prefill_not_a_t
   expect_same_output(local, r, "store paused");
   EXPECT_EQ(0u, r.stats.remote_chunks_hit);
   EXPECT_FALSE(r.stats.remote_stop_reason.empty());
-  EXPECT_GE(r.stats.remote_fetch_seconds, 0.25) << "it waited for the store's deadline";
+  // The compressed chunks are asked for first: that fetch waits for the deadline,
+  // and the full one is then skipped (remote_retry_ms).
+  EXPECT_GE(r.stats.remote_compressed_fetch_seconds + r.stats.remote_fetch_seconds, 0.25)
+      << "it waited for the store's deadline";
+  EXPECT_FALSE(r.stats.remote_compressed_first);
 }
 
 TEST(engine_remote, requests_after_a_store_fault_skip_the_store_instead_of_each_waiting_a_deadline) {

@@ -20,15 +20,19 @@ using Phase = RequestCtx::Phase;
 
 /// One Outbox call.
 struct Call {
-  enum Kind { prefill, draft, verify, commit, release, fetch, publish, release_tier } kind = prefill;
+  enum Kind {
+    prefill, draft, verify, commit, release, fetch, publish, release_tier, fetch_compressed,
+    finish_prefill
+  } kind = prefill;
   uint64_t id = 0;
-  size_t n = 0;           // draft: tokens; commit: p0; fetch: max positions; publish: first chunk
+  size_t n = 0;  // draft: tokens; commit: p0; fetch(_compressed): max positions;
+                 // publish: first chunk; finish_prefill: cached positions
   VerifyJob job;          // verify
   std::shared_ptr<const VerifyOutcome> outcome;  // commit
   bool full_tier = false;  // release
   DraftSpec spec;          // prefill
   std::shared_ptr<const CompressedView> view;  // publish: the view's chunks too
-  std::string view_spec;                       // publish: their compressor spec
+  std::string view_spec;  // publish, fetch_compressed: the compressor spec
 };
 
 class FakeOutbox final : public Outbox {
@@ -92,6 +96,23 @@ class FakeOutbox final : public Outbox {
     Call c;
     c.kind = Call::release_tier;
     c.id = id;
+    calls.push_back(c);
+  }
+
+  void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>&, size_t max_positions,
+                               const std::string& view_spec) override {
+    Call c;
+    c.kind = Call::fetch_compressed;
+    c.id = id;
+    c.n = max_positions;
+    c.view_spec = view_spec;
+    calls.push_back(c);
+  }
+  void finish_prefill(uint64_t id, size_t cached) override {
+    Call c;
+    c.kind = Call::finish_prefill;
+    c.id = id;
+    c.n = cached;
     calls.push_back(c);
   }
 

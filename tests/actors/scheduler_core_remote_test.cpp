@@ -4,6 +4,7 @@
 // reads it, and a request's result waits for its publish count.
 #include <gtest/gtest.h>
 
+#include "kvtiers/layer_compression.hpp"
 #include "tests/actors/scheduler_core_fixture.hpp"
 
 namespace vc::actors {
@@ -204,6 +205,262 @@ TEST(scheduler_core_remote, a_fetch_that_could_not_make_the_entry_fails_the_requ
   EXPECT_NE(r.error.find("remote prefix cache: host full tier: out of budget"), std::string::npos)
       << r.error;
   EXPECT_EQ((std::vector<uint64_t>{1}), ids_of(out.take(), Call::release_tier));
+}
+
+
+// ---------------------------------------------------------------------------------
+// Compressed first.
+
+constexpr size_t kPrompt = 70;  // 4 chunks of 16; at most 69 positions fetched
+
+Submitted compressed_first_request(uint64_t id, size_t max_tokens, DecodeMode mode) {
+  Submitted s = remote_request(id, kPrompt, max_tokens, mode, 48);
+  s.ctx->compressed_first = true;
+  s.ctx->view_spec = "snapkv r4";
+  s.ctx->cf_view_allowance = 1 << 20;
+  s.ctx->cf_suffix_allowance = kChunk;
+  return s;
+}
+
+// A view of positions [0, covered) (no rows: the scheduler reads its size alone).
+std::shared_ptr<const CompressedView> fetched(size_t covered) {
+  return std::make_shared<const CompressedView>(KvShape{2, 2, 8, covered}, QuantSpec{});
+}
+
+// A real KIVI view of `covered` positions of one head (its rows have bytes).
+std::shared_ptr<const CompressedView> fetched_with_rows(size_t covered) {
+  KvSnapshot kv{1, 1, 8, covered, {}, {}};
+  kv.k.assign(covered * 8, 0.5f);
+  kv.v = kv.k;
+  ModelFacts facts;
+  facts.heads = 1;
+  for (size_t p = 0; p < covered; ++p) facts.positions.push_back(int32_t(p));
+  auto c = make_compressor("kivi", {{"group_size", 16}});
+  return std::make_shared<const CompressedView>(
+      CompressedView::build(kv, plan_snapshot(*c, kv, {}, facts, 4.0), *c, facts));
+}
+
+RemoteCompressedFetch compressed_hit(size_t chunks) {
+  RemoteCompressedFetch f;
+  f.chunks = chunks;
+  f.positions = chunks * kChunk;
+  f.bytes = chunks * 250;
+  return f;
+}
+
+PrefillResult guess(uint64_t id, int32_t token) {
+  PrefillResult r = prefilled(id, token);
+  r.exact_pending = true;
+  return r;
+}
+
+PrefillResult exact(uint64_t id, int32_t token, bool drafts_kept) {
+  PrefillResult r = prefilled(id, token);
+  r.drafts_kept = drafts_kept;
+  return r;
+}
+
+TEST(scheduler_core_remote, compressed_first_drafts_from_the_guess_and_verifies_those_drafts_once_the_exact_token_agrees) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = compressed_first_request(1, 10, DecodeMode::vericache);
+  core.submit(a.ctx);
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::fetch_compressed, calls[0].kind);
+  EXPECT_EQ(kPrompt - 1, calls[0].n);
+  EXPECT_EQ("snapkv r4", calls[0].view_spec);
+
+  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::fetch, Call::prefill}), kinds(calls));
+  EXPECT_EQ(kPrompt - 1, calls[0].n) << "the full chunks up to the last prompt position";
+  ASSERT_TRUE(calls[1].spec.fetched_view);
+  EXPECT_EQ(64u, calls[1].spec.fetched_view->covered());
+  EXPECT_TRUE(calls[1].spec.tier_ready) << "the net_fetcher makes the entry";
+  EXPECT_FALSE(calls[1].spec.copy_view);
+
+  core.on_prefilled(guess(1, 7));  // the full chunks are still on their way
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::draft, calls[0].kind) << "a block from the guess";
+  EXPECT_EQ(4u, calls[0].n);
+  core.on_remote_fetched(1, hit(4), "");
+  EXPECT_TRUE(out.take().empty()) << "the exact prefill waits for the block";
+  DraftBlock b = drafts(1, {8, 9, 10, 11});
+  core.on_drafted(b);
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::finish_prefill, calls[0].kind);
+  EXPECT_EQ(64u, calls[0].n) << "the tier holds the fetched positions";
+
+  core.on_prefill_finished(exact(1, 7, true));
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::verify}), kinds(calls)) << "nothing to publish: 4 chunks cached";
+  EXPECT_EQ(7, calls[0].job.t0);
+  EXPECT_EQ(kPrompt, calls[0].job.p0);
+  EXPECT_EQ((std::vector<int32_t>{8, 9, 10, 11}), calls[0].job.drafts);
+  EXPECT_FALSE(ready(a.result));
+  core.on_verified(verified(1, {8, 9, 10, 11, 12}, 4));
+  calls = out.take();
+  EXPECT_EQ((std::vector<Call::Kind>{Call::commit, Call::draft}), kinds(calls));
+  core.cancel(1);
+  const auto r = a.result.get();
+  EXPECT_EQ((std::vector<int32_t>{7, 8, 9, 10, 11, 12}), r.output_ids);
+  EXPECT_TRUE(r.stats.remote_compressed_first);
+  EXPECT_EQ(4u, r.stats.remote_compressed_chunks_hit);
+  EXPECT_EQ(1000u, r.stats.remote_bytes_compressed);
+  EXPECT_EQ(4u, r.stats.remote_predrafted);
+  EXPECT_TRUE(r.stats.remote_predrafts_kept);
+  EXPECT_EQ(4u, r.stats.accepted);
+}
+
+TEST(scheduler_core_remote, compressed_first_drops_the_drafts_of_a_wrong_guess_and_drafts_from_the_exact_token) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = compressed_first_request(1, 10, DecodeMode::vericache);
+  core.submit(a.ctx);
+  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  core.on_prefilled(guess(1, 7));
+  DraftBlock b = drafts(1, {8, 9, 10, 11});
+  core.on_drafted(b);
+  out.take();
+  core.on_remote_fetched(1, hit(2), "");  // the store had 2 full chunks only
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::finish_prefill, calls[0].kind);
+  EXPECT_EQ(32u, calls[0].n);
+  core.on_prefill_finished(exact(1, 5, false));
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::publish, Call::draft}), kinds(calls));
+  EXPECT_EQ(2u, calls[0].n) << "the full chunks the store lacked";
+  EXPECT_FALSE(calls[0].view) << "its compressed chunks came from the store";
+  EXPECT_EQ(4u, calls[1].n) << "a round from the exact token";
+  core.on_remote_published(1, 2);
+  DraftBlock b2 = drafts(1, {6, 6, 6, 6});
+  core.on_drafted(b2);
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(5, calls[0].job.t0);
+  EXPECT_EQ((std::vector<int32_t>{6, 6, 6, 6}), calls[0].job.drafts);
+  core.cancel(1);
+  const auto r = a.result.get();
+  EXPECT_EQ((std::vector<int32_t>{5}), r.output_ids) << "the guess was never emitted";
+  EXPECT_FALSE(r.stats.remote_predrafts_kept);
+  EXPECT_EQ(0u, r.stats.drafted) << "the dropped drafts were never verified";
+}
+
+TEST(scheduler_core_remote, compressed_first_prefills_exactly_at_once_when_the_full_chunks_came_before_the_guess) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = compressed_first_request(1, 10, DecodeMode::vericache);
+  core.submit(a.ctx);
+  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  out.take();
+  core.on_remote_fetched(1, hit(4), "");
+  EXPECT_TRUE(out.take().empty()) << "waits for the drafter's prefill over the view";
+  core.on_prefilled(guess(1, 7));
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::finish_prefill, calls[0].kind) << "no block from the guess";
+  core.on_prefill_finished(exact(1, 7, false));
+  EXPECT_EQ((std::vector<Call::Kind>{Call::draft}), kinds(out.take()));
+  core.cancel(1);
+  EXPECT_EQ(0u, a.result.get().stats.remote_predrafted);
+}
+
+TEST(scheduler_core_remote, compressed_first_runs_the_full_flow_without_a_hit_or_when_the_view_would_not_fit) {
+  FakeOutbox out;
+  SchedulerCore core(out, 4, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = compressed_first_request(1, 10, DecodeMode::vericache);
+  core.submit(a.ctx);
+  out.take();
+  RemoteCompressedFetch none;
+  none.stop_reason = "chunk 0 is not in the store";
+  core.on_remote_compressed_fetched(1, nullptr, none);
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::fetch, calls[0].kind);
+  EXPECT_EQ(48u, calls[0].n) << "the full flow's limit";
+
+  // A short compressed prefix leaves a suffix longer than the reservation's chunk.
+  auto b = compressed_first_request(2, 10, DecodeMode::vericache);
+  core.submit(b.ctx);
+  out.take();
+  core.on_remote_compressed_fetched(2, fetched(32), compressed_hit(2));
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::fetch, calls[0].kind);
+  // A view larger than its allowance.
+  auto c = compressed_first_request(3, 10, DecodeMode::vericache);
+  const auto big = fetched_with_rows(64);
+  ASSERT_GT(big->held_bytes(), 0u);
+  c.ctx->cf_view_allowance = big->held_bytes() - 1;
+  core.submit(c.ctx);
+  out.take();
+  core.on_remote_compressed_fetched(3, big, compressed_hit(4));
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::fetch, calls[0].kind);
+  core.on_remote_fetched(3, hit(3), "");
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_FALSE(calls[0].spec.fetched_view);
+  for (uint64_t id : {1, 2, 3}) core.cancel(id);
+  EXPECT_EQ("chunk 0 is not in the store", a.result.get().stats.remote_compressed_stop_reason);
+  const auto rb = b.result.get().stats;
+  EXPECT_FALSE(rb.remote_compressed_first);
+  EXPECT_NE(rb.remote_compressed_stop_reason.find("do not fit the fast memory reserved"), std::string::npos)
+      << rb.remote_compressed_stop_reason;
+  EXPECT_FALSE(c.result.get().stats.remote_compressed_first);
+}
+
+TEST(scheduler_core_remote, compressed_first_lossy_decodes_over_the_view_without_the_full_chunks) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = compressed_first_request(1, 3, DecodeMode::lossy);
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  auto calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::prefill}), kinds(calls)) << "no full chunk is fetched";
+  EXPECT_FALSE(calls[0].spec.tier_ready);
+  core.on_prefilled(prefilled(1, 7));  // lossy: the first token itself
+  EXPECT_EQ((std::vector<Call::Kind>{Call::draft}), kinds(out.take()));
+  DraftBlock blk = final_block(1, {8, 9});
+  core.on_drafted(blk);
+  calls = out.take();
+  EXPECT_EQ((std::vector<Call::Kind>{Call::release}), kinds(calls)) << "no tier entry to free";
+  const auto r = a.result.get();
+  EXPECT_EQ((std::vector<int32_t>{7, 8, 9}), r.output_ids);
+  EXPECT_TRUE(r.stats.remote_compressed_first);
+  EXPECT_EQ(0u, r.stats.remote_bytes_fetched);
+}
+
+TEST(scheduler_core_remote, compressed_first_cancelled_while_predrafting_frees_the_entry_when_the_full_fetch_answers) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = compressed_first_request(1, 10, DecodeMode::vericache);
+  core.submit(a.ctx);
+  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  core.on_prefilled(guess(1, 7));
+  out.take();
+  core.cancel(1);
+  auto calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::release}), kinds(calls)) << "the fetch still writes the entry";
+  EXPECT_EQ("cancelled", a.result.get().finish_reason);
+  DraftBlock b = drafts(1, {8, 9, 10, 11});
+  core.on_drafted(b);
+  EXPECT_TRUE(out.take().empty());
+  core.on_remote_fetched(1, hit(4), "");
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::release_tier}), kinds(calls));
 }
 
 }  // namespace

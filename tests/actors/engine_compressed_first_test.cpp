@@ -1,0 +1,169 @@
+// The engine's compressed-first flow (EngineConfig::remote_compressed_first) against
+// a real redis-server on a free loopback port: a request whose prompt's compressed
+// chunks are in the store drafts from them at once; in vericache mode it drafts a
+// block from its guess of the first token while the full chunks arrive (a throttled
+// link makes them slow), and its tokens and logprobs equal a run without the store
+// bit for bit; a lossy request decodes over the fetched view exactly as `generate`'s
+// compressed-first flow does; a cancel in the middle leaves nothing behind.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "runtime/generator.hpp"
+#include "tests/actors/engine_remote_support.hpp"
+#include "tools/vericache/throttled_proxy.hpp"
+
+namespace {
+
+using namespace vc::test::engine_remote;
+
+// Full chunks of the 650-token request: 2 x 256 positions x 3 KB; at 1 MB/s they
+// take about 1.5 s, the compressed ones a quarter of that.
+constexpr double kSlowLink = 1.0e6;
+
+TEST(engine_compressed_first, a_request_drafts_from_compressed_chunks_and_emits_the_tokens_of_full_decoding) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  struct Case {
+    const char* compressor;
+    bool sampled;
+  };
+  size_t kept = 0;
+  for (const Case k : {Case{"snapkv", false}, Case{"snapkv", true}, Case{"kivi", false}}) {
+    const std::string what = std::string(k.compressor) + (k.sampled ? " seeded" : " greedy");
+    const Request req = long_request("vericache", k.compressor, k.sampled);
+    Result local;
+    {
+      Engine plain(config());
+      local = run(plain, req);
+    }
+    server.restart();  // an empty store
+    Engine engine(config(server.url()));
+    const Result cold = run(engine, req);
+    expect_same_output(local, cold, "cold, " + what);
+    EXPECT_FALSE(cold.stats.remote_compressed_first) << cold.stats.remote_compressed_stop_reason;
+    EXPECT_EQ(2u, cold.stats.remote_compressed_chunks_published) << what;
+    wait_for_chunks(server.url(), 4);
+
+    const Result warm = run(engine, req);
+    expect_same_output(local, warm, "warm, " + what);
+    const auto& s = warm.stats;
+    EXPECT_TRUE(s.remote_compressed_first) << what << ": " << s.remote_compressed_stop_reason;
+    EXPECT_EQ(2u, s.remote_compressed_chunks_hit) << what;
+    EXPECT_EQ(2 * kChunk, s.remote_compressed_positions);
+    EXPECT_GT(s.remote_bytes_compressed, 0u);
+    EXPECT_LT(s.remote_bytes_compressed, s.remote_bytes_fetched) << "compressed chunks are smaller";
+    EXPECT_EQ(2u, s.remote_chunks_hit) << what << ": the full chunks, for verification";
+    EXPECT_EQ(0u, s.remote_chunks_published) << "the store had them";
+    EXPECT_EQ(0u, held_after_settling(engine)) << what << ": every entry freed";
+
+    // Behind a slow link the drafter drafts from its guess while the full chunks arrive.
+    vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), kSlowLink);
+    EngineConfig sc = config(slow.url());
+    sc.remote_timeout_ms = 60000;
+    Engine slow_engine(sc);
+    const Result sw = run(slow_engine, req);
+    expect_same_output(local, sw, "slow link, " + what);
+    EXPECT_TRUE(sw.stats.remote_compressed_first) << sw.stats.remote_compressed_stop_reason;
+    EXPECT_GT(sw.stats.remote_predrafted, 0u) << what << ": drafted while the full chunks arrived";
+    EXPECT_EQ(2u, sw.stats.remote_chunks_hit);
+    kept += sw.stats.remote_predrafts_kept ? 1 : 0;
+    EXPECT_EQ(0u, held_after_settling(slow_engine));
+  }
+  EXPECT_GT(kept, 0u) << "some guess of the first token was right, its drafts verified";
+}
+
+TEST(engine_compressed_first, a_lossy_request_decodes_over_the_fetched_view_as_generate_does) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const auto model = vc::test::tinycode();
+  for (const bool sampled : {false, true}) {
+    server.restart();
+    const Request req = long_request("lossy", "snapkv", sampled);
+    Engine engine(config(server.url()));
+    (void)run(engine, req);  // publishes the compressed chunks
+    wait_for_chunks(server.url(), 4);
+    const Result warm = run(engine, req);
+    EXPECT_TRUE(warm.stats.remote_compressed_first) << warm.stats.remote_compressed_stop_reason;
+    EXPECT_EQ(2u, warm.stats.remote_compressed_chunks_hit);
+    EXPECT_EQ(0u, warm.stats.remote_bytes_fetched) << "lossy never reads the full chunks";
+    EXPECT_EQ(0u, held_after_settling(engine));
+
+    vc::GeneratorConfig gc;
+    gc.max_context = 2048;
+    gc.remote_url = server.url();
+    gc.remote_chunk_tokens = kChunk;
+    vc::Generator gen(model, vc::test::tinycode_tokenizer(), gc);
+    vc::GenerateOptions o;
+    o.mode = vc::DecodeMode::lossy;
+    o.compressor = req.compressor;
+    o.ratio = req.ratio;
+    o.max_tokens = req.max_tokens;
+    o.stop_at_eos = false;
+    o.sampling = {req.temperature, req.top_k, req.top_p, req.seed};
+    const vc::GenerateResult g = gen.generate(req.prompt_ids, o);
+    EXPECT_TRUE(g.stats.remote_compressed_first);
+    EXPECT_EQ(g.output_ids, warm.output_ids) << (sampled ? "seeded" : "greedy");
+    EXPECT_EQ(g.output_logprobs, warm.output_logprobs);
+  }
+}
+
+TEST(engine_compressed_first, the_full_flow_runs_when_compressed_first_is_off_or_no_compressed_chunk_is_cached) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const Request req = long_request("vericache", "snapkv", false);
+  EngineConfig off = config(server.url());
+  off.remote_compressed_first = false;
+  {
+    Engine engine(off);
+    (void)run(engine, req);
+    wait_for_chunks(server.url(), 4);
+    const Result r = run(engine, req);
+    EXPECT_FALSE(r.stats.remote_compressed_first);
+    EXPECT_EQ(0u, r.stats.remote_compressed_chunks_hit) << "the store was not asked";
+    EXPECT_EQ(2u, r.stats.remote_chunks_hit);
+  }
+  // The same prompt under another ratio: its compressed chunks have other keys.
+  Request other = req;
+  other.ratio = 8;
+  Engine engine(config(server.url()));
+  const Result r = run(engine, other);
+  EXPECT_FALSE(r.stats.remote_compressed_first);
+  EXPECT_EQ(0u, r.stats.remote_compressed_chunks_hit);
+  EXPECT_FALSE(r.stats.remote_compressed_stop_reason.empty());
+  EXPECT_EQ(2u, r.stats.remote_chunks_hit) << "the full chunks serve any ratio";
+}
+
+TEST(engine_compressed_first, a_request_cancelled_while_its_full_chunks_arrive_leaves_nothing_behind) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const Request req = long_request("vericache", "snapkv", false);
+  {
+    Engine engine(config(server.url()));
+    (void)run(engine, req);
+    wait_for_chunks(server.url(), 4);
+  }
+  vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), kSlowLink);
+  EngineConfig sc = config(slow.url());
+  sc.remote_timeout_ms = 60000;
+  Engine engine(sc);
+  auto sub = engine.submit(req);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // compressed in, full on its way
+  engine.cancel(sub.id);
+  const Result r = sub.result.get();
+  EXPECT_EQ("cancelled", r.finish_reason) << r.error;
+  EXPECT_TRUE(r.output_ids.empty()) << "no token before the exact first one";
+  EXPECT_EQ(0u, held_after_settling(engine));
+  // The engine goes on: the next request completes with the tokens of a local run.
+  Result local;
+  {
+    Engine plain(config());
+    local = run(plain, req);
+  }
+  const Result again = run(engine, req);
+  expect_same_output(local, again, "after the cancel");
+}
+
+}  // namespace

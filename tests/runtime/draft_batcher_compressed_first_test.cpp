@@ -1,0 +1,140 @@
+// DraftBatcher's compressed-first flow: prefill over a fetched view (the suffix in
+// the tail, the first token a guess, no full tier touched), one block drafted from
+// the guess, then finish_prefill: the exact first token of a local prefill, bit for
+// bit, and the block kept only when the guess was that token.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "kernels/error.hpp"
+#include "kvtiers/full_tier.hpp"
+#include "runtime/draft_batcher.hpp"
+#include "tests/runtime/test_support.hpp"
+
+namespace vc {
+namespace {
+
+constexpr size_t kPrompt = 80, kCovered = 64;
+
+std::vector<int32_t> prompt(uint32_t seed) {
+  std::mt19937 rng(seed);
+  const ModelConfig& c = test::tinycode()->config();
+  return test::random_tokens(rng, kPrompt, c.vocab_size, c.bos_token_id);
+}
+
+// Sampled at a high temperature, so that a view's drift shows in its guesses.
+const SamplingParams kSampling{1.5f, 0, 1.0f, 4242};
+
+DraftSpec spec_of(uint64_t id, std::vector<int32_t> p) {
+  DraftSpec s;
+  s.sampling = kSampling;
+  s.id = id;
+  s.prompt = std::move(p);
+  s.mode = DecodeMode::vericache;
+  s.compressor = "snapkv";
+  s.ratio = 4.0;
+  s.max_new_tokens = 32;
+  return s;
+}
+
+struct Reference {
+  PrefillResult result;  // a local prefill's first token
+  std::shared_ptr<const CompressedView> view;  // its view of [0, kCovered)
+};
+
+// A local prefill of `p` (its first token) and the first kCovered positions of its view.
+Reference local_prefill(const std::vector<int32_t>& p) {
+  HostFullTier tier(test::tinycode()->kv_config(16, DType::bf16));
+  DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
+  DraftSpec s = spec_of(1, p);
+  s.copy_view = true;
+  Reference ref;
+  ref.result = b.prefill(s);
+  std::string why;
+  auto head = ref.result.view->slice(0, kCovered, why);
+  EXPECT_TRUE(head) << why;
+  ref.view = std::make_shared<const CompressedView>(std::move(*head));
+  b.release(1);
+  return ref;
+}
+
+struct Outcome {
+  PrefillResult guess, exact;
+  DraftBlock block;
+};
+
+// The flow with `view` fetched for prompt `p`: prefill over it, a block of 4 from the
+// guess, then the exact prefill of the whole prompt (no chunk from a store).
+Outcome compressed_first(const std::vector<int32_t>& p, std::shared_ptr<const CompressedView> view) {
+  HostFullTier tier(test::tinycode()->kv_config(16, DType::bf16));
+  DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
+  DraftSpec s = spec_of(7, p);
+  s.fetched_view = std::move(view);
+  s.tier_ready = true;
+  Outcome o;
+  o.guess = b.prefill(s);
+  EXPECT_TRUE(o.guess.exact_pending);
+  EXPECT_FALSE(tier.contains(7)) << "drafting over the view touches no full tier";
+  b.start(7, 4);
+  for (int guard = 0; b.busy() && guard < 100; ++guard)
+    for (auto& blk : b.step()) o.block = std::move(blk);
+  EXPECT_EQ(4u, o.block.tokens.size());
+  EXPECT_THROW(b.start(7, 4), Error) << "one block from the guess, no more";
+  tier.create(7, kPrompt + 32);  // the net_fetcher's entry: no chunk was cached
+  o.exact = b.finish_prefill(7, 0);
+  EXPECT_FALSE(o.exact.exact_pending);
+  EXPECT_EQ(kPrompt, tier.length(7)) << "the prompt's exact KV is in the tier";
+  const auto [t0, p0] = b.pending(7);
+  EXPECT_EQ(kPrompt, p0);
+  EXPECT_EQ(o.exact.token, t0);
+  EXPECT_THROW((void)b.finish_prefill(7, 0), Error) << "only once";
+  b.release(7);
+  return o;
+}
+
+TEST(draft_batcher_compressed_first, the_exact_first_token_equals_a_local_prefills_and_the_guess_block_stands_when_it_was_right) {
+  const auto p = prompt(3);
+  const Reference ref = local_prefill(p);
+  const Outcome o = compressed_first(p, ref.view);
+  EXPECT_EQ(ref.result.token, o.exact.token);
+  EXPECT_EQ(ref.result.logprob, o.exact.logprob) << "bit for bit";
+  EXPECT_EQ(ref.result.token, o.guess.token) << "the prompt's own view guesses right here";
+  EXPECT_TRUE(o.exact.drafts_kept);
+}
+
+TEST(draft_batcher_compressed_first, a_wrong_guess_drops_its_block_and_drafting_resumes_from_the_exact_token) {
+  const auto p = prompt(3);
+  const Reference ref = local_prefill(p);
+  // Other prompts' views: the guesses are drafting noise, some of them wrong.
+  size_t wrong = 0;
+  for (uint32_t seed = 90; seed < 94; ++seed) {
+    const Outcome o = compressed_first(p, local_prefill(prompt(seed)).view);
+    EXPECT_EQ(ref.result.token, o.exact.token) << "exact whatever the view, seed " << seed;
+    EXPECT_EQ(ref.result.logprob, o.exact.logprob);
+    EXPECT_EQ(o.guess.token == o.exact.token, o.exact.drafts_kept) << "seed " << seed;
+    wrong += o.guess.token != o.exact.token ? 1 : 0;
+  }
+  EXPECT_GT(wrong, 0u) << "no foreign view guessed wrong: the dropping path did not run";
+}
+
+TEST(draft_batcher_compressed_first, a_fetched_view_must_leave_the_last_prompt_position_to_compute) {
+  HostFullTier tier(test::tinycode()->kv_config(16, DType::bf16));
+  DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
+  const auto p = prompt(3);
+  DraftSpec s = spec_of(5, std::vector<int32_t>(p.begin(), p.begin() + kCovered));
+  s.fetched_view = local_prefill(p).view;  // covers the whole shorter prompt
+  try {
+    (void)b.prefill(s);
+    FAIL() << "accepted a view covering the whole prompt";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the fetched view covers 64 positions of a 64-token prompt"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(0u, b.requests());
+  EXPECT_THROW((void)b.finish_prefill(5, 0), Error) << "unknown request";
+}
+
+}  // namespace
+}  // namespace vc
