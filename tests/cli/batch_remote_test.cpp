@@ -97,7 +97,7 @@ TEST(cli_batch_remote, a_second_run_hits_the_store_and_outputs_equal_batch_witho
   EXPECT_FALSE(warm[2]["stats"].contains("remote")) << "full mode never asks the store";
 }
 
-TEST(cli_batch_remote, the_views_batch_publishes_start_generates_compressed_first_flow) {
+TEST(cli_batch_remote, the_views_batch_publishes_start_the_compressed_first_flow_of_generate_and_batch) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   Dir d;
@@ -125,6 +125,22 @@ TEST(cli_batch_remote, the_views_batch_publishes_start_generates_compressed_firs
   EXPECT_TRUE(rs["compressed_first"].get<bool>()) << rs;
   EXPECT_EQ(rs["compressed_chunks_hit"], ps["compressed_chunks_published"]) << rs;
   EXPECT_GE(rs["chunks_hit"].get<int>(), 3) << rs;
+
+  // batch itself starts from them (the engine's compressed-first flow), and with
+  // --remote-flow full it does not; both emit full decoding's tokens.
+  for (const std::string flow : {"compressed-first", "full"}) {
+    const auto again = run_batch(d, "again-" + flow, remote + " --remote-flow " + flow);
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(full["output_ids"], again[0]["output_ids"]) << flow;
+    const json& as = again[0]["stats"]["remote"];
+    EXPECT_EQ(as["flow"], flow);
+    EXPECT_EQ(as["compressed_first"].get<bool>(), flow == "compressed-first") << as;
+    EXPECT_EQ(as["compressed_chunks_hit"].get<int>(),
+              flow == "compressed-first" ? ps["compressed_chunks_published"].get<int>() : 0)
+        << as;
+    EXPECT_GE(as["chunks_hit"].get<int>(), 3) << as;
+    EXPECT_TRUE(as.contains("predrafted")) << as;
+  }
 }
 
 TEST(cli_batch_remote, a_bad_remote_option_is_an_error_naming_it) {

@@ -34,7 +34,7 @@ size_t stored_chunks(const std::string& url) {
   return scan.elements.at(1).elements.size();
 }
 
-TEST(serve_remote, completion_text_equals_generate_before_and_after_the_store_holds_the_prefix) {
+TEST(serve_remote, completion_text_equals_generate_before_and_after_the_store_holds_the_prefix_compressed_first) {
   RedisServer store;
   VC_REQUIRE_REDIS(store);
   const std::string prompt = long_prompt();
@@ -56,17 +56,25 @@ TEST(serve_remote, completion_text_equals_generate_before_and_after_the_store_ho
   EXPECT_EQ(cold.json()["choices"][0]["text"], expected);
   EXPECT_EQ(cold.json()["vericache"]["remote"]["chunks_hit"], 0);
 
-  // Publishing is write-behind: wait until the store holds the chunks.
+  // Publishing is write-behind: wait until the store holds the chunks, full and
+  // compressed.
+  const json published = cold.json()["vericache"]["remote"];
+  const size_t all = published["chunks_published"].get<size_t>() +
+                     published["compressed_chunks_published"].get<size_t>();
+  ASSERT_GE(published["compressed_chunks_published"].get<int>(), 3) << published;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (stored_chunks(store.url()) < 3 && std::chrono::steady_clock::now() < until)
+  while (stored_chunks(store.url()) < all && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_GE(stored_chunks(store.url()), 3u);
+  ASSERT_GE(stored_chunks(store.url()), all);
 
   const HttpResponse warm = http_request(server.port(), "POST", "/v1/completions", body.dump());
   ASSERT_EQ(warm.status, 200) << warm.body;
   const json j = warm.json();
   EXPECT_EQ(j["choices"][0]["text"], expected);
   EXPECT_GE(j["vericache"]["remote"]["chunks_hit"].get<int>(), 3) << j["vericache"];
+  // The engine drafted from the compressed chunks first (serve's default flow).
+  EXPECT_TRUE(j["vericache"]["remote"]["compressed_first"].get<bool>()) << j["vericache"];
+  EXPECT_EQ(j["vericache"]["remote"]["compressed_chunks_hit"], published["compressed_chunks_published"]);
 }
 
 }  // namespace

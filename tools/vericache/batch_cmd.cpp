@@ -162,13 +162,22 @@ json stats_json(const vericache::Request& q, const vericache::RequestStats& s,
   if (s.remote)
     j["remote"] = {{"url", a.remote.url},
                    {"chunk_tokens", a.remote.chunk},
+                   {"flow", a.remote.flow},
                    {"chunks_hit", s.remote_chunks_hit},
                    {"positions_hit", s.remote_positions},
                    {"bytes_fetched_full", s.remote_bytes_fetched},
                    {"fetch_seconds", s.remote_fetch_seconds},
                    {"stop_reason", s.remote_stop_reason},
                    {"chunks_published", s.remote_chunks_published},
-                   {"compressed_chunks_published", s.remote_compressed_chunks_published}};
+                   {"compressed_chunks_published", s.remote_compressed_chunks_published},
+                   {"compressed_first", s.remote_compressed_first},
+                   {"compressed_chunks_hit", s.remote_compressed_chunks_hit},
+                   {"compressed_positions_hit", s.remote_compressed_positions},
+                   {"bytes_fetched_compressed", s.remote_bytes_compressed},
+                   {"compressed_fetch_seconds", s.remote_compressed_fetch_seconds},
+                   {"compressed_stop_reason", s.remote_compressed_stop_reason},
+                   {"predrafted", s.remote_predrafted},
+                   {"predrafts_kept", s.remote_predrafts_kept}};
   if (q.mode != "full")
     j["compression"] = {{"compressor", q.compressor},
                         {"ratio", q.ratio},
@@ -267,6 +276,7 @@ int run_batch(const BatchArgs& a) {
   cfg.remote_ttl_seconds = a.remote.ttl;
   cfg.remote_timeout_ms = a.remote.timeout_ms;
   cfg.remote_retry_ms = a.remote.retry_ms;
+  cfg.remote_compressed_first = a.remote.flow == "compressed-first";
 
   spdlog::info("loading model from {}", a.model_dir);
   const auto load_start = clock::now();

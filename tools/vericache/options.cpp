@@ -139,6 +139,10 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
       ->capture_default_str()->check(integer_in(1, 600000));
   cmd.add_option("--remote-retry-ms", r.retry_ms, kRemoteRetryHelp)
       ->capture_default_str()->check(integer_in(0, 3600000));
+  cmd.add_option("--remote-flow", r.flow,
+                 "compressed-first: draft from the prefix's compressed chunks while its full "
+                 "chunks arrive; full: fetch the full chunks, then prefill and compress here")
+      ->capture_default_str()->check(CLI::IsMember({"compressed-first", "full"}));
 }
 
 std::string option_of_field(const std::string& field) {

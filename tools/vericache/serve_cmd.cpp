@@ -147,6 +147,7 @@ int run_serve(const ServeArgs& a) {
   cfg.remote_ttl_seconds = a.remote.ttl;
   cfg.remote_timeout_ms = a.remote.timeout_ms;
   cfg.remote_retry_ms = a.remote.retry_ms;
+  cfg.remote_compressed_first = a.remote.flow == "compressed-first";
 
   spdlog::info("loading model from {}{}", a.model_dir,
                a.tp > 1 ? fmt::format(" ({} tensor-parallel ranks)", a.tp) : "");
