@@ -50,7 +50,8 @@ struct Engine::Impl {
   std::shared_ptr<TraceRecorder> trace;
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
-  std::shared_ptr<RemoteTier> remote;    // EngineConfig::remote_url (else null)
+  std::shared_ptr<RemoteTier> remote;    // EngineConfig::remote_url (else null): rank 0's
+  std::vector<std::shared_ptr<RemoteTier>> remotes;  // per rank (remotes[0] == remote)
   caf::actor sched, drafter, mover, verifier, net_fetcher;
   std::atomic<uint64_t> next_id{1};
   std::shared_ptr<actors::LiveCounters> counters = std::make_shared<actors::LiveCounters>();
@@ -106,9 +107,6 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (cfg.max_active == 0) throw Error("EngineConfig.max_active: must be at least 1");
   if (cfg.tp < 1) throw Error("EngineConfig.tp: must be at least 1, got " + std::to_string(cfg.tp));
   const size_t d = size_t(cfg.tp);
-  if (d > 1 && !cfg.remote_url.empty())
-    throw Error("EngineConfig.tp: a remote prefix cache (remote_url) is not supported with "
-                "tensor parallelism (tp " + std::to_string(cfg.tp) + ") yet");
   m.model = Model::load(cfg.model_dir);
   m.tokenizer = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(cfg.model_dir) / "tokenizer.json"));
@@ -151,10 +149,13 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
     m.tiers.back()->set_capacity_bytes(cfg.full_tier_bytes);
   }
   if (!cfg.remote_url.empty()) {
-    try {
-      m.remote = open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens, cfg.remote_ttl_seconds,
-                                   cfg.remote_timeout_ms, cfg.remote_retry_ms},
-                                  kvc, cfg.model_dir);
+    try {  // each rank's chunks hold its KV heads, under keys of their own
+      for (size_t r = 0; r < d; ++r)
+        m.remotes.push_back(open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens,
+                                              cfg.remote_ttl_seconds, cfg.remote_timeout_ms,
+                                              cfg.remote_retry_ms, r, d},
+                                             kvc, cfg.model_dir));
+      m.remote = m.remotes[0];
     } catch (const std::exception& e) {
       throw Error(std::string("EngineConfig.remote_url: ") + e.what());
     }
@@ -191,7 +192,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.mover = m.sys->spawn<caf::detached>(actors::mover_group, tier_ptrs, m.streamers, m.trace);
   m.verifier = m.sys->spawn<caf::detached>(actors::verifier_group, verifier, m.mover, m.sched, m.trace);
   if (m.remote)  // detached: a fetch blocks on the store
-    m.net_fetcher = m.sys->spawn<caf::detached>(actors::net_fetcher, m.remote);
+    m.net_fetcher = m.sys->spawn<caf::detached>(actors::net_fetcher_group, m.remotes, tier_ptrs);
   caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover, m.net_fetcher});
 }
 
@@ -207,7 +208,8 @@ Engine::~Engine() {
   }
   m.sched = m.drafter = m.mover = m.verifier = m.net_fetcher = caf::actor{};
   m.sys.reset();  // waits for every actor to finish
-  m.remote.reset();  // sends what its write-behind queue still holds, then stops
+  m.remote.reset();  // each sends what its write-behind queue still holds, then stops
+  m.remotes.clear();
 }
 
 Engine::Submission Engine::submit(const Request& r, TokenCallback on_token) {
@@ -270,14 +272,17 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
       ctx->remote_limit = remote_prefix_limit(*compressor, s.prompt.size(), s.stats_window);
       // The view's compressed chunks are published for compressed-first fetches,
       // which a compressor scoring hidden states never makes (remote_prefix.hpp).
-      s.copy_view = !compressor->stats_needs().hidden &&
+      // At tp > 1 a rank's view is its heads' alone and compressed-first needs
+      // the ranks' head starts to agree: the full flow only (as generate --tp).
+      const bool one_rank = m.cfg.tp == 1;
+      s.copy_view = one_rank && !compressor->stats_needs().hidden &&
                     s.prompt.size() >= m.remote->layout().chunk_tokens;
       // Compressed first: a fetched view of [0, C) leaves the suffix [C, n) in the
       // tail. The reservation covers a suffix of up to one chunk (the most a whole
       // compressed prefix leaves) and a view as large as a local one's bound; a
       // fetched prefix that needs more runs the full flow (the scheduler checks).
       const size_t chunk = m.remote->layout().chunk_tokens;
-      if (m.cfg.remote_compressed_first && !compressor->stats_needs().hidden &&
+      if (one_rank && m.cfg.remote_compressed_first && !compressor->stats_needs().hidden &&
           s.prompt.size() > chunk) {
         ctx->compressed_first = true;
         ctx->view_spec = compressor_spec(s.compressor, s.compressor_params, s.ratio);

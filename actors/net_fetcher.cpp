@@ -1,48 +1,112 @@
-// The net_fetcher behavior: a thin mailbox over RemoteTier (see the header).
+// The net_fetcher behaviors: a thin mailbox over RemoteTier (see the header).
 #include "actors/net_fetcher.hpp"
+
+#include <algorithm>
+#include <future>
 
 #include "actors/protocol.hpp"
 
 namespace vc::actors {
 
-caf::behavior net_fetcher(caf::event_based_actor*, std::shared_ptr<RemoteTier> remote) {
+namespace {
+
+// Every rank's prefix of `m.prompt` into its own entry (created first when asked),
+// all ranks at once; then every entry cut to the shortest. Throws on a tier fault
+// (after freeing the entries it created).
+RemoteFetch fetch_every_rank(const std::vector<std::shared_ptr<RemoteTier>>& remotes,
+                             const std::vector<FullTier*>& tiers, const remote_fetch_msg& m) {
+  const size_t d = remotes.size();
+  size_t created = 0;
+  try {
+    if (m.create_positions > 0)
+      for (; created < d; ++created) tiers[created]->create(m.id, m.create_positions);
+    std::vector<std::future<RemoteFetch>> each;
+    for (size_t r = 0; r < d; ++r)
+      each.push_back(std::async(d == 1 ? std::launch::deferred : std::launch::async, [&, r] {
+        return remotes[r]->fetch_prefix(m.prompt, m.max_positions, *tiers[r], m.id);
+      }));
+    std::vector<RemoteFetch> got;
+    for (auto& f : each) got.push_back(f.get());
+    RemoteFetch out = got[0];
+    size_t lo = got[0].positions, hi = lo;
+    out.bytes_full = 0;
+    for (const RemoteFetch& g : got) {
+      lo = std::min(lo, g.positions);
+      hi = std::max(hi, g.positions);
+      out.bytes_full += g.bytes_full;
+      out.seconds = std::max(out.seconds, g.seconds);
+      if (out.stop_reason.empty()) out.stop_reason = g.stop_reason;
+    }
+    if (lo != hi) {
+      for (size_t r = 0; r < d; ++r) tiers[r]->truncate(m.id, lo);
+      const size_t chunk = remotes[0]->layout().chunk_tokens;
+      out.positions = lo;
+      out.chunks = lo / chunk;
+      out.stop_reason = "the tensor-parallel ranks' cached prefixes differ (" + std::to_string(lo) +
+                        " to " + std::to_string(hi) + " positions): every rank takes " +
+                        std::to_string(lo);
+    }
+    return out;
+  } catch (...) {
+    for (size_t r = 0; r < created; ++r) tiers[r]->release_if_present(m.id);
+    throw;
+  }
+}
+
+caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
+                            std::vector<FullTier*> tiers) {
+  // Degree 1 without tiers of its own: the message's tier.
+  auto tiers_of = [tiers](FullTier* named) {
+    return tiers.empty() ? std::vector<FullTier*>{named} : tiers;
+  };
   return {
-      [remote](remote_fetch_msg& m) -> remote_fetched_msg {
+      [remotes, tiers_of](remote_fetch_msg& m) -> remote_fetched_msg {
         remote_fetched_msg out{m.id, {}, {}};
-        bool created = false;
         try {
-          if (m.create_positions > 0) {
-            m.tier->create(m.id, m.create_positions);
-            created = true;
-          }
-          out.fetch = remote->fetch_prefix(m.prompt, m.max_positions, *m.tier, m.id);
+          out.fetch = fetch_every_rank(remotes, tiers_of(m.tier), m);
         } catch (const std::exception& e) {  // the tier's fault; store faults never throw
-          if (created) m.tier->release_if_present(m.id);
           out.fetch = RemoteFetch{};
           out.error = e.what();
         }
         return out;
       },
-      [remote](remote_fetch_compressed_msg& m) -> remote_compressed_fetched_msg {
+      [remotes](remote_fetch_compressed_msg& m) -> remote_compressed_fetched_msg {
         remote_compressed_fetched_msg out{m.id, nullptr, {}};
-        out.fetch = remote->fetch_compressed(m.prompt, m.max_positions, m.spec);
+        out.fetch = remotes[0]->fetch_compressed(m.prompt, m.max_positions, m.spec);
         if (out.fetch.view) {
           out.view = std::make_shared<const CompressedView>(std::move(*out.fetch.view));
           out.fetch.view.reset();
         }
         return out;
       },
-      [remote](remote_publish_msg& m) -> remote_published_msg {
+      [remotes, tiers_of](remote_publish_msg& m) -> remote_published_msg {
         remote_published_msg out;
-        try {
-          out.chunks = remote->publish(m.prompt, m.first_chunk, *m.tier, m.id);
-        } catch (const std::exception&) {
-          // The entry was gone or unreadable: nothing published, nothing wrong.
+        const std::vector<FullTier*> t = tiers_of(m.tier);
+        for (size_t r = 0; r < remotes.size(); ++r) {
+          try {
+            const size_t n = remotes[r]->publish(m.prompt, m.first_chunk, *t[r], m.id);
+            if (r == 0) out.chunks = n;
+          } catch (const std::exception&) {
+            // The entry was gone or unreadable: nothing published, nothing wrong.
+          }
         }
-        if (m.view) out.compressed_chunks = remote->publish_compressed(m.prompt, 0, *m.view, m.view_spec);
+        if (m.view)
+          out.compressed_chunks = remotes[0]->publish_compressed(m.prompt, 0, *m.view, m.view_spec);
         return out;
       },
   };
+}
+
+}  // namespace
+
+caf::behavior net_fetcher(caf::event_based_actor*, std::shared_ptr<RemoteTier> remote) {
+  return behavior_over({std::move(remote)}, {});
+}
+
+caf::behavior net_fetcher_group(caf::event_based_actor*,
+                                std::vector<std::shared_ptr<RemoteTier>> remotes,
+                                std::vector<FullTier*> tiers) {
+  return behavior_over(std::move(remotes), std::move(tiers));
 }
 
 }  // namespace vc::actors

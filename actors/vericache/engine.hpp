@@ -22,8 +22,10 @@ struct EngineConfig {
   /// threads), as `generate --tp` shards it; it must split the model's attention
   /// heads, KV heads (or be a multiple of them) and MLP width. The drafter, verifier
   /// and mover each drive every rank; each rank holds its KV heads' share of every
-  /// tier. At tp > 1 the budgets below are per rank, remote_url is refused, and so
-  /// are requests with draft "auto" or a compressor that scores hidden states (kvzap).
+  /// tier. At tp > 1 the budgets below are per rank, requests with a compressor
+  /// that scores hidden states (kvzap) are refused, and the remote prefix cache runs
+  /// its full flow (each rank's chunks hold its KV heads; compressed first is degree
+  /// 1's).
   int tp = 1;
   int threads = 0;                  ///< per compute actor (per rank); 0 = auto
   std::string full_tier = "host";   ///< where full KV lives: "host" or "disk"

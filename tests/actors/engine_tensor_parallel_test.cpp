@@ -172,11 +172,6 @@ TEST(engine_tensor_parallel, bad_degrees_and_unsupported_settings_are_named) {
   vc::test::expect_error_naming(
       [] { Engine e(config(8)); },
       "EngineConfig.tp: tensor parallelism: degree 8 does not split the model's 4 attention heads");
-  EngineConfig remote = config(2);
-  remote.remote_url = "redis://127.0.0.1:1";
-  vc::test::expect_error_naming([&] { Engine e(remote); },
-                                "a remote prefix cache (remote_url) is not supported with tensor "
-                                "parallelism (tp 2)");
 
   // Per request: what the rank groups do not run fails that request alone.
   Engine engine(config(2));
