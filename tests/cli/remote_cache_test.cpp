@@ -14,6 +14,7 @@
 
 #include "kvtiers/remote/redis_client.hpp"
 #include "tests/cli/cli_support.hpp"
+#include "tests/cli/prompt_file.hpp"
 #include "tests/cli/generate_json.hpp"
 #include "tests/kvtiers/redis_server.hpp"
 
@@ -22,21 +23,13 @@ namespace {
 using nlohmann::json;
 
 // A prompt of a few hundred tokens in a temporary file (removed on destruction).
-struct PromptFile {
-  std::string path;
-  PromptFile() {
-    char tmpl[] = "/tmp/vc-remote-prompt-XXXXXX";
-    const int fd = mkstemp(tmpl);
-    close(fd);
-    path = tmpl;
-    std::ofstream out(path);
-    out << "<|begin_of_text|>";
-    for (int i = 0; i < 12; ++i)
-      out << "def f" << i << "(x):\n    return x * " << i << " + " << i * 3 << "\n\n";
-    out << "class Stack:\n    def push(self, item):";
-  }
-  ~PromptFile() { unlink(path.c_str()); }
-};
+std::string code_prompt() {  // a few hundred tokens of code
+  std::string p = "<|begin_of_text|>";
+  for (int i = 0; i < 12; ++i)
+    p += "def f" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i) + " + " +
+         std::to_string(i * 3) + "\n\n";
+  return p + "class Stack:\n    def push(self, item):";
+}
 
 using vc::test::expect_same_tokens;
 
@@ -56,7 +49,7 @@ void corrupt_every_chunk(const std::string& url) {
 TEST(remote_cache, a_remote_prefix_hit_gives_the_tokens_and_logprobs_of_full_decoding) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  PromptFile prompt;
+  vc::test::PromptFile prompt(code_prompt());
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
   for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 11"}) {
     const std::string base = "--prompt-file " + prompt.path +
@@ -83,7 +76,7 @@ TEST(remote_cache, a_remote_prefix_hit_gives_the_tokens_and_logprobs_of_full_dec
 TEST(remote_cache, a_corrupt_flushed_or_dead_store_means_recompute_and_the_same_tokens) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  PromptFile prompt;
+  vc::test::PromptFile prompt(code_prompt());
   const std::string common = "--prompt-file " + prompt.path + " --max-tokens 24 --json --logprobs --ignore-eos";
   const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 8";
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";

@@ -15,6 +15,7 @@
 
 #include "kvtiers/remote/redis_client.hpp"
 #include "tests/cli/cli_support.hpp"
+#include "tests/cli/prompt_file.hpp"
 #include "tests/cli/generate_json.hpp"
 #include "tests/kvtiers/redis_server.hpp"
 #include "tools/vericache/throttled_proxy.hpp"
@@ -23,21 +24,13 @@ namespace {
 
 using nlohmann::json;
 
-struct PromptFile {  // a few hundred tokens of code, removed on destruction
-  std::string path;
-  PromptFile() {
-    char tmpl[] = "/tmp/vc-remote-cf-XXXXXX";
-    const int fd = mkstemp(tmpl);
-    close(fd);
-    path = tmpl;
-    std::ofstream out(path);
-    out << "<|begin_of_text|>";
-    for (int i = 0; i < 12; ++i)
-      out << "def g" << i << "(y):\n    return y - " << i << " * " << i + 2 << "\n\n";
-    out << "def main():\n    total = 0\n    for i in range(10):";
-  }
-  ~PromptFile() { unlink(path.c_str()); }
-};
+std::string code_prompt() {  // a few hundred tokens of code
+  std::string p = "<|begin_of_text|>";
+  for (int i = 0; i < 12; ++i)
+    p += "def g" + std::to_string(i) + "(y):\n    return y - " + std::to_string(i) + " * " +
+         std::to_string(i + 2) + "\n\n";
+  return p + "def main():\n    total = 0\n    for i in range(10):";
+}
 
 using vc::test::expect_same_tokens;
 
@@ -62,7 +55,7 @@ void corrupt(const std::string& url, const std::string& pattern) {
 TEST(remote_compressed_first, drafting_from_compressed_chunks_gives_the_tokens_of_full_decoding) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  PromptFile prompt;
+  vc::test::PromptFile prompt(code_prompt());
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
   // The same store behind a link of 200 KB/s: the full chunks (0.6 MB) take seconds,
   // the drafter drafts while they arrive.
@@ -106,7 +99,7 @@ TEST(remote_compressed_first, drafting_from_compressed_chunks_gives_the_tokens_o
 TEST(remote_compressed_first, a_fault_in_the_full_chunks_is_recomputed_before_any_token) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  PromptFile prompt;
+  vc::test::PromptFile prompt(code_prompt());
   const std::string common = "--prompt-file " + prompt.path + " --max-tokens 24 --json --logprobs --ignore-eos";
   const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 8";
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
@@ -155,7 +148,7 @@ TEST(remote_compressed_first, a_fault_in_the_full_chunks_is_recomputed_before_an
 TEST(remote_compressed_first, lossy_mode_decodes_over_the_fetched_view) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  PromptFile prompt;
+  vc::test::PromptFile prompt(code_prompt());
   const std::string base = "--prompt-file " + prompt.path +
                            " --max-tokens 16 --json --ignore-eos --mode lossy --compressor snapkv --ratio 4";
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";

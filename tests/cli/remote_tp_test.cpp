@@ -13,6 +13,7 @@
 
 #include "kvtiers/remote/redis_client.hpp"
 #include "tests/cli/cli_support.hpp"
+#include "tests/cli/prompt_file.hpp"
 #include "tests/cli/generate_json.hpp"
 #include "tests/kvtiers/redis_server.hpp"
 
@@ -22,21 +23,13 @@ using nlohmann::json;
 using vc::test::expect_same_tokens;
 
 // A prompt of a few hundred tokens in a temporary file (removed on destruction).
-struct PromptFile {
-  std::string path;
-  PromptFile() {
-    char tmpl[] = "/tmp/vc-remote-tp-XXXXXX";
-    const int fd = mkstemp(tmpl);
-    close(fd);
-    path = tmpl;
-    std::ofstream out(path);
-    out << "<|begin_of_text|>";
-    for (int i = 0; i < 10; ++i)
-      out << "def h" << i << "(z):\n    return z + " << i << " * " << i + 5 << "\n\n";
-    out << "class Queue:\n    def pop(self):";
-  }
-  ~PromptFile() { unlink(path.c_str()); }
-};
+std::string code_prompt() {  // a few hundred tokens of code
+  std::string p = "<|begin_of_text|>";
+  for (int i = 0; i < 10; ++i)
+    p += "def h" + std::to_string(i) + "(z):\n    return z + " + std::to_string(i) + " * " +
+         std::to_string(i + 5) + "\n\n";
+  return p + "class Queue:\n    def pop(self):";
+}
 
 std::vector<std::string> full_chunk_keys(const std::string& url) {
   vc::RedisClient c(vc::parse_redis_url(url));
@@ -49,7 +42,7 @@ std::vector<std::string> full_chunk_keys(const std::string& url) {
 TEST(remote_tp, each_rank_fetches_its_own_chunks_and_the_tokens_equal_full_decoding) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  PromptFile prompt;
+  vc::test::PromptFile prompt(code_prompt());
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
   for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 3"}) {
     const std::string base = "--prompt-file " + prompt.path +
@@ -81,7 +74,7 @@ TEST(remote_tp, each_rank_fetches_its_own_chunks_and_the_tokens_equal_full_decod
 TEST(remote_tp, a_chunk_one_rank_lacks_makes_every_rank_take_the_shorter_prefix) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  PromptFile prompt;
+  vc::test::PromptFile prompt(code_prompt());
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
   const std::string common = "--prompt-file " + prompt.path + " --max-tokens 16 --json --logprobs --ignore-eos --tp 2";
   const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 6";
