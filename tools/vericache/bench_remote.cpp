@@ -2,13 +2,18 @@
 // prompt prefix sits in the remote store, three ways: (a) recompute (the store
 // empty), (b) fetch the full chunks, then prefill the rest and compress locally,
 // (c) compressed first (draft from the compressed chunks while the full chunks
-// stream in). The store is reached through an in-process throttling TCP proxy at
+// stream in); (b) and (c) again through the actor engine (one request at a time:
+// its net_fetcher, scheduler and drafter, the time to first token taken at the
+// first token's callback). The store is reached through an in-process throttling TCP proxy at
 // --remote-bandwidth; the full tier's link is modelled at --local-bandwidth
 // (GeneratorConfig::link_bandwidth). Every run's ids and logprobs are checked equal
 // to full decoding (--mode full), else the bench fails.
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
+
+#include <vericache/engine.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -54,6 +59,43 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+// One vericache request through `engine`, as a GenerateResult (its ids, logprobs
+// and the stats the table shows; first token and decode times from the callbacks).
+GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>& prompt,
+                          const BenchRemoteArgs& a) {
+  vericache::Request q;
+  q.prompt_ids = prompt;
+  q.max_tokens = a.max_tokens;
+  q.mode = "vericache";
+  q.compressor = a.compressor;
+  q.ratio = a.ratio;
+  q.draft = std::to_string(a.draft);
+  q.ignore_eos = true;
+  using clock = std::chrono::steady_clock;
+  std::vector<clock::time_point> at;  // written on the scheduler thread, read after get()
+  const auto t0 = clock::now();
+  vericache::Result r = engine.submit(q, [&at](uint64_t, int32_t) { at.push_back(clock::now()); })
+                            .result.get();
+  if (!r.ok) throw Error("bench remote: engine request: " + r.error);
+  GenerateResult g;
+  g.output_ids = r.output_ids;
+  g.output_logprobs = r.output_logprobs;
+  GenerateStats& s = g.stats;
+  auto secs = [](clock::time_point x, clock::time_point y) {
+    return std::chrono::duration<double>(y - x).count();
+  };
+  s.output_tokens = r.output_ids.size();
+  s.time_to_first_token_seconds = at.empty() ? 0 : secs(t0, at.front());
+  s.decode_seconds = at.size() > 1 ? secs(at.front(), at.back()) : 0;
+  s.prefill_seconds = r.stats.prefill_seconds;
+  s.remote_chunks_hit = r.stats.remote_chunks_hit;
+  s.remote_compressed_chunks_hit = r.stats.remote_compressed_chunks_hit;
+  s.remote_bytes_full = r.stats.remote_bytes_fetched;
+  s.remote_bytes_compressed = r.stats.remote_bytes_compressed;
+  s.remote_predrafted = r.stats.remote_predrafted;
+  return g;
+}
+
 int run_bench_remote(const BenchRemoteArgs& a) {
   auto model = Model::load(a.model_dir);
   auto tok = std::make_shared<const Tokenizer>(
@@ -73,6 +115,18 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   Generator full_first(model, tok, gc);
   gc.remote_compressed_first = true;
   Generator compressed_first(model, tok, gc);
+  vericache::EngineConfig ec;
+  ec.model_dir = a.model_dir;
+  ec.threads = a.threads;
+  ec.max_active = 1;
+  ec.link_bytes_per_second = a.local_bandwidth;
+  ec.remote_url = proxy.url();
+  ec.remote_chunk_tokens = a.chunk;
+  ec.remote_timeout_ms = 600000;
+  ec.remote_compressed_first = false;
+  vericache::Engine engine_full_first(ec);
+  ec.remote_compressed_first = true;
+  vericache::Engine engine_compressed_first(ec);
 
   GenerateOptions opt;
   opt.max_tokens = a.max_tokens;
@@ -87,8 +141,10 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     opt.compressor = a.compressor;
     opt.ratio = a.ratio;
     opt.draft_length = a.draft;
-    std::vector<std::vector<GenerateStats>> got(3);
-    const char* names[3] = {"recompute", "full first", "compressed first"};
+    constexpr int kFlows = 5;
+    std::vector<std::vector<GenerateStats>> got(kFlows);
+    const char* names[kFlows] = {"recompute", "full first", "compressed first",
+                                 "engine full first", "engine compressed first"};
     auto check = [&](const GenerateResult& r, int flow) {
       if (r.output_ids != ref.output_ids || r.output_logprobs != ref.output_logprobs)
         throw Error(std::string("bench remote: ") + names[flow] + " at " + std::to_string(n) +
@@ -104,8 +160,10 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       full_first.remote()->flush();
       check(full_first.generate(prompt, opt), 1);
       check(compressed_first.generate(prompt, opt), 2);
+      check(engine_run(engine_full_first, prompt, a), 3);
+      check(engine_run(engine_compressed_first, prompt, a), 4);
     }
-    for (int f = 0; f < 3; ++f) {
+    for (int f = 0; f < kFlows; ++f) {
       std::vector<double> ttft, tps;
       for (const GenerateStats& st : got[size_t(f)]) {
         ttft.push_back(st.time_to_first_token_seconds);
@@ -129,7 +187,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
                     {"compressed_chunks_hit", r.stats.remote_compressed_chunks_hit},
                     {"bytes_full", r.stats.remote_bytes_full},
                     {"bytes_compressed", r.stats.remote_bytes_compressed},
-                    {"full_wait_seconds", r.stats.remote_full_wait_seconds}});
+                    {"full_wait_seconds", r.stats.remote_full_wait_seconds},
+                    {"predrafted", r.stats.remote_predrafted}});
   const std::string link = fmt::format(
       "remote link: throttled by an in-process TCP proxy to {:.1f} MB/s; local full-tier link "
       "modelled at {:.1f} MB/s (remote : local = 1.2 : {:.1f})",
@@ -155,11 +214,11 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       "out, chunks of {}; every run equal to --mode full; medians of {} (first token, decode; "
       "the other columns from the median run)\n{}\n\n",
       a.model_dir, a.compressor, a.ratio, a.draft, a.max_tokens, a.chunk, a.repeats, link);
-  std::cout << fmt::format("{:>7} {:<17} {:>12} {:>9} {:>10} {:>11} {:>10}\n", "prompt", "flow",
+  std::cout << fmt::format("{:>7} {:<24} {:>12} {:>9} {:>10} {:>11} {:>10}\n", "prompt", "flow",
                            "first token", "decode", "prefill", "fetched", "full wait");
   for (const FlowRun& r : runs)
     std::cout << fmt::format(
-        "{:>7} {:<17} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s\n", r.length,
+        "{:>7} {:<24} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s\n", r.length,
         r.flow, r.ttft, r.decode_tps,
         r.stats.prefill_seconds,
         double(r.stats.remote_bytes_full + r.stats.remote_bytes_compressed) / 1e6,
@@ -172,7 +231,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
 void add_bench_remote_command(CLI::App& bench, Runner& run) {
   auto a = std::make_shared<BenchRemoteArgs>();
   CLI::App* cmd = bench.add_subcommand(
-      "remote", "Remote prefix cache: recompute vs full-first vs compressed-first (throttled link)");
+      "remote", "Remote prefix cache: recompute vs full-first vs compressed-first, generate and the "
+                "engine (throttled link)");
   cmd->add_option("--model", a->model_dir, "Model directory")->capture_default_str();
   cmd->add_option("--remote", a->remote, "The store, redis://HOST:PORT (its vc:kv:* keys are cleared)")
       ->required();
