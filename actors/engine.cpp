@@ -51,8 +51,10 @@ struct Engine::Impl {
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::shared_ptr<RemoteTier> remote;    // EngineConfig::remote_url (else null): rank 0's
-  std::vector<std::shared_ptr<RemoteTier>> remotes;  // per rank (remotes[0] == remote)
-  caf::actor sched, drafter, mover, verifier, net_fetcher;
+  /// Per net_fetcher, per rank (remotes[0][0] == remote); all share one StoreHealth.
+  std::vector<std::vector<std::shared_ptr<RemoteTier>>> remotes;
+  caf::actor sched, drafter, mover, verifier;
+  std::vector<caf::actor> net_fetchers;
   std::atomic<uint64_t> next_id{1};
   std::shared_ptr<actors::LiveCounters> counters = std::make_shared<actors::LiveCounters>();
   TraceRecorder::time_point started = TraceRecorder::clock::now();
@@ -149,13 +151,22 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
     m.tiers.back()->set_capacity_bytes(cfg.full_tier_bytes);
   }
   if (!cfg.remote_url.empty()) {
+    if (cfg.remote_fetchers < 1)
+      throw Error("EngineConfig.remote_fetchers: must be at least 1, got " +
+                  std::to_string(cfg.remote_fetchers));
     try {  // each rank's chunks hold its KV heads, under keys of their own
-      for (size_t r = 0; r < d; ++r)
-        m.remotes.push_back(open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens,
-                                              cfg.remote_ttl_seconds, cfg.remote_timeout_ms,
-                                              cfg.remote_retry_ms, r, d},
-                                             kvc, cfg.model_dir));
-      m.remote = m.remotes[0];
+      std::shared_ptr<StoreHealth> health;  // one store: a fault one fetcher sees, all skip
+      for (int f = 0; f < cfg.remote_fetchers; ++f) {
+        auto& ranks = m.remotes.emplace_back();
+        for (size_t r = 0; r < d; ++r) {
+          ranks.push_back(open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens,
+                                            cfg.remote_ttl_seconds, cfg.remote_timeout_ms,
+                                            cfg.remote_retry_ms, r, d},
+                                           kvc, cfg.model_dir, health));
+          health = ranks.back()->health();
+        }
+      }
+      m.remote = m.remotes[0][0];
     } catch (const std::exception& e) {
       throw Error(std::string("EngineConfig.remote_url: ") + e.what());
     }
@@ -191,9 +202,9 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.drafter = m.sys->spawn<caf::detached>(actors::drafter_group, m.batcher, m.sched, m.trace);
   m.mover = m.sys->spawn<caf::detached>(actors::mover_group, tier_ptrs, m.streamers, m.trace);
   m.verifier = m.sys->spawn<caf::detached>(actors::verifier_group, verifier, m.mover, m.sched, m.trace);
-  if (m.remote)  // detached: a fetch blocks on the store
-    m.net_fetcher = m.sys->spawn<caf::detached>(actors::net_fetcher_group, m.remotes, tier_ptrs);
-  caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover, m.net_fetcher});
+  for (const auto& ranks : m.remotes)  // detached: a fetch blocks on the store
+    m.net_fetchers.push_back(m.sys->spawn<caf::detached>(actors::net_fetcher_group, ranks, tier_ptrs));
+  caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover, m.net_fetchers});
 }
 
 Engine::~Engine() {
@@ -203,10 +214,12 @@ Engine::~Engine() {
     caf::scoped_actor self{*m.sys};
     self->request(m.sched, std::chrono::seconds(30), actors::shutdown_msg{})
         .receive([](bool) {}, [](caf::error&) {});
-    for (auto* a : {&m.sched, &m.drafter, &m.mover, &m.verifier, &m.net_fetcher})
+    for (auto* a : {&m.sched, &m.drafter, &m.mover, &m.verifier})
       if (*a) self->send_exit(*a, caf::exit_reason::user_shutdown);
+    for (auto& a : m.net_fetchers) self->send_exit(a, caf::exit_reason::user_shutdown);
   }
-  m.sched = m.drafter = m.mover = m.verifier = m.net_fetcher = caf::actor{};
+  m.sched = m.drafter = m.mover = m.verifier = caf::actor{};
+  m.net_fetchers.clear();
   m.sys.reset();  // waits for every actor to finish
   m.remote.reset();  // each sends what its write-behind queue still holds, then stops
   m.remotes.clear();
@@ -342,6 +355,8 @@ EngineStats Engine::stats() {
   s.seconds = std::chrono::duration<double>(now - m.started).count();
   s.busy_fraction = m.trace->busy_fraction(m.started, now);
   s.tp = m.cfg.tp;
+  s.remote_fetchers = m.net_fetchers.size();
+  s.remote_fetchers_busy_peak = m.counters->fetchers_busy_peak.load(std::memory_order_relaxed);
   for (size_t r = 0; r < m.tiers.size(); ++r) {  // traffic: summed over the ranks
     const TierBytes b = m.tiers[r]->bytes();
     s.full_tier_bytes_read += b.read;

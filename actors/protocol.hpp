@@ -155,9 +155,11 @@ struct prefill_finished_msg {
   PrefillResult result;
 };
 /// engine -> scheduler, once at start: the worker actors (spawned after it);
-/// net_fetcher is invalid when no remote store is configured.
+/// net_fetchers is empty when no remote store is configured (else a pool: each
+/// fetch or publish goes to the one with the fewest outstanding).
 struct wire_msg {
-  caf::actor drafter, verifier, mover, net_fetcher;
+  caf::actor drafter, verifier, mover;
+  std::vector<caf::actor> net_fetchers;
 };
 
 }  // namespace vc::actors

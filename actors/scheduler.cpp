@@ -2,6 +2,8 @@
 // Outbox calls into sends to the worker actors.
 #include "actors/scheduler.hpp"
 
+#include <algorithm>
+
 #include "actors/protocol.hpp"
 
 namespace vc::actors {
@@ -16,14 +18,32 @@ void ActorOutbox::release(uint64_t id, bool full_tier) {
   self_->send(w_.drafter, release_msg{id});
   if (full_tier) self_->send(w_.mover, release_msg{id});
 }
+size_t ActorOutbox::take_fetcher() {
+  const size_t f = size_t(std::min_element(outstanding_.begin(), outstanding_.end()) - outstanding_.begin());
+  if (outstanding_[f]++ == 0 && counters_) {
+    const size_t busy = ++counters_->fetchers_busy;
+    size_t peak = counters_->fetchers_busy_peak.load();
+    while (busy > peak && !counters_->fetchers_busy_peak.compare_exchange_weak(peak, busy)) {
+    }
+  }
+  return f;
+}
+void ActorOutbox::release_fetcher(size_t f) {
+  if (--outstanding_[f] == 0 && counters_) --counters_->fetchers_busy;
+}
 void ActorOutbox::remote_fetch(uint64_t id, const std::vector<int32_t>& prompt,
                                size_t max_positions, size_t create_positions) {
   SchedulerCore* core = core_;
+  const size_t f = take_fetcher();
   // Asynchronous: the scheduler goes on while the net_fetcher waits for the store.
-  self_->request(w_.net_fetcher, caf::infinite,
+  self_->request(w_.net_fetchers[f], caf::infinite,
                  remote_fetch_msg{id, prompt, max_positions, tier_, create_positions})
-      .then([core](remote_fetched_msg& m) { core->on_remote_fetched(m.id, m.fetch, m.error); },
-            [core, id](caf::error& e) {
+      .then([this, core, f](remote_fetched_msg& m) {
+              release_fetcher(f);
+              core->on_remote_fetched(m.id, m.fetch, m.error);
+            },
+            [this, core, f, id](caf::error& e) {
+              release_fetcher(f);
               core->on_remote_fetched(id, RemoteFetch{}, "net_fetcher: " + to_string(e));
             });
 }
@@ -31,22 +51,30 @@ void ActorOutbox::remote_publish(uint64_t id, const std::vector<int32_t>& prompt
                                  size_t first_chunk, std::shared_ptr<const CompressedView> view,
                                  const std::string& view_spec) {
   SchedulerCore* core = core_;
-  self_->request(w_.net_fetcher, caf::infinite,
+  const size_t f = take_fetcher();
+  self_->request(w_.net_fetchers[f], caf::infinite,
                  remote_publish_msg{id, prompt, first_chunk, tier_, std::move(view), view_spec})
-      .then([core, id](remote_published_msg& m) {
+      .then([this, core, f, id](remote_published_msg& m) {
+              release_fetcher(f);
               core->on_remote_published(id, m.chunks, m.compressed_chunks);
             },
-            [core, id](caf::error&) { core->on_remote_published(id, 0); });
+            [this, core, f, id](caf::error&) {
+              release_fetcher(f);
+              core->on_remote_published(id, 0);
+            });
 }
 void ActorOutbox::remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
                                           size_t max_positions, const std::string& view_spec) {
   SchedulerCore* core = core_;
-  self_->request(w_.net_fetcher, caf::infinite,
+  const size_t f = take_fetcher();
+  self_->request(w_.net_fetchers[f], caf::infinite,
                  remote_fetch_compressed_msg{id, prompt, max_positions, view_spec})
-      .then([core](remote_compressed_fetched_msg& m) {
+      .then([this, core, f](remote_compressed_fetched_msg& m) {
+              release_fetcher(f);
               core->on_remote_compressed_fetched(m.id, std::move(m.view), m.fetch);
             },
-            [core, id](caf::error& e) {
+            [this, core, f, id](caf::error& e) {
+              release_fetcher(f);
               RemoteCompressedFetch none;
               none.stop_reason = "net_fetcher: " + to_string(e);
               core->on_remote_compressed_fetched(id, nullptr, none);
@@ -65,8 +93,9 @@ caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_ac
                         size_t tier_budget, FullTier* tier, size_t remote_chunk_tokens) {
   self->state.out = std::make_unique<ActorOutbox>(self, tier);
   self->state.core = std::make_unique<SchedulerCore>(*self->state.out, max_active, max_queue,
-                                                     lockstep, tokenizer, std::move(counters));
+                                                     lockstep, tokenizer, counters);
   self->state.out->set_core(self->state.core.get());
+  self->state.out->set_counters(counters);
   self->state.core->set_remote_chunk_tokens(remote_chunk_tokens);
   self->state.core->set_fast_budget(fast_budget);
   self->state.core->set_tier_budget(tier_budget);

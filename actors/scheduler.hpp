@@ -18,7 +18,12 @@ class ActorOutbox final : public Outbox {
   ActorOutbox(caf::event_based_actor* self, FullTier* tier) : self_(self), tier_(tier) {}
   /// Where the net_fetcher's replies go.
   void set_core(SchedulerCore* core) { core_ = core; }
-  void wire(const wire_msg& w) { w_ = w; }
+  /// Where the net_fetchers' busy counts go.
+  void set_counters(std::shared_ptr<LiveCounters> c) { counters_ = std::move(c); }
+  void wire(const wire_msg& w) {
+    w_ = w;
+    outstanding_.assign(w.net_fetchers.size(), 0);
+  }
   /// Drops the worker handles (shutdown).
   void clear() { w_ = wire_msg{}; }
   void prefill(const DraftSpec& spec) override;
@@ -39,7 +44,12 @@ class ActorOutbox final : public Outbox {
   caf::event_based_actor* self_;
   FullTier* tier_;
   SchedulerCore* core_ = nullptr;
+  std::shared_ptr<LiveCounters> counters_;
   wire_msg w_;
+  std::vector<size_t> outstanding_;  // per net_fetcher: requests sent, not yet answered
+  /// The net_fetcher with the fewest outstanding (the first of equals), counted busy.
+  size_t take_fetcher();
+  void release_fetcher(size_t f);
 };
 
 struct SchedulerState {

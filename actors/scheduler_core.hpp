@@ -126,6 +126,9 @@ struct LiveCounters {
   std::atomic<size_t> submitted{0}, completed{0}, failed{0}, cancelled{0}, rejected{0}, tokens{0};
   std::atomic<size_t> fast_reserved{0};  // bytes admission reserved for active requests
   std::atomic<size_t> running{0}, waiting{0}, prompt_tokens{0}, drafted{0}, accepted{0};
+  /// Remote prefix cache: net_fetchers with a fetch or publish outstanding, now and
+  /// at most (written by the scheduler's outbox).
+  std::atomic<size_t> fetchers_busy{0}, fetchers_busy_peak{0};
   [[nodiscard]] SchedulerCounters snapshot() const {
     constexpr auto r = std::memory_order_relaxed;
     return {submitted.load(r), completed.load(r), failed.load(r),

@@ -9,7 +9,8 @@
 namespace vc {
 
 std::unique_ptr<RemoteTier> open_remote_tier(const RemoteSettings& s, const KvCacheConfig& kv,
-                                             const std::filesystem::path& model_dir) {
+                                             const std::filesystem::path& model_dir,
+                                             std::shared_ptr<StoreHealth> health) {
   RemoteTierConfig rc;
   rc.url = s.url;
   rc.chunk_tokens = s.chunk_tokens;
@@ -18,7 +19,7 @@ std::unique_ptr<RemoteTier> open_remote_tier(const RemoteSettings& s, const KvCa
   rc.retry_after = std::chrono::milliseconds(s.retry_ms);
   rc.tp_rank = s.tp_rank;
   rc.tp_degree = s.tp_degree;
-  return std::make_unique<RemoteTier>(rc, kv, model_fingerprint(model_dir));
+  return std::make_unique<RemoteTier>(rc, kv, model_fingerprint(model_dir), std::move(health));
 }
 
 size_t remote_prefix_limit(const Compressor& c, size_t prompt_size, size_t stats_window) {

@@ -24,9 +24,11 @@ struct RemoteSettings {
 
 /// Opens the remote tier for a model's KV layout (its fingerprint keys the chunks).
 /// A bad URL or chunk size throws vc::Error in one line; the store is reached lazily.
+/// `health`: shared with other tiers over the same store (null: its own).
 [[nodiscard]] std::unique_ptr<RemoteTier> open_remote_tier(const RemoteSettings& s,
                                                            const KvCacheConfig& kv,
-                                                           const std::filesystem::path& model_dir);
+                                                           const std::filesystem::path& model_dir,
+                                                           std::shared_ptr<StoreHealth> health = nullptr);
 
 /// The most prompt positions a fetched prefix may cover: the last prompt position
 /// is always computed locally (its logits start decoding); a compressor that reads

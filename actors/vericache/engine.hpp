@@ -69,6 +69,10 @@ struct EngineConfig {
   /// vericache token is still verified against the full KV. Lossy requests then
   /// decode over the fetched view. false: the full flow only. Not for KVzap.
   bool remote_compressed_first = true;
+  /// net_fetcher actors (each with its own store connections, all sharing the
+  /// store's health): one request's long fetch does not hold up the others'.
+  /// Each fetch or publish goes to the one with the fewest outstanding.
+  int remote_fetchers = 2;
 };
 
 /// One candidate token and its log-probability (natural log, under the model).
@@ -185,6 +189,9 @@ struct EngineStats {
   size_t fast_memory_budget = 0;               ///< bytes (EngineConfig::fast_memory_bytes)
   size_t fast_memory_used = 0, fast_memory_peak = 0;  ///< bytes charged now, and at most
   size_t fast_memory_reserved = 0;             ///< needs of the requests running now
+  /// Remote prefix cache: net_fetchers (EngineConfig::remote_fetchers; 0 without a
+  /// store), and the most that had a fetch or publish outstanding at once.
+  size_t remote_fetchers = 0, remote_fetchers_busy_peak = 0;
 };
 
 /// Called with each emitted token, in order per request, on the engine's scheduler

@@ -37,10 +37,12 @@ size_t block_bytes(const ChunkLayout& l) {
 
 }  // namespace
 
-RemoteTier::RemoteTier(const RemoteTierConfig& cfg, const KvCacheConfig& kv, uint64_t model_fingerprint)
+RemoteTier::RemoteTier(const RemoteTierConfig& cfg, const KvCacheConfig& kv, uint64_t model_fingerprint,
+                       std::shared_ptr<StoreHealth> health)
     : cfg_(cfg), endpoint_(parse_redis_url(cfg.url)), kv_(kv),
       layout_(make_layout(cfg, kv, model_fingerprint)),
-      fetch_client_(endpoint_, cfg.timeouts, cfg.connections), health_(cfg.retry_after) {
+      fetch_client_(endpoint_, cfg.timeouts, cfg.connections),
+      health_(health ? std::move(health) : std::make_shared<StoreHealth>(cfg.retry_after)) {
   publisher_ = std::thread([this] { publisher_loop(); });
 }
 
@@ -57,7 +59,7 @@ template <class Accept>
 void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t limit, Accept&& accept,
                            size_t& chunks, size_t& bytes, std::string& stop_reason) {
   if (limit == 0) return;
-  if (std::string skip = health_.skip_reason(); !skip.empty()) {
+  if (std::string skip = health_->skip_reason(); !skip.empty()) {
     stop_reason = std::move(skip);
     return;
   }
@@ -68,10 +70,10 @@ void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t limit, A
     std::vector<RedisReply> replies;
     try {
       replies = fetch_client_.pipeline(cmds);
-      health_.answered();
+      health_->answered();
     } catch (const RedisError& e) {
       stop_reason = e.what();
-      health_.failed(e.what());
+      health_->failed(e.what());
       return;
     }
     for (size_t j = 0; j < n; ++j) {
@@ -261,16 +263,16 @@ void RemoteTier::publisher_loop() {
       cmds.push_back(std::move(c));
     }
     size_t sent = 0, failed = 0, skipped = 0;
-    if (!health_.skip_reason().empty()) {
+    if (!health_->skip_reason().empty()) {
       failed = skipped = cmds.size();  // the store failed a moment ago: do not wait on it
     } else {
       try {
         for (const RedisReply& r : client.pipeline(cmds))
           (r.type == RedisReply::Type::status ? sent : failed) += 1;
-        health_.answered();
+        health_->answered();
       } catch (const RedisError& e) {
         failed = cmds.size();
-        health_.failed(e.what());
+        health_->failed(e.what());
       }
     }
     lock.lock();

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -75,8 +76,11 @@ struct RemotePublishStats {
 class RemoteTier {
  public:
   /// Checks the URL (throws vc::Error, one line) and starts the publisher. Connects
-  /// lazily: an unreachable store costs each fetch one connect timeout.
-  RemoteTier(const RemoteTierConfig& cfg, const KvCacheConfig& kv, uint64_t model_fingerprint);
+  /// lazily: an unreachable store costs each fetch one connect timeout. `health`:
+  /// shared with other tiers over the same store (a fault one sees, all skip); null:
+  /// its own (retry_after of `cfg`).
+  RemoteTier(const RemoteTierConfig& cfg, const KvCacheConfig& kv, uint64_t model_fingerprint,
+             std::shared_ptr<StoreHealth> health = nullptr);
   /// Sends what is queued, then stops; after a failed batch the rest is dropped.
   ~RemoteTier();
   RemoteTier(const RemoteTier&) = delete;
@@ -115,7 +119,9 @@ class RemoteTier {
   void flush();
   [[nodiscard]] RemotePublishStats publish_stats() const;
   /// Fetches and publish batches skipped because the store failed recently.
-  [[nodiscard]] size_t skipped_while_down() const { return health_.skipped(); }
+  [[nodiscard]] size_t skipped_while_down() const { return health_->skipped(); }
+  /// Its store's health (shared when given at construction).
+  [[nodiscard]] const std::shared_ptr<StoreHealth>& health() const { return health_; }
 
  private:
   void publisher_loop();
@@ -133,7 +139,7 @@ class RemoteTier {
   KvCacheConfig kv_;
   ChunkLayout layout_;
   RedisClient fetch_client_;
-  StoreHealth health_;
+  std::shared_ptr<StoreHealth> health_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;

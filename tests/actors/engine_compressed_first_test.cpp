@@ -7,12 +7,14 @@
 // compressed-first flow does; a cancel in the middle leaves nothing behind.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
 
 #include "runtime/generator.hpp"
 #include "tests/actors/engine_remote_support.hpp"
+#include "tests/error_naming.hpp"
 #include "tools/vericache/throttled_proxy.hpp"
 
 namespace {
@@ -134,6 +136,43 @@ TEST(engine_compressed_first, the_full_flow_runs_when_compressed_first_is_off_or
   EXPECT_EQ(0u, r.stats.remote_compressed_chunks_hit);
   EXPECT_FALSE(r.stats.remote_compressed_stop_reason.empty());
   EXPECT_EQ(2u, r.stats.remote_chunks_hit) << "the full chunks serve any ratio";
+}
+
+TEST(engine_compressed_first, requests_fetch_through_several_net_fetchers_at_once) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  Request a = long_request("vericache", "snapkv", false);
+  Request b = long_request("vericache", "snapkv", true);
+  std::reverse(b.prompt_ids.begin() + 1, b.prompt_ids.end());  // another prompt
+  Result want_a, want_b;
+  {
+    Engine plain(config());
+    want_a = run(plain, a);
+    want_b = run(plain, b);
+  }
+  for (const int fetchers : {1, 2}) {
+    server.restart();
+    EngineConfig c = config(server.url());
+    c.remote_fetchers = fetchers;
+    Engine engine(c);
+    (void)run(engine, a);
+    (void)run(engine, b);
+    wait_for_chunks(server.url(), 8);
+    auto sa = engine.submit(a);  // both admitted at once: their fetches go out together
+    auto sb = engine.submit(b);
+    const Result ra = sa.result.get(), rb = sb.result.get();
+    expect_same_output(want_a, ra, "a");
+    expect_same_output(want_b, rb, "b");
+    EXPECT_TRUE(ra.stats.remote_compressed_first && rb.stats.remote_compressed_first);
+    const auto s = engine.stats();
+    EXPECT_EQ(size_t(fetchers), s.remote_fetchers);
+    EXPECT_EQ(size_t(fetchers), s.remote_fetchers_busy_peak)
+        << "each net_fetcher took a request's fetch";
+  }
+  EngineConfig bad = config(server.url());
+  bad.remote_fetchers = 0;
+  vc::test::expect_error_naming([&] { Engine e(bad); },
+                                "EngineConfig.remote_fetchers: must be at least 1, got 0");
 }
 
 TEST(engine_compressed_first, a_request_cancelled_while_its_full_chunks_arrive_leaves_nothing_behind) {

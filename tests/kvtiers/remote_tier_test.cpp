@@ -337,6 +337,29 @@ TEST_F(remote_tier, after_a_fault_the_store_is_skipped_until_the_retry_pause_is_
   EXPECT_EQ(f.stop_reason, "");
 }
 
+TEST_F(remote_tier, tiers_sharing_a_health_skip_the_store_after_a_fault_either_one_saw) {
+  RemoteTierConfig cfg = remote_cfg(server.url());
+  cfg.timeouts.io = std::chrono::milliseconds(300);
+  cfg.retry_after = std::chrono::milliseconds(60000);
+  RemoteTier first(cfg, small_kv(), 99);
+  RemoteTier second(cfg, small_kv(), 99, first.health());
+  RemoteTier alone(cfg, small_kv(), 99);  // its own health
+  EXPECT_EQ(first.health(), second.health());
+  server.pause();
+  const RemoteFetch f = fetch(first, 5);
+  EXPECT_NE(f.stop_reason.find("no reply within"), std::string::npos) << f.stop_reason;
+  const auto t0 = std::chrono::steady_clock::now();
+  const RemoteFetch g = fetch(second, 6);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250))
+      << "skipped at once, no deadline of its own";
+  EXPECT_NE(g.stop_reason.find("store skipped"), std::string::npos) << g.stop_reason;
+  EXPECT_EQ(second.skipped_while_down(), 1u);
+  const RemoteFetch h = fetch(alone, 7);
+  EXPECT_NE(h.stop_reason.find("no reply within"), std::string::npos)
+      << "a tier with its own health asks: " << h.stop_reason;
+  server.resume();
+}
+
 TEST_F(remote_tier, a_zero_retry_pause_asks_the_store_every_time) {
   RemoteTierConfig cfg = remote_cfg(server.url());
   cfg.timeouts.io = std::chrono::milliseconds(200);

@@ -33,13 +33,14 @@ struct RemoteArgs {
   int timeout_ms = 1000;  // --remote-timeout-ms
   int retry_ms = 5000;    // --remote-retry-ms
   std::string flow = "compressed-first";  // --remote-flow
+  int fetchers = 2;       // --remote-fetchers
 };
 /// --remote-retry-ms's help, shared by generate and the engine commands.
 inline constexpr const char* kRemoteRetryHelp =
     "After a store fault, skip the store this long: requests meanwhile prefill locally at "
     "once (0 = always try)";
 /// --remote, --remote-chunk, --remote-ttl, --remote-timeout-ms, --remote-retry-ms,
-/// --remote-flow (as generate's).
+/// --remote-flow (as generate's), --remote-fetchers (the engine's alone).
 void add_remote_options(CLI::App& cmd, RemoteArgs& r);
 
 /// An integer in [lo, hi] ("expected an integer >= 0, got '-2'").

@@ -148,6 +148,7 @@ int run_serve(const ServeArgs& a) {
   cfg.remote_timeout_ms = a.remote.timeout_ms;
   cfg.remote_retry_ms = a.remote.retry_ms;
   cfg.remote_compressed_first = a.remote.flow == "compressed-first";
+  cfg.remote_fetchers = a.remote.fetchers;
 
   spdlog::info("loading model from {}{}", a.model_dir,
                a.tp > 1 ? fmt::format(" ({} tensor-parallel ranks)", a.tp) : "");
