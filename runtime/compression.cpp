@@ -2,10 +2,12 @@
 // facts, and building or rebuilding its compressed view layer by layer.
 #include "runtime/compression.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kernels/error.hpp"
 #include "kvtiers/layer_compression.hpp"
@@ -32,6 +34,25 @@ ModelFacts model_facts(const Model& model, size_t n_pos) {
     f.wo.push_back({l.wo.data, l.wo.dtype, l.wo.rows, l.wo.cols});
   if (tp != nullptr) f.shards = tp->head_shards.get();
   return f;
+}
+
+void copy_tier_rows(FullTier& tier, uint64_t id, size_t from, size_t to, PagedKvCache& cache,
+                    KvSequence& seq) {
+  const KvCacheConfig& kc = cache.config();
+  const size_t heads = kc.kv_heads, d = kc.head_dim;
+  const LayerKvReader read = tier_layer_reader(tier, id);
+  LayerKv layer;
+  std::vector<float> k(heads * d), v(heads * d);
+  for (size_t l = 0; l < kc.num_layers; ++l) {
+    read(l, to, 0, heads, layer);
+    for (size_t pos = from; pos < to; ++pos) {
+      for (size_t h = 0; h < heads; ++h) {
+        std::copy_n(layer.k_at(h, pos), d, &k[h * d]);
+        std::copy_n(layer.v_at(h, pos), d, &v[h * d]);
+      }
+      cache.write(l, seq, pos, k.data(), v.data());
+    }
+  }
 }
 
 LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id) {

@@ -28,6 +28,11 @@ using LayerKvReader = std::function<void(size_t layer, size_t n, size_t first_he
 
 /// Reads request `id`'s layers from the full tier (FullTier::read_layer, converted).
 [[nodiscard]] LayerKvReader tier_layer_reader(FullTier& tier, uint64_t id);
+/// Writes request `id`'s full-tier KV of positions [from, to) over `seq`'s rows of
+/// every layer in `cache` (which holds them): the compressed-first flow's tail takes
+/// the suffix's exact KV so.
+void copy_tier_rows(FullTier& tier, uint64_t id, size_t from, size_t to, PagedKvCache& cache,
+                    KvSequence& seq);
 /// Reads `seq`'s layers from the paged cache (which must outlive the reader).
 [[nodiscard]] LayerKvReader cache_layer_reader(const PagedKvCache& cache, const KvSequence& seq);
 

@@ -183,21 +183,7 @@ PrefillResult DraftBatcher::finish_prefill(uint64_t id, size_t cached) {
       prefill_to_tier(*model_, prompt.subspan(cached), id, *tier_, *stream_, cache_, ws_,
                       r.spec.prefill_chunk);
   // The tail's suffix takes the exact KV (what a local prefill leaves it).
-  const KvCacheConfig& kc = cache_.config();
-  const size_t heads = kc.kv_heads, d = kc.head_dim;
-  const LayerKvReader read = tier_layer_reader(*tier_, id);
-  LayerKv layer;
-  std::vector<float> k(heads * d), v(heads * d);
-  for (size_t l = 0; l < kc.num_layers; ++l) {
-    read(l, n, 0, heads, layer);
-    for (size_t pos = covered; pos < n; ++pos) {
-      for (size_t h = 0; h < heads; ++h) {
-        std::copy_n(layer.k_at(h, pos), d, &k[h * d]);
-        std::copy_n(layer.v_at(h, pos), d, &v[h * d]);
-      }
-      cache_.write(l, r.seq, pos, k.data(), v.data());
-    }
-  }
+  copy_tier_rows(*tier_, id, covered, n, cache_, r.seq);
   const int32_t tok = sample_token(logits, r.spec.sampling, int64_t(n));
   // A block drafted from the guess starts at n with the guess: its drafts follow
   // the exact token only when the guess was it.

@@ -195,21 +195,8 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
                              *streamer_, cache_, ws_, opt.prefill_chunk);
   p.prefill_seconds = seconds_since(t0);
   // The drafter's tail takes the suffix's exact KV (what a local prefill leaves it).
-  const size_t heads = cache_.config().kv_heads, d = cache_.config().head_dim;
-  const LayerKvReader read = tier_layer_reader(*full_tier_, rq.tier_id);
-  LayerKv layer;
-  std::vector<float> k(heads * d), v(heads * d);
   cache_.reserve(rq.seq, n);
-  for (size_t l = 0; l < cache_.config().num_layers; ++l) {
-    read(l, n, 0, heads, layer);
-    for (size_t pos = covered; pos < n; ++pos) {
-      for (size_t h = 0; h < heads; ++h) {
-        std::copy_n(layer.k_at(h, pos), d, &k[h * d]);
-        std::copy_n(layer.v_at(h, pos), d, &v[h * d]);
-      }
-      cache_.write(l, rq.seq, pos, k.data(), v.data());
-    }
-  }
+  copy_tier_rows(*full_tier_, rq.tier_id, covered, n, cache_, rq.seq);
   s.remote_chunks_published =
       remote_->publish(prompt, f.positions / remote_->layout().chunk_tokens, *full_tier_, rq.tier_id);
   return p;

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "tools/server/openai_logprobs.hpp"
+#include "tools/server/remote_stats_json.hpp"
 
 namespace vc::server {
 
@@ -83,21 +84,7 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
     }
   }
   if (s.remote)  // serve --remote: the prefix taken from the store
-    j["remote"] = {{"chunks_hit", s.remote_chunks_hit},
-                   {"positions_hit", s.remote_positions},
-                   {"bytes_fetched_full", s.remote_bytes_fetched},
-                   {"fetch_seconds", s.remote_fetch_seconds},
-                   {"stop_reason", s.remote_stop_reason},
-                   {"chunks_published", s.remote_chunks_published},
-                   {"compressed_chunks_published", s.remote_compressed_chunks_published},
-                   {"compressed_first", s.remote_compressed_first},
-                   {"compressed_chunks_hit", s.remote_compressed_chunks_hit},
-                   {"compressed_positions_hit", s.remote_compressed_positions},
-                   {"bytes_fetched_compressed", s.remote_bytes_compressed},
-                   {"compressed_fetch_seconds", s.remote_compressed_fetch_seconds},
-                   {"compressed_stop_reason", s.remote_compressed_stop_reason},
-                   {"predrafted", s.remote_predrafted},
-                   {"predrafts_kept", s.remote_predrafts_kept}};
+    j["remote"] = remote_stats_json(s);
   return j;
 }
 

@@ -24,6 +24,7 @@
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/logprobs_json.hpp"
 #include "tools/vericache/options.hpp"
+#include "tools/server/remote_stats_json.hpp"
 
 namespace vc::cli {
 
@@ -159,25 +160,12 @@ json stats_json(const vericache::Request& q, const vericache::RequestStats& s,
                                {"accepted_by_verifier", s.ngram_accepted}}},
                     {"drafter", {{"passes", s.drafter_passes}}}}}};
   }
-  if (s.remote)
-    j["remote"] = {{"url", a.remote.url},
-                   {"chunk_tokens", a.remote.chunk},
-                   {"flow", a.remote.flow},
-                   {"chunks_hit", s.remote_chunks_hit},
-                   {"positions_hit", s.remote_positions},
-                   {"bytes_fetched_full", s.remote_bytes_fetched},
-                   {"fetch_seconds", s.remote_fetch_seconds},
-                   {"stop_reason", s.remote_stop_reason},
-                   {"chunks_published", s.remote_chunks_published},
-                   {"compressed_chunks_published", s.remote_compressed_chunks_published},
-                   {"compressed_first", s.remote_compressed_first},
-                   {"compressed_chunks_hit", s.remote_compressed_chunks_hit},
-                   {"compressed_positions_hit", s.remote_compressed_positions},
-                   {"bytes_fetched_compressed", s.remote_bytes_compressed},
-                   {"compressed_fetch_seconds", s.remote_compressed_fetch_seconds},
-                   {"compressed_stop_reason", s.remote_compressed_stop_reason},
-                   {"predrafted", s.remote_predrafted},
-                   {"predrafts_kept", s.remote_predrafts_kept}};
+  if (s.remote) {
+    j["remote"] = vc::server::remote_stats_json(s);
+    j["remote"]["url"] = a.remote.url;
+    j["remote"]["chunk_tokens"] = a.remote.chunk;
+    j["remote"]["flow"] = a.remote.flow;
+  }
   if (q.mode != "full")
     j["compression"] = {{"compressor", q.compressor},
                         {"ratio", q.ratio},
