@@ -372,6 +372,25 @@ TEST(scheduler_core_remote, compressed_first_prefills_exactly_at_once_when_the_f
   EXPECT_EQ(0u, a.result.get().stats.remote_predrafted);
 }
 
+TEST(scheduler_core_remote, compressed_first_in_lock_step_drafts_nothing_from_the_guess) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, /*lockstep=*/true, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = compressed_first_request(1, 10, DecodeMode::vericache);
+  core.submit(a.ctx);
+  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  out.take();
+  core.on_prefilled(guess(1, 7));
+  EXPECT_TRUE(out.take().empty()) << "no block: the barriers count rounds";
+  core.on_remote_fetched(1, hit(4), "");
+  auto calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::finish_prefill}), kinds(calls));
+  core.on_prefill_finished(exact(1, 7, false));
+  EXPECT_EQ((std::vector<Call::Kind>{Call::draft}), kinds(out.take()));
+  core.cancel(1);
+  EXPECT_EQ(0u, a.result.get().stats.remote_predrafted);
+}
+
 TEST(scheduler_core_remote, compressed_first_runs_the_full_flow_without_a_hit_or_when_the_view_would_not_fit) {
   FakeOutbox out;
   SchedulerCore core(out, 4, 4, false, nullptr);
