@@ -5,6 +5,8 @@
 #include <array>
 
 #include "actors/protocol.hpp"
+#include "runtime/rank_group.hpp"
+#include "runtime/tp_comm.hpp"
 
 namespace vc::actors {
 
@@ -97,6 +99,10 @@ caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> t
                           std::shared_ptr<TraceRecorder> trace) {
   (void)self;
   const int track = trace->track("mover");
+  // The ranks' commits run at once, each rank's rows to its own tier (its own link).
+  const int degree = int(tiers.size());
+  auto ranks = std::make_shared<RankGroup>(
+      degree > 1 ? std::make_shared<CpuCommunicator>(degree) : nullptr);
   for (size_t rank = 0; rank < streamers->ranks.size(); ++rank) {
     const std::string prefix = rank == 0 ? "" : "rank " + std::to_string(rank) + " ";
     streamers->ranks[rank]->set_layer_observer(
@@ -117,14 +123,14 @@ caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> t
         const VerifyOutcome& v = *m.outcome;
         auto s = trace->scope(track, "commit", v.id);
         try {
-          for (size_t rank = 0; rank < tiers.size(); ++rank) {
-            const VerifyOutcome& o = rank_outcome(v, int(rank), int(tiers.size()));
-            FullTier* tier = tiers[rank];
+          ranks->run([&](int rank) {
+            const VerifyOutcome& o = rank_outcome(v, rank, degree);
+            FullTier* tier = tiers[size_t(rank)];
             const size_t layers = tier->config().num_layers;
             for (size_t r = 0; r <= o.accepted; ++r)
               for (size_t l = 0; l < layers; ++l)
                 tier->write(o.id, l, m.p0 + r, o.k(l, r), o.v(l, r));
-          }
+          });
         } catch (const std::exception&) {
           // The request was cancelled (released) meanwhile, or its tier failed: the
           // next verify pass reports a failure for it alone.

@@ -34,7 +34,8 @@ caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
                     std::shared_ptr<LayerStreamer> streamer, std::shared_ptr<TraceRecorder> trace);
 
 /// The mover of a group: tiers[r] holds rank r's KV heads, streamers.ranks[r]
-/// streams from it; a commit writes each rank's verified rows to its own tier.
+/// streams from it; a commit writes each rank's verified rows to its own tier, the
+/// ranks at once (one thread per rank, kept between commits).
 caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> tiers,
                           std::shared_ptr<StreamerGroup> streamers,
                           std::shared_ptr<TraceRecorder> trace);
