@@ -131,7 +131,12 @@ void SchedulerCore::on_remote_compressed_fetched(uint64_t id,
 }
 
 void SchedulerCore::maybe_finish_prefill(RequestCtx& c) {
-  if (!c.cf_active || c.cf_finishing || !c.cf_full_in || !c.cf_guessed || c.cf_predrafting) return;
+  if (!c.cf_active || c.cf_finishing || !c.cf_guessed || c.cf_predrafting) return;
+  if (!c.cf_full_in) {  // the drafter waits for the full chunks from now on
+    if (!c.cf_idle_since) c.cf_idle_since = std::chrono::steady_clock::now();
+    return;
+  }
+  if (c.cf_idle_since) c.result.stats.remote_full_wait_seconds = since(*c.cf_idle_since);
   c.cf_finishing = true;
   out_.finish_prefill(c.id, c.spec.remote_cached);
 }

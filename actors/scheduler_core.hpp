@@ -11,6 +11,7 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -75,6 +76,9 @@ struct RequestCtx {
   bool cf_predrafting = false;    // the block from the guess is being drafted
   bool cf_held = false;           // that block's drafts wait for the exact first token
   bool cf_finishing = false;      // finish_prefill was sent
+  /// When the drafter had nothing left to do before the exact prefill (its guess in,
+  /// its block done) while the full chunks were still on their way.
+  std::optional<std::chrono::steady_clock::time_point> cf_idle_since;
 };
 
 /// What the scheduler asks the workers to do.

@@ -152,6 +152,7 @@ struct RequestStats {
   std::string remote_compressed_stop_reason; ///< why they ended there, or why they were not used
   size_t remote_predrafted = 0;   ///< vericache: drafts made before the exact first token
   bool remote_predrafts_kept = false;  ///< they were verified (the drafter's guess of it was right)
+  double remote_full_wait_seconds = 0; ///< vericache: the drafter idle until the full chunks were in
 };
 
 struct Result {

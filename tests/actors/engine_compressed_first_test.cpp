@@ -72,6 +72,7 @@ TEST(engine_compressed_first, a_request_drafts_from_compressed_chunks_and_emits_
     expect_same_output(local, sw, "slow link, " + what);
     EXPECT_TRUE(sw.stats.remote_compressed_first) << sw.stats.remote_compressed_stop_reason;
     EXPECT_GT(sw.stats.remote_predrafted, 0u) << what << ": drafted while the full chunks arrived";
+    EXPECT_GT(sw.stats.remote_full_wait_seconds, 0.1) << what << ": then waited for them";
     EXPECT_EQ(2u, sw.stats.remote_chunks_hit);
     kept += sw.stats.remote_predrafts_kept ? 1 : 0;
     EXPECT_EQ(0u, held_after_settling(slow_engine));

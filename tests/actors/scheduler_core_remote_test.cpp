@@ -369,7 +369,9 @@ TEST(scheduler_core_remote, compressed_first_prefills_exactly_at_once_when_the_f
   core.on_prefill_finished(exact(1, 7, false));
   EXPECT_EQ((std::vector<Call::Kind>{Call::draft}), kinds(out.take()));
   core.cancel(1);
-  EXPECT_EQ(0u, a.result.get().stats.remote_predrafted);
+  const auto s = a.result.get().stats;
+  EXPECT_EQ(0u, s.remote_predrafted);
+  EXPECT_EQ(0.0, s.remote_full_wait_seconds) << "the full chunks were in first";
 }
 
 TEST(scheduler_core_remote, compressed_first_in_lock_step_drafts_nothing_from_the_guess) {

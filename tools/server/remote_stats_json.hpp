@@ -21,7 +21,8 @@ inline nlohmann::json remote_stats_json(const vericache::RequestStats& s) {
           {"compressed_fetch_seconds", s.remote_compressed_fetch_seconds},
           {"compressed_stop_reason", s.remote_compressed_stop_reason},
           {"predrafted", s.remote_predrafted},
-          {"predrafts_kept", s.remote_predrafts_kept}};
+          {"predrafts_kept", s.remote_predrafts_kept},
+          {"full_wait_seconds", s.remote_full_wait_seconds}};
 }
 
 }  // namespace vc::server

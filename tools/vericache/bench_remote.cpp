@@ -93,6 +93,7 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   s.remote_bytes_full = r.stats.remote_bytes_fetched;
   s.remote_bytes_compressed = r.stats.remote_bytes_compressed;
   s.remote_predrafted = r.stats.remote_predrafted;
+  s.remote_full_wait_seconds = r.stats.remote_full_wait_seconds;
   return g;
 }
 
