@@ -19,12 +19,12 @@ void ActorOutbox::release(uint64_t id, bool full_tier) {
   if (full_tier) self_->send(w_.mover, release_msg{id});
 }
 size_t ActorOutbox::take_fetcher() {
-  const size_t f = size_t(std::min_element(outstanding_.begin(), outstanding_.end()) - outstanding_.begin());
-  if (outstanding_[f]++ == 0 && counters_) {
+  const size_t f =
+      size_t(std::min_element(outstanding_.begin(), outstanding_.end()) - outstanding_.begin());
+  if (outstanding_[f]++ == 0 && counters_) {  // the scheduler thread is the only writer
     const size_t busy = ++counters_->fetchers_busy;
-    size_t peak = counters_->fetchers_busy_peak.load();
-    while (busy > peak && !counters_->fetchers_busy_peak.compare_exchange_weak(peak, busy)) {
-    }
+    if (busy > counters_->fetchers_busy_peak.load(std::memory_order_relaxed))
+      counters_->fetchers_busy_peak.store(busy, std::memory_order_relaxed);
   }
   return f;
 }

@@ -248,6 +248,14 @@ RemoteCompressedFetch compressed_hit(size_t chunks) {
   return f;
 }
 
+// Submits `a` and answers its compressed fetch with a view of 64 positions (4
+// chunks); forgets the calls so far.
+void admit_with_view(SchedulerCore& core, FakeOutbox& out, const Submitted& a) {
+  core.submit(a.ctx);
+  core.on_remote_compressed_fetched(a.ctx->id, fetched(64), compressed_hit(4));
+  out.take();
+}
+
 PrefillResult guess(uint64_t id, int32_t token) {
   PrefillResult r = prefilled(id, token);
   r.exact_pending = true;
@@ -321,8 +329,7 @@ TEST(scheduler_core_remote, compressed_first_drops_the_drafts_of_a_wrong_guess_a
   SchedulerCore core(out, 2, 4, false, nullptr);
   core.set_remote_chunk_tokens(kChunk);
   auto a = compressed_first_request(1, 10, DecodeMode::vericache);
-  core.submit(a.ctx);
-  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  admit_with_view(core, out, a);
   core.on_prefilled(guess(1, 7));
   DraftBlock b = drafts(1, {8, 9, 10, 11});
   core.on_drafted(b);
@@ -357,9 +364,7 @@ TEST(scheduler_core_remote, compressed_first_prefills_exactly_at_once_when_the_f
   SchedulerCore core(out, 2, 4, false, nullptr);
   core.set_remote_chunk_tokens(kChunk);
   auto a = compressed_first_request(1, 10, DecodeMode::vericache);
-  core.submit(a.ctx);
-  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
-  out.take();
+  admit_with_view(core, out, a);
   core.on_remote_fetched(1, hit(4), "");
   EXPECT_TRUE(out.take().empty()) << "waits for the drafter's prefill over the view";
   core.on_prefilled(guess(1, 7));
@@ -379,9 +384,7 @@ TEST(scheduler_core_remote, compressed_first_in_lock_step_drafts_nothing_from_th
   SchedulerCore core(out, 2, 4, /*lockstep=*/true, nullptr);
   core.set_remote_chunk_tokens(kChunk);
   auto a = compressed_first_request(1, 10, DecodeMode::vericache);
-  core.submit(a.ctx);
-  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
-  out.take();
+  admit_with_view(core, out, a);
   core.on_prefilled(guess(1, 7));
   EXPECT_TRUE(out.take().empty()) << "no block: the barriers count rounds";
   core.on_remote_fetched(1, hit(4), "");
@@ -468,8 +471,7 @@ TEST(scheduler_core_remote, compressed_first_cancelled_while_predrafting_frees_t
   SchedulerCore core(out, 2, 4, false, nullptr);
   core.set_remote_chunk_tokens(kChunk);
   auto a = compressed_first_request(1, 10, DecodeMode::vericache);
-  core.submit(a.ctx);
-  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  admit_with_view(core, out, a);
   core.on_prefilled(guess(1, 7));
   out.take();
   core.cancel(1);

@@ -147,6 +147,11 @@ TEST(cli_batch_remote, a_bad_remote_option_is_an_error_naming_it) {
   const auto r = vc::test::run_vericache("batch --input /dev/null --output /dev/null --remote-chunk 7", true);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("--remote-chunk"), std::string::npos) << r.out;
+  for (const std::string bad : {"--remote-fetchers 0", "--remote-flow fast"}) {
+    const auto b = vc::test::run_vericache("batch --input /dev/null --output /dev/null " + bad, true);
+    EXPECT_NE(b.code, 0) << bad;
+    EXPECT_NE(b.out.find(bad.substr(0, bad.find(' '))), std::string::npos) << b.out;
+  }
 }
 
 }  // namespace
