@@ -24,6 +24,8 @@
 #include "runtime/tp_comm.hpp"
 #include "runtime/tp_draft_batcher.hpp"
 #include "runtime/tp_verifier.hpp"
+#include "topology/hwloc_topology.hpp"
+#include "topology/placement_binder.hpp"
 
 
 namespace vericache {
@@ -57,6 +59,9 @@ struct Engine::Impl {
   std::vector<caf::actor> net_fetchers;
   std::atomic<uint64_t> next_id{1};
   std::shared_ptr<actors::LiveCounters> counters = std::make_shared<actors::LiveCounters>();
+  std::unique_ptr<HwlocTopology> topology;  // EngineConfig::placement "auto"
+  std::shared_ptr<PlacementBinder> binder;
+  std::vector<PlacementLine> placement;
   TraceRecorder::time_point started = TraceRecorder::clock::now();
 };
 
@@ -108,6 +113,21 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
     throw Error("EngineConfig.full_tier: expected host or disk, got '" + cfg.full_tier + "'");
   if (cfg.max_active == 0) throw Error("EngineConfig.max_active: must be at least 1");
   if (cfg.tp < 1) throw Error("EngineConfig.tp: must be at least 1, got " + std::to_string(cfg.tp));
+  if (cfg.placement != "none" && cfg.placement != "auto")
+    throw Error("EngineConfig.placement: expected none or auto, got '" + cfg.placement + "'");
+  if (cfg.placement == "auto") {
+    try {  // the plan first: a degree the machine cannot place fails before any actor
+      m.topology = std::make_unique<HwlocTopology>();
+      // The ranks compute on the CPU (the engine has no GPU backend yet): plan CPU
+      // ranks, whatever GPUs the machine has.
+      Topology cpu_ranks = m.topology->read();
+      cpu_ranks.gpus.clear();
+      cpu_ranks.links.clear();
+      m.binder = std::make_shared<PlacementBinder>(*m.topology, plan_placement(cpu_ranks, size_t(cfg.tp)));
+    } catch (const std::exception& e) {
+      throw Error(std::string("EngineConfig.placement: ") + e.what());
+    }
+  }
   const size_t d = size_t(cfg.tp);
   m.model = Model::load(cfg.model_dir);
   m.tokenizer = std::make_shared<const Tokenizer>(
@@ -205,7 +225,26 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   for (const auto& ranks : m.remotes)  // detached: a fetch blocks on the store
     m.net_fetchers.push_back(m.sys->spawn<caf::detached>(actors::net_fetcher_group, ranks, tier_ptrs));
   caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover, m.net_fetchers});
+  if (m.binder) bind_threads(m);
 }
+
+void Engine::bind_threads(Impl& m) {
+  // Each actor binds the threads it owns on its own thread (a thread's memory
+  // binding can only be set from itself); the engine waits for every answer, so
+  // no request runs on an unbound thread.
+  caf::scoped_actor self{*m.sys};
+  std::vector<caf::actor> actors{m.drafter, m.verifier, m.mover};
+  actors.insert(actors.end(), m.net_fetchers.begin(), m.net_fetchers.end());
+  std::string failure;
+  for (const auto& a : actors)
+    self->request(a, std::chrono::seconds(30), actors::bind_msg{m.binder})
+        .receive([](bool) {}, [&](caf::error& e) { failure = to_string(e); });
+  for (const auto& line : m.binder->report())
+    m.placement.push_back({line.what, line.applied, line.detail});
+  if (!failure.empty()) m.placement.push_back({"engine", false, "an actor did not bind: " + failure});
+}
+
+const std::vector<PlacementLine>& Engine::placement() const { return impl_->placement; }
 
 Engine::~Engine() {
   Impl& m = *impl_;

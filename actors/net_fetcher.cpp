@@ -94,6 +94,10 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
           out.compressed_chunks = remotes[0]->publish_compressed(m.prompt, 0, *m.view, m.view_spec);
         return out;
       },
+      [](bind_msg& m) {  // this actor's thread (a group's per-rank fetches start their own)
+        m.binder->bind_calling_thread("fetcher", -1);
+        return true;
+      },
   };
 }
 

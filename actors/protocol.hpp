@@ -15,6 +15,7 @@
 #include "runtime/layer_streamer.hpp"
 #include "runtime/tp_verifier.hpp"
 #include "runtime/verifier.hpp"
+#include "topology/placement_binder.hpp"
 
 namespace vc::actors {
 
@@ -161,10 +162,17 @@ struct wire_msg {
   caf::actor drafter, verifier, mover;
   std::vector<caf::actor> net_fetchers;
 };
+/// engine -> drafter, verifier, mover and each net_fetcher, once at start when a
+/// placement is applied (EngineConfig::placement): bind every thread the actor owns
+/// through `binder`; answered with true once they are bound.
+struct bind_msg {
+  std::shared_ptr<PlacementBinder> binder;
+};
 
 }  // namespace vc::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::submit_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::bind_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::cancel_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::prefill_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::prefilled_msg)

@@ -84,6 +84,10 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
           // Freeing never fails for a known request; an unknown one is a no-op.
         }
       },
+      [=](bind_msg& m) {  // every rank's compute threads (rank 0's first: this one)
+        batcher->run_on_each_thread([&](int rank, int) { m.binder->bind_calling_thread("drafter", rank); });
+        return true;
+      },
   };
 }
 
@@ -139,6 +143,12 @@ caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> t
       [=](release_msg& m) {
         for (FullTier* tier : tiers) tier->release_if_present(m.id);
       },
+      [=](bind_msg& m) {  // the rank threads (commits) and each rank's copy thread
+        ranks->run([&](int rank) { m.binder->bind_calling_thread("mover", rank); });
+        for (size_t rank = 0; rank < streamers->ranks.size(); ++rank)
+          m.binder->bind_thread(streamers->ranks[rank]->copy_thread(), "mover", int(rank));
+        return true;
+      },
   };
 }
 
@@ -174,6 +184,10 @@ caf::behavior verifier_group(caf::event_based_actor* self, std::shared_ptr<TpVer
                 [=](caf::error& err) {
                   self->send(scheduler, failed_msg{job.id, "verify: mover: " + to_string(err)});
                 });
+      },
+      [=](bind_msg& m) {
+        v->run_on_each_thread([&](int rank, int) { m.binder->bind_calling_thread("verifier", rank); });
+        return true;
       },
   };
 }

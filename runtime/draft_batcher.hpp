@@ -4,6 +4,7 @@
 // wraps it; tests drive it directly.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -156,6 +157,9 @@ class DraftBatcher {
   [[nodiscard]] size_t last_step_rows() const { return last_ids_.size(); }
   [[nodiscard]] const std::vector<uint64_t>& last_step_ids() const { return last_ids_; }
   [[nodiscard]] PagedKvCache& cache() { return cache_; }
+  /// Runs f(t) on each of the batcher's compute threads (t = 0: the calling thread),
+  /// for thread binding.
+  void run_on_each_thread(const std::function<void(int thread)>& f) { ws_.pool().run_on_each(f); }
 
  private:
   struct Req {

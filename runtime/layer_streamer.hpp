@@ -82,6 +82,8 @@ class LayerStreamer final : public LayerKvProvider {
   /// Bytes the two staging buffers of one pass need for a context of `n_pos`
   /// positions (at most two chunks, whatever the context, unless whole layers).
   [[nodiscard]] size_t staging_bytes_for(size_t n_pos) const;
+  /// The copy thread (for binding it to the link's cores).
+  [[nodiscard]] std::thread::native_handle_type copy_thread() { return thread_.native_handle(); }
 
  private:
   struct Buffer {

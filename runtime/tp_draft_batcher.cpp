@@ -110,4 +110,8 @@ size_t TpDraftBatcher::prefill_bytes_streamed() const {
   return n;
 }
 
+void TpDraftBatcher::run_on_each_thread(const std::function<void(int rank, int thread)>& f) {
+  group_.run([&](int r) { ranks_[size_t(r)]->run_on_each_thread([&](int t) { f(r, t); }); });
+}
+
 }  // namespace vc

@@ -42,6 +42,9 @@ class TpDraftBatcher {
   [[nodiscard]] const std::vector<uint64_t>& last_step_ids() const { return ranks_[0]->last_step_ids(); }
   /// Summed over the ranks (thread-safe).
   [[nodiscard]] size_t prefill_bytes_streamed() const;
+  /// Runs f(r, t) on every compute thread t of every rank r (the ranks at once;
+  /// rank 0's thread 0 is the calling thread), for thread binding.
+  void run_on_each_thread(const std::function<void(int rank, int thread)>& f);
 
  private:
   std::vector<std::shared_ptr<DraftBatcher>> ranks_;

@@ -18,6 +18,10 @@ TpVerifier::TpVerifier(std::vector<std::shared_ptr<Verifier>> ranks,
 TpVerifier::TpVerifier(std::shared_ptr<Verifier> one)
     : TpVerifier(std::vector<std::shared_ptr<Verifier>>{std::move(one)}, nullptr) {}
 
+void TpVerifier::run_on_each_thread(const std::function<void(int rank, int thread)>& f) {
+  group_.run([&](int r) { ranks_[size_t(r)]->run_on_each_thread([&](int t) { f(r, t); }); });
+}
+
 const VerifyOutcome& rank_outcome(const VerifyOutcome& v, int r, int degree) {
   if (r == 0 || degree == 1) return v;
   const auto& group = static_cast<const TpVerifyOutcome&>(v);  // see the header

@@ -42,6 +42,9 @@ class TpVerifier {
   /// error and leaves the group usable.
   [[nodiscard]] std::shared_ptr<const VerifyOutcome> run(const VerifyJob& job,
                                                          const StreamerGroup& streams);
+  /// Runs f(r, t) on every compute thread t of every rank r (the ranks at once;
+  /// rank 0's thread 0 is the calling thread), for thread binding.
+  void run_on_each_thread(const std::function<void(int rank, int thread)>& f);
 
  private:
   std::vector<std::shared_ptr<Verifier>> ranks_;

@@ -2,6 +2,7 @@
 // verifier actor and the single-request generator both use it).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -66,6 +67,9 @@ class Verifier {
   /// be read.
   [[nodiscard]] VerifyOutcome run(const VerifyJob& job, LayerStreamer& stream,
                                   bool keep_logits = false);
+  /// Runs f(t) on each of the verifier's compute threads (t = 0: the calling
+  /// thread), for thread binding.
+  void run_on_each_thread(const std::function<void(int thread)>& f) { ws_.pool().run_on_each(f); }
 
  private:
   std::shared_ptr<const Model> model_;

@@ -194,6 +194,18 @@ Placement plan_placement(const Topology& t, size_t tp) {
       const std::string why = locality[r] + (ranks.size() > 1 ? ", split among " + std::to_string(ranks.size()) +
                                                                    " ranks" : "") +
                               (shared ? " (fewer cores than ranks: shared)" : "");
+      const int ri = int(r);
+      if (cpu) {
+        // A CPU rank's drafter and verifier are its compute: each runs its threads
+        // over every core of the rank's share (they overlap across requests, as
+        // unbound threads would); the mover's copies and commits share them.
+        const std::string each = why + "; CPU rank: its compute spans every core of the rank";
+        p.actors.push_back({"drafter", ri, share, pus_of(t, share), each});
+        p.actors.push_back({"verifier", ri, share, pus_of(t, share), each});
+        p.actors.push_back({"mover", ri, share, pus_of(t, share),
+                            locality[r] + "; CPU rank: the copy loop shares the rank's cores"});
+        continue;
+      }
       std::vector<unsigned> mover{share.back()}, drafter, verifier;
       if (share.size() == 1) {
         drafter = verifier = share;
@@ -204,7 +216,6 @@ Placement plan_placement(const Topology& t, size_t tp) {
         drafter.assign(share.begin(), share.begin() + long(d));
         verifier.assign(share.begin() + long(d), share.end() - 1);
       }
-      const int ri = int(r);
       const std::string dv = share.size() <= 2 ? "; drafter and verifier share core " : "";
       p.actors.push_back({"drafter", ri, drafter, pus_of(t, drafter),
                           why + (share.size() <= 2 ? dv + format_index_list(drafter) : "; half of the rank's cores")});

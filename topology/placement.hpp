@@ -44,7 +44,9 @@ struct Placement {
 /// run on cores local to its GPU's PCIe root (its package or NUMA node), split
 /// between ranks that share them; the mover gets a core of its own when there are
 /// two or more; the fetcher a core local to the NIC. Without GPUs the ranks are CPU
-/// ranks spread over the NUMA nodes. Throws vc::Error when tp is 0 or exceeds the GPUs.
+/// ranks spread over the NUMA nodes, and a CPU rank's drafter, verifier and mover
+/// each span all of the rank's cores (the drafter and verifier are the compute).
+/// Throws vc::Error when tp is 0 or exceeds the GPUs.
 [[nodiscard]] Placement plan_placement(const Topology& topo, size_t tp);
 
 }  // namespace vc

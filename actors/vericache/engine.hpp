@@ -73,6 +73,21 @@ struct EngineConfig {
   /// store's health): one request's long fetch does not hold up the others'.
   /// Each fetch or publish goes to the one with the fewest outstanding.
   int remote_fetchers = 2;
+  /// Thread and memory placement: "none" (the OS places threads), or "auto": plan
+  /// CPU ranks for this machine's hwloc topology and the degree (the ranks compute
+  /// on the CPU; as `vericache topo --tp N` plans a machine without GPUs: each rank
+  /// on a NUMA node's share of cores) and bind each rank's drafter, verifier and
+  /// mover threads (compute, rank and copy threads) to its cores, their memory to
+  /// its shard's NUMA node, and each net_fetcher's thread near the NIC.
+  /// Engine::placement() reports it.
+  std::string placement = "none";
+};
+
+/// One actor's applied placement (EngineConfig::placement "auto").
+struct PlacementLine {
+  std::string what;      ///< "drafter rank 0", "mover rank 1", "fetcher"
+  bool applied = false;  ///< every thread's binding read back as planned
+  std::string detail;    ///< "2 threads bound to PU 0, memory bound to node P#0", or why not
 };
 
 /// One candidate token and its log-probability (natural log, under the model).
@@ -235,6 +250,9 @@ class Engine {
   /// Engine-wide figures, read without a round trip to the scheduler: answers at
   /// once from any thread, a token callback included.
   [[nodiscard]] EngineStats stats();
+  /// What EngineConfig::placement "auto" bound, one line per actor and rank (empty
+  /// with "none").
+  [[nodiscard]] const std::vector<PlacementLine>& placement() const;
   /// Chrome trace-event JSON of everything so far (needs cfg.trace).
   void write_trace(const std::string& path);
   /// Decodes ids with the model's tokenizer.
@@ -242,6 +260,7 @@ class Engine {
 
  private:
   struct Impl;
+  static void bind_threads(Impl& m);
   std::unique_ptr<Impl> impl_;
 };
 

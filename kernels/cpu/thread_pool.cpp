@@ -169,4 +169,11 @@ void ThreadPool::parallel_for(size_t n, size_t grain,
   if (s.error) std::rethrow_exception(s.error);
 }
 
+void ThreadPool::run_on_each(const std::function<void(int thread)>& fn) {
+  // threads_ parts of one unit each: part p runs on worker p (the caller is part 0).
+  parallel_for(size_t(threads_), 1, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t) fn(int(t));
+  });
+}
+
 }  // namespace vc::cpu

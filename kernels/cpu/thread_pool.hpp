@@ -17,6 +17,9 @@ class ThreadPool {
   [[nodiscard]] int threads() const { return threads_; }
   /// Parts are aligned to `grain` (the last part takes the remainder).
   void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+  /// Runs `fn(t)` once on each of the pool's threads, t = 0 on the calling thread and
+  /// t on worker t (thread binding, per-thread setup).
+  void run_on_each(const std::function<void(int thread)>& fn);
 
  private:
   struct Impl;

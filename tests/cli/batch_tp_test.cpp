@@ -98,4 +98,36 @@ TEST(cli_batch_tp, a_degree_that_does_not_split_the_heads_is_one_error_line_and_
             "attention heads\n");
 }
 
+TEST(cli_batch_tp, placement_auto_binds_every_rank_logs_where_and_decodes_as_unbound) {
+  TempDir d;
+  {
+    std::ofstream in(d.path / "in.jsonl");
+    in << json{{"prompt", "<|begin_of_text|>def add(a, b):"}, {"max_tokens", 12}, {"draft", 4},
+               {"logprobs", true}, {"ignore_eos", true}}
+              .dump()
+       << "\n";
+  }
+  const std::string io = " --input " + (d.path / "in.jsonl").string() + " --output ";
+  const auto unbound = vc::test::run_vericache("batch --tp 2" + io + (d.path / "a.jsonl").string(), true);
+  ASSERT_EQ(unbound.code, 0) << unbound.out;
+  EXPECT_EQ(unbound.out.find("placement:"), std::string::npos) << unbound.out;
+  const auto bound = vc::test::run_vericache(
+      "--log-level info batch --tp 2 --placement auto" + io + (d.path / "b.jsonl").string(), true);
+  ASSERT_EQ(bound.code, 0) << bound.out;
+  for (const char* actor : {"drafter rank 0", "verifier rank 0", "mover rank 0", "drafter rank 1",
+                            "verifier rank 1", "mover rank 1"})
+    EXPECT_NE(bound.out.find(std::string("[info] placement: ") + actor + ": "), std::string::npos)
+        << actor << "\n" << bound.out;
+  EXPECT_NE(bound.out.find("placement: 6 of 6 actors bound as planned"), std::string::npos) << bound.out;
+  const auto a = read_results(d.path / "a.jsonl"), b = read_results(d.path / "b.jsonl");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(a[0]["output_ids"], b[0]["output_ids"]);
+  EXPECT_EQ(a[0]["output_logprobs"].dump(), b[0]["output_logprobs"].dump());
+
+  const auto bad = vc::test::run_vericache("batch --placement numa" + io + (d.path / "c.jsonl").string(), true);
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.out, "error: --placement: numa not in {none,auto}\n");
+}
+
 }  // namespace

@@ -111,14 +111,19 @@ TEST(placement, runs_cpu_ranks_on_the_recorded_build_machine) {
   const Placement one = plan_placement(t, 1);
   EXPECT_TRUE(one.gpus.empty());
   EXPECT_EQ(shard_nodes(one), (std::vector<unsigned>{0}));
-  EXPECT_EQ(one.actor("drafter", 0).cores, (std::vector<unsigned>{0}));
-  EXPECT_EQ(one.actor("verifier", 0).cores, (std::vector<unsigned>{0}));
-  EXPECT_EQ(one.actor("mover", 0).cores, (std::vector<unsigned>{1}));
-  // The NIC (virtio, 0000:00:03.0) is local to both cores; core 1 carries fewer actors.
+  // A CPU rank's compute spans its cores: at degree 1 every actor has both.
+  const std::vector<unsigned> both{0, 1};
+  EXPECT_EQ(one.actor("drafter", 0).cores, both);
+  EXPECT_EQ(one.actor("verifier", 0).cores, both);
+  EXPECT_EQ(one.actor("mover", 0).cores, both);
+  EXPECT_NE(one.actor("drafter", 0).reason.find("CPU rank: its compute spans every core"), std::string::npos);
+  // The NIC (virtio, 0000:00:03.0) is local to both cores; core 1 carries no more actors.
   EXPECT_EQ(one.actor("fetcher", -1).cores, (std::vector<unsigned>{1}));
   EXPECT_NE(one.actor("fetcher", -1).reason.find("0000:00:03.0"), std::string::npos);
+  // Two ranks split the node: one core each, every actor of a rank on it.
   const Placement two = plan_placement(t, 2);
   EXPECT_EQ(two.actor("drafter", 0).cores, (std::vector<unsigned>{0}));
+  EXPECT_EQ(two.actor("verifier", 0).cores, (std::vector<unsigned>{0}));
   EXPECT_EQ(two.actor("mover", 1).cores, (std::vector<unsigned>{1}));
 }
 

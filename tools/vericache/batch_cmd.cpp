@@ -24,6 +24,7 @@
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/logprobs_json.hpp"
 #include "tools/vericache/options.hpp"
+#include "tools/vericache/placement_option.hpp"
 #include "tools/server/remote_stats_json.hpp"
 
 namespace vc::cli {
@@ -44,6 +45,7 @@ struct BatchArgs {
   std::string trace;
   int threads = 0;
   int tp = 1;  // --tp: tensor-parallel degree (EngineConfig::tp)
+  std::string placement = "none";  // --placement (EngineConfig::placement)
   size_t max_queue = 0;  // 0 = the number of lines
   std::string kv_dtype = "bf16";
   std::string fast_memory = "0";
@@ -213,7 +215,8 @@ std::vector<BatchLine> read_lines(const std::string& path, const RequestInput& d
 }
 
 void print_summary(const BatchArgs& a, size_t requests, size_t ok, size_t tokens, double wall,
-                   double load, const vericache::EngineStats& st) {
+                   double load, const vericache::EngineStats& st,
+                   const std::vector<vericache::PlacementLine>& placement) {
   const std::string sim =
       a.link_gbps > 0 ? fmt::format(" (simulated link {:g} GB/s)", a.link_gbps) : "";
   std::cerr << fmt::format("batch: {} requests, {} ok, {} failed | concurrency {}{}{}\n", requests,
@@ -228,6 +231,12 @@ void print_summary(const BatchArgs& a, size_t requests, size_t ok, size_t tokens
   std::cerr << fmt::format("full tier ({}): {:.2f} MiB read, {:.2f} MiB written\n", a.full_tier,
                            double(st.full_tier_bytes_read) / (1 << 20),
                            double(st.full_tier_bytes_written) / (1 << 20));
+  if (!placement.empty()) {
+    size_t bound = 0;
+    for (const auto& l : placement) bound += l.applied ? 1 : 0;
+    std::cerr << fmt::format("placement: {} of {} actors bound as planned (--log-level info: where)\n",
+                             bound, placement.size());
+  }
 }
 
 int run_batch(const BatchArgs& a) {
@@ -266,6 +275,7 @@ int run_batch(const BatchArgs& a) {
   cfg.remote_retry_ms = a.remote.retry_ms;
   cfg.remote_compressed_first = a.remote.flow == "compressed-first";
   cfg.remote_fetchers = a.remote.fetchers;
+  cfg.placement = a.placement;
 
   spdlog::info("loading model from {}", a.model_dir);
   const auto load_start = clock::now();
@@ -275,6 +285,7 @@ int run_batch(const BatchArgs& a) {
   } catch (const std::exception& e) {
     throw Error(e.what());
   }
+  log_placement(*engine);
   {
     // Every line is checked before any runs, with generate's checks and the model's limits.
     const ModelConfig mc = load_model_config(std::filesystem::path(a.model_dir) / "config.json");
@@ -327,7 +338,7 @@ int run_batch(const BatchArgs& a) {
       throw Error("--trace '" + a.trace + "': " + e.what());
     }
   }
-  print_summary(a, lines.size(), ok, tokens, wall, load, st);
+  print_summary(a, lines.size(), ok, tokens, wall, load, st, engine->placement());
   return 0;
 }
 
@@ -375,6 +386,7 @@ void add_batch_command(CLI::App& app, Runner& run) {
                   "ranks (threads) over shards of the model, KV sharded by KV heads; --threads, "
                   "--fast-memory and --full-tier-budget are then per rank")
       ->capture_default_str()->check(integer_in(1, 64));
+  add_placement_option(*cmd, a->placement);
   cmd->add_option("--max-queue", a->max_queue,
                   "Requests waiting in the engine at most; more lines wait their turn "
                   "(default: every line)")

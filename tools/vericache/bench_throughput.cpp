@@ -35,6 +35,7 @@
 #include "tools/vericache/bench_prompts.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
+#include "tools/vericache/placement_option.hpp"
 #include "tools/vericache/membw.hpp"
 
 namespace vc::cli {
@@ -57,6 +58,7 @@ struct ThroughputArgs {
   bool json = false;
   int tp = 1;  // --tp: EngineConfig::tp of every configuration's engine
   int threads = 0;  // --threads: EngineConfig::threads (per compute actor, per rank)
+  std::string placement = "none";  // --placement: EngineConfig::placement of every engine
 };
 
 struct Config {
@@ -94,6 +96,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   ec.model_dir = a.model_dir;
   ec.tp = a.tp;
   ec.threads = a.threads;
+  ec.placement = a.placement;
   ec.max_active = c.concurrency;
   ec.max_queue = c.concurrency;
   ec.lockstep = c.lockstep;
@@ -323,6 +326,7 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--tp", a->tp,
                   "Tensor-parallel degree of every engine (budgets are then per rank)")
       ->capture_default_str()->check(integer_in(1, 64));
+  add_placement_option(*cmd, a->placement);
   cmd->add_option("--threads", a->threads,
                   "Worker threads per compute actor, per rank (0 = auto: the cores split "
                   "between the ranks)")

@@ -30,6 +30,7 @@
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/interrupt.hpp"
 #include "tools/vericache/options.hpp"
+#include "tools/vericache/placement_option.hpp"
 
 namespace vc::cli {
 
@@ -57,6 +58,7 @@ struct ServeArgs {
   double drain_seconds = 30;
   int threads = 0;
   int tp = 1;  // --tp: tensor-parallel degree (EngineConfig::tp)
+  std::string placement = "none";  // --placement (EngineConfig::placement)
   std::string full_tier = "host";
   std::string disk_dir;
   std::string fast_memory = "0";
@@ -149,6 +151,7 @@ int run_serve(const ServeArgs& a) {
   cfg.remote_retry_ms = a.remote.retry_ms;
   cfg.remote_compressed_first = a.remote.flow == "compressed-first";
   cfg.remote_fetchers = a.remote.fetchers;
+  cfg.placement = a.placement;
 
   spdlog::info("loading model from {}{}", a.model_dir,
                a.tp > 1 ? fmt::format(" ({} tensor-parallel ranks)", a.tp) : "");
@@ -160,6 +163,7 @@ int run_serve(const ServeArgs& a) {
   } catch (const std::exception& e) {
     throw Error(e.what());
   }
+  log_placement(*engine);
   // The checkpoint's chat template, for /v1/chat/completions.
   const std::optional<server::ChatTemplate> chat = server::ChatTemplate::from_model_dir(a.model_dir);
   if (!chat)
@@ -255,6 +259,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
                   "ranks (threads) over shards of the model, KV sharded by KV heads; --threads, "
                   "--fast-memory and --full-tier-budget are then per rank")
       ->capture_default_str()->check(integer_in(1, 64));
+  add_placement_option(*cmd, a->placement);
   cmd->add_option("--full-tier", a->full_tier, "Where the full KV lives")
       ->capture_default_str()->check(CLI::IsMember({"host", "disk"}));
   cmd->add_option("--disk-dir", a->disk_dir, "Directory of the disk tier (default: a temp dir)");
