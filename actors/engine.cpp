@@ -287,13 +287,6 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
     // The adaptive draft length runs at any degree: the scheduler's one policy per
     // request times the group's passes (rank 0's, which wait in every collective for
     // the slowest rank) and sends every rank the same length.
-    if (m.cfg.tp > 1) {  // what the rank groups do not run yet
-      const std::string tp = " is not supported with tensor parallelism (EngineConfig.tp " +
-                             std::to_string(m.cfg.tp) + ") yet";
-      if (o.mode != DecodeMode::full && make_compressor(o.compressor)->stats_needs().hidden)
-        throw Error("field 'compressor': '" + o.compressor +
-                    "' scores hidden states per KV head of the whole model;" + tp);
-    }
     // Admission by memory: reserve what the request can grow to; a request that
     // could never fit alone fails now, naming the sizes.
     // At tp > 1 the need is a rank's (m.kv holds a rank's KV heads), as the budget

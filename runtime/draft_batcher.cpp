@@ -104,7 +104,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     }
     r.view = std::move(p.view);
     if (!p.hidden_scores.empty() && spec.mode == DecodeMode::vericache) {
-      const ModelConfig& mc = model_->config();
+      const ModelConfig& mc = model_->whole_config();  // the scores are model-wide
       r.hidden_log = HiddenScoreLog(size_t(mc.num_layers), size_t(mc.num_heads),
                                     size_t(mc.num_kv_heads), size_t(mc.head_dim),
                                     compressor->hidden_scorer()->outputs());

@@ -141,7 +141,7 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
     }
     rq.logits = std::move(p.logits);
     if (!p.hidden_scores.empty()) {  // KVzap: new tokens are scored as they are verified
-      const ModelConfig& mc = model_->config();
+      const ModelConfig& mc = model_->whole_config();  // the scores are model-wide
       rq.hidden_log = HiddenScoreLog(size_t(mc.num_layers), size_t(mc.num_heads),
                                      size_t(mc.num_kv_heads), size_t(mc.head_dim),
                                      compressor->hidden_scorer()->outputs());

@@ -146,7 +146,9 @@ void save_kvzap(const std::filesystem::path& path, const KvzapSurrogate& m,
 std::shared_ptr<const HiddenScorer> attach_model_files(Compressor& c, const Model& model) {
   const std::string_view file = c.model_file();
   if (file.empty()) return nullptr;
-  auto s = load_kvzap(model.dir() / std::string(file), model.config());
+  // A shard scores with the whole surrogate (one output per KV head of the whole
+  // model): its layer inputs are the whole hidden states, the same on every rank.
+  auto s = load_kvzap(model.dir() / std::string(file), model.whole_config());
   c.set_surrogate(s);
   return s;
 }

@@ -73,6 +73,8 @@ class Model {
                                                               std::shared_ptr<Communicator> comm);
   /// Null for an unsharded model.
   [[nodiscard]] const TensorParallelRank* tp() const { return tp_ ? &*tp_ : nullptr; }
+  /// The whole model's config: a shard's unsharded model's, else config().
+  [[nodiscard]] const ModelConfig& whole_config() const { return tp_ ? tp_->unsharded->config() : config_; }
 
  private:
   Model(std::filesystem::path dir, ModelConfig cfg, ModelWeights w);

@@ -38,12 +38,6 @@ GenerateResult TpGenerator::generate(const std::string& prompt, const GenerateOp
 GenerateResult TpGenerator::generate(std::span<const int32_t> prompt_ids,
                                      const GenerateOptions& opt, const TokenCallback& on_token) {
   const int d = degree();
-  if (d > 1) {
-    if (opt.mode != DecodeMode::full && make_compressor(opt.compressor)->stats_needs().hidden)
-      throw Error("tensor parallelism: compressor '" + opt.compressor +
-                  "' scores hidden states per KV head of the whole model; not supported with "
-                  "--tp > 1 yet");
-  }
   std::vector<GenerateResult> results(static_cast<size_t>(d));
   // The stop decision is rank 0's callback's, shared by an all-reduce so that every
   // rank stops on the same token.

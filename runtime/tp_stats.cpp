@@ -30,8 +30,13 @@ std::vector<float> join_heads(const std::vector<float>& local, size_t outer, siz
 PrefillStats gather_stats(PrefillStats s, const Model& model) {
   const TensorParallelRank* tp = model.tp();
   if (tp == nullptr || tp->degree == 1) return s;
-  if (!s.hidden_scores.empty())
-    throw Error("tensor parallelism: hidden-state scores (kvzap) are not gathered across ranks");
+  // Hidden-state scores need no gathering: every rank scored the whole hidden states
+  // (the same on every rank) with the whole surrogate, one output per KV head of
+  // the whole model.
+  if (!s.hidden_scores.empty() && s.hidden_outputs != tp->global_kv_heads)
+    throw Error("tensor parallelism: hidden-state scores have " + std::to_string(s.hidden_outputs) +
+                " outputs per position, not one per KV head of the whole model (" +
+                std::to_string(tp->global_kv_heads) + ")");
   const size_t L = s.layers, D = s.head_dim, H = s.heads, G = s.kv_heads, n = s.n_pos;
   if (!s.window_queries.empty()) s.window_queries = join_heads(s.window_queries, L * s.window, H, D, *tp);
   if (!s.query_mean.empty()) {

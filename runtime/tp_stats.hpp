@@ -11,7 +11,8 @@ namespace vc {
 /// moments are joined in head order; accumulated attention of a KV head is its
 /// ranks' sums added in rank order (a KV head replicated on several ranks receives
 /// the attention of each rank's query heads). For an unsharded model: `local`.
-/// Hidden-state scores (KVzap) are not gathered: tensor parallelism rejects them.
+/// Hidden-state scores (KVzap) are already the whole model's on every rank (each
+/// rank scores the replicated hidden states with the whole surrogate): kept as they are.
 [[nodiscard]] PrefillStats gather_stats(PrefillStats local, const Model& model);
 
 }  // namespace vc

@@ -22,8 +22,7 @@ struct EngineConfig {
   /// threads), as `generate --tp` shards it; it must split the model's attention
   /// heads, KV heads (or be a multiple of them) and MLP width. The drafter, verifier
   /// and mover each drive every rank; each rank holds its KV heads' share of every
-  /// tier. At tp > 1 the budgets below are per rank, requests with a compressor
-  /// that scores hidden states (kvzap) are refused, and the remote prefix cache runs
+  /// tier. At tp > 1 the budgets below are per rank, and the remote prefix cache runs
   /// its full flow (each rank's chunks hold its KV heads; compressed first is degree
   /// 1's).
   int tp = 1;

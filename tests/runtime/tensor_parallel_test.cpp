@@ -415,14 +415,45 @@ TEST(tensor_parallel, the_adaptive_draft_length_at_degree_two_equals_full_decodi
                    "row costs");
 }
 
-TEST(tensor_parallel, a_bad_request_fails_with_its_own_error_and_unsupported_options_are_named) {
+TEST(tensor_parallel, kvzap_vericache_equals_full_bit_for_bit_at_degrees_2_and_4) {
+  // Every rank scores the whole hidden states (the same bits on every rank) with the
+  // whole surrogate; each plans its KV heads from the model-wide scores, in the
+  // prefill and, as tokens are verified, in every fold.
+  for (int d : {2, 4}) {
+    TpGenerator tp(test::tinycode(), test::tinycode_tokenizer(), d, config());
+    for (bool sampled : {false, true}) {
+      const auto p = prompt(150, 12);
+      const auto full = tp.generate(p, options(DecodeMode::full, 32, sampled));
+      for (size_t draft : {size_t(1), size_t(6)}) {
+        GenerateOptions o = options(DecodeMode::vericache, 32, sampled);
+        o.compressor = "kvzap";
+        o.draft_length = draft;
+        o.fold_every = 8;
+        const auto r = tp.generate(p, o);
+        expect_identical(full, r, "degree " + std::to_string(d) + " kvzap draft " + std::to_string(draft) +
+                                      (sampled ? " sampled" : " greedy"));
+        EXPECT_GT(r.stats.rounds, 0u);
+        EXPECT_LT(r.stats.compressed_bytes, r.stats.compressed_full_bytes);
+      }
+    }
+  }
+  // A ratio keeps as many positions at every degree.
+  GenerateOptions lossy = options(DecodeMode::lossy, 1);
+  lossy.compressor = "kvzap";
+  TpGenerator one(test::tinycode(), test::tinycode_tokenizer(), 1, config());
+  TpGenerator two(test::tinycode(), test::tinycode_tokenizer(), 2, config());
+  EXPECT_EQ(one.generate(prompt(200, 8), lossy).stats.compressed_bytes,
+            two.generate(prompt(200, 8), lossy).stats.compressed_bytes);
+}
+
+TEST(tensor_parallel, a_bad_request_fails_with_its_own_error_and_the_group_stays_usable) {
   TpGenerator tp(test::tinycode(), test::tinycode_tokenizer(), 2, config());
   test::expect_error_naming(
       [&] { (void)tp.generate(std::vector<int32_t>{}, options(DecodeMode::full, 4)); },
       "generate: the prompt has no tokens");
   GenerateOptions o = options(DecodeMode::vericache, 4);
-  o.compressor = "kvzap";
-  test::expect_error_naming([&] { (void)tp.generate(prompt(20, 1), o); }, "compressor 'kvzap'");
+  o.compressor = "nonsense";
+  test::expect_error_naming([&] { (void)tp.generate(prompt(20, 1), o); }, "nonsense");
   // The group is still usable.
   EXPECT_EQ(tp.generate(prompt(20, 1), options(DecodeMode::full, 3)).output_ids.size(), 3u);
 }

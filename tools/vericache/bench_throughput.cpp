@@ -179,9 +179,6 @@ int run_throughput(const ThroughputArgs& a) {
     } catch (const std::exception& e) {
       throw Error(std::string("--tp: ") + e.what());
     }
-    if (make_compressor(a.compressor)->stats_needs().hidden)
-      throw Error("--tp: compressors that score hidden states are not supported with tensor "
-                  "parallelism yet");
   }
   for (size_t ctx : a.contexts)
     if (ctx + size_t(a.gen_tokens) > size_t(mc.max_position_embeddings))
