@@ -2,31 +2,31 @@
 #include "actors/net_fetcher.hpp"
 
 #include <algorithm>
-#include <future>
 
 #include "actors/protocol.hpp"
+#include "runtime/rank_group.hpp"
+#include "runtime/tp_comm.hpp"
 
 namespace vc::actors {
 
 namespace {
 
 // Every rank's prefix of `m.prompt` into its own entry (created first when asked),
-// all ranks at once; then every entry cut to the shortest. Throws on a tier fault
-// (after freeing the entries it created).
+// all ranks at once (rank r on `ranks`' thread r, kept between fetches); then every
+// entry cut to the shortest. Throws on a tier fault (after freeing the entries it
+// created).
 RemoteFetch fetch_every_rank(const std::vector<std::shared_ptr<RemoteTier>>& remotes,
-                             const std::vector<FullTier*>& tiers, const remote_fetch_msg& m) {
+                             const std::vector<FullTier*>& tiers, const RankGroup& ranks,
+                             const remote_fetch_msg& m) {
   const size_t d = remotes.size();
   size_t created = 0;
   try {
     if (m.create_positions > 0)
       for (; created < d; ++created) tiers[created]->create(m.id, m.create_positions);
-    std::vector<std::future<RemoteFetch>> each;
-    for (size_t r = 0; r < d; ++r)
-      each.push_back(std::async(d == 1 ? std::launch::deferred : std::launch::async, [&, r] {
-        return remotes[r]->fetch_prefix(m.prompt, m.max_positions, *tiers[r], m.id);
-      }));
-    std::vector<RemoteFetch> got;
-    for (auto& f : each) got.push_back(f.get());
+    std::vector<RemoteFetch> got(d);
+    ranks.run([&](int r) {
+      got[size_t(r)] = remotes[size_t(r)]->fetch_prefix(m.prompt, m.max_positions, *tiers[size_t(r)], m.id);
+    });
     RemoteFetch out = got[0];
     size_t lo = got[0].positions, hi = lo;
     out.bytes_full = 0;
@@ -59,11 +59,15 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
   auto tiers_of = [tiers](FullTier* named) {
     return tiers.empty() ? std::vector<FullTier*>{named} : tiers;
   };
+  // The ranks' fetches run at once, each on a thread of its own kept between
+  // fetches (so the placement can bind it).
+  const int degree = int(remotes.size());
+  auto ranks = std::make_shared<RankGroup>(degree > 1 ? std::make_shared<CpuCommunicator>(degree) : nullptr);
   return {
-      [remotes, tiers_of](remote_fetch_msg& m) -> remote_fetched_msg {
+      [remotes, tiers_of, ranks](remote_fetch_msg& m) -> remote_fetched_msg {
         remote_fetched_msg out{m.id, {}, {}};
         try {
-          out.fetch = fetch_every_rank(remotes, tiers_of(m.tier), m);
+          out.fetch = fetch_every_rank(remotes, tiers_of(m.tier), *ranks, m);
         } catch (const std::exception& e) {  // the tier's fault; store faults never throw
           out.fetch = RemoteFetch{};
           out.error = e.what();
@@ -94,8 +98,8 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
           out.compressed_chunks = remotes[0]->publish_compressed(m.prompt, 0, *m.view, m.view_spec);
         return out;
       },
-      [](bind_msg& m) {  // this actor's thread (a group's per-rank fetches start their own)
-        m.binder->bind_calling_thread("fetcher", -1);
+      [ranks](bind_msg& m) {  // this actor's thread and the group's rank threads
+        ranks->run([&](int) { m.binder->bind_calling_thread("fetcher", -1); });
         return true;
       },
   };

@@ -112,17 +112,18 @@ TEST(engine_placement, binds_every_ranks_threads_where_the_plan_puts_them_and_de
   EXPECT_EQ(got.output_logprobs, want.output_logprobs);
 }
 
-TEST(engine_placement, binds_each_net_fetchers_thread_near_the_nic) {
+TEST(engine_placement, binds_each_net_fetchers_rank_threads_near_the_nic) {
   vc::test::RedisServer server;
-  EngineConfig c = config(1, "auto");
+  EngineConfig c = config(2, "auto");
   c.remote_url = server.url();
   c.remote_fetchers = 2;
   Engine engine(c);
   const auto& lines = engine.placement();
-  ASSERT_EQ(lines.size(), 4u);  // drafter, verifier, mover, fetcher
+  ASSERT_EQ(lines.size(), 7u);  // drafter, verifier, mover of each rank; the fetchers
   EXPECT_EQ(lines.back().what, "fetcher");
   EXPECT_TRUE(lines.back().applied) << lines.back().detail;
-  EXPECT_NE(lines.back().detail.find("2 threads bound to PU"), std::string::npos) << lines.back().detail;
+  // Two fetchers, each with a thread per rank (rank 0's is the actor's own).
+  EXPECT_NE(lines.back().detail.find("4 threads bound to PU"), std::string::npos) << lines.back().detail;
   const vericache::Result got = engine.submit(request(6)).result.get();
   EXPECT_TRUE(got.ok) << got.error;
 }
