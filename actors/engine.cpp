@@ -317,17 +317,17 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
       ctx->remote_limit = remote_prefix_limit(*compressor, s.prompt.size(), s.stats_window);
       // The view's compressed chunks are published for compressed-first fetches,
       // which a compressor scoring hidden states never makes (remote_prefix.hpp).
-      // At tp > 1 a rank's view is its heads' alone and compressed-first needs
-      // the ranks' head starts to agree: the full flow only (as generate --tp).
-      const bool one_rank = m.cfg.tp == 1;
-      s.copy_view = one_rank && !compressor->stats_needs().hidden &&
+      // At tp > 1 each rank publishes and fetches its own view (its KV heads',
+      // under its own keys); the drafter group runs every rank's steps at once,
+      // so the ranks' head starts stay in step.
+      s.copy_view = !compressor->stats_needs().hidden &&
                     s.prompt.size() >= m.remote->layout().chunk_tokens;
       // Compressed first: a fetched view of [0, C) leaves the suffix [C, n) in the
       // tail. The reservation covers a suffix of up to one chunk (the most a whole
       // compressed prefix leaves) and a view as large as a local one's bound; a
       // fetched prefix that needs more runs the full flow (the scheduler checks).
       const size_t chunk = m.remote->layout().chunk_tokens;
-      if (one_rank && m.cfg.remote_compressed_first && !compressor->stats_needs().hidden &&
+      if (m.cfg.remote_compressed_first && !compressor->stats_needs().hidden &&
           s.prompt.size() > chunk) {
         ctx->compressed_first = true;
         ctx->view_spec = compressor_spec(s.compressor, s.compressor_params, s.ratio);

@@ -53,6 +53,38 @@ RemoteFetch fetch_every_rank(const std::vector<std::shared_ptr<RemoteTier>>& rem
   }
 }
 
+// Every rank's compressed prefix (its KV heads' chunks) at once. The ranks draft
+// from the same position: when their prefixes differ (a chunk missing for one
+// rank) none is used and the request takes the full flow, as with no hit.
+RemoteCompressedFetch fetch_compressed_every_rank(const std::vector<std::shared_ptr<RemoteTier>>& remotes,
+                                                  const RankGroup& ranks,
+                                                  const remote_fetch_compressed_msg& m, RankViews& views) {
+  const size_t d = remotes.size();
+  std::vector<RemoteCompressedFetch> got(d);
+  ranks.run([&](int r) {
+    got[size_t(r)] = remotes[size_t(r)]->fetch_compressed(m.prompt, m.max_positions, m.spec);
+  });
+  RemoteCompressedFetch out = std::move(got[0]);
+  size_t lo = out.positions, hi = lo;
+  for (size_t r = 1; r < d; ++r) {
+    lo = std::min(lo, got[r].positions);
+    hi = std::max(hi, got[r].positions);
+    out.bytes += got[r].bytes;
+    out.seconds = std::max(out.seconds, got[r].seconds);
+  }
+  if (lo != hi) {
+    out.stop_reason = "the tensor-parallel ranks' compressed prefixes differ (" + std::to_string(lo) +
+                      " to " + std::to_string(hi) + " positions): none is used";
+    out.view.reset();
+    return out;
+  }
+  if (!out.view) return out;
+  views.push_back(std::make_shared<const CompressedView>(std::move(*out.view)));
+  out.view.reset();
+  for (size_t r = 1; r < d; ++r) views.push_back(std::make_shared<const CompressedView>(std::move(*got[r].view)));
+  return out;
+}
+
 caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
                             std::vector<FullTier*> tiers) {
   // Degree 1 without tiers of its own: the message's tier.
@@ -74,13 +106,9 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
         }
         return out;
       },
-      [remotes](remote_fetch_compressed_msg& m) -> remote_compressed_fetched_msg {
-        remote_compressed_fetched_msg out{m.id, nullptr, {}};
-        out.fetch = remotes[0]->fetch_compressed(m.prompt, m.max_positions, m.spec);
-        if (out.fetch.view) {
-          out.view = std::make_shared<const CompressedView>(std::move(*out.fetch.view));
-          out.fetch.view.reset();
-        }
+      [remotes, ranks](remote_fetch_compressed_msg& m) -> remote_compressed_fetched_msg {
+        remote_compressed_fetched_msg out{m.id, {}, {}};
+        out.fetch = fetch_compressed_every_rank(remotes, *ranks, m, out.views);
         return out;
       },
       [remotes, tiers_of](remote_publish_msg& m) -> remote_published_msg {
@@ -94,8 +122,11 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
             // The entry was gone or unreadable: nothing published, nothing wrong.
           }
         }
-        if (m.view)
-          out.compressed_chunks = remotes[0]->publish_compressed(m.prompt, 0, *m.view, m.view_spec);
+        if (m.views.size() == remotes.size())  // each rank's view under its own keys
+          for (size_t r = 0; r < remotes.size(); ++r) {
+            const size_t n = remotes[r]->publish_compressed(m.prompt, 0, *m.views[r], m.view_spec);
+            if (r == 0) out.compressed_chunks = n;
+          }
         return out;
       },
       [ranks](bind_msg& m) {  // this actor's thread and the group's rank threads

@@ -117,7 +117,7 @@ struct remote_publish_msg {
   std::vector<int32_t> prompt;
   size_t first_chunk = 0;
   FullTier* tier = nullptr;
-  std::shared_ptr<const CompressedView> view;
+  RankViews views;  // per rank: its compressed chunks too (empty: full chunks only)
   std::string view_spec;
 };
 /// net_fetcher -> the sender of remote_publish_msg: the chunks queued (0 full
@@ -136,11 +136,12 @@ struct remote_fetch_compressed_msg {
   size_t max_positions = 0;
   std::string spec;
 };
-/// net_fetcher -> the sender of remote_fetch_compressed_msg: the chunks' views
-/// joined (null when none was found) and the fetch's counts (its view moved out).
+/// net_fetcher -> the sender of remote_fetch_compressed_msg: per rank, its chunks'
+/// views joined (empty when none was found, or the ranks' prefixes differed) and
+/// the fetch's counts (its view moved out).
 struct remote_compressed_fetched_msg {
   uint64_t id = 0;
-  std::shared_ptr<const CompressedView> view;
+  RankViews views;
   RemoteCompressedFetch fetch;
 };
 /// scheduler -> drafter, once per compressed-first vericache request, when its full

@@ -48,12 +48,12 @@ void ActorOutbox::remote_fetch(uint64_t id, const std::vector<int32_t>& prompt,
             });
 }
 void ActorOutbox::remote_publish(uint64_t id, const std::vector<int32_t>& prompt,
-                                 size_t first_chunk, std::shared_ptr<const CompressedView> view,
+                                 size_t first_chunk, RankViews views,
                                  const std::string& view_spec) {
   SchedulerCore* core = core_;
   const size_t f = take_fetcher();
   self_->request(w_.net_fetchers[f], caf::infinite,
-                 remote_publish_msg{id, prompt, first_chunk, tier_, std::move(view), view_spec})
+                 remote_publish_msg{id, prompt, first_chunk, tier_, std::move(views), view_spec})
       .then([this, core, f, id](remote_published_msg& m) {
               release_fetcher(f);
               core->on_remote_published(id, m.chunks, m.compressed_chunks);
@@ -71,13 +71,13 @@ void ActorOutbox::remote_fetch_compressed(uint64_t id, const std::vector<int32_t
                  remote_fetch_compressed_msg{id, prompt, max_positions, view_spec})
       .then([this, core, f](remote_compressed_fetched_msg& m) {
               release_fetcher(f);
-              core->on_remote_compressed_fetched(m.id, std::move(m.view), m.fetch);
+              core->on_remote_compressed_fetched(m.id, std::move(m.views), m.fetch);
             },
             [this, core, f, id](caf::error& e) {
               release_fetcher(f);
               RemoteCompressedFetch none;
               none.stop_reason = "net_fetcher: " + to_string(e);
-              core->on_remote_compressed_fetched(id, nullptr, none);
+              core->on_remote_compressed_fetched(id, {}, none);
             });
 }
 void ActorOutbox::finish_prefill(uint64_t id, size_t cached) {

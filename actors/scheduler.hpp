@@ -34,7 +34,7 @@ class ActorOutbox final : public Outbox {
   void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
                     size_t create_positions) override;
   void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
-                      std::shared_ptr<const CompressedView> view, const std::string& view_spec) override;
+                      RankViews views, const std::string& view_spec) override;
   void release_tier(uint64_t id) override;
   void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
                                size_t max_positions, const std::string& view_spec) override;

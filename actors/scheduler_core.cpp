@@ -91,8 +91,7 @@ void SchedulerCore::start_remote_fetch(RequestCtx& c, size_t max_positions) {
                     c.spec.prompt.size() + c.spec.max_new_tokens);
 }
 
-void SchedulerCore::on_remote_compressed_fetched(uint64_t id,
-                                                 std::shared_ptr<const CompressedView> view,
+void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews views,
                                                  const RemoteCompressedFetch& f) {
   auto c = find(id);
   if (!c) return;  // cancelled meanwhile: it holds nothing yet
@@ -103,22 +102,26 @@ void SchedulerCore::on_remote_compressed_fetched(uint64_t id,
   s.remote_compressed_fetch_seconds = f.seconds;
   s.remote_compressed_stop_reason = f.stop_reason;
   const size_t n = c->spec.prompt.size();
-  if (view && (n - view->covered() > c->cf_suffix_allowance ||
-               view->held_bytes() > c->cf_view_allowance)) {
-    s.remote_compressed_stop_reason =
-        "the fetched view of " + std::to_string(view->covered()) + " positions (" +
-        std::to_string(view->held_bytes()) + " bytes) and its suffix of " +
-        std::to_string(n - view->covered()) +
-        " positions do not fit the fast memory reserved for the request: full flow";
-    view.reset();
+  for (const auto& view : views) {  // each rank's view in its own fast memory
+    if (!view || n - view->covered() > c->cf_suffix_allowance ||
+        view->held_bytes() > c->cf_view_allowance) {
+      if (view)
+        s.remote_compressed_stop_reason =
+            "the fetched view of " + std::to_string(view->covered()) + " positions (" +
+            std::to_string(view->held_bytes()) + " bytes) and its suffix of " +
+            std::to_string(n - view->covered()) +
+            " positions do not fit the fast memory reserved for the request: full flow";
+      views.clear();
+      break;
+    }
   }
-  if (!view) {  // the full flow, as without compressed first
+  if (views.empty()) {  // the full flow, as without compressed first
     start_remote_fetch(*c, c->remote_limit);
     return check_barriers();
   }
   c->cf_active = true;
   s.remote_compressed_first = true;
-  c->spec.fetched_view = std::move(view);
+  c->spec.fetched_views = std::move(views);
   c->spec.copy_view = false;  // its chunks came from the store
   if (c->spec.mode == DecodeMode::vericache) {
     // The full chunks stream into the tier while the drafter works over the view;
@@ -141,15 +144,15 @@ void SchedulerCore::maybe_finish_prefill(RequestCtx& c) {
   out_.finish_prefill(c.id, c.spec.remote_cached);
 }
 
-void SchedulerCore::publish_full_chunks(RequestCtx& c, std::shared_ptr<const CompressedView> view) {
-  // remote: publish the complete chunks the store lacked, and the view's chunks
+void SchedulerCore::publish_full_chunks(RequestCtx& c, RankViews views) {
+  // remote: publish the complete chunks the store lacked, and the views' chunks
   const size_t first = c.spec.remote_cached / remote_chunk_;
   const size_t complete = c.spec.prompt.size() / remote_chunk_;
-  const bool with_view = view && complete > 0;
+  const bool with_view = !views.empty() && complete > 0;
   if (complete > first || with_view) {
     c.remote_publishing = true;
     publishing_[c.id] = find(c.id);
-    out_.remote_publish(c.id, c.spec.prompt, first, with_view ? std::move(view) : nullptr,
+    out_.remote_publish(c.id, c.spec.prompt, first, with_view ? std::move(views) : RankViews{},
                         c.view_spec.empty() ? compressor_spec(c.spec.compressor, c.spec.compressor_params,
                                                               c.spec.ratio)
                                             : c.view_spec);
@@ -277,7 +280,7 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
     return check_barriers();
   }
   c->cf_active = false;  // lossy, compressed first: decodes over the fetched view
-  if (c->tier_held) publish_full_chunks(*c, r.view);
+  if (c->tier_held) publish_full_chunks(*c, r.views);
   if (!emit(*c, r.token, r.logprob, r.top_logprobs)) next_round(*c);
   check_barriers();
 }
@@ -291,7 +294,7 @@ void SchedulerCore::on_prefill_finished(const PrefillResult& r) {
   const bool kept = r.drafts_kept && c->cf_held;
   s.remote_predrafts_kept = kept;
   c->cf_active = c->cf_held = false;
-  if (c->tier_held) publish_full_chunks(*c, nullptr);
+  if (c->tier_held) publish_full_chunks(*c, {});
   if (emit(*c, r.token, r.logprob, r.top_logprobs)) return check_barriers();
   if (kept) {
     start_verify(*c);

@@ -97,11 +97,10 @@ class Outbox {
   virtual void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt,
                             size_t max_positions, size_t create_positions) = 0;
   /// Queue for write-behind publishing the prompt's full chunks from `first_chunk`
-  /// on and, with `view`, its compressed chunks (keyed by `view_spec`); answered
-  /// through SchedulerCore::on_remote_published.
+  /// on and, with `views` (one per rank), its compressed chunks (keyed by
+  /// `view_spec`); answered through SchedulerCore::on_remote_published.
   virtual void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
-                              std::shared_ptr<const CompressedView> view,
-                              const std::string& view_spec) = 0;
+                              RankViews views, const std::string& view_spec) = 0;
   /// Free request `id`'s full-tier entry (after the mover's pending writes).
   virtual void release_tier(uint64_t id) = 0;
   /// Compressed first: fetch the longest cached compressed prefix of `prompt` (at
@@ -173,9 +172,9 @@ class SchedulerCore {
   /// The publish was queued (`chunks` full and `compressed_chunks` compressed
   /// chunks of it): the entry may be freed now.
   void on_remote_published(uint64_t id, size_t chunks, size_t compressed_chunks = 0);
-  /// Compressed first: the fetched view (null: no chunk) and the fetch's counts.
-  void on_remote_compressed_fetched(uint64_t id, std::shared_ptr<const CompressedView> view,
-                                    const RemoteCompressedFetch& f);
+  /// Compressed first: the fetched views, one per rank (empty: no chunk, or the
+  /// ranks' prefixes differed), and the fetch's counts.
+  void on_remote_compressed_fetched(uint64_t id, RankViews views, const RemoteCompressedFetch& f);
   /// Compressed first, vericache: the exact first token (finish_prefill's answer).
   void on_prefill_finished(const PrefillResult& r);
   /// Cancels everything (engine shutdown).
@@ -199,7 +198,7 @@ class SchedulerCore {
   void start_remote_fetch(RequestCtx& c, size_t max_positions);  // the full chunks
   void start_verify(RequestCtx& c);  // the drafts in c.drafts, from the pending token
   void maybe_finish_prefill(RequestCtx& c);  // compressed first: when all is in
-  void publish_full_chunks(RequestCtx& c, std::shared_ptr<const CompressedView> view);
+  void publish_full_chunks(RequestCtx& c, RankViews views);
   void free_tier(RequestCtx& c);  // release_tier once, if the scheduler holds it
   void check_barriers();
   [[nodiscard]] size_t remaining(const RequestCtx& c) const;

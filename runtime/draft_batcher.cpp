@@ -76,7 +76,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   bool tier_created = false;  // the cleanup below must not drop an entry it did not make
   try {
     PrefilledRequest p;
-    if (spec.fetched_view && spec.mode != DecodeMode::full) {
+    if (!spec.fetched_views.empty() && spec.mode != DecodeMode::full) {
       if (compressor->stats_needs().hidden)
         throw Error("drafter: request " + std::to_string(spec.id) + ": '" + spec.compressor +
                     "' scores every prompt row's hidden state: it cannot start from a fetched view");
@@ -126,8 +126,8 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     if (r.view) {
       out.compressed_bytes = r.view->stored_bytes();
       out.compressed_full_bytes = r.view->full_bytes();
-      if (spec.copy_view && !spec.fetched_view)
-        out.view = std::make_shared<const CompressedView>(*r.view);
+      if (spec.copy_view && spec.fetched_views.empty())
+        out.views = {std::make_shared<const CompressedView>(*r.view)};
     }
     out.exact_pending = r.exact_pending;
     out.fast_bytes_peak = note_fast(r);
@@ -142,13 +142,18 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
 }
 
 PrefilledRequest DraftBatcher::prefill_over_fetched_view(const DraftSpec& spec, Req& r) {
-  const size_t n = spec.prompt.size(), covered = spec.fetched_view->covered();
+  const size_t rank = model_->tp() != nullptr ? size_t(model_->tp()->rank) : 0;
+  if (rank >= spec.fetched_views.size() || !spec.fetched_views[rank])
+    throw Error("drafter: request " + std::to_string(spec.id) + ": no fetched view for rank " +
+                std::to_string(rank) + " (" + std::to_string(spec.fetched_views.size()) + " given)");
+  const CompressedView& fetched = *spec.fetched_views[rank];
+  const size_t n = spec.prompt.size(), covered = fetched.covered();
   if (covered == 0 || covered >= n)
     throw Error("drafter: request " + std::to_string(spec.id) + ": the fetched view covers " +
                 std::to_string(covered) + " positions of a " + std::to_string(n) +
                 "-token prompt (1 to n - 1 expected)");
   PrefilledRequest p;
-  p.view = *spec.fetched_view;
+  p.view = fetched;
   r.view_charge = FastCharge(budget_, p.view->held_bytes(),
                              "the fetched compressed view of request " + std::to_string(spec.id));
   // The suffix [covered, n) attends over the view: drafting work, its KV and the

@@ -23,6 +23,10 @@
 namespace vc {
 
 /// A request as the drafter sees it.
+/// A compressed view per tensor-parallel rank (rank r's holds its KV heads); one at
+/// degree 1.
+using RankViews = std::vector<std::shared_ptr<const CompressedView>>;
+
 struct DraftSpec {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
@@ -44,15 +48,16 @@ struct DraftSpec {
   /// after a lossy prefill, nor at release().
   bool tier_ready = false;
   size_t remote_cached = 0;
-  /// Remote prefix cache: PrefillResult::view gets a copy of the prompt's view, for
+  /// Remote prefix cache: PrefillResult::views gets a copy of the prompt's view, for
   /// publishing its compressed chunks (lossy, vericache).
   bool copy_view = false;
-  /// Remote prefix cache, compressed first (lossy, vericache): the view of the
-  /// prompt's positions [0, C) fetched from the store. prefill() computes the suffix
-  /// [C, n) over it into the tail, with no full tier: its first token is the
-  /// drafter's guess (PrefillResult::exact_pending) until finish_prefill() in
-  /// vericache mode; lossy mode decodes over the fetched view as it is.
-  std::shared_ptr<const CompressedView> fetched_view;
+  /// Remote prefix cache, compressed first (lossy, vericache): the views of the
+  /// prompt's positions [0, C) fetched from the store, one per tensor-parallel rank
+  /// (its KV heads'; the drafter of a shard takes its rank's). prefill() computes
+  /// the suffix [C, n) over it into the tail, with no full tier: its first token is
+  /// the drafter's guess (PrefillResult::exact_pending) until finish_prefill() in
+  /// vericache mode; lossy mode decodes over the fetched view as it is. Empty: none.
+  RankViews fetched_views;
 };
 
 /// The drafter's view of a generate request: its prompt and the options that shape
@@ -68,10 +73,10 @@ struct PrefillResult {
   size_t compressed_bytes = 0, compressed_full_bytes = 0;
   size_t fast_bytes_peak = 0;  // the request's fast memory so far (view + blocks)
   double seconds = 0;
-  /// With DraftSpec::copy_view: a copy of the prompt's compressed view (host
-  /// memory, not charged to the fast-memory budget; freed once published).
-  std::shared_ptr<const CompressedView> view;
-  /// Compressed first (DraftSpec::fetched_view), vericache: `token` is the drafter's
+  /// With DraftSpec::copy_view: a copy of the prompt's compressed view per rank
+  /// (host memory, not charged to the fast-memory budget; freed once published).
+  RankViews views;
+  /// Compressed first (DraftSpec::fetched_views), vericache: `token` is the drafter's
   /// guess from the suffix over the fetched view, not a token to emit; the request
   /// may draft from it, and finish_prefill() gives the exact first token.
   bool exact_pending = false;

@@ -57,18 +57,34 @@ PrefillResult TpDraftBatcher::prefill(const DraftSpec& spec) {
       for (auto& b : ranks_) b->release(spec.id);
       disagree(r, "chose another first token", spec.id);
     }
+    if (o.exact_pending != p.exact_pending) {
+      for (auto& b : ranks_) b->release(spec.id);
+      disagree(r, "started from another head start", spec.id);
+    }
     p.compressed_bytes += o.compressed_bytes;
     p.compressed_full_bytes += o.compressed_full_bytes;
     p.fast_bytes_peak = std::max(p.fast_bytes_peak, o.fast_bytes_peak);
+    p.views.insert(p.views.end(), o.views.begin(), o.views.end());  // rank order
   }
   return p;
 }
 
 PrefillResult TpDraftBatcher::finish_prefill(uint64_t id, size_t cached) {
-  if (ranks_.size() != 1)
-    throw Error("drafter: the compressed-first flow runs at degree 1 only (degree " +
-                std::to_string(ranks_.size()) + ")");
-  return ranks_[0]->finish_prefill(id, cached);
+  const size_t d = ranks_.size();
+  if (d == 1) return ranks_[0]->finish_prefill(id, cached);
+  // The exact prefill of the suffix meets in collectives: every rank at once.
+  std::vector<PrefillResult> out(d);
+  group_.run([&](int r) { out[size_t(r)] = ranks_[size_t(r)]->finish_prefill(id, cached); });
+  PrefillResult p = std::move(out[0]);
+  for (size_t r = 1; r < d; ++r) {
+    const PrefillResult& o = out[r];
+    if (o.token != p.token || o.logprob != p.logprob || o.drafts_kept != p.drafts_kept)
+      disagree(r, "chose another exact first token", id);
+    p.compressed_bytes += o.compressed_bytes;
+    p.compressed_full_bytes += o.compressed_full_bytes;
+    p.fast_bytes_peak = std::max(p.fast_bytes_peak, o.fast_bytes_peak);
+  }
+  return p;
 }
 
 void TpDraftBatcher::start(uint64_t id, size_t n) {

@@ -33,7 +33,8 @@ class TpDraftBatcher {
   /// Rank r commits rank_outcome(v, r, degree()): its own KV heads' verified rows
   /// (`v` is TpVerifier::run's outcome).
   void commit(uint64_t id, const VerifyOutcome& v);
-  /// DraftBatcher::finish_prefill (compressed first): degree 1 only (throws else).
+  /// DraftBatcher::finish_prefill (compressed first) on every rank at once; the
+  /// exact first token and drafts_kept checked equal across ranks.
   [[nodiscard]] PrefillResult finish_prefill(uint64_t id, size_t cached);
   void release(uint64_t id);
 

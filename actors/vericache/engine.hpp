@@ -22,9 +22,8 @@ struct EngineConfig {
   /// threads), as `generate --tp` shards it; it must split the model's attention
   /// heads, KV heads (or be a multiple of them) and MLP width. The drafter, verifier
   /// and mover each drive every rank; each rank holds its KV heads' share of every
-  /// tier. At tp > 1 the budgets below are per rank, and the remote prefix cache runs
-  /// its full flow (each rank's chunks hold its KV heads; compressed first is degree
-  /// 1's).
+  /// tier. At tp > 1 the budgets below are per rank, and each rank's remote chunks
+  /// (full and compressed) hold its KV heads under keys of their own.
   int tp = 1;
   int threads = 0;                  ///< per compute actor (per rank); 0 = auto
   std::string full_tier = "host";   ///< where full KV lives: "host" or "disk"

@@ -1,14 +1,17 @@
 // The actor engine at tensor-parallel degree 2 with the remote prefix cache, against
-// a real redis-server: each rank publishes and fetches its own KV heads' chunks
-// (keys of its own), a warm request's tokens and logprobs equal the same engine's
-// without the store bit for bit, and when one rank's chunk is missing every rank
-// takes the shortest prefix, with the same tokens.
+// a real redis-server: each rank publishes and fetches its own KV heads' chunks,
+// full and compressed (keys of its own); a warm request's tokens and logprobs equal
+// the same engine's without the store bit for bit, by the full flow and compressed
+// first; when one rank's full chunk is missing every rank takes the shortest prefix,
+// and when one rank's compressed chunk is missing the request takes the full flow,
+// with the same tokens.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "tests/actors/engine_remote_support.hpp"
+#include "tools/vericache/throttled_proxy.hpp"
 
 namespace {
 
@@ -47,13 +50,15 @@ TEST(engine_remote_tp, each_rank_fetches_its_own_chunks_and_the_tokens_equal_the
       local = run(plain, req);
     }
     server.restart();
-    Engine engine(tp2(server.url()));
+    EngineConfig cfg = tp2(server.url());
+    cfg.remote_compressed_first = false;  // the full flow (compressed first: below)
+    Engine engine(cfg);
     const Result cold = run(engine, req);
     expect_same_output(local, cold, "cold, " + what);
     EXPECT_EQ(2u, cold.stats.remote_chunks_published) << what << ": rank 0's";
-    EXPECT_EQ(0u, cold.stats.remote_compressed_chunks_published) << "degree 1's alone";
-    wait_for_chunks(server.url(), 4);
-    EXPECT_EQ(4u, stored_chunks(server.url())) << what << ": 2 chunks per rank";
+    EXPECT_EQ(2u, cold.stats.remote_compressed_chunks_published) << what << ": rank 0's";
+    wait_for_chunks(server.url(), 8);
+    EXPECT_EQ(8u, stored_chunks(server.url())) << what << ": 2 full and 2 compressed chunks per rank";
 
     const Result warm = run(engine, req);
     expect_same_output(local, warm, "warm, " + what);
@@ -64,7 +69,57 @@ TEST(engine_remote_tp, each_rank_fetches_its_own_chunks_and_the_tokens_equal_the
   }
 }
 
-TEST(engine_remote_tp, a_chunk_one_rank_lacks_makes_every_rank_take_the_shorter_prefix) {
+TEST(engine_remote_tp, compressed_first_fetches_each_ranks_view_and_decodes_the_bits_of_the_engine_without_the_store) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  for (const bool sampled : {false, true}) {
+    const std::string what = sampled ? "seeded" : "greedy";
+    Request req = long_request("vericache", sampled ? "kivi" : "snapkv", sampled);
+    Result local;
+    {
+      Engine plain(tp2());
+      local = run(plain, req);
+    }
+    server.restart();
+    Engine engine(tp2(server.url()));
+    (void)run(engine, req);
+    wait_for_chunks(server.url(), 8);
+    const Result warm = run(engine, req);
+    expect_same_output(local, warm, "warm, " + what);
+    EXPECT_TRUE(warm.stats.remote_compressed_first) << what << ": " << warm.stats.remote_compressed_stop_reason;
+    EXPECT_EQ(2u, warm.stats.remote_compressed_chunks_hit) << what;
+    EXPECT_EQ(2u, warm.stats.remote_chunks_hit) << what << ": the full chunks behind the views";
+    EXPECT_GT(warm.stats.rounds, 0u);
+    EXPECT_EQ(0u, held_after_settling(engine)) << what;
+
+    // Behind a slow link every rank drafts from the same guess while its full
+    // chunks arrive, then the exact prefill runs on every rank at once.
+    vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), 0.5e6);
+    EngineConfig sc = tp2(slow.url());
+    sc.remote_timeout_ms = 60000;
+    Engine slow_engine(sc);
+    const Result sw = run(slow_engine, req);
+    expect_same_output(local, sw, "slow link, " + what);
+    EXPECT_TRUE(sw.stats.remote_compressed_first) << sw.stats.remote_compressed_stop_reason;
+    EXPECT_GT(sw.stats.remote_predrafted, 0u) << what << ": drafted while the full chunks arrived";
+    EXPECT_EQ(2u, sw.stats.remote_chunks_hit);
+    EXPECT_EQ(0u, held_after_settling(slow_engine));
+  }
+  // Lossy decodes over the fetched views: the same tokens on every warm run.
+  server.restart();
+  Engine engine(tp2(server.url()));
+  const Request lossy = long_request("lossy", "snapkv", true);
+  (void)run(engine, lossy);
+  wait_for_chunks(server.url(), 8);
+  const Result a = run(engine, lossy), b = run(engine, lossy);
+  EXPECT_TRUE(a.stats.remote_compressed_first) << a.stats.remote_compressed_stop_reason;
+  expect_same_output(a, b, "lossy over the fetched views, twice");
+}
+
+TEST(engine_remote_tp, a_chunk_one_rank_lacks_never_changes_a_token) {
+  // A full chunk one rank lacks: every rank takes the shorter prefix (after the
+  // drafter's head start over the views). A compressed chunk one rank lacks: no
+  // view is used, the full flow runs.
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   const Request req = long_request("vericache", "snapkv", true);
@@ -75,10 +130,10 @@ TEST(engine_remote_tp, a_chunk_one_rank_lacks_makes_every_rank_take_the_shorter_
   }
   Engine engine(tp2(server.url()));
   (void)run(engine, req);
-  wait_for_chunks(server.url(), 4);
+  wait_for_chunks(server.url(), 8);
   const std::vector<std::string> keys = chunk_keys(server.url());
-  ASSERT_EQ(4u, keys.size());
-  size_t disagreements = 0;
+  ASSERT_EQ(8u, keys.size()) << "2 full and 2 compressed chunks per rank";
+  size_t full_disagreements = 0, view_disagreements = 0;
   for (const std::string& key : keys) {  // one chunk gone at a time
     {
       vc::RedisClient c(vc::parse_redis_url(server.url()));
@@ -87,14 +142,20 @@ TEST(engine_remote_tp, a_chunk_one_rank_lacks_makes_every_rank_take_the_shorter_
     const Result r = run(engine, req);
     expect_same_output(local, r, "without " + key);
     const auto& s = r.stats;
-    EXPECT_LT(s.remote_chunks_hit, 2u) << key;
     if (s.remote_stop_reason.find("the tensor-parallel ranks' cached prefixes differ") != std::string::npos) {
-      ++disagreements;
+      ++full_disagreements;
+      EXPECT_LT(s.remote_chunks_hit, 2u) << key;
       EXPECT_EQ(s.remote_positions, s.remote_chunks_hit * kChunk);
     }
-    wait_for_chunks(server.url(), 4);  // republished by that run
+    if (s.remote_compressed_stop_reason.find("the tensor-parallel ranks' compressed prefixes differ") !=
+        std::string::npos) {
+      ++view_disagreements;
+      EXPECT_FALSE(s.remote_compressed_first) << key;
+    }
+    wait_for_chunks(server.url(), 8);  // republished by that run
   }
-  EXPECT_GT(disagreements, 0u) << "some deleted chunk was one rank's alone";
+  EXPECT_GT(full_disagreements, 0u) << "some deleted full chunk was one rank's alone";
+  EXPECT_GT(view_disagreements, 0u) << "some deleted compressed chunk was one rank's alone";
   EXPECT_EQ(0u, held_after_settling(engine));
 }
 

@@ -53,7 +53,7 @@ TEST(net_fetcher, fetches_back_what_it_published_and_reports_a_dead_store_as_a_m
     caf::scoped_actor self{sys};
     auto fetcher = sys.spawn<caf::detached>(net_fetcher, remote);
     const auto timeout = std::chrono::seconds(10);
-    self->request(fetcher, timeout, remote_publish_msg{1, prompt, 0, &tier, nullptr, ""})
+    self->request(fetcher, timeout, remote_publish_msg{1, prompt, 0, &tier, {}, ""})
         .receive([](const remote_published_msg& m) {
                    EXPECT_EQ(m.chunks, 2u);
                    EXPECT_EQ(m.compressed_chunks, 0u) << "no view was sent";

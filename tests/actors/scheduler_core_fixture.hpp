@@ -31,7 +31,7 @@ struct Call {
   std::shared_ptr<const VerifyOutcome> outcome;  // commit
   bool full_tier = false;  // release
   DraftSpec spec;          // prefill
-  std::shared_ptr<const CompressedView> view;  // publish: the view's chunks too
+  RankViews views;  // publish: the views' chunks too (one per rank)
   std::string view_spec;  // publish, fetch_compressed: the compressor spec
 };
 
@@ -83,12 +83,12 @@ class FakeOutbox final : public Outbox {
     calls.push_back(c);
   }
   void remote_publish(uint64_t id, const std::vector<int32_t>&, size_t first_chunk,
-                      std::shared_ptr<const CompressedView> view, const std::string& view_spec) override {
+                      RankViews views, const std::string& view_spec) override {
     Call c;
     c.kind = Call::publish;
     c.id = id;
     c.n = first_chunk;
-    c.view = std::move(view);
+    c.views = std::move(views);
     c.view_spec = view_spec;
     calls.push_back(c);
   }

@@ -150,7 +150,7 @@ TEST(scheduler_core_remote, the_prompts_view_is_published_with_its_compressor_sp
   core.on_remote_fetched(1, hit(2), "");
   out.take();
   PrefillResult p = prefilled(1, 7);
-  p.view = std::make_shared<const CompressedView>();
+  p.views = {std::make_shared<const CompressedView>()};
   core.on_prefilled(p);
   auto calls = out.take();
   const auto publish = ids_of(calls, Call::publish);
@@ -158,7 +158,7 @@ TEST(scheduler_core_remote, the_prompts_view_is_published_with_its_compressor_sp
   const Call& c = calls[0];
   ASSERT_EQ(Call::publish, c.kind);
   EXPECT_EQ(2u, c.n) << "no full chunk is left to publish";
-  EXPECT_EQ(p.view, c.view);
+  EXPECT_EQ(p.views, c.views);
   EXPECT_EQ(compressor_spec("kivi", {}, 5.0), c.view_spec);
   EXPECT_FALSE(ready(a.result)) << "the result waits for its publish count";
   core.on_remote_published(1, 0, 2);
@@ -252,7 +252,7 @@ RemoteCompressedFetch compressed_hit(size_t chunks) {
 // chunks); forgets the calls so far.
 void admit_with_view(SchedulerCore& core, FakeOutbox& out, const Submitted& a) {
   core.submit(a.ctx);
-  core.on_remote_compressed_fetched(a.ctx->id, fetched(64), compressed_hit(4));
+  core.on_remote_compressed_fetched(a.ctx->id, {fetched(64)}, compressed_hit(4));
   out.take();
 }
 
@@ -280,12 +280,12 @@ TEST(scheduler_core_remote, compressed_first_drafts_from_the_guess_and_verifies_
   EXPECT_EQ(kPrompt - 1, calls[0].n);
   EXPECT_EQ("snapkv r4", calls[0].view_spec);
 
-  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  core.on_remote_compressed_fetched(1, {fetched(64)}, compressed_hit(4));
   calls = out.take();
   ASSERT_EQ((std::vector<Call::Kind>{Call::fetch, Call::prefill}), kinds(calls));
   EXPECT_EQ(kPrompt - 1, calls[0].n) << "the full chunks up to the last prompt position";
-  ASSERT_TRUE(calls[1].spec.fetched_view);
-  EXPECT_EQ(64u, calls[1].spec.fetched_view->covered());
+  ASSERT_EQ(1u, calls[1].spec.fetched_views.size());
+  EXPECT_EQ(64u, calls[1].spec.fetched_views[0]->covered());
   EXPECT_TRUE(calls[1].spec.tier_ready) << "the net_fetcher makes the entry";
   EXPECT_FALSE(calls[1].spec.copy_view);
 
@@ -343,7 +343,7 @@ TEST(scheduler_core_remote, compressed_first_drops_the_drafts_of_a_wrong_guess_a
   calls = out.take();
   ASSERT_EQ((std::vector<Call::Kind>{Call::publish, Call::draft}), kinds(calls));
   EXPECT_EQ(2u, calls[0].n) << "the full chunks the store lacked";
-  EXPECT_FALSE(calls[0].view) << "its compressed chunks came from the store";
+  EXPECT_TRUE(calls[0].views.empty()) << "its compressed chunks came from the store";
   EXPECT_EQ(4u, calls[1].n) << "a round from the exact token";
   core.on_remote_published(1, 2);
   DraftBlock b2 = drafts(1, {6, 6, 6, 6});
@@ -405,7 +405,7 @@ TEST(scheduler_core_remote, compressed_first_runs_the_full_flow_without_a_hit_or
   out.take();
   RemoteCompressedFetch none;
   none.stop_reason = "chunk 0 is not in the store";
-  core.on_remote_compressed_fetched(1, nullptr, none);
+  core.on_remote_compressed_fetched(1, {}, none);
   auto calls = out.take();
   ASSERT_EQ(1u, calls.size());
   EXPECT_EQ(Call::fetch, calls[0].kind);
@@ -415,7 +415,7 @@ TEST(scheduler_core_remote, compressed_first_runs_the_full_flow_without_a_hit_or
   auto b = compressed_first_request(2, 10, DecodeMode::vericache);
   core.submit(b.ctx);
   out.take();
-  core.on_remote_compressed_fetched(2, fetched(32), compressed_hit(2));
+  core.on_remote_compressed_fetched(2, {fetched(32)}, compressed_hit(2));
   calls = out.take();
   ASSERT_EQ(1u, calls.size());
   EXPECT_EQ(Call::fetch, calls[0].kind);
@@ -426,14 +426,14 @@ TEST(scheduler_core_remote, compressed_first_runs_the_full_flow_without_a_hit_or
   c.ctx->cf_view_allowance = big->held_bytes() - 1;
   core.submit(c.ctx);
   out.take();
-  core.on_remote_compressed_fetched(3, big, compressed_hit(4));
+  core.on_remote_compressed_fetched(3, {big}, compressed_hit(4));
   calls = out.take();
   ASSERT_EQ(1u, calls.size());
   EXPECT_EQ(Call::fetch, calls[0].kind);
   core.on_remote_fetched(3, hit(3), "");
   calls = out.take();
   ASSERT_EQ(1u, calls.size());
-  EXPECT_FALSE(calls[0].spec.fetched_view);
+  EXPECT_TRUE(calls[0].spec.fetched_views.empty());
   for (uint64_t id : {1, 2, 3}) core.cancel(id);
   EXPECT_EQ("chunk 0 is not in the store", a.result.get().stats.remote_compressed_stop_reason);
   const auto rb = b.result.get().stats;
@@ -450,7 +450,7 @@ TEST(scheduler_core_remote, compressed_first_lossy_decodes_over_the_view_without
   auto a = compressed_first_request(1, 3, DecodeMode::lossy);
   core.submit(a.ctx);
   out.take();
-  core.on_remote_compressed_fetched(1, fetched(64), compressed_hit(4));
+  core.on_remote_compressed_fetched(1, {fetched(64)}, compressed_hit(4));
   auto calls = out.take();
   ASSERT_EQ((std::vector<Call::Kind>{Call::prefill}), kinds(calls)) << "no full chunk is fetched";
   EXPECT_FALSE(calls[0].spec.tier_ready);

@@ -52,7 +52,7 @@ Reference local_prefill(const std::vector<int32_t>& p) {
   Reference ref;
   ref.result = b.prefill(s);
   std::string why;
-  auto head = ref.result.view->slice(0, kCovered, why);
+  auto head = ref.result.views.at(0)->slice(0, kCovered, why);
   EXPECT_TRUE(head) << why;
   ref.view = std::make_shared<const CompressedView>(std::move(*head));
   b.release(1);
@@ -70,7 +70,7 @@ Outcome compressed_first(const std::vector<int32_t>& p, std::shared_ptr<const Co
   HostFullTier tier(test::tinycode()->kv_config(16, DType::bf16));
   DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
   DraftSpec s = spec_of(7, p);
-  s.fetched_view = std::move(view);
+  s.fetched_views = {std::move(view)};
   s.tier_ready = true;
   Outcome o;
   o.guess = b.prefill(s);
@@ -123,7 +123,7 @@ TEST(draft_batcher_compressed_first, a_fetched_view_must_leave_the_last_prompt_p
   DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
   const auto p = prompt(3);
   DraftSpec s = spec_of(5, std::vector<int32_t>(p.begin(), p.begin() + kCovered));
-  s.fetched_view = local_prefill(p).view;  // covers the whole shorter prompt
+  s.fetched_views = {local_prefill(p).view};  // covers the whole shorter prompt
   try {
     (void)b.prefill(s);
     FAIL() << "accepted a view covering the whole prompt";
