@@ -96,16 +96,26 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
   const std::string spec = compressor_spec(opt.compressor, opt.compressor_params, opt.ratio);
   // KVzap scores every prompt row from its hidden state (a fetched view would leave
   // the request's score log without them): its prompt is computed locally.
-  // Tensor parallelism takes the full flow: the drafter's head start depends on when
-  // each rank's full chunks arrive, which the ranks' lock step cannot follow yet.
-  const bool ranks = model_->tp() && model_->tp()->degree > 1;
-  if (cfg_.remote_compressed_first && !ranks && !rq.compressor->stats_needs().hidden) {
+  // Tensor parallelism: each rank fetches its own view (its KV heads' chunks); the
+  // ranks draft in step, so they use their views only when every rank got the same
+  // prefix, and every decision that depends on timing is taken jointly.
+  const TensorParallelRank* tp = model_->tp() && model_->tp()->degree > 1 ? model_->tp() : nullptr;
+  if (cfg_.remote_compressed_first && !rq.compressor->stats_needs().hidden) {
     RemoteCompressedFetch cf = remote_->fetch_compressed(prompt, prompt.size() - 1, spec);
     s.remote_compressed_chunks_hit = cf.chunks;
     s.remote_compressed_positions = cf.positions;
     s.remote_bytes_compressed = cf.bytes;
     s.remote_compressed_fetch_seconds = cf.seconds;
     s.remote_compressed_stop_reason = cf.stop_reason;
+    if (tp != nullptr) {
+      const auto [lo, hi] = prefix_range(*tp, cf.positions);
+      if (lo != hi) {
+        cf.view.reset();
+        s.remote_compressed_stop_reason = "the tensor-parallel ranks' compressed prefixes differ (" +
+                                          std::to_string(lo) + " to " + std::to_string(hi) +
+                                          " positions): none is used";
+      }
+    }
     if (cf.view) return prefill_compressed_first(rq, prompt, std::move(*cf.view));
   }
   const size_t cached = fetch_remote_prefix(rq, prompt);
@@ -115,8 +125,8 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
   // Write-behind: copies the chunks, never waits for the store.
   const size_t chunk = remote_->layout().chunk_tokens;
   s.remote_chunks_published = remote_->publish(prompt, cached / chunk, *full_tier_, rq.tier_id);
-  // Compressed chunks serve compressed-first fetches: degree 1's, not KVzap's.
-  if (p.view && !ranks && !rq.compressor->stats_needs().hidden)
+  // Compressed chunks serve compressed-first fetches (each rank's its own), not KVzap's.
+  if (p.view && !rq.compressor->stats_needs().hidden)
     s.remote_compressed_chunks_published = remote_->publish_compressed(prompt, 0, *p.view, spec);
   return p;
 }
@@ -140,8 +150,15 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
   // 3. The suffix over the view, into the drafter's tail, and the first round's
   // drafts (the guess of the first token, then L after it): drafting work only
   // while the full chunks are still on their way.
-  const auto arrived = [&full] {
-    return full.valid() && full.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  // At tp > 1 "arrived" means every rank's chunks are in, decided jointly (an
+  // all-reduce at each check) so that every rank drafts the same steps.
+  const TensorParallelRank* tp = model_->tp() && model_->tp()->degree > 1 ? model_->tp() : nullptr;
+  const auto arrived = [&full, tp] {
+    const bool mine = full.valid() && full.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    if (tp == nullptr) return mine;
+    float in = mine ? 1.0f : 0.0f;
+    tp->comm->all_reduce_sum(tp->rank, &in, 1);
+    return in == float(tp->degree);
   };
   rq.view = std::move(view);
   cache_.start_at(rq.seq, covered);
@@ -188,8 +205,18 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
 
   // 4. Wait for the full chunks, then the exact suffix from where they ended.
   const auto tw = std::chrono::steady_clock::now();
-  const RemoteFetch f = full.get();
+  RemoteFetch f = full.get();
   s.remote_full_wait_seconds = seconds_since(tw);
+  if (tp != nullptr) {  // the ranks prefill from one position: the shortest prefix
+    const auto [lo, hi] = prefix_range(*tp, f.positions);
+    if (lo != hi) {
+      full_tier_->truncate(rq.tier_id, lo);
+      f.positions = lo;
+      f.chunks = lo / remote_->layout().chunk_tokens;
+      f.stop_reason = "the tensor-parallel ranks' cached prefixes differ (" + std::to_string(lo) +
+                      " to " + std::to_string(hi) + " positions): every rank takes " + std::to_string(lo);
+    }
+  }
   note_full_fetch(s, f);
   p.logits = prefill_to_tier(*model_, prompt.subspan(f.positions), rq.tier_id, *full_tier_,
                              *streamer_, cache_, ws_, opt.prefill_chunk);
