@@ -5,41 +5,13 @@
 #include <thread>
 
 #include "kernels/error.hpp"
+#include "topology/hwloc_bitmap.hpp"
 
 namespace vc {
 
-namespace {
-
-struct Bitmap {
-  hwloc_bitmap_t b = hwloc_bitmap_alloc();
-  ~Bitmap() { hwloc_bitmap_free(b); }
-  Bitmap() = default;
-  Bitmap(const Bitmap&) = delete;
-  Bitmap& operator=(const Bitmap&) = delete;
-};
-
-std::vector<unsigned> indexes(hwloc_const_bitmap_t b) {
-  std::vector<unsigned> out;
-  int i = -1;
-  while ((i = hwloc_bitmap_next(b, i)) >= 0) out.push_back(unsigned(i));
-  return out;
-}
-
-std::string list(const std::vector<unsigned>& v) {
-  std::string s;
-  for (unsigned x : v) {
-    if (!s.empty()) s.push_back(',');
-    s.append(std::to_string(x));
-  }
-  return s;
-}
-
-}  // namespace
-
 std::string bind_this_thread(const HwlocTopology& topo, const std::vector<unsigned>& pus) {
   if (!topo.is_this_system()) return "not this machine's topology";
-  Bitmap set;
-  for (unsigned pu : pus) hwloc_bitmap_set(set.b, pu);
+  HwlocBitmap set(pus);
   if (hwloc_set_cpubind(topo.handle(), set.b, HWLOC_CPUBIND_THREAD) != 0)
     return std::string("hwloc_set_cpubind: ") + std::strerror(errno);
   return "";
@@ -63,9 +35,9 @@ NumaBuffer::~NumaBuffer() {
 }
 
 std::vector<unsigned> NumaBuffer::nodes() const {
-  Bitmap set;
+  HwlocBitmap set;
   if (hwloc_get_area_memlocation(topo_, data_, bytes_, set.b, HWLOC_MEMBIND_BYNODESET) != 0) return {};
-  return indexes(set.b);
+  return bitmap_indexes(set.b);
 }
 
 std::vector<AppliedPlace> apply_placement(const HwlocTopology& topo, const Placement& p,
@@ -89,16 +61,15 @@ std::vector<AppliedPlace> apply_placement(const HwlocTopology& topo, const Place
       }
       volatile unsigned sink = 0;
       for (unsigned i = 0; i < 1000000; ++i) sink = sink + i;
-      Bitmap where;
+      HwlocBitmap where;
       if (hwloc_get_last_cpu_location(topo.handle(), where.b, HWLOC_CPUBIND_THREAD) != 0) {
         r.detail = "bound; hwloc cannot say where it ran";
         r.applied = true;
         return;
       }
-      Bitmap allowed;
-      for (unsigned pu : a.pus) hwloc_bitmap_set(allowed.b, pu);
+      HwlocBitmap allowed(a.pus);
       r.applied = hwloc_bitmap_isincluded(where.b, allowed.b) != 0;
-      r.detail = "bound to PU " + list(a.pus) + ", ran on PU " + list(indexes(where.b));
+      r.detail = "bound to PU " + index_list(a.pus) + ", ran on PU " + index_list(bitmap_indexes(where.b));
     }).join();
     out.push_back(r);
   }
@@ -113,7 +84,7 @@ std::vector<AppliedPlace> apply_placement(const HwlocTopology& topo, const Place
         const auto nodes = b.nodes();
         r.applied = nodes == std::vector<unsigned>{s.numa};
         r.detail = std::to_string(shard_probe_bytes >> 10) + " KiB bound to node P#" + std::to_string(s.numa) +
-                   ", pages on node(s) P#" + list(nodes);
+                   ", pages on node(s) P#" + index_list(nodes);
       } catch (const Error& e) {
         r.detail = std::string("not bound: ") + e.what();
       }

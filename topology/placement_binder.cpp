@@ -4,32 +4,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "topology/hwloc_bitmap.hpp"
+
 namespace vc {
-
-namespace {
-
-struct Bitmap {
-  hwloc_bitmap_t b = hwloc_bitmap_alloc();
-  ~Bitmap() { hwloc_bitmap_free(b); }
-  Bitmap() = default;
-  Bitmap(const Bitmap&) = delete;
-  Bitmap& operator=(const Bitmap&) = delete;
-};
-
-std::string list(const std::vector<unsigned>& v) {
-  std::string s;
-  for (unsigned x : v) {
-    if (!s.empty()) s.push_back(',');
-    s.append(std::to_string(x));
-  }
-  return s;
-}
-
-void fill(Bitmap& set, const std::vector<unsigned>& pus) {
-  for (unsigned pu : pus) hwloc_bitmap_set(set.b, pu);
-}
-
-}  // namespace
 
 PlacementBinder::PlacementBinder(const HwlocTopology& topo, Placement plan)
     : topo_(topo), plan_(std::move(plan)) {}
@@ -46,18 +23,17 @@ void PlacementBinder::bind_calling_thread(const std::string& actor, int rank) {
   if (!topo_.is_this_system()) return record(actor, rank, "a recorded topology, not this machine", "");
   std::string err = bind_this_thread(topo_, place->pus);
   if (err.empty()) {  // read back: the thread's binding is exactly the actor's PUs
-    Bitmap want, got;
-    fill(want, place->pus);
+    HwlocBitmap want(place->pus), got;
     if (hwloc_get_cpubind(topo_.handle(), got.b, HWLOC_CPUBIND_THREAD) != 0)
       err = std::string("hwloc_get_cpubind: ") + std::strerror(errno);
     else if (!hwloc_bitmap_isequal(want.b, got.b))
-      err = "the binding did not read back as PU " + list(place->pus);
+      err = "the binding did not read back as PU " + index_list(place->pus);
   }
   std::string memory;
   if (err.empty() && rank >= 0 && size_t(rank) < plan_.shards.size()) {
     const unsigned numa = plan_.shards[size_t(rank)].numa;
     hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(topo_.handle(), numa);
-    Bitmap got;
+    HwlocBitmap got;
     hwloc_membind_policy_t policy{};
     if (node == nullptr) {
       err = "no NUMA node P#" + std::to_string(numa);
@@ -79,14 +55,13 @@ void PlacementBinder::bind_thread(pthread_t thread, const std::string& actor, in
   const ActorPlace* place = find(actor, rank);
   if (place == nullptr) return record(actor, rank, "the plan has no such actor", "");
   if (!topo_.is_this_system()) return record(actor, rank, "a recorded topology, not this machine", "");
-  Bitmap want, got;
-  fill(want, place->pus);
+  HwlocBitmap want(place->pus), got;
   std::string err;
   if (hwloc_set_thread_cpubind(topo_.handle(), thread, want.b, 0) != 0)
     err = std::string("hwloc_set_thread_cpubind: ") + std::strerror(errno);
   else if (hwloc_get_thread_cpubind(topo_.handle(), thread, got.b, 0) != 0 ||
            !hwloc_bitmap_isequal(want.b, got.b))
-    err = "the binding did not read back as PU " + list(place->pus);
+    err = "the binding did not read back as PU " + index_list(place->pus);
   record(actor, rank, err, "");
 }
 
@@ -114,7 +89,7 @@ std::vector<AppliedPlace> PlacementBinder::report() const {
     r.what = a.actor + (a.rank >= 0 ? " rank " + std::to_string(a.rank) : "");
     r.applied = t.ok == t.threads;
     const std::string n = std::to_string(t.threads) + (t.threads == 1 ? " thread" : " threads");
-    r.detail = r.applied ? n + " bound to PU " + list(a.pus) + (t.memory.empty() ? "" : ", " + t.memory)
+    r.detail = r.applied ? n + " bound to PU " + index_list(a.pus) + (t.memory.empty() ? "" : ", " + t.memory)
                          : std::to_string(t.threads - t.ok) + " of " + n + " not bound: " + t.failure;
     out.push_back(std::move(r));
   }
