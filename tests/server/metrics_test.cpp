@@ -83,5 +83,17 @@ TEST(serve_metrics, counts_agree_with_the_requests_sent) {
   EXPECT_GE(metric(t, "vericache:resource_busy_fraction{resource=\"drafter\"}"), 0);
 }
 
+TEST(serve_metrics, placement_auto_reports_each_actor_bound_as_planned) {
+  ServerProcess plain;
+  EXPECT_EQ(http_request(plain.port(), "GET", "/metrics").body.find("thread_placement"), std::string::npos);
+  ServerProcess server({"--tp", "2", "--placement", "auto"});
+  const HttpResponse r = http_request(server.port(), "GET", "/metrics");
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const char* actor : {"drafter rank 0", "verifier rank 0", "mover rank 0", "drafter rank 1",
+                            "verifier rank 1", "mover rank 1"})
+    EXPECT_EQ(metric(r.body, std::string("vericache:thread_placement_applied{actor=\"") + actor + "\"}"), 1)
+        << actor << "\n" << r.body;
+}
+
 }  // namespace
 }  // namespace vc::test

@@ -65,7 +65,8 @@ void ServerMetrics::on_finished(const std::string& outcome,
   }
 }
 
-std::string ServerMetrics::render(const vericache::EngineStats& s) const {
+std::string ServerMetrics::render(const vericache::EngineStats& s,
+                                  const std::vector<vericache::PlacementLine>& placement) const {
   std::string out;
   one(out, "vericache:num_requests_running", "gauge", "Requests decoding (prefill, draft, verify) now.",
       double(s.running));
@@ -134,6 +135,13 @@ std::string ServerMetrics::render(const vericache::EngineStats& s) const {
       s.full_tier_bytes_read_verify, s.full_tier_bytes_read_prefill, s.full_tier_bytes_read_refold);
   one(out, "vericache:full_tier_bytes_written_total", "counter", "Bytes written to the full tier.",
       double(s.full_tier_bytes_written));
+  if (!placement.empty()) {  // --placement auto: whether each actor's threads run as planned
+    head(out, "vericache:thread_placement_applied", "gauge",
+         "1 when every thread of the actor was bound where the placement plan puts it.");
+    for (const auto& p : placement)
+      out += fmt::format("vericache:thread_placement_applied{{actor=\"{}\"}} {}\n", p.what,
+                         p.applied ? 1 : 0);
+  }
   return out;
 }
 

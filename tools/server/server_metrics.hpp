@@ -41,8 +41,10 @@ class ServerMetrics {
   /// A finished request: its outcome ("stop", "length", "cancelled", "error",
   /// "rejected") and, for vericache mode, its accepted-per-round histogram.
   void on_finished(const std::string& outcome, const std::vector<size_t>& accepted_histogram);
-  /// The whole exposition, with `engine` read just now.
-  [[nodiscard]] std::string render(const vericache::EngineStats& engine) const;
+  /// The whole exposition, with `engine` read just now; `placement` (the engine's
+  /// Engine::placement(), empty when none was applied) as one gauge per actor.
+  [[nodiscard]] std::string render(const vericache::EngineStats& engine,
+                                   const std::vector<vericache::PlacementLine>& placement = {}) const;
 
  private:
   Histogram ttft_, itl_, e2e_;

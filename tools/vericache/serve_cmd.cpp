@@ -194,7 +194,7 @@ int run_serve(const ServeArgs& a) {
   http.drain_seconds = a.drain_seconds;
   install_drain_handlers();
   server::HttpServer srv(state, http);
-  srv.metrics_text = [&] { return metrics.render(engine->stats()); };
+  srv.metrics_text = [&] { return metrics.render(engine->stats(), engine->placement()); };
   std::cout << fmt::format("listening on http://{}:{} (model '{}')", a.host, srv.port(),
                            settings.model_name)
             << std::endl;
