@@ -21,11 +21,6 @@ namespace {
 
 using namespace vc::test::engine_remote;
 
-// Full chunks of the 650-token request: 2 x 256 positions x 3 KB; at 0.5 MB/s they
-// take about 3 s, the compressed ones a quarter of that, while the drafter's suffix
-// over the view takes tens of milliseconds (under ThreadSanitizer, 10x slower, a
-// 1.5 s link was too short for the KIVI case).
-constexpr double kSlowLink = 0.5e6;
 
 TEST(engine_compressed_first, a_request_drafts_from_compressed_chunks_and_emits_the_tokens_of_full_decoding) {
   vc::test::RedisServer server;
@@ -64,7 +59,7 @@ TEST(engine_compressed_first, a_request_drafts_from_compressed_chunks_and_emits_
     EXPECT_EQ(0u, held_after_settling(engine)) << what << ": every entry freed";
 
     // Behind a slow link the drafter drafts from its guess while the full chunks arrive.
-    vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), kSlowLink);
+    vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), kSlowLinkBytesPerSecond);
     EngineConfig sc = config(slow.url());
     sc.remote_timeout_ms = 60000;
     Engine slow_engine(sc);
@@ -187,7 +182,7 @@ TEST(engine_compressed_first, a_request_cancelled_while_its_full_chunks_arrive_l
     (void)run(engine, req);
     wait_for_chunks(server.url(), 4);
   }
-  vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), kSlowLink);
+  vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), kSlowLinkBytesPerSecond);
   EngineConfig sc = config(slow.url());
   sc.remote_timeout_ms = 60000;
   Engine engine(sc);

@@ -94,7 +94,7 @@ TEST(engine_remote_tp, compressed_first_fetches_each_ranks_view_and_decodes_the_
 
     // Behind a slow link every rank drafts from the same guess while its full
     // chunks arrive, then the exact prefill runs on every rank at once.
-    vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), 0.5e6);
+    vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), kSlowLinkBytesPerSecond);
     EngineConfig sc = tp2(slow.url());
     sc.remote_timeout_ms = 60000;
     Engine slow_engine(sc);
