@@ -4,7 +4,13 @@
 // ending the prefix at the last good chunk instead of delivering wrong bytes.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -178,12 +184,32 @@ TEST(redis_client, fails_in_one_line_when_the_store_is_down_and_reconnects_when_
   RedisClient c(parse_redis_url(server.url()), {std::chrono::milliseconds(3000), std::chrono::milliseconds(3000)}, 2);
   EXPECT_EQ(c.command({"PING"}).str, "PONG");
   server.kill();  // connections are refused at once
-  try {
-    (void)c.command({"PING"});
-    ADD_FAILURE() << "a dead store answered";
-  } catch (const RedisError& e) {
-    EXPECT_NE(std::string(e.what()).find(server.url()), std::string::npos) << e.what();
+  // Hold the freed port (bound, not listening: connections are still refused) so
+  // that a redis-server another test starts meanwhile cannot take it and answer.
+  // SO_REUSEADDR: the killed store's side of the connections sits in TIME_WAIT.
+  const int guard = socket(AF_INET, SOCK_STREAM, 0);
+  const int on = 1;
+  setsockopt(guard, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(server.port()));
+  const bool held = bind(guard, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  if (held) {
+    try {
+      (void)c.command({"PING"});
+      ADD_FAILURE() << "a dead store answered";
+    } catch (const RedisError& e) {
+      EXPECT_NE(std::string(e.what()).find(server.url()), std::string::npos) << e.what();
+    }
+  } else {  // another process took the port at once: it is not this store
+    std::printf("  port %d taken by another process after the kill: dead-store check skipped\n", server.port());
+    try {
+      (void)c.command({"PING"});  // the pool's connections to the killed store go
+    } catch (const RedisError&) {
+    }
   }
+  close(guard);
   server.restart();
   ASSERT_TRUE(server.available()) << server.reason();
   EXPECT_EQ(c.command({"PING"}).str, "PONG");
