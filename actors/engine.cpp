@@ -59,9 +59,7 @@ struct Engine::Impl {
   std::vector<caf::actor> net_fetchers;
   std::atomic<uint64_t> next_id{1};
   std::shared_ptr<actors::LiveCounters> counters = std::make_shared<actors::LiveCounters>();
-  std::unique_ptr<HwlocTopology> topology;  // EngineConfig::placement "auto"
-  std::shared_ptr<PlacementBinder> binder;
-  std::vector<PlacementLine> placement;
+  std::vector<PlacementLine> placement;  // EngineConfig::placement "auto": what was bound
   TraceRecorder::time_point started = TraceRecorder::clock::now();
 };
 
@@ -115,15 +113,18 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (cfg.tp < 1) throw Error("EngineConfig.tp: must be at least 1, got " + std::to_string(cfg.tp));
   if (cfg.placement != "none" && cfg.placement != "auto")
     throw Error("EngineConfig.placement: expected none or auto, got '" + cfg.placement + "'");
+  // Used only while the actors bind their threads, at the end of the constructor.
+  std::unique_ptr<HwlocTopology> topology;
+  std::shared_ptr<PlacementBinder> binder;
   if (cfg.placement == "auto") {
     try {  // the plan first: a degree the machine cannot place fails before any actor
-      m.topology = std::make_unique<HwlocTopology>();
+      topology = std::make_unique<HwlocTopology>();
       // The ranks compute on the CPU (the engine has no GPU backend yet): plan CPU
       // ranks, whatever GPUs the machine has.
-      Topology cpu_ranks = m.topology->read();
+      Topology cpu_ranks = topology->read();
       cpu_ranks.gpus.clear();
       cpu_ranks.links.clear();
-      m.binder = std::make_shared<PlacementBinder>(*m.topology, plan_placement(cpu_ranks, size_t(cfg.tp)));
+      binder = std::make_shared<PlacementBinder>(*topology, plan_placement(cpu_ranks, size_t(cfg.tp)));
     } catch (const std::exception& e) {
       throw Error(std::string("EngineConfig.placement: ") + e.what());
     }
@@ -225,10 +226,10 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   for (const auto& ranks : m.remotes)  // detached: a fetch blocks on the store
     m.net_fetchers.push_back(m.sys->spawn<caf::detached>(actors::net_fetcher_group, ranks, tier_ptrs));
   caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover, m.net_fetchers});
-  if (m.binder) bind_threads(m);
+  if (binder) bind_threads(m, binder);
 }
 
-void Engine::bind_threads(Impl& m) {
+void Engine::bind_threads(Impl& m, const std::shared_ptr<PlacementBinder>& binder) {
   // Each actor binds the threads it owns on its own thread (a thread's memory
   // binding can only be set from itself); the engine waits for every answer, so
   // no request runs on an unbound thread.
@@ -237,9 +238,9 @@ void Engine::bind_threads(Impl& m) {
   actors.insert(actors.end(), m.net_fetchers.begin(), m.net_fetchers.end());
   std::string failure;
   for (const auto& a : actors)
-    self->request(a, std::chrono::seconds(30), actors::bind_msg{m.binder})
+    self->request(a, std::chrono::seconds(30), actors::bind_msg{binder})
         .receive([](bool) {}, [&](caf::error& e) { failure = to_string(e); });
-  for (const auto& line : m.binder->report())
+  for (const auto& line : binder->report())
     m.placement.push_back({line.what, line.applied, line.detail});
   if (!failure.empty()) m.placement.push_back({"engine", false, "an actor did not bind: " + failure});
 }

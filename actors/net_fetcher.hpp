@@ -22,10 +22,12 @@ caf::behavior net_fetcher(caf::event_based_actor* self, std::shared_ptr<RemoteTi
 
 /// The net_fetcher of a tensor-parallel group: remotes[r] and tiers[r] are rank r's
 /// (the messages' tier is rank 0's, tiers[0]). A fetch fills every rank's entry from
-/// its own chunks at once (rank r on a thread of its own, kept between fetches); since the ranks prefill from the same position, every
-/// rank keeps the shortest prefix any rank got (the longer ones are truncated; the
-/// stop reason says when they differed). A publish publishes every rank's chunks
-/// from its own tier. Compressed chunks are rank 0's alone (degree 1 uses them).
+/// its own chunks at once (rank r on a thread of its own, kept between fetches);
+/// since the ranks prefill from the same position, every rank keeps the shortest
+/// prefix any rank got (the longer ones are truncated; the stop reason says when
+/// they differed). A compressed fetch returns every rank's view, or none when the
+/// ranks' compressed prefixes differ. A publish publishes every rank's chunks from
+/// its own tier, and with views each rank's compressed chunks under its own keys.
 caf::behavior net_fetcher_group(caf::event_based_actor* self,
                                 std::vector<std::shared_ptr<RemoteTier>> remotes,
                                 std::vector<FullTier*> tiers);

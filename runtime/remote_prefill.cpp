@@ -49,6 +49,11 @@ void note_full_fetch(GenerateStats& s, const RemoteFetch& f) {
   s.remote_stop_reason = f.stop_reason;
 }
 
+// The group of a shard of degree > 1, else null (no rank to agree with).
+const TensorParallelRank* group_of(const Model& m) {
+  return m.tp() != nullptr && m.tp()->degree > 1 ? m.tp() : nullptr;
+}
+
 // The fewest and the most positions any rank of `tp`'s group fetched.
 std::pair<size_t, size_t> prefix_range(const TensorParallelRank& tp, size_t positions) {
   std::vector<float> all(size_t(tp.degree));
@@ -68,7 +73,7 @@ size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prom
   // position (their passes meet in collectives): the shortest prefix any rank has.
   // A rank that fetched more refetches up to it into a fresh entry; after two
   // disagreements every rank takes nothing.
-  if (const TensorParallelRank* tp = model_->tp(); tp && tp->degree > 1) {
+  if (const TensorParallelRank* tp = group_of(*model_)) {
     for (int attempt = 0;; ++attempt) {
       const auto [lo, hi] = prefix_range(*tp, f.positions);
       if (lo == hi) break;
@@ -99,7 +104,7 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
   // Tensor parallelism: each rank fetches its own view (its KV heads' chunks); the
   // ranks draft in step, so they use their views only when every rank got the same
   // prefix, and every decision that depends on timing is taken jointly.
-  const TensorParallelRank* tp = model_->tp() && model_->tp()->degree > 1 ? model_->tp() : nullptr;
+  const TensorParallelRank* tp = group_of(*model_);
   if (cfg_.remote_compressed_first && !rq.compressor->stats_needs().hidden) {
     RemoteCompressedFetch cf = remote_->fetch_compressed(prompt, prompt.size() - 1, spec);
     s.remote_compressed_chunks_hit = cf.chunks;
@@ -152,7 +157,7 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
   // while the full chunks are still on their way.
   // At tp > 1 "arrived" means every rank's chunks are in, decided jointly (an
   // all-reduce at each check) so that every rank drafts the same steps.
-  const TensorParallelRank* tp = model_->tp() && model_->tp()->degree > 1 ? model_->tp() : nullptr;
+  const TensorParallelRank* tp = group_of(*model_);
   const auto arrived = [&full, tp] {
     const bool mine = full.valid() && full.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     if (tp == nullptr) return mine;

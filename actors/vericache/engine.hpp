@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+namespace vc {
+class PlacementBinder;
+}
+
 namespace vericache {
 
 /// Engine-wide settings (validated by the constructor; bad values throw
@@ -258,7 +262,7 @@ class Engine {
 
  private:
   struct Impl;
-  static void bind_threads(Impl& m);
+  static void bind_threads(Impl& m, const std::shared_ptr<vc::PlacementBinder>& binder);
   std::unique_ptr<Impl> impl_;
 };
 
