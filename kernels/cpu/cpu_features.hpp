@@ -7,9 +7,14 @@ namespace vc::cpu {
 /// A SIMD code path. Each kernel has one implementation per path; a process uses
 /// one path for everything, so results are reproducible within a run and within a
 /// machine. Paths give slightly different (each deterministic) roundings.
-enum class SimdPath { scalar, avx2, avx512 };
+/// avx512bf16 is the avx512 path except for matmuls with bf16 weights, where x is
+/// rounded to bf16 and bf16 pairs are multiplied by VDPBF16PS (as llama.cpp does
+/// for bf16 weights): twice the multiply-adds per instruction, activations carried
+/// to 8 significant bits inside those matmuls.
+enum class SimdPath { scalar, avx2, avx512, avx512bf16 };
 
-/// Best path the running CPU supports (cpuid: AVX2+FMA+F16C; AVX-512 F/BW/VL).
+/// Best path the running CPU supports that keeps activations in f32 (cpuid:
+/// AVX2+FMA+F16C; AVX-512 F/BW/VL/DQ). avx512bf16 (AVX512_BF16) is chosen explicitly.
 [[nodiscard]] SimdPath best_simd_path();
 /// True when the running CPU can execute `p`.
 [[nodiscard]] bool simd_path_supported(SimdPath p);
@@ -18,5 +23,8 @@ enum class SimdPath { scalar, avx2, avx512 };
 /// Select the path (tests and benchmarks); throws vc::Error if unsupported.
 void set_simd_path(SimdPath p);
 [[nodiscard]] std::string_view simd_path_name(SimdPath p);
+/// The path named `name` ("scalar", "avx2", "avx512", "avx512bf16"); throws vc::Error
+/// naming the accepted names otherwise (supported or not is set_simd_path's check).
+[[nodiscard]] SimdPath simd_path_from_name(std::string_view name);
 
 }  // namespace vc::cpu

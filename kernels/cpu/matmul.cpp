@@ -16,6 +16,7 @@ using ColsFn = void (*)(const MatmulJob&, size_t, size_t, float*, size_t);
 
 ColsFn cols_fn(SimdPath p) {
   switch (p) {
+    case SimdPath::avx512bf16:  // f32 and f16 weights: the AVX-512 kernel
     case SimdPath::avx512:
       return matmul_cols_avx512;
     case SimdPath::avx2:
@@ -44,13 +45,25 @@ size_t pack_rows_for(size_t K) {
   return std::clamp<size_t>(rows / kColGrain * kColGrain, kColGrain, 8 * kColGrain);
 }
 
+// bf16 weight rows per block of the AVX512_BF16 kernel: about 192 KiB, so the block
+// stays in L2 while the x tiles pass over it; a multiple of kColGrain.
+size_t bf16_block_rows_for(size_t K) {
+  const size_t rows = (size_t(192) << 10) / (std::max<size_t>(K, 1) * sizeof(uint16_t));
+  return std::clamp<size_t>(rows / kColGrain * kColGrain, kColGrain, 16 * kColGrain);
+}
+
 struct Call {
   MatmulJob job;
   ColsFn fn;
   size_t pack_rows;
+  size_t bf16_block_rows;  // > 0: the AVX512_BF16 kernel
 };
 
 void run_cols(const Call& c, size_t n0, size_t n1) {
+  if (c.bf16_block_rows > 0) {
+    matmul_cols_avx512bf16(c.job, n0, n1, c.bf16_block_rows);
+    return;
+  }
   if (c.pack_rows == 0) {
     c.fn(c.job, n0, n1, nullptr, 0);
     return;
@@ -69,8 +82,21 @@ void matmul(const float* x, size_t M, size_t K, const void* w, DType wt, size_t 
   if (M == 0 || N == 0) return;
   Call c;
   c.job = MatmulJob{x, M, K, w, wt, N, bias, y};
-  c.fn = cols_fn(active_simd_path());
+  const SimdPath path = active_simd_path();
+  c.fn = cols_fn(path);
   c.pack_rows = (wt != DType::f32 && M >= kPackMinRows) ? pack_rows_for(K) : 0;
+  c.bf16_block_rows = 0;
+  if (path == SimdPath::avx512bf16 && wt == DType::bf16 && K > 0) {
+    // x rounded to bf16 once, by the calling thread, in a buffer it keeps across calls;
+    // the pool's threads only read it while this call runs.
+    thread_local std::vector<uint16_t> xb;
+    const size_t ld = matmul_bf16_ld(K);
+    if (xb.size() < M * ld) xb.resize(M * ld);
+    matmul_round_rows_bf16(x, M, K, xb.data());
+    c.job.xb = xb.data();
+    c.job.ldxb = ld;
+    c.bf16_block_rows = bf16_block_rows_for(K);
+  }
 
   const bool parallel = pool != nullptr && pool->threads() > 1 && N > kColGrain &&
                         M * N * std::max<size_t>(K, 1) >= kMinParallelMacs;

@@ -4,6 +4,7 @@
 // invariant).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/dtype.hpp"
 
@@ -18,6 +19,9 @@ struct MatmulJob {
   size_t N = 0;
   const float* bias = nullptr;
   float* y = nullptr;
+  // The AVX512_BF16 path only: x rounded to bf16, rows of ldxb elements.
+  const uint16_t* xb = nullptr;
+  size_t ldxb = 0;
 };
 
 /// Row stride (floats) of the packed f32 weight block: K rounded up to a cache line.
@@ -32,5 +36,15 @@ void matmul_cols_avx2(const MatmulJob& job, size_t n_begin, size_t n_end, float*
                       size_t pack_rows);
 void matmul_cols_avx512(const MatmulJob& job, size_t n_begin, size_t n_end, float* pack,
                         size_t pack_rows);
+
+
+/// The AVX512_BF16 path (bf16 weights only). x rows rounded to bf16 are matmul_bf16_ld(K)
+/// elements apart (K rounded up to 32, zero-padded); matmul_round_rows_bf16 writes
+/// them. matmul_cols_avx512bf16 reads job.xb and walks the columns in blocks of
+/// block_rows weight rows.
+[[nodiscard]] size_t matmul_bf16_ld(size_t K);
+void matmul_round_rows_bf16(const float* x, size_t M, size_t K, uint16_t* out);
+void matmul_cols_avx512bf16(const MatmulJob& job, size_t n_begin, size_t n_end,
+                            size_t block_rows);
 
 }  // namespace vc::cpu

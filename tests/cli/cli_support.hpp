@@ -17,11 +17,13 @@ struct CliRun {
 };
 
 /// Runs `vericache ARGS` through the shell (ARGS as shell words); stderr goes into
-/// `out` when `merge_err`, else it is dropped.
-inline CliRun run_vericache(const std::string& args, bool merge_err) {
+/// `out` when `merge_err`, else it is dropped. `env`: assignments (NAME=value ...)
+/// put before the command.
+inline CliRun run_vericache(const std::string& args, bool merge_err,
+                            const std::string& env = "") {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string cmd =
-      std::string(VC_CLI_PATH) + " " + args + (merge_err ? " 2>&1" : " 2>/dev/null");
+  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(VC_CLI_PATH) + " " +
+                          args + (merge_err ? " 2>&1" : " 2>/dev/null");
   FILE* p = popen(cmd.c_str(), "r");
   CliRun r;
   if (p == nullptr) return r;

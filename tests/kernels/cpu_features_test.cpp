@@ -13,15 +13,22 @@ TEST(cpu_features, scalar_and_the_best_path_are_always_supported) {
   EXPECT_TRUE(simd_path_supported(best_simd_path()));
   // The default is the best path (every test restores the path it changes).
   EXPECT_EQ(active_simd_path(), best_simd_path());
+  // avx512bf16 rounds activations to bf16: never the default, only chosen.
+  EXPECT_NE(best_simd_path(), SimdPath::avx512bf16);
   if (simd_path_supported(SimdPath::avx512)) {
     EXPECT_EQ(best_simd_path(), SimdPath::avx512);
+  }
+  if (simd_path_supported(SimdPath::avx512bf16)) {
+    EXPECT_TRUE(simd_path_supported(SimdPath::avx512));
+  }
+  if (simd_path_supported(SimdPath::avx512)) {
     EXPECT_TRUE(simd_path_supported(SimdPath::avx2));
   }
 }
 
 TEST(cpu_features, set_simd_path_selects_each_supported_path_and_rejects_the_others) {
   test::SimdPathGuard guard;
-  for (SimdPath p : {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512}) {
+  for (SimdPath p : test::kAllSimdPaths) {
     if (simd_path_supported(p)) {
       set_simd_path(p);
       EXPECT_EQ(active_simd_path(), p);
@@ -37,6 +44,18 @@ TEST(cpu_features, paths_have_names) {
   EXPECT_EQ(simd_path_name(SimdPath::scalar), "scalar");
   EXPECT_EQ(simd_path_name(SimdPath::avx2), "avx2");
   EXPECT_EQ(simd_path_name(SimdPath::avx512), "avx512");
+  EXPECT_EQ(simd_path_name(SimdPath::avx512bf16), "avx512bf16");
+}
+
+TEST(cpu_features, every_path_is_found_by_its_name_and_an_unknown_name_is_an_error) {
+  for (SimdPath p : test::kAllSimdPaths) EXPECT_EQ(simd_path_from_name(simd_path_name(p)), p);
+  try {
+    (void)simd_path_from_name("avx1024");
+    FAIL() << "an unknown name was accepted";
+  } catch (const vc::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'avx1024'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("avx512bf16"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -25,12 +25,16 @@ class SimdPathGuard {
   cpu::SimdPath saved_;
 };
 
+inline constexpr cpu::SimdPath kAllSimdPaths[] = {cpu::SimdPath::scalar, cpu::SimdPath::avx2,
+                                                  cpu::SimdPath::avx512,
+                                                  cpu::SimdPath::avx512bf16};
+
 /// Calls fn(path) with each supported path active; unsupported ones are reported
 /// and skipped.
 template <class Fn>
 void for_each_simd_path(Fn fn) {
   SimdPathGuard guard;
-  for (cpu::SimdPath p : {cpu::SimdPath::scalar, cpu::SimdPath::avx2, cpu::SimdPath::avx512}) {
+  for (cpu::SimdPath p : kAllSimdPaths) {
     if (!cpu::simd_path_supported(p)) {
       std::cout << "[ SKIPPED  ] SIMD path " << cpu::simd_path_name(p)
                 << ": not supported by this CPU\n";

@@ -28,14 +28,28 @@ std::vector<float> run_matmul(const std::vector<float>& x, size_t M, size_t K, c
   return y;
 }
 
+/// True when this matmul runs on the AVX512_BF16 kernel: x rounded to bf16 first.
+bool rounds_x_to_bf16(DType wt) {
+  return active_simd_path() == SimdPath::avx512bf16 && wt == DType::bf16;
+}
+
+/// The operands the AVX512_BF16 kernel multiplies: bf16 (nearest even), subnormals 0.
+float bf16_operand(float v) {
+  const float r = bf16_to_f32(f32_to_bf16(v));
+  return std::fpclassify(r) == FP_SUBNORMAL ? 0.f : r;
+}
+
 void expect_close_to_reference(const std::vector<float>& x, size_t M, size_t K,
-                               const Encoded& w, size_t N, const std::vector<float>& bias,
-                               const std::vector<float>& y) {
+                               const Encoded& w, DType wt, size_t N,
+                               const std::vector<float>& bias, const std::vector<float>& y) {
+  const bool bf16 = rounds_x_to_bf16(wt);
   for (size_t m = 0; m < M; ++m) {
     for (size_t n = 0; n < N; ++n) {
       double ref = bias.empty() ? 0.0 : double(bias[n]), mag = std::fabs(ref);
       for (size_t k = 0; k < K; ++k) {
-        const double p = double(x[m * K + k]) * double(w.values[n * K + k]);
+        const float xv = bf16 ? bf16_operand(x[m * K + k]) : x[m * K + k];
+        const float wv = bf16 ? bf16_operand(w.values[n * K + k]) : w.values[n * K + k];
+        const double p = double(xv) * double(wv);
         ref += p;
         mag += std::fabs(p);
       }
@@ -59,8 +73,9 @@ TEST(matmul, result_matches_a_double_precision_reference_for_awkward_sizes_and_a
             const Encoded w = encode(random_floats(rng, N * K), wt);
             const auto bias = random_floats(rng, N);
             SCOPED_TRACE(std::string("weights ") + std::string(dtype_name(wt)));
-            expect_close_to_reference(x, M, K, w, N, {}, run_matmul(x, M, K, w, wt, N, nullptr, nullptr));
-            expect_close_to_reference(x, M, K, w, N, bias,
+            expect_close_to_reference(x, M, K, w, wt, N, {},
+                                      run_matmul(x, M, K, w, wt, N, nullptr, nullptr));
+            expect_close_to_reference(x, M, K, w, wt, N, bias,
                                       run_matmul(x, M, K, w, wt, N, bias.data(), &pool));
           }
         }
@@ -78,7 +93,8 @@ TEST(matmul, large_shapes_match_the_reference_with_threads_and_weight_packing) {
       const auto x = random_floats(rng, M * K);
       const Encoded w = encode(random_floats(rng, N * K), wt);
       const auto bias = random_floats(rng, N);
-      expect_close_to_reference(x, M, K, w, N, bias, run_matmul(x, M, K, w, wt, N, bias.data(), &pool));
+      expect_close_to_reference(x, M, K, w, wt, N, bias,
+                                run_matmul(x, M, K, w, wt, N, bias.data(), &pool));
     }
   });
 }
@@ -129,8 +145,9 @@ TEST(matmul, empty_k_gives_the_bias_and_empty_m_or_n_writes_nothing) {
 }
 
 TEST(matmul, f16_subnormal_and_bf16_extreme_weights_convert_exactly) {
-  // Products with exactly representable results: the sum is exact on every path.
-  for_each_simd_path([&](SimdPath) {
+  // Products with exactly representable results: the sum is exact on every path
+  // (the AVX512_BF16 kernel counts a subnormal bf16 weight as 0, by the instruction).
+  for_each_simd_path([&](SimdPath path) {
     const size_t K = 19;
     std::vector<float> x(K, 0.f);
     x[17] = 1.f;  // lands in the K tail of every vector width
@@ -141,10 +158,52 @@ TEST(matmul, f16_subnormal_and_bf16_extreme_weights_convert_exactly) {
       const Encoded w = encode(wv, wt);
       std::vector<float> y(2);
       matmul(x.data(), 1, K, w.bytes.data(), wt, 2, nullptr, y.data(), nullptr);
-      EXPECT_EQ(y[0], w.values[17]);
+      const bool flushes = path == SimdPath::avx512bf16 && wt == DType::bf16;
+      EXPECT_EQ(y[0], flushes ? 0.f : w.values[17]);
       EXPECT_EQ(y[1], w.values[K + 17]);
     }
   });
+}
+
+}  // namespace
+}  // namespace vc::cpu
+
+namespace vc::cpu {
+namespace {
+
+TEST(matmul, the_bf16_dot_product_path_rounds_x_to_nearest_even_bf16_and_keeps_f32_weights_exact) {
+  if (!simd_path_supported(SimdPath::avx512bf16)) {
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 (the avx512bf16 path cannot run)";
+  }
+  test::SimdPathGuard guard;
+  // In bf16 (ulp 2^-7 at 1), x = 1 + 2^-8 + 2^-9 rounds up to 1 + 2^-7 and the tie
+  // x = 1 + 2^-8 to the even 1:
+  // with weight 1 the bf16 path gives the rounded values, f32 weights the exact ones.
+  const size_t K = 2;
+  const std::vector<float> x = {1.f + std::ldexp(1.f, -8) + std::ldexp(1.f, -9),
+                                1.f + std::ldexp(1.f, -8)};
+  const std::vector<float> ones = {1.f, 0.f, 0.f, 1.f};
+  set_simd_path(SimdPath::avx512bf16);
+  const Encoded wb = encode(ones, DType::bf16), wf = encode(ones, DType::f32);
+  std::vector<float> yb(2), yf(2);
+  matmul(x.data(), 1, K, wb.bytes.data(), DType::bf16, 2, nullptr, yb.data(), nullptr);
+  matmul(x.data(), 1, K, wf.bytes.data(), DType::f32, 2, nullptr, yf.data(), nullptr);
+  EXPECT_EQ(yb[0], 1.f + std::ldexp(1.f, -7));
+  EXPECT_EQ(yb[1], 1.f);
+  EXPECT_EQ(yf[0], x[0]);
+  EXPECT_EQ(yf[1], x[1]);
+  // f32 and f16 weights run the AVX-512 kernel: the same bits as the avx512 path.
+  std::mt19937 rng(9);
+  const size_t M = 11, K2 = 77, N = 29;
+  const auto xs = random_floats(rng, M * K2);
+  for (DType wt : {DType::f32, DType::f16}) {
+    const Encoded w = encode(random_floats(rng, N * K2), wt);
+    const auto a = run_matmul(xs, M, K2, w, wt, N, nullptr, nullptr);
+    set_simd_path(SimdPath::avx512);
+    const auto b = run_matmul(xs, M, K2, w, wt, N, nullptr, nullptr);
+    set_simd_path(SimdPath::avx512bf16);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << dtype_name(wt);
+  }
 }
 
 }  // namespace

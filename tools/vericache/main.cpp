@@ -12,6 +12,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "tools/vericache/commands.hpp"
@@ -44,6 +45,21 @@ void check_config_path(int argc, char** argv) {
   }
 }
 
+// --simd / $VERICACHE_SIMD: a known path this CPU runs, else one line naming both.
+void select_simd_path(const std::string& name) {
+  vc::cpu::SimdPath p;
+  try {
+    p = vc::cpu::simd_path_from_name(name);
+  } catch (const vc::Error& e) {
+    throw vc::Error(std::string("--simd: ") + e.what());
+  }
+  if (!vc::cpu::simd_path_supported(p)) {
+    throw vc::Error("--simd " + name + ": this CPU cannot run that path (best: " +
+                    std::string(vc::cpu::simd_path_name(vc::cpu::best_simd_path())) + ")");
+  }
+  vc::cpu::set_simd_path(p);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,6 +76,12 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  std::string simd;
+  app.add_option("--simd", simd,
+                 "SIMD path of the CPU kernels: scalar, avx2, avx512 or avx512bf16 (default: "
+                 "the best of the first three this CPU runs; avx512bf16 rounds activations "
+                 "to bf16 in bf16-weight matmuls and runs only when chosen)")
+      ->envname("VERICACHE_SIMD");
   vc::cli::Runner run;
   vc::cli::add_generate_command(app, run);
   vc::cli::add_bench_command(app, run);
@@ -74,6 +96,7 @@ int main(int argc, char** argv) {
   try {
     check_config_path(argc, argv);
     app.parse(argc, argv);
+    if (!simd.empty()) select_simd_path(simd);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
