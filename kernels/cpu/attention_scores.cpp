@@ -129,9 +129,17 @@ void accumulate_attention_transposed(const float* q, size_t ldq, size_t rows, co
                                      ThreadPool* pool) {
   if (rows == 0 || ncols == 0) return;
   AccumulateFn fn = accumulate_attention_scalar;
-  if (const SimdPath p = active_simd_path(); p == SimdPath::avx512 || p == SimdPath::avx512bf16)
-    fn = accumulate_attention_avx512;
-  if (active_simd_path() == SimdPath::avx2) fn = accumulate_attention_avx2;
+  switch (active_simd_path()) {
+    case SimdPath::avx512bf16:
+    case SimdPath::avx512:
+      fn = accumulate_attention_avx512;
+      break;
+    case SimdPath::avx2:
+      fn = accumulate_attention_avx2;
+      break;
+    case SimdPath::scalar:
+      break;
+  }
   const size_t groups = (ncols + kLanes - 1) / kLanes;
   auto part = [&](size_t b, size_t e) {
     fn(q, ldq, rows, kt, D, ncols, len, row_max, row_inv_sum, acc, b, e);

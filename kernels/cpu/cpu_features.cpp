@@ -104,7 +104,7 @@ std::string_view simd_path_name(SimdPath p) {
 }
 
 SimdPath simd_path_from_name(std::string_view name) {
-  for (SimdPath p : {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512, SimdPath::avx512bf16}) {
+  for (SimdPath p : kAllSimdPaths) {
     if (simd_path_name(p) == name) return p;
   }
   throw Error("unknown SIMD path '" + std::string(name) +

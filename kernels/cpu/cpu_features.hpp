@@ -13,6 +13,10 @@ namespace vc::cpu {
 /// to 8 significant bits inside those matmuls.
 enum class SimdPath { scalar, avx2, avx512, avx512bf16 };
 
+/// Every path, supported by this CPU or not.
+inline constexpr SimdPath kAllSimdPaths[] = {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512,
+                                             SimdPath::avx512bf16};
+
 /// Best path the running CPU supports that keeps activations in f32 (cpuid:
 /// AVX2+FMA+F16C; AVX-512 F/BW/VL/DQ). avx512bf16 (AVX512_BF16) is chosen explicitly.
 [[nodiscard]] SimdPath best_simd_path();

@@ -21,7 +21,6 @@ namespace {
 
 using namespace vc::test::engine_remote;
 
-
 TEST(engine_compressed_first, a_request_drafts_from_compressed_chunks_and_emits_the_tokens_of_full_decoding) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);

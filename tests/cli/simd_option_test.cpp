@@ -26,7 +26,7 @@ size_t lines_of(const std::string& s) {
 }
 
 TEST(simd_option, every_path_this_cpu_runs_decodes_vericache_equal_to_full_on_that_path) {
-  for (SimdPath p : {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512, SimdPath::avx512bf16}) {
+  for (SimdPath p : vc::cpu::kAllSimdPaths) {
     const std::string name(vc::cpu::simd_path_name(p));
     SCOPED_TRACE(name);
     if (!vc::cpu::simd_path_supported(p)) {

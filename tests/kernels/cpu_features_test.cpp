@@ -28,7 +28,7 @@ TEST(cpu_features, scalar_and_the_best_path_are_always_supported) {
 
 TEST(cpu_features, set_simd_path_selects_each_supported_path_and_rejects_the_others) {
   test::SimdPathGuard guard;
-  for (SimdPath p : test::kAllSimdPaths) {
+  for (SimdPath p : kAllSimdPaths) {
     if (simd_path_supported(p)) {
       set_simd_path(p);
       EXPECT_EQ(active_simd_path(), p);
@@ -48,7 +48,7 @@ TEST(cpu_features, paths_have_names) {
 }
 
 TEST(cpu_features, every_path_is_found_by_its_name_and_an_unknown_name_is_an_error) {
-  for (SimdPath p : test::kAllSimdPaths) EXPECT_EQ(simd_path_from_name(simd_path_name(p)), p);
+  for (SimdPath p : kAllSimdPaths) EXPECT_EQ(simd_path_from_name(simd_path_name(p)), p);
   try {
     (void)simd_path_from_name("avx1024");
     FAIL() << "an unknown name was accepted";

@@ -25,16 +25,12 @@ class SimdPathGuard {
   cpu::SimdPath saved_;
 };
 
-inline constexpr cpu::SimdPath kAllSimdPaths[] = {cpu::SimdPath::scalar, cpu::SimdPath::avx2,
-                                                  cpu::SimdPath::avx512,
-                                                  cpu::SimdPath::avx512bf16};
-
 /// Calls fn(path) with each supported path active; unsupported ones are reported
 /// and skipped.
 template <class Fn>
 void for_each_simd_path(Fn fn) {
   SimdPathGuard guard;
-  for (cpu::SimdPath p : kAllSimdPaths) {
+  for (cpu::SimdPath p : cpu::kAllSimdPaths) {
     if (!cpu::simd_path_supported(p)) {
       std::cout << "[ SKIPPED  ] SIMD path " << cpu::simd_path_name(p)
                 << ": not supported by this CPU\n";

@@ -101,8 +101,7 @@ void check_batch_invariance(DType kv, int threads) {
 TEST(batch_invariance, decode_logits_and_kv_are_bit_identical_for_m_from_1_to_64_bf16_kv) {
   // Every SIMD path this CPU can run (each is deterministic on its own).
   const cpu::SimdPath active = cpu::active_simd_path();
-  for (auto p : {cpu::SimdPath::scalar, cpu::SimdPath::avx2, cpu::SimdPath::avx512,
-                 cpu::SimdPath::avx512bf16}) {
+  for (auto p : cpu::kAllSimdPaths) {
     if (!cpu::simd_path_supported(p)) {
       std::printf("  skipping SIMD path %s: not supported by this CPU\n",
                   std::string(cpu::simd_path_name(p)).c_str());
