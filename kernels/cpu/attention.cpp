@@ -22,6 +22,7 @@ using AttnFn = void (*)(const float*, size_t, const PagedKv&, size_t, float, flo
 AttnFn attention_fn(SimdPath p) {
   switch (p) {
     case SimdPath::avx512bf16:
+    case SimdPath::amx:
     case SimdPath::avx512:
       return attention_avx512;
     case SimdPath::avx2:
@@ -128,6 +129,7 @@ namespace {
 AttnBlocksFn blocks_fn(SimdPath p) {
   switch (p) {
     case SimdPath::avx512bf16:
+    case SimdPath::amx:
     case SimdPath::avx512:
       return attention_blocks_avx512;
     case SimdPath::avx2:
@@ -141,6 +143,7 @@ AttnBlocksFn blocks_fn(SimdPath p) {
 AttnFinishFn finish_fn(SimdPath p) {
   switch (p) {
     case SimdPath::avx512bf16:
+    case SimdPath::amx:
     case SimdPath::avx512:
       return attention_finish_avx512;
     case SimdPath::avx2:

@@ -131,6 +131,7 @@ void accumulate_attention_transposed(const float* q, size_t ldq, size_t rows, co
   AccumulateFn fn = accumulate_attention_scalar;
   switch (active_simd_path()) {
     case SimdPath::avx512bf16:
+    case SimdPath::amx:
     case SimdPath::avx512:
       fn = accumulate_attention_avx512;
       break;

@@ -3,6 +3,8 @@
 #include "kernels/cpu/cpu_features.hpp"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <string>
@@ -45,6 +47,31 @@ bool cpu_has_avx512bf16() {
          (eax & (1u << 5)) != 0;
 }
 
+// AMX-TILE and AMX-BF16 (cpuid leaf 7, EDX bits 24 and 22), the OS saving tile state
+// (XCR0 bits 17 and 18), and Linux's per-process permission to use tile data
+// (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, Linux 5.16+), asked for
+// once: without it the first tile instruction kills the process with SIGILL.
+bool cpu_has_amx() {
+  static const bool ok = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!cpu_has_avx512bf16() || __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 ||
+        (edx & (1u << 24)) == 0 || (edx & (1u << 22)) == 0) {
+      return false;
+    }
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
 // The active path: one atomic, read by every kernel call (a relaxed load is enough:
 // the value only changes between kernel calls, from tests and benchmarks).
 std::atomic<SimdPath>& active_path() {
@@ -74,6 +101,8 @@ bool simd_path_supported(SimdPath p) {
       return cpu_has_avx512();
     case SimdPath::avx512bf16:
       return cpu_has_avx512bf16();
+    case SimdPath::amx:
+      return cpu_has_amx();
   }
   return false;
 }
@@ -99,6 +128,8 @@ std::string_view simd_path_name(SimdPath p) {
       return "avx512";
     case SimdPath::avx512bf16:
       return "avx512bf16";
+    case SimdPath::amx:
+      return "amx";
   }
   return "unknown";
 }
@@ -108,7 +139,7 @@ SimdPath simd_path_from_name(std::string_view name) {
     if (simd_path_name(p) == name) return p;
   }
   throw Error("unknown SIMD path '" + std::string(name) +
-              "' (expected scalar, avx2, avx512 or avx512bf16)");
+              "' (expected scalar, avx2, avx512, avx512bf16 or amx)");
 }
 
 }  // namespace vc::cpu

@@ -10,15 +10,18 @@ namespace vc::cpu {
 /// avx512bf16 is the avx512 path except for matmuls with bf16 weights, where x is
 /// rounded to bf16 and bf16 pairs are multiplied by VDPBF16PS (as llama.cpp does
 /// for bf16 weights): twice the multiply-adds per instruction, activations carried
-/// to 8 significant bits inside those matmuls.
-enum class SimdPath { scalar, avx2, avx512, avx512bf16 };
+/// to 8 significant bits inside those matmuls. amx is the same with the bf16 matmuls
+/// on AMX tiles (TDPBF16PS: one f32 accumulator per output element, 16 x 16 outputs
+/// per instruction).
+enum class SimdPath { scalar, avx2, avx512, avx512bf16, amx };
 
 /// Every path, supported by this CPU or not.
 inline constexpr SimdPath kAllSimdPaths[] = {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512,
-                                             SimdPath::avx512bf16};
+                                             SimdPath::avx512bf16, SimdPath::amx};
 
 /// Best path the running CPU supports that keeps activations in f32 (cpuid:
-/// AVX2+FMA+F16C; AVX-512 F/BW/VL/DQ). avx512bf16 (AVX512_BF16) is chosen explicitly.
+/// AVX2+FMA+F16C; AVX-512 F/BW/VL/DQ). avx512bf16 (AVX512_BF16) and amx (AMX-TILE,
+/// AMX-BF16, the OS's permission for tile data) are chosen explicitly.
 [[nodiscard]] SimdPath best_simd_path();
 /// True when the running CPU can execute `p`.
 [[nodiscard]] bool simd_path_supported(SimdPath p);
@@ -27,7 +30,7 @@ inline constexpr SimdPath kAllSimdPaths[] = {SimdPath::scalar, SimdPath::avx2, S
 /// Select the path (tests and benchmarks); throws vc::Error if unsupported.
 void set_simd_path(SimdPath p);
 [[nodiscard]] std::string_view simd_path_name(SimdPath p);
-/// The path named `name` ("scalar", "avx2", "avx512", "avx512bf16"); throws vc::Error
+/// The path named `name` ("scalar", "avx2", "avx512", "avx512bf16", "amx"); throws vc::Error
 /// naming the accepted names otherwise (supported or not is set_simd_path's check).
 [[nodiscard]] SimdPath simd_path_from_name(std::string_view name);
 

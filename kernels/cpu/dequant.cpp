@@ -23,6 +23,7 @@ void dequantize_rows(const uint8_t* codes, size_t codes_bytes, int bits, size_t 
                 " bits run past the " + std::to_string(codes_bytes) + "-byte code buffer");
   switch (active_simd_path()) {
     case SimdPath::avx512bf16:
+    case SimdPath::amx:
     case SimdPath::avx512:
       return dequantize_rows_avx512(codes, codes_bytes, bits, first, rows, d, zero, scale,
                                     group_cols, params_row_stride, out);

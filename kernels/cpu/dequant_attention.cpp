@@ -87,6 +87,7 @@ namespace {
 DequantAttnFn dequant_attention_fn(SimdPath p) {
   switch (p) {
     case SimdPath::avx512bf16:
+    case SimdPath::amx:
     case SimdPath::avx512:
       return dequant_attention_block_avx512;
     case SimdPath::avx2:

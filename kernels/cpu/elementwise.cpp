@@ -115,6 +115,7 @@ void swiglu_scalar(const float* gate, const float* up, float* out, size_t n) {
 void swiglu(const float* gate, const float* up, float* out, size_t n) {
   switch (active_simd_path()) {
     case SimdPath::avx512bf16:
+    case SimdPath::amx:
     case SimdPath::avx512:
       return swiglu_avx512(gate, up, out, n);
     case SimdPath::avx2:

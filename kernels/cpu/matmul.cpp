@@ -17,6 +17,7 @@ using ColsFn = void (*)(const MatmulJob&, size_t, size_t, float*, size_t);
 ColsFn cols_fn(SimdPath p) {
   switch (p) {
     case SimdPath::avx512bf16:  // f32 and f16 weights: the AVX-512 kernel
+    case SimdPath::amx:
     case SimdPath::avx512:
       return matmul_cols_avx512;
     case SimdPath::avx2:
@@ -57,9 +58,14 @@ struct Call {
   ColsFn fn;
   size_t pack_rows;
   size_t bf16_block_rows;  // > 0: the AVX512_BF16 kernel
+  bool amx;                // the AMX kernel
 };
 
 void run_cols(const Call& c, size_t n0, size_t n1) {
+  if (c.amx) {
+    matmul_cols_amx(c.job, n0, n1);
+    return;
+  }
   if (c.bf16_block_rows > 0) {
     matmul_cols_avx512bf16(c.job, n0, n1, c.bf16_block_rows);
     return;
@@ -86,7 +92,9 @@ void matmul(const float* x, size_t M, size_t K, const void* w, DType wt, size_t 
   c.fn = cols_fn(path);
   c.pack_rows = (wt != DType::f32 && M >= kPackMinRows) ? pack_rows_for(K) : 0;
   c.bf16_block_rows = 0;
-  if (path == SimdPath::avx512bf16 && wt == DType::bf16 && K > 0) {
+  c.amx = false;
+  const bool bf16_path = path == SimdPath::avx512bf16 || path == SimdPath::amx;
+  if (bf16_path && wt == DType::bf16 && K > 0) {
     // x rounded to bf16 once, by the calling thread, in a buffer it keeps across calls;
     // the pool's threads only read it while this call runs.
     thread_local std::vector<uint16_t> xb;
@@ -95,7 +103,17 @@ void matmul(const float* x, size_t M, size_t K, const void* w, DType wt, size_t 
     matmul_round_rows_bf16(x, M, K, xb.data());
     c.job.xb = xb.data();
     c.job.ldxb = ld;
-    c.bf16_block_rows = bf16_block_rows_for(K);
+    if (path == SimdPath::amx) {
+      // ... and transposed into AMX tiles, again once, by the calling thread.
+      thread_local std::vector<uint8_t> xpack;
+      const size_t bytes = matmul_amx_pack_bytes(M, K);
+      if (xpack.size() < bytes) xpack.resize(bytes);
+      matmul_pack_x_amx(xb.data(), M, ld, K, xpack.data());
+      c.job.xpack = xpack.data();
+      c.amx = true;
+    } else {
+      c.bf16_block_rows = bf16_block_rows_for(K);
+    }
   }
 
   const bool parallel = pool != nullptr && pool->threads() > 1 && N > kColGrain &&

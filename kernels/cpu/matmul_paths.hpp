@@ -19,9 +19,11 @@ struct MatmulJob {
   size_t N = 0;
   const float* bias = nullptr;
   float* y = nullptr;
-  // The AVX512_BF16 path only: x rounded to bf16, rows of ldxb elements.
+  // The AVX512_BF16 and AMX paths only: x rounded to bf16, rows of ldxb elements.
   const uint16_t* xb = nullptr;
   size_t ldxb = 0;
+  // The AMX path only: xb transposed into AMX tiles (matmul_pack_x_amx).
+  const uint8_t* xpack = nullptr;
 };
 
 /// Row stride (floats) of the packed f32 weight block: K rounded up to a cache line.
@@ -37,7 +39,6 @@ void matmul_cols_avx2(const MatmulJob& job, size_t n_begin, size_t n_end, float*
 void matmul_cols_avx512(const MatmulJob& job, size_t n_begin, size_t n_end, float* pack,
                         size_t pack_rows);
 
-
 /// The AVX512_BF16 path (bf16 weights only). x rows rounded to bf16 are matmul_bf16_ld(K)
 /// elements apart (K rounded up to 32, zero-padded); matmul_round_rows_bf16 writes
 /// them. matmul_cols_avx512bf16 reads job.xb and walks the columns in blocks of
@@ -46,5 +47,13 @@ void matmul_cols_avx512(const MatmulJob& job, size_t n_begin, size_t n_end, floa
 void matmul_round_rows_bf16(const float* x, size_t M, size_t K, uint16_t* out);
 void matmul_cols_avx512bf16(const MatmulJob& job, size_t n_begin, size_t n_end,
                             size_t block_rows);
+
+/// The AMX path (bf16 weights only). x rounded to bf16 (matmul_round_rows_bf16) is
+/// transposed into tiles by matmul_pack_x_amx (matmul_amx_pack_bytes(M, K) bytes);
+/// matmul_cols_amx reads job.xpack. The calling thread must have
+/// AMX tile data permission (cpu_features.cpp asks for it when it checks the CPU).
+[[nodiscard]] size_t matmul_amx_pack_bytes(size_t M, size_t K);
+void matmul_pack_x_amx(const uint16_t* xb, size_t M, size_t ldxb, size_t K, uint8_t* out);
+void matmul_cols_amx(const MatmulJob& job, size_t n_begin, size_t n_end);
 
 }  // namespace vc::cpu

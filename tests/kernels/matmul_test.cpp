@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <vector>
@@ -28,12 +29,14 @@ std::vector<float> run_matmul(const std::vector<float>& x, size_t M, size_t K, c
   return y;
 }
 
-/// True when this matmul runs on the AVX512_BF16 kernel: x rounded to bf16 first.
+/// True when this matmul runs on the AVX512_BF16 or AMX kernel: x rounded to bf16 first.
 bool rounds_x_to_bf16(DType wt) {
-  return active_simd_path() == SimdPath::avx512bf16 && wt == DType::bf16;
+  const SimdPath p = active_simd_path();
+  return (p == SimdPath::avx512bf16 || p == SimdPath::amx) && wt == DType::bf16;
 }
 
-/// The operands the AVX512_BF16 kernel multiplies: bf16 (nearest even), subnormals 0.
+/// The operands the AVX512_BF16 and AMX kernels multiply: bf16 (nearest even),
+/// subnormals 0.
 float bf16_operand(float v) {
   const float r = bf16_to_f32(f32_to_bf16(v));
   return std::fpclassify(r) == FP_SUBNORMAL ? 0.f : r;
@@ -54,7 +57,10 @@ void expect_close_to_reference(const std::vector<float>& x, size_t M, size_t K,
         mag += std::fabs(p);
       }
       // fp32 accumulation: error bounded by a few ulp of the magnitude summed.
-      const double tol = 1e-6 + 4e-7 * mag, eps = 1e-6;
+      // The AMX kernel keeps one accumulator per element (no partial sums), so its
+      // rounding error grows with K faster than the other kernels' (bound K * 2^-24).
+      const bool one_acc = bf16 && active_simd_path() == SimdPath::amx;
+      const double tol = 1e-6 + (one_acc ? 2e-6 : 4e-7) * mag, eps = 1e-6;
       ASSERT_NEAR(y[m * N + n], ref, tol + std::fabs(ref) * eps)
           << "m=" << m << " n=" << n << " M=" << M << " K=" << K << " N=" << N;
     }
@@ -146,7 +152,8 @@ TEST(matmul, empty_k_gives_the_bias_and_empty_m_or_n_writes_nothing) {
 
 TEST(matmul, f16_subnormal_and_bf16_extreme_weights_convert_exactly) {
   // Products with exactly representable results: the sum is exact on every path
-  // (the AVX512_BF16 kernel counts a subnormal bf16 weight as 0, by the instruction).
+  // (the AVX512_BF16 and AMX kernels count a subnormal bf16 weight as 0, by the
+  // instruction).
   for_each_simd_path([&](SimdPath path) {
     const size_t K = 19;
     std::vector<float> x(K, 0.f);
@@ -158,7 +165,8 @@ TEST(matmul, f16_subnormal_and_bf16_extreme_weights_convert_exactly) {
       const Encoded w = encode(wv, wt);
       std::vector<float> y(2);
       matmul(x.data(), 1, K, w.bytes.data(), wt, 2, nullptr, y.data(), nullptr);
-      const bool flushes = path == SimdPath::avx512bf16 && wt == DType::bf16;
+      const bool flushes =
+          (path == SimdPath::avx512bf16 || path == SimdPath::amx) && wt == DType::bf16;
       EXPECT_EQ(y[0], flushes ? 0.f : w.values[17]);
       EXPECT_EQ(y[1], w.values[K + 17]);
     }
@@ -171,38 +179,66 @@ TEST(matmul, f16_subnormal_and_bf16_extreme_weights_convert_exactly) {
 namespace vc::cpu {
 namespace {
 
-TEST(matmul, the_bf16_dot_product_path_rounds_x_to_nearest_even_bf16_and_keeps_f32_weights_exact) {
-  if (!simd_path_supported(SimdPath::avx512bf16)) {
-    GTEST_SKIP() << "this CPU has no AVX512_BF16 (the avx512bf16 path cannot run)";
+TEST(matmul, the_bf16_dot_product_paths_round_x_to_nearest_even_bf16_and_keep_f32_weights_exact) {
+  test::SimdPathGuard guard;
+  for (SimdPath path : {SimdPath::avx512bf16, SimdPath::amx}) {
+    if (!simd_path_supported(path)) {
+      std::cout << "[ SKIPPED  ] SIMD path " << simd_path_name(path)
+                << ": not supported by this CPU\n";
+      continue;
+    }
+    SCOPED_TRACE(std::string("SIMD path ") + std::string(simd_path_name(path)));
+    // In bf16 (ulp 2^-7 at 1), x = 1 + 2^-8 + 2^-9 rounds up to 1 + 2^-7 and the tie
+    // x = 1 + 2^-8 to the even 1:
+    // with weight 1 the bf16 path gives the rounded values, f32 weights the exact ones.
+    const size_t K = 2;
+    const std::vector<float> x = {1.f + std::ldexp(1.f, -8) + std::ldexp(1.f, -9),
+                                  1.f + std::ldexp(1.f, -8)};
+    const std::vector<float> ones = {1.f, 0.f, 0.f, 1.f};
+    set_simd_path(path);
+    const Encoded wb = encode(ones, DType::bf16), wf = encode(ones, DType::f32);
+    std::vector<float> yb(2), yf(2);
+    matmul(x.data(), 1, K, wb.bytes.data(), DType::bf16, 2, nullptr, yb.data(), nullptr);
+    matmul(x.data(), 1, K, wf.bytes.data(), DType::f32, 2, nullptr, yf.data(), nullptr);
+    EXPECT_EQ(yb[0], 1.f + std::ldexp(1.f, -7));
+    EXPECT_EQ(yb[1], 1.f);
+    EXPECT_EQ(yf[0], x[0]);
+    EXPECT_EQ(yf[1], x[1]);
+    // f32 and f16 weights run the AVX-512 kernel: the same bits as the avx512 path.
+    std::mt19937 rng(9);
+    const size_t M = 11, K2 = 77, N = 29;
+    const auto xs = random_floats(rng, M * K2);
+    for (DType wt : {DType::f32, DType::f16}) {
+      const Encoded w = encode(random_floats(rng, N * K2), wt);
+      const auto a = run_matmul(xs, M, K2, w, wt, N, nullptr, nullptr);
+      set_simd_path(SimdPath::avx512);
+      const auto b = run_matmul(xs, M, K2, w, wt, N, nullptr, nullptr);
+      set_simd_path(path);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << dtype_name(wt);
+    }
+  }
+}
+
+TEST(matmul, the_amx_path_matches_the_reference_at_real_model_widths_on_full_and_partial_tiles) {
+  if (!simd_path_supported(SimdPath::amx)) {
+    GTEST_SKIP() << "this CPU or OS cannot run AMX tiles (the amx path cannot run)";
   }
   test::SimdPathGuard guard;
-  // In bf16 (ulp 2^-7 at 1), x = 1 + 2^-8 + 2^-9 rounds up to 1 + 2^-7 and the tie
-  // x = 1 + 2^-8 to the even 1:
-  // with weight 1 the bf16 path gives the rounded values, f32 weights the exact ones.
-  const size_t K = 2;
-  const std::vector<float> x = {1.f + std::ldexp(1.f, -8) + std::ldexp(1.f, -9),
-                                1.f + std::ldexp(1.f, -8)};
-  const std::vector<float> ones = {1.f, 0.f, 0.f, 1.f};
-  set_simd_path(SimdPath::avx512bf16);
-  const Encoded wb = encode(ones, DType::bf16), wf = encode(ones, DType::f32);
-  std::vector<float> yb(2), yf(2);
-  matmul(x.data(), 1, K, wb.bytes.data(), DType::bf16, 2, nullptr, yb.data(), nullptr);
-  matmul(x.data(), 1, K, wf.bytes.data(), DType::f32, 2, nullptr, yf.data(), nullptr);
-  EXPECT_EQ(yb[0], 1.f + std::ldexp(1.f, -7));
-  EXPECT_EQ(yb[1], 1.f);
-  EXPECT_EQ(yf[0], x[0]);
-  EXPECT_EQ(yf[1], x[1]);
-  // f32 and f16 weights run the AVX-512 kernel: the same bits as the avx512 path.
-  std::mt19937 rng(9);
-  const size_t M = 11, K2 = 77, N = 29;
-  const auto xs = random_floats(rng, M * K2);
-  for (DType wt : {DType::f32, DType::f16}) {
-    const Encoded w = encode(random_floats(rng, N * K2), wt);
-    const auto a = run_matmul(xs, M, K2, w, wt, N, nullptr, nullptr);
-    set_simd_path(SimdPath::avx512);
-    const auto b = run_matmul(xs, M, K2, w, wt, N, nullptr, nullptr);
-    set_simd_path(SimdPath::avx512bf16);
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << dtype_name(wt);
+  set_simd_path(SimdPath::amx);
+  // K = 2048 (whole 32-wide k-tiles, weights read in place) and 1000 (a K tail);
+  // N = 70 ends in a partial block of 6 weight rows; M = 1, 16, 33 cover one x tile,
+  // a full one and two full tiles plus one row.
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (size_t K : {size_t(2048), size_t(1000)}) {
+    const size_t N = 70;
+    const Encoded w = encode(random_floats(rng, N * K), DType::bf16);
+    const auto bias = random_floats(rng, N);
+    for (size_t M : {size_t(1), size_t(16), size_t(33)}) {
+      const auto x = random_floats(rng, M * K);
+      expect_close_to_reference(x, M, K, w, DType::bf16, N, bias,
+                                run_matmul(x, M, K, w, DType::bf16, N, bias.data(), &pool));
+    }
   }
 }
 

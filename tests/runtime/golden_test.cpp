@@ -78,7 +78,7 @@ void check_on_path(cpu::SimdPath path, const Tolerance& t) {
 }
 
 
-// The default path keeps activations in f32 in every matmul (all but avx512bf16).
+// The default path keeps activations in f32 in every matmul (all but avx512bf16, amx).
 TEST(golden, f32_kv_matches_the_float64_reference_logits_and_greedy_tokens) {
   check_on_path(cpu::best_simd_path(), {DType::f32, 1e-4f});
 }
@@ -96,6 +96,15 @@ TEST(golden, the_bf16_dot_product_path_matches_the_reference_within_the_bf16_act
   // logits by up to ~1.1e-2 with f32 KV and ~1.7e-2 with bf16 KV (measured here).
   check_on_path(cpu::SimdPath::avx512bf16, {DType::f32, 2e-2f});
   check_on_path(cpu::SimdPath::avx512bf16, {DType::bf16, 3e-2f});
+}
+
+TEST(golden, the_amx_path_matches_the_reference_within_the_bf16_activation_bound) {
+  if (!cpu::simd_path_supported(cpu::SimdPath::amx)) {
+    GTEST_SKIP() << "this CPU or OS cannot run AMX tiles (the amx path cannot run)";
+  }
+  // The same bf16 activations as avx512bf16, summed in one f32 accumulator per element.
+  check_on_path(cpu::SimdPath::amx, {DType::f32, 2e-2f});
+  check_on_path(cpu::SimdPath::amx, {DType::bf16, 3e-2f});
 }
 
 }  // namespace

@@ -78,9 +78,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   std::string simd;
   app.add_option("--simd", simd,
-                 "SIMD path of the CPU kernels: scalar, avx2, avx512 or avx512bf16 (default: "
-                 "the best of the first three this CPU runs; avx512bf16 rounds activations "
-                 "to bf16 in bf16-weight matmuls and runs only when chosen)")
+                 "SIMD path of the CPU kernels: scalar, avx2, avx512, avx512bf16 or amx "
+                 "(default: the best of the first three this CPU runs; avx512bf16 and amx "
+                 "round activations to bf16 in bf16-weight matmuls and run only when chosen)")
       ->envname("VERICACHE_SIMD");
   vc::cli::Runner run;
   vc::cli::add_generate_command(app, run);
