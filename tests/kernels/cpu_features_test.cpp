@@ -13,13 +13,17 @@ TEST(cpu_features, scalar_and_the_best_path_are_always_supported) {
   EXPECT_TRUE(simd_path_supported(best_simd_path()));
   // The default is the best path (every test restores the path it changes).
   EXPECT_EQ(active_simd_path(), best_simd_path());
-  // avx512bf16 rounds activations to bf16: never the default, only chosen.
+  // avx512bf16 and amx round activations to bf16: never the default, only chosen.
   EXPECT_NE(best_simd_path(), SimdPath::avx512bf16);
+  EXPECT_NE(best_simd_path(), SimdPath::amx);
   if (simd_path_supported(SimdPath::avx512)) {
     EXPECT_EQ(best_simd_path(), SimdPath::avx512);
   }
   if (simd_path_supported(SimdPath::avx512bf16)) {
     EXPECT_TRUE(simd_path_supported(SimdPath::avx512));
+  }
+  if (simd_path_supported(SimdPath::amx)) {  // its other kernels are avx512bf16's
+    EXPECT_TRUE(simd_path_supported(SimdPath::avx512bf16));
   }
   if (simd_path_supported(SimdPath::avx512)) {
     EXPECT_TRUE(simd_path_supported(SimdPath::avx2));
@@ -45,6 +49,7 @@ TEST(cpu_features, paths_have_names) {
   EXPECT_EQ(simd_path_name(SimdPath::avx2), "avx2");
   EXPECT_EQ(simd_path_name(SimdPath::avx512), "avx512");
   EXPECT_EQ(simd_path_name(SimdPath::avx512bf16), "avx512bf16");
+  EXPECT_EQ(simd_path_name(SimdPath::amx), "amx");
 }
 
 TEST(cpu_features, every_path_is_found_by_its_name_and_an_unknown_name_is_an_error) {
@@ -55,6 +60,7 @@ TEST(cpu_features, every_path_is_found_by_its_name_and_an_unknown_name_is_an_err
   } catch (const vc::Error& e) {
     EXPECT_NE(std::string(e.what()).find("'avx1024'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("avx512bf16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("amx"), std::string::npos) << e.what();
   }
 }
 
