@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,28 @@ TEST(bench_throughput, an_edit_prompt_needs_room_for_its_request_and_says_so) {
   const auto r = vc::test::run_vericache("bench throughput --contexts 8 --prompt-kind edit", /*merge_err=*/true);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("too short for an edit request"), std::string::npos) << r.out;
+}
+
+TEST(bench_throughput, configs_runs_the_rows_named_with_the_full_kv_on_disk_for_the_disk_rows) {
+  const auto r = vc::test::run_vericache(
+      "bench throughput --contexts 160 --gen-tokens 8 --base-requests 1 --draft 4 "
+      "--configs a b-disk e-disk --json", /*merge_err=*/false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out);
+  std::vector<std::string> labels;
+  for (const json& row : j["rows"]) {
+    EXPECT_TRUE(row["all_ok"].get<bool>()) << row.dump();
+    labels.push_back(row["config"]);
+    const bool disk = labels.back().find("disk") != std::string::npos;
+    EXPECT_EQ(row["disk_tier"].get<bool>(), disk) << row.dump();
+    EXPECT_FALSE(row["simulated_link"].get<bool>()) << row.dump();
+    EXPECT_GT(row["tokens_per_second"].get<double>(), 0) << row.dump();
+  }
+  EXPECT_EQ(labels, (std::vector<std::string>{"(a) full KV in fast memory", "(b) full KV on disk",
+                                              "(e) staggered, disk tier"}));
+  const auto bad = vc::test::run_vericache("bench throughput --configs z", /*merge_err=*/true);
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("--configs"), std::string::npos) << bad.out;
 }
 
 TEST(bench_throughput, refuses_an_unknown_prompt_kind) {

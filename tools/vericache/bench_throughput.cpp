@@ -7,6 +7,8 @@
 //   (c) lossy decoding over compressed views: as many requests as the views fit;
 //   (d) VeriCache lock-step: everyone drafts, then everyone verifies;
 //   (e) VeriCache staggered: drafting and verifying overlap across requests.
+// Disk rows put the full KV on the real disk (O_DIRECT, no throttling): (e) by
+// default, (b) when chosen. --configs picks the rows (a b c d e b-disk e-disk).
 // With --draft-hierarchy ngram, (d) and (e) run once more with the n-gram level in
 // front of the drafter, beside the rows without it.
 // The link is modelled (no GPU here): the mover's reads are throttled to the
@@ -55,6 +57,8 @@ struct ThroughputArgs {
   RequestInput hierarchy;  // --draft-hierarchy and the n-gram options (vericache requests)
   std::string prompt_kind = "random";  // random tokens, or the bundled code prompts (plain, edit)
   bool disk = true;
+  // --configs: the rows to run, by key; empty = a b c d e (+ e-disk unless --no-disk)
+  std::vector<std::string> configs;
   bool json = false;
   int tp = 1;  // --tp: EngineConfig::tp of every configuration's engine
   int threads = 0;  // --threads: EngineConfig::threads (per compute actor, per rank)
@@ -62,6 +66,7 @@ struct ThroughputArgs {
 };
 
 struct Config {
+  std::string key;  // what --configs names it
   std::string label, mode, draft;
   size_t concurrency;
   bool lockstep, simulated, disk;
@@ -209,22 +214,30 @@ int run_throughput(const ThroughputArgs& a) {
       return std::max<size_t>(1, (budget - overhead) / need(mode, draft));
     };
     const size_t n_fit = fit("vericache", a.draft);
-    std::vector<Config> configs = {
-        {"(a) full KV in fast memory", "full", "0", a.base_requests, false, false, false},
-        {"(b) full KV behind the link", "vericache", "0", a.base_requests, false, true, false},
-        {"(c) lossy (compressed only)", "lossy", "0", fit("lossy", "0"), false, false, false},
-        {"(d) VeriCache lock-step", "vericache", a.draft, n_fit, true, true, false},
-        {"(e) VeriCache staggered", "vericache", a.draft, n_fit, false, true, false}};
+    std::vector<Config> all = {
+        {"a", "(a) full KV in fast memory", "full", "0", a.base_requests, false, false, false},
+        {"b", "(b) full KV behind the link", "vericache", "0", a.base_requests, false, true, false},
+        {"c", "(c) lossy (compressed only)", "lossy", "0", fit("lossy", "0"), false, false, false},
+        {"d", "(d) VeriCache lock-step", "vericache", a.draft, n_fit, true, true, false},
+        {"e", "(e) VeriCache staggered", "vericache", a.draft, n_fit, false, true, false}};
     if (a.hierarchy.draft_hierarchy == "ngram") {
-      configs.push_back({"(d) lock-step + n-gram", "vericache", a.draft, n_fit, true, true, false, "ngram"});
-      configs.push_back({"(e) staggered + n-gram", "vericache", a.draft, n_fit, false, true, false, "ngram"});
+      all.push_back({"d", "(d) lock-step + n-gram", "vericache", a.draft, n_fit, true, true, false, "ngram"});
+      all.push_back({"e", "(e) staggered + n-gram", "vericache", a.draft, n_fit, false, true, false, "ngram"});
     }
-    if (a.disk) configs.push_back({"(e) staggered, disk tier", "vericache", a.draft, n_fit, false, false, true});
+    all.push_back({"b-disk", "(b) full KV on disk", "vericache", "0", a.base_requests, false, false, true});
+    all.push_back({"e-disk", "(e) staggered, disk tier", "vericache", a.draft, n_fit, false, false, true});
+    std::vector<Config> configs;
+    for (const auto& c : all) {
+      const bool chosen = a.configs.empty()
+                              ? c.key != "b-disk" && (c.key != "e-disk" || a.disk)
+                              : std::find(a.configs.begin(), a.configs.end(), c.key) != a.configs.end();
+      if (chosen) configs.push_back(c);
+    }
     double base = 0;
     for (const auto& c : configs) {
       spdlog::info("context {}: {} x{}", ctx, c.label, c.concurrency);
       const Outcome o = run_config(a, c, ctx, link_bps, mc, tok, budget);
-      if (c.label[1] == 'a') base = o.tokens_per_second;
+      if (c.key == "a") base = o.tokens_per_second;
       nlohmann::json busy = o.busy;
       rows.push_back({{"context", ctx},
                       {"tensor_parallel", a.tp},
@@ -319,6 +332,10 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--fold-every", a->fold_every, "Rebuild views every N verified tokens")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd->add_flag("!--no-disk", a->disk, "Skip the disk-tier row");
+  cmd->add_option("--configs", a->configs,
+                  "Rows to run: a b c d e b-disk e-disk (default: a b c d e e-disk; b-disk and "
+                  "e-disk keep the full KV on the real disk, O_DIRECT, no throttling)")
+      ->check(CLI::IsMember({"a", "b", "c", "d", "e", "b-disk", "e-disk"}));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->add_option("--tp", a->tp,
                   "Tensor-parallel degree of every engine (budgets are then per rank)")
