@@ -107,12 +107,30 @@ bool simd_path_supported(SimdPath p) {
   return false;
 }
 
+std::string_view simd_path_needs(SimdPath p) {
+  switch (p) {
+    case SimdPath::scalar:
+      return "nothing";
+    case SimdPath::avx2:
+      return "AVX2, FMA and F16C";
+    case SimdPath::avx512:
+      return "AVX-512 F, BW, VL and DQ (and AVX2)";
+    case SimdPath::avx512bf16:
+      return "AVX512_BF16 (and AVX-512)";
+    case SimdPath::amx:
+      return "AMX-TILE and AMX-BF16 (and AVX512_BF16), and Linux 5.16 or later granting the "
+             "process AMX tile state";
+  }
+  return "an unknown path";
+}
+
 SimdPath active_simd_path() { return active_path().load(std::memory_order_relaxed); }
 
 void set_simd_path(SimdPath p) {
   if (!simd_path_supported(p)) {
     throw Error("set_simd_path: this CPU does not support the " +
-                std::string(simd_path_name(p)) + " path (best supported: " +
+                std::string(simd_path_name(p)) + " path (it needs " +
+                std::string(simd_path_needs(p)) + "; best supported: " +
                 std::string(simd_path_name(best_simd_path())) + ")");
   }
   active_path().store(p, std::memory_order_relaxed);

@@ -25,6 +25,8 @@ inline constexpr SimdPath kAllSimdPaths[] = {SimdPath::scalar, SimdPath::avx2, S
 [[nodiscard]] SimdPath best_simd_path();
 /// True when the running CPU can execute `p`.
 [[nodiscard]] bool simd_path_supported(SimdPath p);
+/// What `p` needs of the CPU and OS, for error messages ("AVX2, FMA and F16C", ...).
+[[nodiscard]] std::string_view simd_path_needs(SimdPath p);
 /// The path kernels use now (defaults to best_simd_path()).
 [[nodiscard]] SimdPath active_simd_path();
 /// Select the path (tests and benchmarks); throws vc::Error if unsupported.

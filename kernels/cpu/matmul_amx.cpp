@@ -26,6 +26,7 @@
 #error "matmul_amx.cpp is compiled with -mamx-tile -mamx-bf16"
 #endif
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -79,7 +80,9 @@ void pack_weight_tiles(const uint16_t* w, size_t K, size_t first, size_t rows, s
   for (size_t r = 0; r < kRows; ++r) {
     uint8_t* dst = out + r * 64;
     if (r >= rows) {
-      for (size_t t = 0; t < KT; ++t) _mm512_store_si512(dst + t * kPackedTileBytes, _mm512_setzero_si512());
+      for (size_t t = 0; t < KT; ++t) {
+        _mm512_store_si512(dst + t * kPackedTileBytes, _mm512_setzero_si512());
+      }
       continue;
     }
     const uint16_t* src = w + (first + r) * K;

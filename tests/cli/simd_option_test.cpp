@@ -34,6 +34,7 @@ TEST(simd_option, every_path_this_cpu_runs_decodes_vericache_equal_to_full_on_th
       EXPECT_EQ(r.code, 1) << r.out;
       EXPECT_EQ(lines_of(r.out), 1u) << r.out;
       EXPECT_NE(r.out.find("this CPU cannot run"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find(std::string(vc::cpu::simd_path_needs(p))), std::string::npos) << r.out;
       continue;
     }
     const auto f = vc::test::run_vericache("--simd " + name + " generate --mode full " + kArgs, false);

@@ -38,10 +38,23 @@ TEST(cpu_features, set_simd_path_selects_each_supported_path_and_rejects_the_oth
       EXPECT_EQ(active_simd_path(), p);
     } else {
       const SimdPath before = active_simd_path();
-      EXPECT_THROW(set_simd_path(p), vc::Error);
+      try {
+        set_simd_path(p);
+        ADD_FAILURE() << "an unsupported path was accepted: " << simd_path_name(p);
+      } catch (const vc::Error& e) {  // the message says what the path needs
+        EXPECT_NE(std::string(e.what()).find(simd_path_needs(p)), std::string::npos) << e.what();
+      }
       EXPECT_EQ(active_simd_path(), before);
     }
   }
+}
+
+TEST(cpu_features, every_path_says_what_it_needs_of_the_cpu) {
+  EXPECT_EQ(simd_path_needs(SimdPath::scalar), "nothing");
+  EXPECT_NE(simd_path_needs(SimdPath::avx2).find("AVX2"), std::string_view::npos);
+  EXPECT_NE(simd_path_needs(SimdPath::avx512bf16).find("AVX512_BF16"), std::string_view::npos);
+  EXPECT_NE(simd_path_needs(SimdPath::amx).find("AMX-BF16"), std::string_view::npos);
+  EXPECT_NE(simd_path_needs(SimdPath::amx).find("Linux"), std::string_view::npos);
 }
 
 TEST(cpu_features, paths_have_names) {

@@ -54,7 +54,8 @@ void select_simd_path(const std::string& name) {
     throw vc::Error(std::string("--simd: ") + e.what());
   }
   if (!vc::cpu::simd_path_supported(p)) {
-    throw vc::Error("--simd " + name + ": this CPU cannot run that path (best: " +
+    throw vc::Error("--simd " + name + ": this CPU cannot run that path (it needs " +
+                    std::string(vc::cpu::simd_path_needs(p)) + "; best: " +
                     std::string(vc::cpu::simd_path_name(vc::cpu::best_simd_path())) + ")");
   }
   vc::cpu::set_simd_path(p);
