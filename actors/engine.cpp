@@ -48,7 +48,7 @@ struct Engine::Impl {
   KvCacheConfig kv;                      // a rank's KV layout
   size_t request_budget = 0;             // fast memory (per rank) left for requests' needs
   std::shared_ptr<TpDraftBatcher> batcher;
-  std::shared_ptr<StreamerGroup> streamers;
+  StreamerLanes streamers;  // the verifier's lanes, one streamer per rank each
   std::shared_ptr<TraceRecorder> trace;
   std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
@@ -110,6 +110,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (cfg.full_tier != "host" && cfg.full_tier != "disk")
     throw Error("EngineConfig.full_tier: expected host or disk, got '" + cfg.full_tier + "'");
   if (cfg.max_active == 0) throw Error("EngineConfig.max_active: must be at least 1");
+  if (cfg.verify_batch == 0 || cfg.verify_batch > 64)
+    throw Error("EngineConfig.verify_batch: must be 1 to 64, got " + std::to_string(cfg.verify_batch));
   if (cfg.tp < 1) throw Error("EngineConfig.tp: must be at least 1, got " + std::to_string(cfg.tp));
   if (cfg.placement != "none" && cfg.placement != "auto")
     throw Error("EngineConfig.placement: expected none or auto, got '" + cfg.placement + "'");
@@ -157,7 +159,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.kv = kvc;
   const size_t per_token = 2 * kvc.num_layers * kvc.kv_heads * kvc.head_dim * dtype_size(kv);
   const size_t budget = cfg.fast_memory_bytes > 0 ? cfg.fast_memory_bytes : (size_t(1) << 16) * per_token;
-  const size_t overhead = engine_fast_overhead(kvc, cfg.stage_positions);
+  const size_t overhead = engine_fast_overhead(kvc, cfg.stage_positions, cfg.verify_batch);
   if (budget <= overhead)
     throw Error("EngineConfig.fast_memory_bytes: " + format_bytes(budget) +
                 " does not cover the staging buffers of the verify and prefill passes (" +
@@ -197,16 +199,23 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   const size_t pool_tokens = budget / per_token + kvc.block_tokens;
   std::vector<std::shared_ptr<DraftBatcher>> batchers;
   std::vector<std::shared_ptr<Verifier>> verifiers;
-  m.streamers = std::make_shared<StreamerGroup>();
+  m.streamers.clear();
+  for (size_t k = 0; k < cfg.verify_batch; ++k) m.streamers.push_back(std::make_shared<StreamerGroup>());
   std::vector<FullTier*> tier_ptrs;
   for (size_t r = 0; r < d; ++r) {
     batchers.push_back(std::make_shared<DraftBatcher>(draft_shards[r], m.tiers[r].get(), pool_tokens,
                                                       kv, threads, m.fast[r].get(),
                                                       cfg.stage_positions));
-    auto streamer = std::make_shared<LayerStreamer>(*m.tiers[r], cfg.stage_positions);
-    streamer->set_link_bandwidth(cfg.link_bytes_per_second);
-    streamer->set_budget(m.fast[r].get());
-    m.streamers->ranks.push_back(std::move(streamer));
+    // The rank's lanes share its link (modelled, or the tier's own).
+    auto link = cfg.link_bytes_per_second > 0
+                    ? std::make_shared<ModelledLink>(cfg.link_bytes_per_second)
+                    : nullptr;
+    for (auto& lane : m.streamers) {
+      auto streamer = std::make_shared<LayerStreamer>(*m.tiers[r], cfg.stage_positions);
+      streamer->set_link(link);
+      streamer->set_budget(m.fast[r].get());
+      lane->ranks.push_back(std::move(streamer));
+    }
     verifiers.push_back(std::make_shared<Verifier>(verify_shards[r], threads));
     tier_ptrs.push_back(m.tiers[r].get());
   }
@@ -222,7 +231,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
                          m.tiers[0].get(), m.remote ? m.remote->layout().chunk_tokens : size_t(0));
   m.drafter = m.sys->spawn<caf::detached>(actors::drafter_group, m.batcher, m.sched, m.trace);
   m.mover = m.sys->spawn<caf::detached>(actors::mover_group, tier_ptrs, m.streamers, m.trace);
-  m.verifier = m.sys->spawn<caf::detached>(actors::verifier_group, verifier, m.mover, m.sched, m.trace);
+  m.verifier = m.sys->spawn<caf::detached>(actors::verifier_group, verifier, m.mover, m.sched,
+                                           m.trace, cfg.verify_batch);
   for (const auto& ranks : m.remotes)  // detached: a fetch blocks on the store
     m.net_fetchers.push_back(m.sys->spawn<caf::detached>(actors::net_fetcher_group, ranks, tier_ptrs));
   caf::anon_send(m.sched, actors::wire_msg{m.drafter, m.verifier, m.mover, m.net_fetchers});
@@ -395,7 +405,8 @@ EngineStats Engine::stats() {
     s.full_tier_bytes_read += b.read;
     s.full_tier_bytes_written += b.written;
     s.full_tier_bytes_held += b.held;
-    s.full_tier_bytes_read_verify += m.streamers->ranks[r]->bytes_streamed();
+    for (const auto& lane : m.streamers)
+      s.full_tier_bytes_read_verify += lane->ranks[r]->bytes_streamed();
   }
   s.full_tier_bytes_read_prefill = m.batcher->prefill_bytes_streamed();
   const size_t streamed = s.full_tier_bytes_read_verify + s.full_tier_bytes_read_prefill;

@@ -53,14 +53,21 @@ struct drafted_msg {
 struct verify_msg {
   VerifyJob job;
 };
-/// verifier -> mover, once per verify pass: start streaming the full KV of a
-/// request, layer by layer, into the staging buffers (each rank's from its own
-/// tier); answered with the streamers (StreamerGroup, one per rank).
-struct stream_msg {
+/// One request's full KV to stream for a verify pass.
+struct StreamJob {
   uint64_t id = 0;
   size_t n_full = 0, n_rows = 0;
   bool whole_layers = false;  // the pass gathers statistics that read whole layers
 };
+/// verifier -> mover, once per verify pass (of one or several requests): start
+/// streaming each request's full KV, layer by layer, into the staging buffers of a
+/// lane of its own (each rank's from its own tier); answered with the lanes'
+/// streamers (StreamerLanes: jobs[j]'s in lanes[j], one streamer per rank).
+struct stream_msg {
+  std::vector<StreamJob> jobs;
+};
+/// verifier -> itself: run a pass over the jobs waiting (see verifier_group).
+struct verify_now_msg {};
 /// verifier -> scheduler, once per round.
 struct verified_msg {
   std::shared_ptr<const VerifyOutcome> outcome;
@@ -198,3 +205,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::finish_prefill_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::prefill_finished_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::LayerStreamer>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<vc::StreamerGroup>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::StreamerLanes)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::verify_now_msg)

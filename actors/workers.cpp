@@ -2,7 +2,9 @@
 // turns exceptions into failed_msg for the one request concerned.
 #include "actors/workers.hpp"
 
+#include <algorithm>
 #include <array>
+#include <deque>
 
 #include "actors/protocol.hpp"
 #include "runtime/rank_group.hpp"
@@ -95,33 +97,41 @@ caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
                     std::shared_ptr<LayerStreamer> streamer, std::shared_ptr<TraceRecorder> trace) {
   auto group = std::make_shared<StreamerGroup>();
   group->ranks.push_back(std::move(streamer));
-  return mover_group(self, {tier}, std::move(group), std::move(trace));
+  return mover_group(self, {tier}, StreamerLanes{std::move(group)}, std::move(trace));
 }
 
 caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> tiers,
-                          std::shared_ptr<StreamerGroup> streamers,
-                          std::shared_ptr<TraceRecorder> trace) {
+                          StreamerLanes lanes, std::shared_ptr<TraceRecorder> trace) {
   (void)self;
   const int track = trace->track("mover");
   // The ranks' commits run at once, each rank's rows to its own tier (its own link).
   const int degree = int(tiers.size());
   auto ranks = std::make_shared<RankGroup>(
       degree > 1 ? std::make_shared<CpuCommunicator>(degree) : nullptr);
-  for (size_t rank = 0; rank < streamers->ranks.size(); ++rank) {
-    const std::string prefix = rank == 0 ? "" : "rank " + std::to_string(rank) + " ";
-    streamers->ranks[rank]->set_layer_observer(
-        [trace, track, prefix](uint64_t id, size_t layer, auto b, auto e, size_t bytes) {
-          const std::array<uint64_t, 1> ids{id};
-          trace->slice(track, prefix + "layer " + std::to_string(layer) + " transfer", ids, b, e,
-                       {{"bytes", double(bytes)}});
-        });
-  }
+  for (const auto& lane : lanes)
+    for (size_t rank = 0; rank < lane->ranks.size(); ++rank) {
+      const std::string prefix = rank == 0 ? "" : "rank " + std::to_string(rank) + " ";
+      lane->ranks[rank]->set_layer_observer(
+          [trace, track, prefix](uint64_t id, size_t layer, auto b, auto e, size_t bytes) {
+            const std::array<uint64_t, 1> ids{id};
+            trace->slice(track, prefix + "layer " + std::to_string(layer) + " transfer", ids, b,
+                         e, {{"bytes", double(bytes)}});
+          });
+    }
   return {
-      [=](stream_msg& m) -> std::shared_ptr<StreamerGroup> {
+      [=](stream_msg& m) -> caf::result<StreamerLanes> {
+        if (m.jobs.empty() || m.jobs.size() > lanes.size())
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "mover: " + std::to_string(m.jobs.size()) +
+                                     " requests in one verify pass; it has " +
+                                     std::to_string(lanes.size()) + " lanes");
         // Each rank's streamer reads its own tier on its own copy thread: the ranks'
-        // links run at once.
-        for (auto& s : streamers->ranks) s->start(m.id, m.n_full, m.n_rows, m.whole_layers);
-        return streamers;
+        // links run at once; so do the lanes of a batched pass.
+        StreamerLanes used(lanes.begin(), lanes.begin() + long(m.jobs.size()));
+        for (size_t j = 0; j < m.jobs.size(); ++j)
+          for (auto& s : used[j]->ranks)
+            s->start(m.jobs[j].id, m.jobs[j].n_full, m.jobs[j].n_rows, m.jobs[j].whole_layers);
+        return used;
       },
       [=](commit_msg& m) {
         const VerifyOutcome& v = *m.outcome;
@@ -145,8 +155,9 @@ caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> t
       },
       [=](bind_msg& m) {  // the rank threads (commits) and each rank's copy thread
         ranks->run([&](int rank) { m.binder->bind_calling_thread("mover", rank); });
-        for (size_t rank = 0; rank < streamers->ranks.size(); ++rank)
-          m.binder->bind_thread(streamers->ranks[rank]->copy_thread(), "mover", int(rank));
+        for (const auto& lane : lanes)
+          for (size_t rank = 0; rank < lane->ranks.size(); ++rank)
+            m.binder->bind_thread(lane->ranks[rank]->copy_thread(), "mover", int(rank));
         return true;
       },
   };
@@ -161,29 +172,92 @@ caf::behavior verifier(caf::event_based_actor* self, std::shared_ptr<Verifier> v
 
 caf::behavior verifier_group(caf::event_based_actor* self, std::shared_ptr<TpVerifier> v,
                              caf::actor mover, caf::actor scheduler,
-                             std::shared_ptr<TraceRecorder> trace) {
+                             std::shared_ptr<TraceRecorder> trace, size_t max_batch) {
   const int track = trace->track("verifier");
+  struct Waiting {
+    VerifyJob job;
+    bool alone = false;  // run in a pass of its own (a batched pass with it failed)
+  };
+  struct State {
+    std::deque<Waiting> waiting;
+    bool kicked = false;  // a verify_now_msg is in the mailbox
+  };
+  auto st = std::make_shared<State>();
+  max_batch = std::max<size_t>(1, max_batch);
+  auto kick = [=] {
+    if (!st->kicked && !st->waiting.empty()) {
+      st->kicked = true;
+      self->send(self, verify_now_msg{});
+    }
+  };
+  auto needs_alone = [](const Waiting& w) {
+    return w.alone || w.job.collect_stats || w.job.hidden != nullptr;
+  };
   return {
       [=](verify_msg& m) {
-        const VerifyJob job = m.job;
+        st->waiting.push_back({std::move(m.job), false});
+        kick();
+      },
+      [=](verify_now_msg&) {
+        st->kicked = false;
+        // The jobs that came while the last pass ran, in arrival order; one that
+        // must run alone ends the batch (or is the batch).
+        std::vector<VerifyJob> jobs;
+        while (!st->waiting.empty() && jobs.size() < max_batch) {
+          const bool alone = needs_alone(st->waiting.front());
+          if (alone && !jobs.empty()) break;
+          jobs.push_back(std::move(st->waiting.front().job));
+          st->waiting.pop_front();
+          if (alone) break;
+        }
+        if (jobs.empty()) return;
+        stream_msg req;
+        for (const VerifyJob& j : jobs)
+          req.jobs.push_back({j.id, j.p0, j.drafts.size() + 1, false});
         // Blocking request: this actor owns the verify compute and has nothing else
         // to do until its pass can start.
-        self->request(mover, caf::infinite,
-                      stream_msg{job.id, job.p0, job.drafts.size() + 1})
+        self->request(mover, caf::infinite, std::move(req))
             .await(
-                [=](std::shared_ptr<StreamerGroup> stream) {
+                [=](StreamerLanes& lanes) {
+                  std::vector<std::shared_ptr<const VerifyOutcome>> outs;
                   try {
-                    auto s = trace->scope(track, "verify pass", job.id);
-                    std::shared_ptr<const VerifyOutcome> out = v->run(job, *stream);
-                    self->send(mover, commit_msg{out, job.p0});
-                    self->send(scheduler, verified_msg{out});
+                    std::vector<uint64_t> ids;
+                    for (const VerifyJob& j : jobs) ids.push_back(j.id);
+                    const auto b = TraceRecorder::clock::now();
+                    if (jobs.size() == 1) {
+                      outs.push_back(v->run(jobs[0], *lanes[0]));
+                    } else {
+                      std::vector<const StreamerGroup*> groups;
+                      for (const auto& l : lanes) groups.push_back(l.get());
+                      outs = v->run_batch(jobs, groups);
+                    }
+                    size_t rows = 0;
+                    for (const VerifyJob& j : jobs) rows += j.drafts.size() + 1;
+                    trace->slice(track, "verify pass", ids, b, TraceRecorder::clock::now(),
+                                 {{"rows", double(rows)}, {"requests", double(jobs.size())}});
                   } catch (const std::exception& e) {
-                    self->send(scheduler, failed_msg{job.id, e.what()});
+                    if (jobs.size() == 1) {
+                      self->send(scheduler, failed_msg{jobs[0].id, e.what()});
+                    } else {  // find the request concerned: each again, alone, first
+                      for (auto it = jobs.rbegin(); it != jobs.rend(); ++it)
+                        st->waiting.push_front({*it, true});
+                    }
+                    kick();
+                    return;
                   }
+                  for (size_t j = 0; j < jobs.size(); ++j) {
+                    self->send(mover, commit_msg{outs[j], jobs[j].p0});
+                    self->send(scheduler, verified_msg{outs[j]});
+                  }
+                  kick();
                 },
                 [=](caf::error& err) {
-                  self->send(scheduler, failed_msg{job.id, "verify: mover: " + to_string(err)});
+                  for (const VerifyJob& j : jobs)
+                    self->send(scheduler, failed_msg{j.id, "verify: mover: " + to_string(err)});
+                  kick();
                 });
+        // No kick here: the next pass starts from the handlers above, behind the
+        // jobs that arrive while this one runs, so they can share it.
       },
       [=](bind_msg& m) {
         v->run_on_each_thread([&](int rank, int) { m.binder->bind_calling_thread("verifier", rank); });

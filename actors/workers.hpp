@@ -29,16 +29,18 @@ caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher
 caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraftBatcher> batcher,
                             caf::actor scheduler, std::shared_ptr<TraceRecorder> trace);
 
-/// Handles stream_msg (replies with the streamers), commit_msg, release_msg.
+/// Handles stream_msg (replies with the streamers; one job at a time), commit_msg,
+/// release_msg.
 caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
                     std::shared_ptr<LayerStreamer> streamer, std::shared_ptr<TraceRecorder> trace);
 
-/// The mover of a group: tiers[r] holds rank r's KV heads, streamers.ranks[r]
-/// streams from it; a commit writes each rank's verified rows to its own tier, the
-/// ranks at once (one thread per rank, kept between commits).
+/// The mover of a group: tiers[r] holds rank r's KV heads, lanes[k].ranks[r]
+/// streams from it (a stream_msg of n jobs takes lanes 0..n-1, so at most
+/// lanes.size() requests share a verify pass); a commit writes each rank's
+/// verified rows to its own tier, the ranks at once (one thread per rank, kept
+/// between commits).
 caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> tiers,
-                          std::shared_ptr<StreamerGroup> streamers,
-                          std::shared_ptr<TraceRecorder> trace);
+                          StreamerLanes lanes, std::shared_ptr<TraceRecorder> trace);
 
 /// Handles verify_msg: asks `mover` to stream, runs the pass, sends commit_msg to
 /// the mover and verified_msg (or failed_msg) to `scheduler`.
@@ -46,9 +48,15 @@ caf::behavior verifier(caf::event_based_actor* self, std::shared_ptr<Verifier> v
                        caf::actor mover, caf::actor scheduler,
                        std::shared_ptr<TraceRecorder> trace);
 
-/// The verifier of a group: the pass runs on every rank at once.
+/// The verifier of a group: the pass runs on every rank at once. Verify jobs that
+/// wait while a pass runs share the next pass, up to `max_batch` of them (the
+/// mover's lanes): one forward reads the weights once for all their rows, each
+/// request's rows over its own full KV (Verifier::run_batch; outcomes bit for bit
+/// those of passes alone). A job that gathers statistics runs alone; when a
+/// batched pass fails, its jobs run again one by one, so a failure reaches the
+/// one request concerned.
 caf::behavior verifier_group(caf::event_based_actor* self, std::shared_ptr<TpVerifier> v,
                              caf::actor mover, caf::actor scheduler,
-                             std::shared_ptr<TraceRecorder> trace);
+                             std::shared_ptr<TraceRecorder> trace, size_t max_batch = 1);
 
 }  // namespace vc::actors

@@ -78,9 +78,11 @@ size_t tail_blocks_bytes(const KvCacheConfig& kv, size_t positions) {
   return ((positions + bt - 1) / bt + 1) * bt * per_token;
 }
 
-size_t engine_fast_overhead(const KvCacheConfig& kv, size_t stage_positions) {
+size_t engine_fast_overhead(const KvCacheConfig& kv, size_t stage_positions,
+                            size_t verify_lanes) {
   const size_t positions = stage_positions == 0 ? kv.block_tokens : stage_positions;
-  return 2 * whole_layer_staging(kv, positions);  // the verifier's and the prefill's streamer
+  // The verifier's streamers and the prefill's.
+  return (std::max<size_t>(1, verify_lanes) + 1) * whole_layer_staging(kv, positions);
 }
 
 }  // namespace vc

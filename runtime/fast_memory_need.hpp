@@ -38,7 +38,9 @@ struct FastNeed {
 [[nodiscard]] size_t tail_blocks_bytes(const KvCacheConfig& kv, size_t positions);
 
 /// Fast memory an engine holds whatever runs: the staging buffers of its verify
-/// and prefill streamers (two chunks of `stage_positions` each).
-[[nodiscard]] size_t engine_fast_overhead(const KvCacheConfig& kv, size_t stage_positions);
+/// streamers (one per lane: requests that can share a verify pass) and its prefill
+/// streamer (two chunks of `stage_positions` each).
+[[nodiscard]] size_t engine_fast_overhead(const KvCacheConfig& kv, size_t stage_positions,
+                                          size_t verify_lanes = 1);
 
 }  // namespace vc

@@ -74,16 +74,17 @@ size_t tile_blocks(const cpu::PagedKv& kv) {
   return std::max<size_t>(1, kTileBytes / std::max<size_t>(1, block_bytes));
 }
 
-// Rows [0, M) (states begun) merge blocks [b_begin, b_end) of `kv` a tile of
+// Rows [r0, r0 + M) (states begun) merge blocks [b_begin, b_end) of `kv` a tile of
 // blocks at a time, every row reading a tile while it is in cache, rows split across
 // the pool. Per row the blocks still come in position order, so each row's bits are
 // those of one pass over the whole range (AttentionRowState).
-void attend_tiles(const cpu::PagedKv& kv, size_t M, size_t b_begin, size_t b_end, Workspace& ws) {
+void attend_tiles(const cpu::PagedKv& kv, size_t r0, size_t M, size_t b_begin, size_t b_end,
+                  Workspace& ws) {
   const size_t tile = tile_blocks(kv);
   for (size_t b0 = b_begin; b0 < b_end; b0 += tile) {
     const size_t b1 = std::min(b_end, b0 + tile);
     ws.pool().parallel_for(M, 1, [&](size_t b, size_t e) {
-      for (size_t m = b; m < e; ++m) ws.attn_states[m].add(kv, b0, b1);
+      for (size_t m = b; m < e; ++m) ws.attn_states[r0 + m].add(kv, b0, b1);
     });
   }
 }
@@ -147,22 +148,21 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
   else attend(0, M);
 }
 
-// Attention of every row over KV streamed in by `provider`, chunk by chunk in
-// position order, each chunk in tiles of blocks: each row's state merges the blocks
-// as attention_row would merge them, so the bits equal a pass over a cache holding
-// the same KV.
+// Attention of rows [r0, r0 + rows.size()) of the pass over KV streamed in by
+// `provider`, chunk by chunk in position order, each chunk in tiles of blocks: each
+// row's state merges the blocks as attention_row would merge them, so the bits equal
+// a pass over a cache holding the same KV.
 void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
-                     std::span<const ForwardRow> rows, float scale, Workspace& ws) {
+                     std::span<const ForwardRow> rows, size_t r0, float scale, Workspace& ws) {
   const size_t M = rows.size(), nh = size_t(c.num_heads), qd = nh * size_t(c.head_dim);
   const std::vector<int32_t>& pos = ws.positions;
-  if (ws.attn_states.size() < M) ws.attn_states.resize(M);
   const cpu::PagedKv shape = provider.shape();
-  for (size_t m = 0; m < M; ++m)
+  for (size_t m = r0; m < r0 + M; ++m)
     ws.attn_states[m].begin(ws.q.data() + m * qd, nh, shape, size_t(pos[m]) + 1, scale);
   const size_t chunks = provider.chunks();
   // Statistics that read the layer's keys need it staged whole (and each row's
   // softmax maximum and sum, known once its attention is done); the others read
-  // the queries only.
+  // the queries only. Only a pass of one provider gathers them (r0 = 0).
   const bool stats_keys = ws.stats != nullptr && ws.stats->needs_keys();
   if (stats_keys && chunks != 1)
     throw Error("forward: these prefill statistics need whole layers staged");
@@ -171,9 +171,9 @@ void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
     if (ws.stats != nullptr && !stats_keys && c == 0)
       ws.stats->observe(l, rows, ws.q.data(), nullptr, nullptr);
     if (M == 1) {
-      ws.attn_states[0].add(ch.kv, ch.block_begin, ch.block_end, &ws.pool());
+      ws.attn_states[r0].add(ch.kv, ch.block_begin, ch.block_end, &ws.pool());
     } else {
-      attend_tiles(ch.kv, M, ch.block_begin, ch.block_end, ws);
+      attend_tiles(ch.kv, r0, M, ch.block_begin, ch.block_end, ws);
     }
     if (stats_keys) {
       ws.attn_max_sum.resize(M * nh * 2);
@@ -182,7 +182,22 @@ void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
     }
     provider.release(l, c);
   }
-  for (size_t m = 0; m < M; ++m) ws.attn_states[m].finish(ws.attn.data() + m * qd);
+  for (size_t m = r0; m < r0 + M; ++m) ws.attn_states[m].finish(ws.attn.data() + m * qd);
+}
+
+// The providers' ranges must cover rows [0, M) in order.
+void check_providers(const Workspace& ws, size_t M) {
+  size_t next = 0;
+  for (const ProvidedRows& p : ws.providers) {
+    if (p.provider == nullptr || p.begin != next || p.end <= p.begin)
+      throw Error("forward: the providers' row ranges must cover the rows in order");
+    next = p.end;
+  }
+  if (next != M)
+    throw Error("forward: the providers cover " + std::to_string(next) + " of " +
+                std::to_string(M) + " rows");
+  if (ws.providers.size() > 1 && ws.stats != nullptr)
+    throw Error("forward: a pass over several providers gathers no statistics");
 }
 
 }  // namespace
@@ -195,8 +210,9 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
   const size_t D = size_t(c.hidden_size), hd = size_t(c.head_dim);
   const size_t nh = size_t(c.num_heads), nkv = size_t(c.num_kv_heads);
   const size_t qd = nh * hd, kvd = nkv * hd, I = size_t(c.intermediate_size);
-  LayerKvProvider* provider = ws.provider;
-  if (provider == nullptr) check_rows(rows, cache);
+  const bool provided = !ws.providers.empty();
+  if (provided) check_providers(ws, M);
+  else check_rows(rows, cache);
 
   ws.x.resize(M * D);
   ws.h.resize(M * D);
@@ -250,10 +266,14 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
     }
     cpu::rope(ws.q.data(), M, nh, hd, pos.data(), model.rope_inv_freq().data());
     cpu::rope(ws.k.data(), M, nkv, hd, pos.data(), model.rope_inv_freq().data());
-    if (provider != nullptr) {
-      for (size_t m = 0; m < M; ++m)
-        provider->write(l, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
-      attend_streamed(c, *provider, l, rows, scale, ws);
+    if (provided) {
+      if (ws.attn_states.size() < M) ws.attn_states.resize(M);
+      for (const ProvidedRows& p : ws.providers) {
+        for (size_t m = p.begin; m < p.end; ++m)
+          p.provider->write(l, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
+        attend_streamed(c, *p.provider, l, rows.subspan(p.begin, p.end - p.begin), p.begin,
+                        scale, ws);
+      }
     } else {
       for (size_t m = 0; m < M; ++m)
         cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd,

@@ -45,6 +45,13 @@ class LayerKvProvider {
   [[nodiscard]] virtual cpu::PagedKv shape() const = 0;
 };
 
+/// Rows [begin, end) of a pass whose KV `provider` holds (one sequence's
+/// consecutive positions).
+struct ProvidedRows {
+  LayerKvProvider* provider = nullptr;
+  size_t begin = 0, end = 0;
+};
+
 /// One token to run. Rows of one sequence must be consecutive positions in
 /// increasing order; its earlier positions must already be in the cache.
 struct ForwardRow {
@@ -72,9 +79,13 @@ class Workspace {
   std::vector<float> attn_max_sum;  // per row and head, softmax (max, sum), for stats
   /// When set, forward() reports every layer's queries to it (prefill statistics).
   PrefillStatsCollector* stats = nullptr;
-  /// When set, every row's KV goes to it and attention reads from it instead of the
-  /// cache (rows must then belong to one sequence; `seq` is ignored).
-  LayerKvProvider* provider = nullptr;
+  /// When not empty, every row's KV goes to the provider of its range and attention
+  /// reads from there instead of the cache (`seq` is ignored). The ranges cover the
+  /// rows in order; several ranges batch several sequences' verify passes into one
+  /// forward (each attends over its own provider; no statistics then).
+  std::vector<ProvidedRows> providers;
+  /// One provider for every row of `rows_in_pass` rows.
+  void use_provider(LayerKvProvider& p, size_t rows_in_pass) { providers.assign(1, {&p, 0, rows_in_pass}); }
 
  private:
   std::unique_ptr<cpu::ThreadPool> pool_;

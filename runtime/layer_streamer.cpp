@@ -138,9 +138,8 @@ void LayerStreamer::worker() {
         const size_t positions = std::min(n_full, read_end * cfg_.block_tokens) - bb * cfg_.block_tokens;
         bytes = positions * tier_.bytes_per_token() / cfg_.num_layers;
       }
-      if (link_bps_ > 0 && bytes > 0) {  // modelled link: a chunk takes at least bytes / bandwidth
-        std::this_thread::sleep_until(t0 + std::chrono::duration<double>(double(bytes) / link_bps_));
-      }
+      if (link_ != nullptr && bytes > 0)  // modelled link: the chunk's turn on it
+        std::this_thread::sleep_until(link_->book(t0, bytes));
     } catch (const std::exception& e) {
       err = e.what();
     }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "kvtiers/fast_memory.hpp"
 #include "kvtiers/full_tier.hpp"
 #include "runtime/forward.hpp"
+#include "runtime/modelled_link.hpp"
 
 namespace vc {
 
@@ -35,9 +37,14 @@ class LayerStreamer final : public LayerKvProvider {
 
   static constexpr size_t kDefaultChunkPositions = 1024;
 
-  /// Models a slower link: each chunk read takes at least bytes / bytes_per_second
-  /// (0 = as fast as the tier delivers).
-  void set_link_bandwidth(double bytes_per_second) { link_bps_ = bytes_per_second; }
+  /// Models a slower link of its own: each chunk read takes at least bytes /
+  /// bytes_per_second (0 = as fast as the tier delivers).
+  void set_link_bandwidth(double bytes_per_second) {
+    link_ = bytes_per_second > 0 ? std::make_shared<ModelledLink>(bytes_per_second) : nullptr;
+  }
+  /// Reads over `link`, shared with other streamers (null: as fast as the tier
+  /// delivers): chunks take their turn on it.
+  void set_link(std::shared_ptr<ModelledLink> link) { link_ = std::move(link); }
   /// Positions per chunk for the passes started from now on (0: whole layers).
   void set_chunk_positions(size_t n) { chunk_positions_ = n; }
   [[nodiscard]] size_t chunk_positions() const { return chunk_positions_; }
@@ -104,7 +111,7 @@ class LayerStreamer final : public LayerKvProvider {
   std::vector<float> rows_k_, rows_v_;  // [layers][n_rows][kv_heads * head_dim]
   uint64_t id_ = 0;
   size_t n_full_ = 0, n_rows_ = 0, n_blocks_ = 0, chunk_blocks_ = 0, n_chunks_ = 0;
-  double link_bps_ = 0;
+  std::shared_ptr<ModelledLink> link_;
   LayerObserver observer_;
   double wait_seconds_ = 0;
   std::atomic<size_t> bytes_streamed_{0};  // read by stats from other threads

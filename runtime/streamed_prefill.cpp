@@ -23,7 +23,7 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
   std::vector<float> logits;
   struct Restore {
     Workspace& ws;
-    ~Restore() { ws.provider = nullptr; }
+    ~Restore() { ws.providers.clear(); }
   } restore{ws};
   for (size_t b = 0; b < prompt.size(); b += chunk) {
     const size_t e = std::min(prompt.size(), b + chunk);
@@ -31,9 +31,9 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
     for (size_t i = b; i < e; ++i)
       rows.push_back(ForwardRow{prompt[i], int32_t(start + i), nullptr, i + 1 == prompt.size()});
     stream.start(id, start + b, e - b, /*whole_layers=*/ws.stats != nullptr && ws.stats->needs_keys());
-    ws.provider = &stream;
+    ws.use_provider(stream, rows.size());
     forward(model, rows, scratch, ws, logits);
-    ws.provider = nullptr;
+    ws.providers.clear();
     for (size_t r = 0; r < e - b; ++r)
       for (size_t l = 0; l < layers; ++l)
         tier.write(id, l, start + b + r, stream.row_k(l, r), stream.row_v(l, r));

@@ -2,6 +2,7 @@
 // shard and reading its own rank's full KV through its own streamer.
 #pragma once
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "runtime/layer_streamer.hpp"
@@ -14,6 +15,9 @@ namespace vc {
 struct StreamerGroup {
   std::vector<std::shared_ptr<LayerStreamer>> ranks;
 };
+/// The verifier's lanes: requests sharing a verify pass each stream through a lane
+/// of their own (one streamer per rank).
+using StreamerLanes = std::vector<std::shared_ptr<StreamerGroup>>;
 
 /// A group's verify outcome: rank 0's (the base, what the scheduler reads) and the
 /// other ranks', whose verified KV rows hold their own KV heads; their tokens,
@@ -42,6 +46,11 @@ class TpVerifier {
   /// error and leaves the group usable.
   [[nodiscard]] std::shared_ptr<const VerifyOutcome> run(const VerifyJob& job,
                                                          const StreamerGroup& streams);
+  /// Several requests' passes as one forward on every rank (Verifier::run_batch):
+  /// job j reads streams[j] (its streamers, one per rank, started for it). Same
+  /// checks and outcomes as run(), one per job in order.
+  [[nodiscard]] std::vector<std::shared_ptr<const VerifyOutcome>> run_batch(
+      std::span<const VerifyJob> jobs, std::span<const StreamerGroup* const> streams);
   /// Runs f(r, t) on every compute thread t of every rank r (the ranks at once;
   /// rank 0's thread 0 is the calling thread), for thread binding.
   void run_on_each_thread(const std::function<void(int rank, int thread)>& f);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "runtime/forward.hpp"
@@ -67,6 +68,16 @@ class Verifier {
   /// be read.
   [[nodiscard]] VerifyOutcome run(const VerifyJob& job, LayerStreamer& stream,
                                   bool keep_logits = false);
+  /// Several requests' verify passes as one forward: job j's rows attend over
+  /// streams[j] (started for it), and the weights are read once for all rows. Each
+  /// outcome is bit for bit what run() gives for the job alone (batch-invariant
+  /// kernels); its `seconds` is the pass's time split evenly among the jobs, its
+  /// wait_seconds its own stream's. Jobs that gather statistics or hidden scores
+  /// (collect_stats, hidden) must run alone. Throws vc::Error when any request's
+  /// full KV cannot be read (the caller retries the jobs one by one to find which).
+  [[nodiscard]] std::vector<VerifyOutcome> run_batch(std::span<const VerifyJob> jobs,
+                                                     std::span<LayerStreamer* const> streams,
+                                                     bool keep_logits = false);
   /// Runs f(t) on each of the verifier's compute threads (t = 0: the calling
   /// thread), for thread binding.
   void run_on_each_thread(const std::function<void(int thread)>& f) { ws_.pool().run_on_each(f); }
@@ -75,6 +86,10 @@ class Verifier {
   std::shared_ptr<const Model> model_;
   Workspace ws_;
   PagedKvCache unused_cache_;  // forward() wants one; the provider replaces it
+  /// Acceptance and the verified KV of job j, whose logits are rows [row0, ...).
+  VerifyOutcome accept(const VerifyJob& job, const LayerStreamer& stream, size_t row0,
+                       bool keep_logits) const;
+
   std::vector<ForwardRow> rows_;
   std::vector<float> logits_;
 };

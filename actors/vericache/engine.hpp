@@ -46,6 +46,11 @@ struct EngineConfig {
   size_t full_tier_bytes = 0;
   std::string kv_dtype = "bf16";    ///< "bf16" or "f32"
   size_t max_active = 16;           ///< requests in flight (prefill/draft/verify) at once
+  /// Requests whose verify jobs wait while a pass runs share the next pass, up to
+  /// this many: one forward reads the weights once for all their rows (outputs bit
+  /// for bit those of passes alone). Each costs a streamer's staging buffers in the
+  /// fast-memory budget. 1: one request per pass.
+  size_t verify_batch = 4;
   size_t max_queue = 256;           ///< waiting requests; beyond it submit answers "overloaded"
   bool lockstep = false;            ///< everyone drafts, then everyone verifies (comparison only)
   bool trace = false;               ///< record slices for write_trace()

@@ -76,7 +76,7 @@ void run_under_budget(const std::string& mode, size_t n, size_t fit) {
   EngineConfig cfg;
   cfg.model_dir = VC_MODEL_DIR;
   cfg.max_active = n;  // only memory limits concurrency
-  cfg.fast_memory_bytes = fit * largest + vc::engine_fast_overhead(kv, cfg.stage_positions);
+  cfg.fast_memory_bytes = fit * largest + vc::engine_fast_overhead(kv, cfg.stage_positions, cfg.verify_batch);
   Engine engine(cfg);
   std::vector<Engine::Submission> subs;
   for (const auto& c : cases) subs.push_back(engine.submit(c.req));
@@ -109,7 +109,7 @@ TEST(engine_memory, a_request_that_could_never_fit_fails_naming_the_sizes_and_ot
   EngineConfig cfg;
   cfg.model_dir = VC_MODEL_DIR;
   const vc::KvCacheConfig kv = vc::test::tinycode()->kv_config(16, vc::DType::bf16);
-  cfg.fast_memory_bytes = 600 * 3072 + vc::engine_fast_overhead(kv, cfg.stage_positions);
+  cfg.fast_memory_bytes = 600 * 3072 + vc::engine_fast_overhead(kv, cfg.stage_positions, cfg.verify_batch);
   Engine engine(cfg);
   std::mt19937 rng(5);
   vericache::Request big;

@@ -89,8 +89,11 @@ TEST(engine_placement, binds_every_ranks_threads_where_the_plan_puts_them_and_de
   for (size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i].what, expected[i]);
     EXPECT_TRUE(lines[i].applied) << lines[i].what << ": " << lines[i].detail;
-    // Two compute threads each; a mover's rank thread and its copy thread.
-    EXPECT_NE(lines[i].detail.find("2 threads bound to PU"), std::string::npos) << lines[i].detail;
+    // Two compute threads each; a mover's rank thread and the copy thread of each
+    // verify lane.
+    const size_t threads = lines[i].what.starts_with("mover") ? 1 + EngineConfig{}.verify_batch : 2;
+    EXPECT_NE(lines[i].detail.find(std::to_string(threads) + " threads bound to PU"), std::string::npos)
+        << lines[i].detail;
     EXPECT_NE(lines[i].detail.find("memory bound to node P#"), std::string::npos) << lines[i].detail;
   }
   // The kernel's own view: at least the planned number of threads per CPU set.

@@ -37,6 +37,7 @@ struct BatchArgs {
   std::string input;
   std::string output;
   size_t concurrency = 8;
+  size_t verify_batch = vericache::EngineConfig{}.verify_batch;
   std::string model_dir = default_model_dir();
   std::string full_tier = "host";
   std::string disk_dir;
@@ -262,6 +263,7 @@ int run_batch(const BatchArgs& a) {
   cfg.link_bytes_per_second = a.link_gbps * 1e9;
   cfg.kv_dtype = a.kv_dtype;
   cfg.max_active = a.concurrency;
+  cfg.verify_batch = a.verify_batch;
   cfg.max_queue = a.max_queue > 0 ? a.max_queue : std::max<size_t>(1, lines.size());
   cfg.lockstep = a.lockstep;
   cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
@@ -353,6 +355,9 @@ void add_batch_command(CLI::App& app, Runner& run) {
       ->required();
   cmd->add_option("--concurrency", a->concurrency, "Requests in flight at once (max_active)")
       ->capture_default_str()->check(integer_in(1, 4096));
+  cmd->add_option("--verify-batch", a->verify_batch,
+                  "Requests whose verify passes may share one forward pass (EngineConfig::verify_batch)")
+      ->capture_default_str()->check(integer_in(1, 64));
   cmd->add_option("--model", a->model_dir, "Model directory (Hugging Face layout)")
       ->capture_default_str();
   cmd->add_option("--full-tier", a->full_tier, "Where the full KV lives")

@@ -61,6 +61,7 @@ struct ThroughputArgs {
   std::vector<std::string> configs;
   bool json = false;
   int tp = 1;  // --tp: EngineConfig::tp of every configuration's engine
+  size_t verify_batch = vericache::EngineConfig{}.verify_batch;  // --verify-batch
   int threads = 0;  // --threads: EngineConfig::threads (per compute actor, per rank)
   std::string placement = "none";  // --placement: EngineConfig::placement of every engine
 };
@@ -103,6 +104,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   ec.threads = a.threads;
   ec.placement = a.placement;
   ec.max_active = c.concurrency;
+  ec.verify_batch = a.verify_batch;
   ec.max_queue = c.concurrency;
   ec.lockstep = c.lockstep;
   ec.link_bytes_per_second = c.simulated ? link_bps : 0;
@@ -208,7 +210,7 @@ int run_throughput(const ThroughputArgs& a) {
       s.fold_every = a.fold_every;
       return fast_memory_need(s, kv, draft == "auto" ? 64 : std::stoul(draft)).total();
     };
-    const size_t overhead = engine_fast_overhead(kv, 1024);
+    const size_t overhead = engine_fast_overhead(kv, 1024, a.verify_batch);
     const size_t budget = a.base_requests * need("full", "0") + overhead;
     auto fit = [&](const std::string& mode, const std::string& draft) {
       return std::max<size_t>(1, (budget - overhead) / need(mode, draft));
@@ -344,6 +346,9 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
                   "Tensor-parallel degree of every engine (budgets are then per rank)")
       ->capture_default_str()->check(integer_in(1, 64));
   add_placement_option(*cmd, a->placement);
+  cmd->add_option("--verify-batch", a->verify_batch,
+                  "Requests whose verify passes may share one forward pass (EngineConfig::verify_batch)")
+      ->capture_default_str()->check(integer_in(1, 64));
   cmd->add_option("--threads", a->threads,
                   "Worker threads per compute actor, per rank (0 = auto: the cores split "
                   "between the ranks)")

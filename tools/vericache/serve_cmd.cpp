@@ -43,6 +43,7 @@ struct ServeArgs {
   int port = 8000;
   std::string api_key;
   size_t max_concurrency = 16;
+  size_t verify_batch = vericache::EngineConfig{}.verify_batch;
   size_t max_queue = 64;
   size_t max_connections = 256;
   std::string max_body = "1M";
@@ -141,6 +142,7 @@ int run_serve(const ServeArgs& a) {
   cfg.disk_dir = a.disk_dir;
   cfg.kv_dtype = a.kv_dtype;
   cfg.max_active = a.max_concurrency;
+  cfg.verify_batch = a.verify_batch;
   cfg.max_queue = a.max_queue;
   cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
@@ -221,6 +223,9 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
   cmd->add_option("--max-concurrency", a->max_concurrency, "Requests decoding at once")
       ->capture_default_str()->check(integer_in(1, 4096));
+  cmd->add_option("--verify-batch", a->verify_batch,
+                  "Requests whose verify passes may share one forward pass (EngineConfig::verify_batch)")
+      ->capture_default_str()->check(integer_in(1, 64));
   cmd->add_option("--max-queue", a->max_queue,
                   "Requests waiting beyond --max-concurrency; more get 429")
       ->capture_default_str()->check(integer_in(1, 1 << 20));
