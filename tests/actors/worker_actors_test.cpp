@@ -7,7 +7,17 @@
 
 #include "actors/protocol.hpp"
 #include "actors/workers.hpp"
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
 #include "kvtiers/full_tier.hpp"
+#include "runtime/streamed_prefill.hpp"
 #include "tests/runtime/test_support.hpp"
 
 namespace vc::actors {
@@ -98,6 +108,122 @@ TEST(worker_actors, a_bad_prefill_is_answered_with_a_failure_for_that_request) {
     EXPECT_NE(error.find("no_such_method"), std::string::npos) << error;
     EXPECT_FALSE(rig.tier.contains(3));
     sched->send_exit(drafter, caf::exit_reason::user_shutdown);
+  }
+  rig.sys.reset();
+}
+
+// Verify jobs of requests whose prompts' KV is in the rig's tier: request id's
+// prompt has `n` tokens; t0 and drafts are arbitrary tokens (the verifier decides).
+std::vector<VerifyJob> jobs_in_tier(Rig& rig, const std::vector<std::pair<uint64_t, size_t>>& reqs) {
+  std::vector<VerifyJob> jobs;
+  for (const auto& [id, n] : reqs) {
+    const DraftSpec s = spec(id, n);
+    PagedKvCache scratch(rig.model->kv_config(16, DType::bf16));
+    LayerStreamer stream(rig.tier, 256);
+    Workspace ws(1);
+    rig.tier.create(id);
+    (void)prefill_to_tier(*rig.model, s.prompt, id, rig.tier, stream, scratch, ws, 256);
+    std::mt19937 rng{uint32_t(id)};
+    VerifyJob j{id, int32_t(rng() % 2000) + 3, n, {}, SamplingParams{}};
+    for (size_t i = 0; i < 2 + id % 5; ++i) j.drafts.push_back(int32_t(rng() % 2000) + 3);
+    jobs.push_back(j);
+  }
+  return jobs;
+}
+
+// The "verify pass" slices of the rig's trace: requests per pass.
+std::vector<size_t> requests_per_verify_pass(const Rig& rig) {
+  const auto path = std::filesystem::temp_directory_path() / "vc_worker_actors_trace.json";
+  rig.trace->write_chrome_trace(path.string());
+  std::ifstream in(path);
+  const nlohmann::json t = nlohmann::json::parse(in);
+  std::filesystem::remove(path);
+  std::vector<size_t> out;
+  for (const auto& e : t["traceEvents"])
+    if (e.value("name", "") == "verify pass") out.push_back(size_t(e["args"]["requests"].get<double>()));
+  return out;
+}
+
+// The verifier group with `lanes` lanes over the rig's tier; lane 0 reads over a
+// slow modelled link, so a first pass on it keeps the verifier busy while more
+// jobs arrive.
+struct VerifyRig {
+  caf::actor mover, verifier;
+  VerifyRig(Rig& rig, caf::actor sched, size_t lanes) {
+    StreamerLanes l;
+    for (size_t k = 0; k < lanes; ++k) {
+      auto g = std::make_shared<StreamerGroup>();
+      g->ranks.push_back(std::make_shared<LayerStreamer>(rig.tier, 256));
+      if (k == 0) g->ranks[0]->set_link_bandwidth(4e6);
+      l.push_back(std::move(g));
+    }
+    mover = rig.sys->spawn<caf::detached>(actors::mover_group, std::vector<FullTier*>{&rig.tier}, l,
+                                          rig.trace);
+    verifier = rig.sys->spawn<caf::detached>(
+        actors::verifier_group, std::make_shared<TpVerifier>(std::make_shared<Verifier>(rig.model, 1)),
+        mover, sched, rig.trace, lanes);
+  }
+};
+
+TEST(worker_actors, verify_jobs_that_wait_share_a_pass_and_each_outcome_is_its_pass_alone) {
+  Rig rig;
+  {
+    caf::scoped_actor sched{*rig.sys};
+    const auto jobs = jobs_in_tier(rig, {{1, 600}, {2, 70}, {3, 300}, {4, 130}, {5, 90}});
+    std::map<uint64_t, VerifyOutcome> want;
+    Verifier alone(rig.model, 1);
+    for (const VerifyJob& j : jobs) {
+      LayerStreamer s(rig.tier, 256);
+      s.start(j.id, j.p0, j.drafts.size() + 1);
+      want[j.id] = alone.run(j, s);
+    }
+    VerifyRig vr(rig, caf::actor{sched}, 3);
+    // Request 1's pass (lane 0, slow link) holds the verifier while 2..5 arrive.
+    sched->send(vr.verifier, verify_msg{jobs[0]});
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (size_t i = 1; i < jobs.size(); ++i) sched->send(vr.verifier, verify_msg{jobs[i]});
+    std::map<uint64_t, std::shared_ptr<const VerifyOutcome>> got;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      sched->receive([&](verified_msg& m) { got[m.outcome->id] = m.outcome; },
+                     [&](failed_msg& m) { FAIL() << m.error; },
+                     caf::after(std::chrono::seconds(60)) >> [] { FAIL() << "no verify answer"; });
+    ASSERT_EQ(got.size(), jobs.size());
+    for (const auto& [id, o] : got) {
+      EXPECT_EQ(o->tokens, want[id].tokens) << "request " << id;
+      EXPECT_EQ(o->logprobs, want[id].logprobs) << "request " << id;
+      EXPECT_EQ(o->rows_k, want[id].rows_k) << "request " << id;
+    }
+    // Jobs that waited shared passes of at most 3 (the lanes): {1, 3, 1} when
+    // request 1's pass started before the others came, {3, 2} when all five waited.
+    const std::vector<size_t> passes = requests_per_verify_pass(rig);
+    EXPECT_EQ(std::accumulate(passes.begin(), passes.end(), size_t(0)), jobs.size());
+    EXPECT_LE(*std::max_element(passes.begin(), passes.end()), 3u);
+    EXPECT_EQ(*std::max_element(passes.begin(), passes.end()), 3u) << "no pass was shared";
+    for (auto* a : {&vr.mover, &vr.verifier}) sched->send_exit(*a, caf::exit_reason::user_shutdown);
+  }
+  rig.sys.reset();
+}
+
+TEST(worker_actors, a_request_that_fails_in_a_shared_verify_pass_fails_alone) {
+  Rig rig;
+  {
+    caf::scoped_actor sched{*rig.sys};
+    const auto jobs = jobs_in_tier(rig, {{1, 600}, {2, 70}, {3, 300}, {4, 130}});
+    rig.tier.release(3);  // cancelled while its verify job waited: its full KV is gone
+    VerifyRig vr(rig, caf::actor{sched}, 4);
+    for (const VerifyJob& j : jobs) sched->send(vr.verifier, verify_msg{j});
+    std::set<uint64_t> verified;
+    std::map<uint64_t, std::string> failed;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      sched->receive([&](verified_msg& m) { verified.insert(m.outcome->id); },
+                     [&](failed_msg& m) { failed[m.id] = m.error; },
+                     caf::after(std::chrono::seconds(60)) >> [] { FAIL() << "no verify answer"; });
+    EXPECT_EQ(verified, (std::set<uint64_t>{1, 2, 4}));
+    ASSERT_EQ(failed.size(), 1u);
+    EXPECT_NE(failed[3].find("unknown request 3"), std::string::npos) << failed[3];
+    // The shared pass failed; its requests ran again one by one.
+    EXPECT_EQ(requests_per_verify_pass(rig), (std::vector<size_t>{1, 1, 1}));
+    for (auto* a : {&vr.mover, &vr.verifier}) sched->send_exit(*a, caf::exit_reason::user_shutdown);
   }
   rig.sys.reset();
 }
