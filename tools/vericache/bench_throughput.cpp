@@ -24,6 +24,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <vericache/engine.hpp>
@@ -61,7 +62,9 @@ struct ThroughputArgs {
   std::vector<std::string> configs;
   bool json = false;
   int tp = 1;  // --tp: EngineConfig::tp of every configuration's engine
-  size_t verify_batch = vericache::EngineConfig{}.verify_batch;  // --verify-batch
+  // --verify-batch: EngineConfig::verify_batch; several values: each vericache row
+  // once per value, side by side
+  std::vector<size_t> verify_batches = {vericache::EngineConfig{}.verify_batch};
   int threads = 0;  // --threads: EngineConfig::threads (per compute actor, per rank)
   std::string placement = "none";  // --placement: EngineConfig::placement of every engine
 };
@@ -72,6 +75,7 @@ struct Config {
   size_t concurrency;
   bool lockstep, simulated, disk;
   std::string hierarchy = "none";  // the draft hierarchy of vericache requests
+  size_t verify_batch = 1;          // EngineConfig::verify_batch
 };
 
 struct Outcome {
@@ -104,7 +108,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   ec.threads = a.threads;
   ec.placement = a.placement;
   ec.max_active = c.concurrency;
-  ec.verify_batch = a.verify_batch;
+  ec.verify_batch = c.verify_batch;
   ec.max_queue = c.concurrency;
   ec.lockstep = c.lockstep;
   ec.link_bytes_per_second = c.simulated ? link_bps : 0;
@@ -210,7 +214,9 @@ int run_throughput(const ThroughputArgs& a) {
       s.fold_every = a.fold_every;
       return fast_memory_need(s, kv, draft == "auto" ? 64 : std::stoul(draft)).total();
     };
-    const size_t overhead = engine_fast_overhead(kv, 1024, a.verify_batch);
+    // Staging for the most verify lanes any row uses: every row gets the same budget.
+    const size_t lanes = *std::max_element(a.verify_batches.begin(), a.verify_batches.end());
+    const size_t overhead = engine_fast_overhead(kv, 1024, lanes);
     const size_t budget = a.base_requests * need("full", "0") + overhead;
     auto fit = [&](const std::string& mode, const std::string& draft) {
       return std::max<size_t>(1, (budget - overhead) / need(mode, draft));
@@ -233,7 +239,17 @@ int run_throughput(const ThroughputArgs& a) {
       const bool chosen = a.configs.empty()
                               ? c.key != "b-disk" && (c.key != "e-disk" || a.disk)
                               : std::find(a.configs.begin(), a.configs.end(), c.key) != a.configs.end();
-      if (chosen) configs.push_back(c);
+      if (!chosen) continue;
+      if (c.mode != "vericache") {  // nothing to verify: one row
+        configs.push_back(c);
+        continue;
+      }
+      for (size_t vb : a.verify_batches) {
+        Config v = c;
+        v.verify_batch = vb;
+        if (a.verify_batches.size() > 1) v.label += fmt::format(" [vb {}]", vb);
+        configs.push_back(v);
+      }
     }
     double base = 0;
     for (const auto& c : configs) {
@@ -246,6 +262,7 @@ int run_throughput(const ThroughputArgs& a) {
                       {"threads", a.threads},
                       {"config", c.label},
                       {"concurrency", c.concurrency},
+                      {"verify_batch", c.mode == "vericache" ? c.verify_batch : size_t(0)},
                       {"fast_budget_bytes", budget},
                       {"fast_peak_bytes", o.fast_peak},
                       {"tokens_per_second", o.tokens_per_second},
@@ -264,23 +281,24 @@ int run_throughput(const ThroughputArgs& a) {
                                 {"simulated_link_gb_per_second", link_bps / 1e9},
                                 {"modelled_hbm_gb_per_second", a.hbm_gbps},
                                 {"modelled_link_gb_per_second", a.link_gbps},
+                                {"verify_batch", a.verify_batches},
                                 {"rows", rows}}
                      .dump(2)
               << "\n";
     return 0;
   }
   std::cout << fmt::format(
-      "bench throughput: {} ({}x, draft {}), {} tokens per request, {} prompts, {}equal fast-memory budget "
+      "bench throughput: {} ({}x, draft {}, verify batch {}), {} tokens per request, {} prompts, {}equal fast-memory budget "
       "= {} full-KV requests + staging, ENFORCED (blocks, views and staging buffers are charged "
       "to it; requests are admitted by memory)\nfast memory: this machine's RAM, {:.1f} GB/s read; link: "
       "SIMULATED at {:.2f} GB/s (RAM / {:.0f}, the ratio of {:.0f} GB/s HBM to {:.0f} GB/s "
       "PCIe)\n\n",
-      a.compressor, a.ratio, a.draft, a.gen_tokens,
+      a.compressor, a.ratio, a.draft, fmt::join(a.verify_batches, "/"), a.gen_tokens,
       a.prompt_kind == "random" ? std::string("random-token") : "code (" + a.prompt_kind + ")",
       a.tp > 1 ? fmt::format("{} tensor-parallel ranks, budget PER RANK: ", a.tp) : "",
       a.base_requests, ram_bps / 1e9,
       link_bps / 1e9, a.hbm_gbps / a.link_gbps, a.hbm_gbps, a.link_gbps);
-  std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>13}  {}\n",
+  std::cout << fmt::format("{:>7} {:<36} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>13}  {}\n",
                            "context", "configuration", "reqs", "tok/s", "vs (a)", "tok/rnd",
                            "drafter", "mover", "verifier", "fast peak MB", "link");
   for (const auto& r : rows) {
@@ -291,7 +309,7 @@ int run_throughput(const ThroughputArgs& a) {
     // One decimal below 100 tokens/s (real shapes on a CPU run at a few tokens/s).
     const double tps = r["tokens_per_second"].get<double>();
     const std::string tps_text = tps < 100 ? fmt::format("{:.1f}", tps) : fmt::format("{:.0f}", tps);
-    std::cout << fmt::format("{:>7} {:<30} {:>4} {:>9} {:>6.2f}x {:>8.1f} {:>8} {:>8} {:>8} {:>6.1f} of {:<4.1f}  {}\n",
+    std::cout << fmt::format("{:>7} {:<36} {:>4} {:>9} {:>6.2f}x {:>8.1f} {:>8} {:>8} {:>8} {:>6.1f} of {:<4.1f}  {}\n",
                              r["context"].get<size_t>(), r["config"].get<std::string>(),
                              r["concurrency"].get<size_t>(), tps_text,
                              r["vs_a"].get<double>(), r["tokens_per_round"].get<double>(),
@@ -346,8 +364,9 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
                   "Tensor-parallel degree of every engine (budgets are then per rank)")
       ->capture_default_str()->check(integer_in(1, 64));
   add_placement_option(*cmd, a->placement);
-  cmd->add_option("--verify-batch", a->verify_batch,
-                  "Requests whose verify passes may share one forward pass (EngineConfig::verify_batch)")
+  cmd->add_option("--verify-batch", a->verify_batches,
+                  "Requests whose verify passes may share one forward pass (EngineConfig::verify_batch); "
+                  "several values run every vericache row once per value")
       ->capture_default_str()->check(integer_in(1, 64));
   cmd->add_option("--threads", a->threads,
                   "Worker threads per compute actor, per rank (0 = auto: the cores split "
