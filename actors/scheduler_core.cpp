@@ -372,6 +372,7 @@ void SchedulerCore::on_verified(std::shared_ptr<const VerifyOutcome> v) {
     if (s.accepted_histogram.size() <= accepted) s.accepted_histogram.resize(accepted + 1);
     s.accepted_histogram[accepted] += 1;
     s.verify_seconds += v->seconds;
+    s.verify_pass_requests += v->shared_by;
   }
   if (!reason.empty()) {
     finish(*c, reason);

@@ -94,6 +94,7 @@ std::vector<VerifyOutcome> Verifier::run_batch(std::span<const VerifyJob> jobs,
   for (size_t j = 0; j < jobs.size(); ++j) {
     out.push_back(accept(jobs[j], *streams[j], row0[j], keep_logits));
     out.back().seconds = seconds / double(jobs.size());
+    out.back().shared_by = jobs.size();
     out.back().wait_seconds = streams[j]->wait_seconds() - wait0[j];
   }
   return out;

@@ -41,8 +41,9 @@ struct VerifyOutcome {
   /// [layers][accepted + 1][kv_heads * head_dim] each.
   std::vector<float> rows_k, rows_v;
   size_t row_floats = 0;
-  double seconds = 0;
+  double seconds = 0;       // run_batch: the pass's time / the jobs in it
   double wait_seconds = 0;  // of which waiting for full-KV layers
+  size_t shared_by = 1;     // the requests whose rows shared the pass (run_batch)
   /// With a hidden scorer: the scores of positions p0 .. p0+accepted,
   /// [layers][outputs][accepted + 1].
   std::vector<float> hidden_scores;

@@ -148,8 +148,13 @@ struct RequestStats {
   /// compressed-KV drafter kept, those the verifier then accepted; the drafter's
   /// forward passes (without the n-gram level: one per draft).
   size_t ngram_proposed = 0, ngram_confirmed = 0, ngram_accepted = 0, drafter_passes = 0;
+  /// verify_seconds: its share of each verify pass (a pass shared by n requests
+  /// counts 1/n of its time for each).
   double queue_seconds = 0, prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;
   double total_seconds = 0;
+  /// Summed over its rounds: the requests whose rows shared the round's verify pass,
+  /// itself included (EngineConfig::verify_batch); / rounds is the mean.
+  size_t verify_pass_requests = 0;
   size_t compressed_bytes = 0;       ///< at tp > 1: summed over the ranks
   /// The same positions' full KV (bf16): compressed_full_bytes / compressed_bytes is
   /// the achieved ratio (it varies per request with threshold selection).

@@ -60,6 +60,37 @@ TEST(bench_throughput, configs_runs_the_rows_named_with_the_full_kv_on_disk_for_
   EXPECT_NE(bad.out.find("--configs"), std::string::npos) << bad.out;
 }
 
+TEST(bench_throughput, several_verify_batches_run_each_vericache_row_once_per_value_under_one_budget) {
+  const auto r = vc::test::run_vericache(
+      "bench throughput --contexts 160 --gen-tokens 8 --base-requests 3 --draft 4 --no-disk "
+      "--configs a e --verify-batch 1 3 --json", /*merge_err=*/false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["verify_batch"], json::array({1, 3}));
+  std::vector<std::string> labels;
+  std::set<size_t> budgets;
+  for (const json& row : j["rows"]) {
+    EXPECT_TRUE(row["all_ok"].get<bool>()) << row.dump();
+    labels.push_back(row["config"]);
+    budgets.insert(row["fast_budget_bytes"].get<size_t>());
+    const double per_pass = row["verify_requests_per_pass"].get<double>();
+    if (row["verify_batch"] == 1) {
+      EXPECT_EQ(per_pass, 1.0) << row.dump();
+    }
+    if (row["verify_batch"] == 3) {
+      EXPECT_GE(per_pass, 1.0) << row.dump();
+      EXPECT_LE(per_pass, 3.0) << row.dump();
+    }
+  }
+  EXPECT_EQ(labels, (std::vector<std::string>{"(a) full KV in fast memory",
+                                              "(e) VeriCache staggered [vb 1]",
+                                              "(e) VeriCache staggered [vb 3]"}));
+  EXPECT_EQ(budgets.size(), 1u) << "every row gets the same budget";
+  const auto bad = vc::test::run_vericache("bench throughput --verify-batch 0", /*merge_err=*/true);
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("--verify-batch"), std::string::npos) << bad.out;
+}
+
 TEST(bench_throughput, refuses_an_unknown_prompt_kind) {
   const auto r = vc::test::run_vericache("bench throughput --prompt-kind poetry", /*merge_err=*/true);
   EXPECT_EQ(r.code, 1) << r.out;

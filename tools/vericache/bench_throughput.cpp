@@ -84,6 +84,7 @@ struct Outcome {
   double seconds = 0;
   std::map<std::string, double> busy;
   double tokens_per_round = 0;
+  double requests_per_pass = 0;  // mean requests sharing a verify pass, over rounds
   bool all_ok = true;
   size_t fast_peak = 0;
 };
@@ -149,11 +150,12 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
     }));
   }
   Outcome o;
-  size_t rounds = 0, emitted = 0;
+  size_t rounds = 0, emitted = 0, pass_requests = 0;
   for (auto& s : subs) {
     const auto r = s.result.get();
     o.all_ok = o.all_ok && r.ok;
     rounds += r.stats.rounds;
+    pass_requests += r.stats.verify_pass_requests;
     emitted += r.output_ids.size() > 0 ? r.output_ids.size() - 1 : 0;
   }
   const auto start = *std::max_element(first.begin(), first.end());
@@ -171,6 +173,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   o.busy = es.busy_fraction;
   o.fast_peak = es.fast_memory_peak;
   o.tokens_per_round = rounds ? double(emitted) / double(rounds) : 0;
+  o.requests_per_pass = rounds ? double(pass_requests) / double(rounds) : 0;
   return o;
 }
 
@@ -268,6 +271,7 @@ int run_throughput(const ThroughputArgs& a) {
                       {"tokens_per_second", o.tokens_per_second},
                       {"vs_a", base > 0 ? o.tokens_per_second / base : 0.0},
                       {"tokens_per_round", o.tokens_per_round},
+                      {"verify_requests_per_pass", o.requests_per_pass},
                       {"busy_fraction", busy},
                       {"simulated_link", c.simulated},
                       {"disk_tier", c.disk},
@@ -298,8 +302,8 @@ int run_throughput(const ThroughputArgs& a) {
       a.tp > 1 ? fmt::format("{} tensor-parallel ranks, budget PER RANK: ", a.tp) : "",
       a.base_requests, ram_bps / 1e9,
       link_bps / 1e9, a.hbm_gbps / a.link_gbps, a.hbm_gbps, a.link_gbps);
-  std::cout << fmt::format("{:>7} {:<36} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>13}  {}\n",
-                           "context", "configuration", "reqs", "tok/s", "vs (a)", "tok/rnd",
+  std::cout << fmt::format("{:>7} {:<36} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13}  {}\n",
+                           "context", "configuration", "reqs", "tok/s", "vs (a)", "tok/rnd", "req/pass",
                            "drafter", "mover", "verifier", "fast peak MB", "link");
   for (const auto& r : rows) {
     auto busy = [&](const char* k) {
@@ -309,10 +313,11 @@ int run_throughput(const ThroughputArgs& a) {
     // One decimal below 100 tokens/s (real shapes on a CPU run at a few tokens/s).
     const double tps = r["tokens_per_second"].get<double>();
     const std::string tps_text = tps < 100 ? fmt::format("{:.1f}", tps) : fmt::format("{:.0f}", tps);
-    std::cout << fmt::format("{:>7} {:<36} {:>4} {:>9} {:>6.2f}x {:>8.1f} {:>8} {:>8} {:>8} {:>6.1f} of {:<4.1f}  {}\n",
+    std::cout << fmt::format("{:>7} {:<36} {:>4} {:>9} {:>6.2f}x {:>8.1f} {:>8.2f} {:>8} {:>8} {:>8} {:>6.1f} of {:<4.1f}  {}\n",
                              r["context"].get<size_t>(), r["config"].get<std::string>(),
                              r["concurrency"].get<size_t>(), tps_text,
                              r["vs_a"].get<double>(), r["tokens_per_round"].get<double>(),
+                             r["verify_requests_per_pass"].get<double>(),
                              busy("drafter"), busy("mover"), busy("verifier"),
                              r["fast_peak_bytes"].get<size_t>() / 1e6,
                              r["fast_budget_bytes"].get<size_t>() / 1e6,
@@ -321,7 +326,8 @@ int run_throughput(const ThroughputArgs& a) {
                                                                : "-");
   }
   std::cout << "\ntok/s: decode tokens/s over all requests once every request has its first "
-               "token; busy: share of the engine's lifetime (prefill included).\n";
+               "token; req/pass: requests sharing a verify pass, mean over rounds; busy: share of "
+               "the engine's lifetime (prefill included).\n";
   return 0;
 }
 
