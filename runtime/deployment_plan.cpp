@@ -158,7 +158,7 @@ DeploymentPlan plan_deployment(const DeploymentPreset& preset, const Topology& t
   spec.max_new_tokens = req.max_tokens;
   const FastNeed need = fast_memory_need(spec, kv, req.max_draft);
   plan.view_per_request = need.total();
-  const size_t overhead = engine_fast_overhead(kv, req.stage_positions);
+  const size_t overhead = engine_fast_overhead(kv, req.stage_positions, req.verify_lanes);
   uint64_t hbm = UINT64_MAX;
   double link = 1e300;
   for (size_t g : plan.placement.gpus) {

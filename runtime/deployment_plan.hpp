@@ -51,6 +51,7 @@ struct PlanRequest {
   double acceptance = 0.8;     // expected per-token acceptance of drafts
   size_t block_tokens = 16;
   size_t stage_positions = 1024;
+  size_t verify_lanes = 4;     // requests per verify pass (EngineConfig::verify_batch's default)
 };
 
 /// One figure and how it was computed.

@@ -53,7 +53,7 @@ TEST(deployment_plan, sizes_llama_3_1_8b_on_one_h200_from_its_real_shape) {
   const size_t need = fast_memory_need(spec, kv, 64).total();
   EXPECT_EQ(p.view_per_request, need);
   const double free_hbm = 146800640.0 * 1024 - double(p.weights_per_gpu) - 4.0 * (1ull << 30) -
-                          double(engine_fast_overhead(kv, 1024));
+                          double(engine_fast_overhead(kv, 1024, PlanRequest{}.verify_lanes));
   EXPECT_EQ(p.views_fit, size_t(free_hbm / double(need)));
   EXPECT_EQ(p.concurrency, std::min(p.views_fit, p.host_fit));
   EXPECT_GE(p.draft_length, 1u);
