@@ -224,13 +224,9 @@ caf::behavior verifier_group(caf::event_based_actor* self, std::shared_ptr<TpVer
                     std::vector<uint64_t> ids;
                     for (const VerifyJob& j : jobs) ids.push_back(j.id);
                     const auto b = TraceRecorder::clock::now();
-                    if (jobs.size() == 1) {
-                      outs.push_back(v->run(jobs[0], *lanes[0]));
-                    } else {
-                      std::vector<const StreamerGroup*> groups;
-                      for (const auto& l : lanes) groups.push_back(l.get());
-                      outs = v->run_batch(jobs, groups);
-                    }
+                    std::vector<const StreamerGroup*> groups;
+                    for (const auto& l : lanes) groups.push_back(l.get());
+                    outs = v->run_batch(jobs, groups);
                     size_t rows = 0;
                     for (const VerifyJob& j : jobs) rows += j.drafts.size() + 1;
                     trace->slice(track, "verify pass", ids, b, TraceRecorder::clock::now(),

@@ -1,6 +1,7 @@
 // Verify passes on every rank of a group (see tp_verifier.hpp).
 #include "runtime/tp_verifier.hpp"
 
+#include <array>
 #include <string>
 
 #include "kernels/error.hpp"
@@ -58,12 +59,8 @@ void check_streams(const StreamerGroup& streams, size_t d) {
 
 std::shared_ptr<const VerifyOutcome> TpVerifier::run(const VerifyJob& job,
                                                      const StreamerGroup& streams) {
-  const size_t d = ranks_.size();
-  check_streams(streams, d);
-  if (d == 1) return std::make_shared<const VerifyOutcome>(ranks_[0]->run(job, *streams.ranks[0]));
-  std::vector<VerifyOutcome> out(d);
-  group_.run([&](int r) { out[size_t(r)] = ranks_[size_t(r)]->run(job, *streams.ranks[size_t(r)]); });
-  return group_outcome(std::move(out), job.id);
+  const std::array<const StreamerGroup*, 1> one{&streams};
+  return run_batch(std::span(&job, 1), one)[0];
 }
 
 std::vector<std::shared_ptr<const VerifyOutcome>> TpVerifier::run_batch(

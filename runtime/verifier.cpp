@@ -21,9 +21,7 @@ VerifyOutcome Verifier::run(const VerifyJob& job, LayerStreamer& stream, bool ke
   const double wait0 = stream.wait_seconds();
   const size_t L = job.drafts.size();
   rows_.clear();
-  rows_.push_back(ForwardRow{job.t0, int32_t(job.p0), nullptr, true});
-  for (size_t i = 0; i < L; ++i)
-    rows_.push_back(ForwardRow{job.drafts[i], int32_t(job.p0 + 1 + i), nullptr, true});
+  append_rows(job);
   std::optional<PrefillStatsCollector> collector;
   if (job.collect_stats || job.hidden != nullptr) {
     StatsNeeds needs = job.collect_stats ? PrefillStatsCollector::kVerifyNeeds : StatsNeeds{};
@@ -74,9 +72,7 @@ std::vector<VerifyOutcome> Verifier::run_batch(std::span<const VerifyJob> jobs,
                   " gathers statistics, so its pass cannot be batched");
     wait0.push_back(streams[j]->wait_seconds());
     const size_t begin = rows_.size();
-    rows_.push_back(ForwardRow{job.t0, int32_t(job.p0), nullptr, true});
-    for (size_t i = 0; i < job.drafts.size(); ++i)
-      rows_.push_back(ForwardRow{job.drafts[i], int32_t(job.p0 + 1 + i), nullptr, true});
+    append_rows(job);
     ws_.providers.push_back({streams[j], begin, rows_.size()});
   }
   try {
@@ -98,6 +94,12 @@ std::vector<VerifyOutcome> Verifier::run_batch(std::span<const VerifyJob> jobs,
     out.back().wait_seconds = streams[j]->wait_seconds() - wait0[j];
   }
   return out;
+}
+
+void Verifier::append_rows(const VerifyJob& job) {
+  rows_.push_back(ForwardRow{job.t0, int32_t(job.p0), nullptr, true});
+  for (size_t i = 0; i < job.drafts.size(); ++i)
+    rows_.push_back(ForwardRow{job.drafts[i], int32_t(job.p0 + 1 + i), nullptr, true});
 }
 
 VerifyOutcome Verifier::accept(const VerifyJob& job, const LayerStreamer& stream, size_t row0,

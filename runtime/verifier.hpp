@@ -87,6 +87,8 @@ class Verifier {
   std::shared_ptr<const Model> model_;
   Workspace ws_;
   PagedKvCache unused_cache_;  // forward() wants one; the provider replaces it
+  /// The pass's rows of `job` (t0, then its drafts), appended to rows_.
+  void append_rows(const VerifyJob& job);
   /// Acceptance and the verified KV of job j, whose logits are rows [row0, ...).
   VerifyOutcome accept(const VerifyJob& job, const LayerStreamer& stream, size_t row0,
                        bool keep_logits) const;
