@@ -119,6 +119,7 @@ struct GenerateStats {
   double remote_compressed_fetch_seconds = 0;
   std::string remote_compressed_stop_reason;
   size_t remote_predrafted = 0;      // drafts made while the full chunks arrived
+  size_t remote_predraft_rounds = 0;  // verification rounds whose drafts were those
   double remote_full_wait_seconds = 0;  // the first verification's wait for them
   size_t remote_compressed_chunks_published = 0;
 
@@ -175,6 +176,11 @@ struct GeneratorConfig {
   /// tier on a fetch thread; the first verification waits for those (remote_prefill.cpp).
   /// false: fetch the full chunks, then prefill and compress locally.
   bool remote_compressed_first = true;
+  /// Compressed first, vericache: the drafter keeps drafting while the full chunks
+  /// arrive, up to this many tokens (at least one round's, at most the request's
+  /// max_tokens); the rounds after the first verification take their drafts from
+  /// these as long as the verifier agrees with them (decode_verified).
+  size_t remote_predraft = 256;
 };
 
 /// Called with each emitted token id; return false to stop.

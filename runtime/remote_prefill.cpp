@@ -190,8 +190,10 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
     p.prefill_seconds = seconds_since(t0);
     return p;
   }
-  const size_t want =
-      std::min(size_t(std::max(rq.steps, 0)), (opt.draft_auto ? opt.max_draft : opt.draft_length) + 1);
+  // The guess of the first token, then drafts after it for as long as the full
+  // chunks take: at least one round's, at most GeneratorConfig::remote_predraft.
+  const size_t round = (opt.draft_auto ? opt.max_draft : opt.draft_length) + 1;
+  const size_t want = std::min(size_t(std::max(rq.steps, 0)), std::max(round, cfg_.remote_predraft));
   std::vector<float> lg;
   if (suffix_drafted && want > 0) {
     int32_t tok = sample_token(draft_logits, opt.sampling, int64_t(n));

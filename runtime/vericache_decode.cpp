@@ -87,6 +87,9 @@ void Generator::decode_verified(Request& rq) {
   if (rq.emit(t0, rq.logprobs_of(rq.logits, t0), rq.logits)) return;
   // Drafts made while the full KV arrived (remote_prefill.cpp) follow the drafter's
   // guess of t0: usable when the guess was right, else their KV is rolled back.
+  // They feed round after round while the verifier agrees with them: carried[i] is
+  // the draft at p0 + 1 + i, the tail holds the KV of t0 and every carried draft
+  // but the last.
   std::vector<int32_t> carried;
   if (!rq.predraft.empty()) {
     if (rq.predraft[0] == t0) carried.assign(rq.predraft.begin() + 1, rq.predraft.end());
@@ -112,15 +115,14 @@ void Generator::decode_verified(Request& rq) {
     context.insert(context.end(), rq.result.output_ids.begin(), rq.result.output_ids.end());
     proposed_by_ngram.clear();  // per draft: an n-gram proposal the drafter kept
     int32_t tok = t0;
-    if (!carried.empty()) {  // this round's drafts are ready: keep the first L
+    const bool from_carried = !carried.empty();
+    if (from_carried) {  // this round's drafts are ready: the first L of them
       const size_t k = L = std::min(L, carried.size());
       drafts.assign(carried.begin(), carried.begin() + ptrdiff_t(k));
       proposed_by_ngram.assign(k, 0);
       st.levels.drafter_passes += k;
       st.levels.drafter_own += k;
-      cache_.truncate(rq.seq, p0 + k);
-      cache_.reserve(rq.seq, p0 + k + 1);
-      carried.clear();
+      st.remote_predraft_rounds += 1;
     }
     while (drafts.size() < L) {
       const size_t at = p0 + drafts.size();  // tok's position
@@ -169,14 +171,21 @@ void Generator::decode_verified(Request& rq) {
       if (rq.emit(t0, std::move(lp), vl)) break;
     }
 
-    // 4. Commit positions p0..p0+n (t0 and the accepted drafts), roll back the rest.
+    // 4. Commit positions p0..p0+n (t0 and the accepted drafts), roll back the rest
+    // (unless the carried drafts go on: every draft accepted and the verifier's next
+    // token is the next carried one, whose KV and its successors' stay in the tail).
     auto t = clock::now();
     for (size_t r = 0; r <= n; ++r)
       for (size_t l = 0; l < layers; ++l) {
         full_tier_->write(id, l, p0 + r, v.k(l, r), v.v(l, r));
         cache_.write(l, rq.seq, p0 + r, v.k(l, r), v.v(l, r));
       }
-    cache_.truncate(rq.seq, p0 + n + 1);
+    if (from_carried) {
+      const bool goes_on = !rq.done && n == L && carried.size() > L + 1 && t0 == carried[L];
+      if (goes_on) carried.erase(carried.begin(), carried.begin() + ptrdiff_t(L + 1));
+      else carried.clear();
+    }
+    if (carried.empty()) cache_.truncate(rq.seq, p0 + n + 1);
     if (fold_due) {  // the view takes over [0, p0): it keeps its budget as we grow
       const size_t read_before = full_tier_->bytes_read_total();
       std::optional<PrefillStats> logged;  // KVzap: the scores of [0, p0)

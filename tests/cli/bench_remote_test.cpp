@@ -24,20 +24,21 @@ TEST(bench_remote, runs_every_flow_at_every_length_and_states_the_link_rates) {
   EXPECT_DOUBLE_EQ(j["local_bytes_per_second"].get<double>(), 2e8);
   EXPECT_DOUBLE_EQ(j["remote_bytes_per_second"].get<double>(), 2e8 * 1.2 / 40);
   EXPECT_NE(j["link"].get<std::string>().find("throttled by an in-process TCP proxy"), std::string::npos);
-  ASSERT_EQ(j["runs"].size(), 10u);
-  const char* flows[5] = {"recompute", "full first", "compressed first", "engine full first",
-                          "engine compressed first"};
-  for (size_t i = 0; i < 10; ++i) {
+  ASSERT_EQ(j["runs"].size(), 12u);
+  const char* flows[6] = {"recompute",         "full first",        "compressed first",
+                          "compressed first 1 round", "engine full first", "engine compressed first"};
+  for (size_t i = 0; i < 12; ++i) {
     const nlohmann::json& run = j["runs"][i];
-    EXPECT_EQ(run["flow"], flows[i % 5]) << run;
-    EXPECT_EQ(run["prompt_tokens"], i < 5 ? 200 : 300) << run;
+    EXPECT_EQ(run["flow"], flows[i % 6]) << run;
+    EXPECT_EQ(run["prompt_tokens"], i < 6 ? 200 : 300) << run;
     EXPECT_GT(run["time_to_first_token_seconds_median"].get<double>(), 0) << run;
   }
   EXPECT_EQ(j["runs"][0]["full_chunks_hit"], 0);          // recompute: the store was cleared
-  for (size_t i : {1, 3}) EXPECT_GT(j["runs"][i]["full_chunks_hit"].get<int>(), 1) << j["runs"][i];
-  for (size_t i : {2, 4})
+  for (size_t i : {1, 4}) EXPECT_GT(j["runs"][i]["full_chunks_hit"].get<int>(), 1) << j["runs"][i];
+  for (size_t i : {2, 3, 5})
     EXPECT_GT(j["runs"][i]["compressed_chunks_hit"].get<int>(), 1) << j["runs"][i];
-  EXPECT_EQ(j["runs"][3]["compressed_chunks_hit"], 0) << "the engine's full flow";
+  EXPECT_EQ(j["runs"][4]["compressed_chunks_hit"], 0) << "the engine's full flow";
+  EXPECT_EQ(j["predraft"], 256);
 }
 
 TEST(bench_remote, a_bad_store_url_is_a_one_line_error) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -61,6 +62,7 @@ TEST(remote_compressed_first, drafting_from_compressed_chunks_gives_the_tokens_o
   // the drafter drafts while they arrive.
   vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), 200e3);
   const std::string slow_remote = " --remote " + slow.url() + " --remote-chunk 32 --remote-timeout-ms 60000";
+  size_t most_rounds_ahead = 0;  // verification rounds fed by the drafts made ahead
   for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 5"}) {
     const std::string base = "--prompt-file " + prompt.path +
                              " --max-tokens 24 --json --logprobs --ignore-eos" + sampling;
@@ -87,6 +89,14 @@ TEST(remote_compressed_first, drafting_from_compressed_chunks_gives_the_tokens_o
       EXPECT_TRUE(ss["compressed_first"].get<bool>()) << ss;
       EXPECT_GT(ss["predrafted"].get<int>(), 0) << ss;
       EXPECT_GT(ss["full_wait_seconds"].get<double>(), 0.1) << ss;
+      // 3 s of full chunks: the drafter drafts every token requested ahead, not one round.
+      EXPECT_GT(ss["predrafted"].get<int>(), 9) << ss;
+      most_rounds_ahead = std::max(most_rounds_ahead, ss["predraft_rounds"].get<size_t>());
+      // One round ahead only (the flow before --remote-predraft): the same tokens.
+      const json one_round = generate(base + mode + slow_remote + " --remote-predraft 0");
+      expect_same_tokens(full, one_round, "one round ahead" + mode);
+      EXPECT_LE(one_round["stats"]["remote"]["predrafted"].get<int>(), 8) << one_round["stats"]["remote"];
+      EXPECT_LE(one_round["stats"]["remote"]["predraft_rounds"].get<int>(), 1) << one_round["stats"]["remote"];
       // The full flow over the same store: the same tokens.
       const json full_flow = generate(base + mode + remote + " --remote-flow full");
       expect_same_tokens(full, full_flow, "full flow" + mode);
@@ -94,6 +104,7 @@ TEST(remote_compressed_first, drafting_from_compressed_chunks_gives_the_tokens_o
       EXPECT_EQ(full_flow["stats"]["remote"]["compressed_chunks_hit"].get<int>(), 0);
     }
   }
+  EXPECT_GE(most_rounds_ahead, 2u) << "no run verified two rounds of drafts made ahead";
 }
 
 TEST(remote_compressed_first, a_fault_in_the_full_chunks_is_recomputed_before_any_token) {

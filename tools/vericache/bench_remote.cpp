@@ -2,7 +2,8 @@
 // prompt prefix sits in the remote store, three ways: (a) recompute (the store
 // empty), (b) fetch the full chunks, then prefill the rest and compress locally,
 // (c) compressed first (draft from the compressed chunks while the full chunks
-// stream in); (b) and (c) again through the actor engine (one request at a time:
+// stream in, up to --remote-predraft tokens ahead; and with one round ahead only);
+// (b) and (c) again through the actor engine (one request at a time:
 // its net_fetcher, scheduler and drafter, the time to first token taken at the
 // first token's callback). The store is reached through an in-process throttling TCP proxy at
 // --remote-bandwidth; the full tier's link is modelled at --local-bandwidth
@@ -44,6 +45,7 @@ struct BenchRemoteArgs {
   uint32_t seed = 1;
   int repeats = 1;  // runs per flow and length; the table shows medians
   int threads = 0;
+  size_t predraft = 256;  // GeneratorConfig::remote_predraft of the compressed-first flow
   bool json = false;
 };
 
@@ -93,6 +95,7 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   s.remote_bytes_full = r.stats.remote_bytes_fetched;
   s.remote_bytes_compressed = r.stats.remote_bytes_compressed;
   s.remote_predrafted = r.stats.remote_predrafted;
+  s.remote_predraft_rounds = r.stats.remote_predrafts_kept ? 1 : 0;
   s.remote_full_wait_seconds = r.stats.remote_full_wait_seconds;
   return g;
 }
@@ -115,6 +118,9 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   gc.remote_compressed_first = false;
   Generator full_first(model, tok, gc);
   gc.remote_compressed_first = true;
+  gc.remote_predraft = 0;  // one round's drafts ahead, as before remote_predraft
+  Generator compressed_first_one_round(model, tok, gc);
+  gc.remote_predraft = a.predraft;
   Generator compressed_first(model, tok, gc);
   vericache::EngineConfig ec;
   ec.model_dir = a.model_dir;
@@ -142,9 +148,10 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     opt.compressor = a.compressor;
     opt.ratio = a.ratio;
     opt.draft_length = a.draft;
-    constexpr int kFlows = 5;
+    constexpr int kFlows = 6;
     std::vector<std::vector<GenerateStats>> got(kFlows);
-    const char* names[kFlows] = {"recompute", "full first", "compressed first",
+    const char* names[kFlows] = {"recompute",         "full first",
+                                 "compressed first",  "compressed first 1 round",
                                  "engine full first", "engine compressed first"};
     auto check = [&](const GenerateResult& r, int flow) {
       if (r.output_ids != ref.output_ids || r.output_logprobs != ref.output_logprobs)
@@ -161,8 +168,9 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       full_first.remote()->flush();
       check(full_first.generate(prompt, opt), 1);
       check(compressed_first.generate(prompt, opt), 2);
-      check(engine_run(engine_full_first, prompt, a), 3);
-      check(engine_run(engine_compressed_first, prompt, a), 4);
+      check(compressed_first_one_round.generate(prompt, opt), 3);
+      check(engine_run(engine_full_first, prompt, a), 4);
+      check(engine_run(engine_compressed_first, prompt, a), 5);
     }
     for (int f = 0; f < kFlows; ++f) {
       std::vector<double> ttft, tps;
@@ -189,7 +197,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
                     {"bytes_full", r.stats.remote_bytes_full},
                     {"bytes_compressed", r.stats.remote_bytes_compressed},
                     {"full_wait_seconds", r.stats.remote_full_wait_seconds},
-                    {"predrafted", r.stats.remote_predrafted}});
+                    {"predrafted", r.stats.remote_predrafted},
+                    {"predraft_rounds", r.stats.remote_predraft_rounds}});
   const std::string link = fmt::format(
       "remote link: throttled by an in-process TCP proxy to {:.1f} MB/s; local full-tier link "
       "modelled at {:.1f} MB/s (remote : local = 1.2 : {:.1f})",
@@ -200,6 +209,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
                                 {"ratio", a.ratio},
                                 {"draft", a.draft},
                                 {"max_tokens", a.max_tokens},
+                                {"predraft", a.predraft},
                                 {"chunk_tokens", a.chunk},
                                 {"remote_bytes_per_second", remote_bw},
                                 {"local_bytes_per_second", a.local_bandwidth},
@@ -212,18 +222,18 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   }
   std::cout << fmt::format(
       "bench remote: {}, --mode vericache --compressor {} --ratio {} --draft {}, {} tokens "
-      "out, chunks of {}; every run equal to --mode full; medians of {} (first token, decode; "
-      "the other columns from the median run)\n{}\n\n",
-      a.model_dir, a.compressor, a.ratio, a.draft, a.max_tokens, a.chunk, a.repeats, link);
-  std::cout << fmt::format("{:>7} {:<24} {:>12} {:>9} {:>10} {:>11} {:>10}\n", "prompt", "flow",
-                           "first token", "decode", "prefill", "fetched", "full wait");
+      "out, chunks of {}, --remote-predraft {}; every run equal to --mode full; medians of {} "
+      "(first token, decode; the other columns from the median run)\n{}\n\n",
+      a.model_dir, a.compressor, a.ratio, a.draft, a.max_tokens, a.chunk, a.predraft, a.repeats, link);
+  std::cout << fmt::format("{:>7} {:<24} {:>12} {:>9} {:>10} {:>11} {:>10} {:>13}\n", "prompt",
+                           "flow", "first token", "decode", "prefill", "fetched", "full wait",
+                           "ahead/rounds");
   for (const FlowRun& r : runs)
     std::cout << fmt::format(
-        "{:>7} {:<24} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s\n", r.length,
-        r.flow, r.ttft, r.decode_tps,
-        r.stats.prefill_seconds,
+        "{:>7} {:<24} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s {:>8}/{:<4}\n",
+        r.length, r.flow, r.ttft, r.decode_tps, r.stats.prefill_seconds,
         double(r.stats.remote_bytes_full + r.stats.remote_bytes_compressed) / 1e6,
-        r.stats.remote_full_wait_seconds);
+        r.stats.remote_full_wait_seconds, r.stats.remote_predrafted, r.stats.remote_predraft_rounds);
   return 0;
 }
 
@@ -256,6 +266,10 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
       ->capture_default_str()->check(integer_in(1, 1000));
   cmd->add_option("--threads", a->threads, "Threads (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
+  cmd->add_option("--remote-predraft", a->predraft,
+                  "Compressed first (generate): draft up to N tokens ahead while the full chunks "
+                  "arrive (the \"1 round\" row: one round's)")
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_remote(*a); }; });
 }

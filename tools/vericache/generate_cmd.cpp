@@ -45,6 +45,7 @@ struct GenerateArgs {
   int remote_timeout_ms = 1000;
   int remote_retry_ms = 5000;
   std::string remote_flow = "compressed-first";
+  size_t remote_predraft = 256;
 };
 
 std::string read_prompt(const GenerateArgs& a) {
@@ -109,6 +110,7 @@ int run_generate(const GenerateArgs& a) {
   gc.remote_timeout_ms = a.remote_timeout_ms;
   gc.remote_retry_ms = a.remote_retry_ms;
   gc.remote_compressed_first = a.remote_flow == "compressed-first";
+  gc.remote_predraft = a.remote_predraft;
   // --tp > 1: one rank per thread over the model's shards (runtime/tp_generator.hpp).
   std::optional<Generator> gen;
   std::optional<TpGenerator> tp_gen;
@@ -159,6 +161,7 @@ int run_generate(const GenerateArgs& a) {
                               {"compressed_fetch_seconds", s.remote_compressed_fetch_seconds},
                               {"compressed_stop_reason", s.remote_compressed_stop_reason},
                               {"predrafted", s.remote_predrafted},
+                              {"predraft_rounds", s.remote_predraft_rounds},
                               {"full_wait_seconds", s.remote_full_wait_seconds},
                               {"compressed_chunks_published", s.remote_compressed_chunks_published}};
     if (opt.mode == DecodeMode::vericache) {
@@ -246,8 +249,9 @@ int run_generate(const GenerateArgs& a) {
           a.remote, s.remote_compressed_chunks_hit, s.remote_bytes_compressed / 1024,
           s.remote_compressed_fetch_seconds,
           s.remote_compressed_first ? fmt::format(", drafting first ({} drafts while the full KV "
-                                                  "arrived, waited {:.3f} s)",
-                                                  s.remote_predrafted, s.remote_full_wait_seconds)
+                                                  "arrived, waited {:.3f} s; {} rounds from them)",
+                                                  s.remote_predrafted, s.remote_full_wait_seconds,
+                                                  s.remote_predraft_rounds)
                                     : "",
           s.remote_chunks_hit, s.remote_positions, s.remote_bytes_full / 1024,
           s.remote_fetch_seconds,
@@ -331,6 +335,10 @@ void add_generate_command(CLI::App& app, Runner& run) {
                   "compressed-first: draft from the prefix's compressed chunks while its full "
                   "chunks arrive; full: fetch the full chunks, then prefill and compress here")
       ->capture_default_str()->check(CLI::IsMember({"compressed-first", "full"}));
+  cmd->add_option("--remote-predraft", a->remote_predraft,
+                  "compressed-first, vericache: draft up to N tokens while the full chunks "
+                  "arrive (at least one round's); later rounds use them while the verifier agrees")
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--remote-timeout-ms", a->remote_timeout_ms,
                   "Deadline of a connect and of each pipelined batch")
       ->capture_default_str()->check(integer_in(1, 600000));
