@@ -228,7 +228,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   m.sys = std::make_unique<caf::actor_system>(*m.sys_cfg);
   m.sched = m.sys->spawn(actors::scheduler, cfg.max_active, cfg.max_queue, cfg.lockstep,
                          m.tokenizer.get(), m.counters, m.request_budget, cfg.full_tier_bytes,
-                         m.tiers[0].get(), m.remote ? m.remote->layout().chunk_tokens : size_t(0));
+                         m.tiers[0].get(), m.remote ? m.remote->layout().chunk_tokens : size_t(0),
+                         cfg.remote_predraft);
   m.drafter = m.sys->spawn<caf::detached>(actors::drafter_group, m.batcher, m.sched, m.trace);
   m.mover = m.sys->spawn<caf::detached>(actors::mover_group, tier_ptrs, m.streamers, m.trace);
   m.verifier = m.sys->spawn<caf::detached>(actors::verifier_group, verifier, m.mover, m.sched,

@@ -43,6 +43,7 @@ struct prefilled_msg {
 struct draft_msg {
   uint64_t id = 0;
   size_t n = 0;
+  bool ahead = false;  // DraftBatcher::start: compressed first, drafting further ahead
 };
 /// drafter -> scheduler, once per round.
 struct drafted_msg {
@@ -78,6 +79,7 @@ struct verified_msg {
 struct commit_msg {
   std::shared_ptr<const VerifyOutcome> outcome;
   size_t p0 = 0;
+  size_t ahead = 0;  // drafter: DraftBatcher::commit's drafts kept ahead (the mover ignores it)
 };
 /// scheduler -> drafter and mover, once per request: free everything it holds.
 struct release_msg {

@@ -9,10 +9,12 @@
 namespace vc::actors {
 
 void ActorOutbox::prefill(const DraftSpec& spec) { self_->send(w_.drafter, prefill_msg{spec}); }
-void ActorOutbox::draft(uint64_t id, size_t n) { self_->send(w_.drafter, draft_msg{id, n}); }
+void ActorOutbox::draft(uint64_t id, size_t n, bool ahead) {
+  self_->send(w_.drafter, draft_msg{id, n, ahead});
+}
 void ActorOutbox::verify(const VerifyJob& job) { self_->send(w_.verifier, verify_msg{job}); }
-void ActorOutbox::commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0) {
-  self_->send(w_.drafter, commit_msg{std::move(v), p0});
+void ActorOutbox::commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0, size_t ahead) {
+  self_->send(w_.drafter, commit_msg{std::move(v), p0, ahead});
 }
 void ActorOutbox::release(uint64_t id, bool full_tier) {
   self_->send(w_.drafter, release_msg{id});
@@ -90,13 +92,15 @@ void ActorOutbox::release_tier(uint64_t id) {
 caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_active,
                         size_t max_queue, bool lockstep, const Tokenizer* tokenizer,
                         std::shared_ptr<LiveCounters> counters, size_t fast_budget,
-                        size_t tier_budget, FullTier* tier, size_t remote_chunk_tokens) {
+                        size_t tier_budget, FullTier* tier, size_t remote_chunk_tokens,
+                        size_t remote_predraft) {
   self->state.out = std::make_unique<ActorOutbox>(self, tier);
   self->state.core = std::make_unique<SchedulerCore>(*self->state.out, max_active, max_queue,
                                                      lockstep, tokenizer, counters);
   self->state.out->set_core(self->state.core.get());
   self->state.out->set_counters(counters);
   self->state.core->set_remote_chunk_tokens(remote_chunk_tokens);
+  self->state.core->set_remote_predraft(remote_predraft);
   self->state.core->set_fast_budget(fast_budget);
   self->state.core->set_tier_budget(tier_budget);
   auto& core = *self->state.core;

@@ -250,9 +250,9 @@ void SchedulerCore::next_round(RequestCtx& c) {
   }
   if (c.spec.mode == DecodeMode::vericache) {
     c.round_drafts = c.policy.next(remaining(c));
-    out_.draft(c.id, c.round_drafts);
+    out_.draft(c.id, c.round_drafts, false);
   } else {
-    out_.draft(c.id, std::min(kFinalBlock, remaining(c)));
+    out_.draft(c.id, std::min(kFinalBlock, remaining(c)), false);
   }
 }
 
@@ -273,7 +273,7 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
       if (L > 0) {
         c->cf_predrafting = true;
         c->round_drafts = L;
-        out_.draft(c->id, L);
+        out_.draft(c->id, L, false);
       }
     }
     maybe_finish_prefill(*c);
@@ -296,14 +296,37 @@ void SchedulerCore::on_prefill_finished(const PrefillResult& r) {
   c->cf_active = c->cf_held = false;
   if (c->tier_held) publish_full_chunks(*c, {});
   if (emit(*c, r.token, r.logprob, r.top_logprobs)) return check_barriers();
-  if (kept) {
-    start_verify(*c);
+  if (kept) {  // the first round takes its drafts from those made ahead
+    c->ahead = std::move(c->predraft);
+    c->ahead_from_ngram = std::move(c->predraft_from_ngram);
+    c->ahead_seconds_per_draft = c->ahead.empty() ? 0.0 : c->predraft_seconds / double(c->ahead.size());
+    verify_ahead(*c, 0, c->round_drafts);
   } else {
     c->drafts.clear();
     c->drafts_from_ngram.clear();
     next_round(*c);
   }
+  c->predraft.clear();
+  c->predraft_from_ngram.clear();
   check_barriers();
+}
+
+void SchedulerCore::verify_ahead(RequestCtx& c, size_t skip, size_t L) {
+  c.ahead.erase(c.ahead.begin(), c.ahead.begin() + ptrdiff_t(skip));
+  c.ahead_from_ngram.erase(c.ahead_from_ngram.begin(), c.ahead_from_ngram.begin() + ptrdiff_t(skip));
+  const size_t k = std::min(L, c.ahead.size());
+  c.round_drafts = k;
+  c.drafts.assign(c.ahead.begin(), c.ahead.begin() + ptrdiff_t(k));
+  c.drafts_from_ngram.assign(c.ahead_from_ngram.begin(), c.ahead_from_ngram.begin() + ptrdiff_t(k));
+  c.ahead.erase(c.ahead.begin(), c.ahead.begin() + ptrdiff_t(k));
+  c.ahead_from_ngram.erase(c.ahead_from_ngram.begin(), c.ahead_from_ngram.begin() + ptrdiff_t(k));
+  c.round_draft_seconds = c.ahead_seconds_per_draft * double(k);
+  if (skip > 0) {  // a later round: no fold statistics (folds wait for drafting to resume)
+    c.wants_stats = false;
+    c.hidden = nullptr;
+  }
+  c.result.stats.remote_predraft_rounds += 1;
+  start_verify(c);
 }
 
 void SchedulerCore::on_drafted(DraftBlock& b) {
@@ -317,24 +340,42 @@ void SchedulerCore::on_drafted(DraftBlock& b) {
     next_round(*c);
     return check_barriers();
   }
-  c->drafts = std::move(b.tokens);
-  c->drafts_from_ngram = std::move(b.proposed_by_ngram);
   {
     auto& s = c->result.stats;
     s.drafter_passes += b.levels.drafter_passes;
     s.ngram_proposed += b.levels.ngram_proposed;
     s.ngram_confirmed += b.levels.ngram_confirmed;
   }
-  c->round_draft_seconds = b.seconds;
-  c->wants_stats = b.wants_stats;
-  c->hidden = b.hidden;
   if (c->cf_predrafting) {  // compressed first: drafted from the guess; held for now
+    if (c->predraft.empty()) {  // the block from the guess: its verify needs
+      c->wants_stats = b.wants_stats;
+      c->hidden = b.hidden;
+    }
+    c->predraft.insert(c->predraft.end(), b.tokens.begin(), b.tokens.end());
+    c->predraft_from_ngram.insert(c->predraft_from_ngram.end(), b.proposed_by_ngram.begin(),
+                                  b.proposed_by_ngram.end());
+    c->predraft_from_ngram.resize(c->predraft.size(), 0);  // one flag per draft
+    c->predraft_seconds += b.seconds;
+    // While the full chunks are still on their way: further ahead, up to the cap.
+    const size_t L = c->round_drafts;
+    size_t cap = std::max(L, remote_predraft_);
+    if (c->spec.fold_every > 0) cap = std::min(cap, std::max(L, c->spec.fold_every + L));
+    cap = std::min(cap, remaining(*c) - 1);
+    if (!c->cf_full_in && c->predraft.size() < cap && !b.tokens.empty()) {
+      out_.draft(c->id, std::min(L, cap - c->predraft.size()), true);
+      return check_barriers();
+    }
     c->cf_predrafting = false;
     c->cf_held = true;
-    c->result.stats.remote_predrafted = c->drafts.size();
+    c->result.stats.remote_predrafted = c->predraft.size();
     maybe_finish_prefill(*c);
     return check_barriers();
   }
+  c->drafts = std::move(b.tokens);
+  c->drafts_from_ngram = std::move(b.proposed_by_ngram);
+  c->round_draft_seconds = b.seconds;
+  c->wants_stats = b.wants_stats;
+  c->hidden = b.hidden;
   start_verify(*c);
   check_barriers();
 }
@@ -378,7 +419,16 @@ void SchedulerCore::on_verified(std::shared_ptr<const VerifyOutcome> v) {
     finish(*c, reason);
     return check_barriers();
   }
-  out_.commit_drafter(v, p0);  // before the next draft: the same mailbox keeps order
+  if (!c->ahead.empty()) {  // compressed first: drafts made ahead go on while they agree
+    if (v->accepted == c->drafts.size() && c->ahead.size() > 1 && v->tokens.back() == c->ahead[0]) {
+      out_.commit_drafter(v, p0, c->ahead.size());
+      verify_ahead(*c, 1, c->policy.next(remaining(*c)));
+      return check_barriers();
+    }
+    c->ahead.clear();
+    c->ahead_from_ngram.clear();
+  }
+  out_.commit_drafter(v, p0, 0);  // before the next draft: the same mailbox keeps order
   next_round(*c);
   check_barriers();
 }

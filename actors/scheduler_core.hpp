@@ -73,8 +73,19 @@ struct RequestCtx {
   bool cf_active = false;         // drafting from a fetched view, first token not exact yet
   bool cf_guessed = false;        // the drafter's guess is in (prefilled over the view)
   bool cf_full_in = false;        // the full chunks are in the tier
-  bool cf_predrafting = false;    // the block from the guess is being drafted
-  bool cf_held = false;           // that block's drafts wait for the exact first token
+  bool cf_predrafting = false;    // a block from the guess (or ahead of it) is being drafted
+  bool cf_held = false;           // those drafts wait for the exact first token
+  // Drafts made from the guess while the full chunks arrive: one block, then blocks
+  // further ahead up to SchedulerCore::set_remote_predraft's cap; once the guess
+  // proves right, rounds take their drafts from them (`ahead`, past the round in
+  // flight) while the verifier accepts every draft and its next token is the next
+  // one ahead.
+  std::vector<int32_t> predraft;
+  std::vector<uint8_t> predraft_from_ngram;
+  double predraft_seconds = 0;
+  std::vector<int32_t> ahead;
+  std::vector<uint8_t> ahead_from_ngram;
+  double ahead_seconds_per_draft = 0;  // the drafting time the policy sees for their rounds
   bool cf_finishing = false;      // finish_prefill was sent
   /// When the drafter had nothing left to do before the exact prefill (its guess in,
   /// its block done) while the full chunks were still on their way.
@@ -86,10 +97,13 @@ class Outbox {
  public:
   virtual ~Outbox() = default;
   virtual void prefill(const DraftSpec& spec) = 0;
-  virtual void draft(uint64_t id, size_t n) = 0;
+  /// `ahead`: compressed first, before the exact first token: continue past the
+  /// drafts made so far (DraftBatcher::start).
+  virtual void draft(uint64_t id, size_t n, bool ahead) = 0;
   virtual void verify(const VerifyJob& job) = 0;
-  /// The drafter puts verified KV over its drafts (sent before the next draft).
-  virtual void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0) = 0;
+  /// The drafter puts verified KV over its drafts (sent before the next draft);
+  /// `ahead` > 0: drafts made ahead past the round go on (DraftBatcher::commit).
+  virtual void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0, size_t ahead) = 0;
   virtual void release(uint64_t id, bool full_tier) = 0;
   /// Remote prefix cache: create request `id`'s full-tier entry (room for
   /// `create_positions`) and fill it with the longest cached prefix of `prompt`, at
@@ -157,6 +171,10 @@ class SchedulerCore {
   /// go through remote_fetch before prefill; their submitter sets it only when a
   /// store is configured).
   void set_remote_chunk_tokens(size_t t) { remote_chunk_ = t; }
+  /// Compressed first, vericache: draft up to this many tokens from the guess while
+  /// the full chunks arrive (at least one round's; at most fold_every plus a round,
+  /// what the tail's reservation holds). 0: one round.
+  void set_remote_predraft(size_t tokens) { remote_predraft_ = tokens; }
   /// Fast-memory bytes reserved by active requests.
   [[nodiscard]] size_t fast_reserved() const { return fast_reserved_; }
 
@@ -197,6 +215,9 @@ class SchedulerCore {
   void start_prefill(RequestCtx& c);
   void start_remote_fetch(RequestCtx& c, size_t max_positions);  // the full chunks
   void start_verify(RequestCtx& c);  // the drafts in c.drafts, from the pending token
+  /// The next round's drafts from c.ahead (up to L of them, after the `skip` the
+  /// verifier already confirmed), verified without drafting.
+  void verify_ahead(RequestCtx& c, size_t skip, size_t L);
   void maybe_finish_prefill(RequestCtx& c);  // compressed first: when all is in
   void publish_full_chunks(RequestCtx& c, RankViews views);
   void free_tier(RequestCtx& c);  // release_tier once, if the scheduler holds it
@@ -221,6 +242,7 @@ class SchedulerCore {
   std::vector<uint64_t> held_for_draft_, held_for_verify_;
   std::shared_ptr<LiveCounters> counters_;
   size_t remote_chunk_ = 0;
+  size_t remote_predraft_ = 0;
   // Requests whose publish is being queued (the reply frees their entry), finished or not.
   std::unordered_map<uint64_t, std::shared_ptr<RequestCtx>> publishing_;
 };

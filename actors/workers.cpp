@@ -39,7 +39,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
       },
       [=](draft_msg& m) {
         try {
-          batcher->start(m.id, m.n);
+          batcher->start(m.id, m.n, m.ahead);
           kick();
         } catch (const std::exception& e) {
           self->send(scheduler, failed_msg{m.id, e.what()});
@@ -74,7 +74,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
       },
       [=](commit_msg& m) {
         try {
-          batcher->commit(m.outcome->id, *m.outcome);
+          batcher->commit(m.outcome->id, *m.outcome, m.ahead);
         } catch (const std::exception& e) {
           self->send(scheduler, failed_msg{m.outcome->id, e.what()});
         }

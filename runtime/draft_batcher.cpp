@@ -218,13 +218,19 @@ PrefillResult DraftBatcher::finish_prefill(uint64_t id, size_t cached) {
   return out;
 }
 
-void DraftBatcher::start(uint64_t id, size_t n) {
+void DraftBatcher::start(uint64_t id, size_t n, bool ahead) {
   Req& r = get(id, "start");
-  if (r.exact_pending && r.pos > r.spec.prompt.size())
+  const bool guessed = r.exact_pending && r.pos > r.spec.prompt.size();
+  if (ahead && !guessed)
+    throw Error("drafter: request " + std::to_string(id) +
+                " drafts ahead only after its block from the guess, before finish_prefill");
+  if (!ahead && guessed)
     throw Error("drafter: request " + std::to_string(id) +
                 " drafts one block from its guess before finish_prefill");
-  r.p0 = r.pos;
-  r.start_token = r.cur;
+  if (!ahead) {
+    r.p0 = r.pos;
+    r.start_token = r.cur;
+  }
   r.want = n;
   r.block = DraftBlock{};
   r.block.id = id;
@@ -305,12 +311,16 @@ std::vector<DraftBlock> DraftBatcher::step() {
   return done;
 }
 
-void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v) {
+void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
   Req& r = get(id, "commit");
+  if (ahead > 0 && r.pos != r.p0 + v.accepted + ahead)
+    throw Error("drafter: commit of request " + std::to_string(id) + ": " + std::to_string(ahead) +
+                " drafts ahead past position " + std::to_string(r.p0 + v.accepted) +
+                ", but the last draft is at " + std::to_string(r.pos));
   const size_t layers = size_t(model_->config().num_layers);
   for (size_t row = 0; row <= v.accepted; ++row)
     for (size_t l = 0; l < layers; ++l) cache_.write(l, r.seq, r.p0 + row, v.k(l, row), v.v(l, row));
-  cache_.truncate(r.seq, r.p0 + v.accepted + 1);
+  if (ahead == 0) cache_.truncate(r.seq, r.p0 + v.accepted + 1);
   if (fold_due(r) && tier_ != nullptr) {
     std::optional<PrefillStats> logged;  // KVzap: the scores of [0, p0)
     if (!r.hidden_log.empty()) logged = r.hidden_log.stats(r.p0);
@@ -329,6 +339,11 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v) {
     r.hidden_log.append(v.hidden_scores, v.accepted + 1);
   }
   note_fast(r);
+  if (ahead > 0) {  // the verified tokens are the drafts: the tail and context stand
+    r.p0 += v.accepted + 1;
+    r.start_token = v.tokens.back();
+    return;
+  }
   r.pos = r.p0 + v.accepted + 1;
   r.cur = v.tokens.back();
   if (!r.context.empty()) {  // the verifier's tokens replace the drafts

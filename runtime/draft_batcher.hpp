@@ -121,8 +121,11 @@ class DraftBatcher {
   /// Throws vc::Error for a bad request; nothing of it is kept then.
   [[nodiscard]] PrefillResult prefill(const DraftSpec& spec);
   /// Starts a block of `n` tokens from the pending token (n may be 0: the block
-  /// completes at the next step()).
-  void start(uint64_t id, size_t n);
+  /// completes at the next step()). `ahead` (compressed first, before
+  /// finish_prefill, after the block drafted from the guess): the block continues
+  /// from the last draft instead, drafting further ahead while the full chunks
+  /// arrive; the round's start (the guess and its position) stays.
+  void start(uint64_t id, size_t n, bool ahead = false);
   /// True when some request has a block in progress.
   [[nodiscard]] bool busy() const { return !active_.empty(); }
   /// One batched decode step over every request with a block in progress; returns
@@ -132,7 +135,12 @@ class DraftBatcher {
   /// rest is rolled back; the pending token becomes the verifier's last token. When
   /// the tail has reached fold_every positions, the view is rebuilt over [0, p0)
   /// from the full tier through the compressor (the tier holds [0, p0) by then).
-  void commit(uint64_t id, const VerifyOutcome& v);
+  /// `ahead` > 0: the scheduler goes on verifying drafts made ahead (every draft of
+  /// the round accepted, and the verifier's last token is the first of the `ahead`
+  /// drafts past the round): nothing is rolled back, the next round starts at that
+  /// token, and drafting, when it resumes, continues from the last draft. Throws
+  /// vc::Error when the tail does not hold exactly those drafts.
+  void commit(uint64_t id, const VerifyOutcome& v, size_t ahead = 0);
   /// Compressed first, vericache (PrefillResult::exact_pending): the full tier entry
   /// (created by the caller, tier_ready) now holds the prompt's positions [0, cached)
   /// from the store; prefills [cached, n) exactly into it, puts the exact KV of the

@@ -177,9 +177,10 @@ struct GeneratorConfig {
   /// false: fetch the full chunks, then prefill and compress locally.
   bool remote_compressed_first = true;
   /// Compressed first, vericache: the drafter keeps drafting while the full chunks
-  /// arrive, up to this many tokens (at least one round's, at most the request's
-  /// max_tokens); the rounds after the first verification take their drafts from
-  /// these as long as the verifier agrees with them (decode_verified).
+  /// arrive, up to this many tokens (at least one round's; at most the request's
+  /// max_tokens and, with folds, fold_every plus one round: what the tail's
+  /// fast-memory bound holds); the rounds after the first verification take their
+  /// drafts from these as long as the verifier agrees with them (decode_verified).
   size_t remote_predraft = 256;
 };
 

@@ -191,9 +191,12 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
     return p;
   }
   // The guess of the first token, then drafts after it for as long as the full
-  // chunks take: at least one round's, at most GeneratorConfig::remote_predraft.
+  // chunks take: at least one round's, at most GeneratorConfig::remote_predraft and
+  // what the tail's fast-memory bound holds (--fold-every positions and a round).
   const size_t round = (opt.draft_auto ? opt.max_draft : opt.draft_length) + 1;
-  const size_t want = std::min(size_t(std::max(rq.steps, 0)), std::max(round, cfg_.remote_predraft));
+  const size_t ahead = opt.fold_every > 0 ? std::min(cfg_.remote_predraft, opt.fold_every + round)
+                                          : cfg_.remote_predraft;
+  const size_t want = std::min(size_t(std::max(rq.steps, 0)), std::max(round, ahead));
   std::vector<float> lg;
   if (suffix_drafted && want > 0) {
     int32_t tok = sample_token(draft_logits, opt.sampling, int64_t(n));

@@ -87,8 +87,8 @@ PrefillResult TpDraftBatcher::finish_prefill(uint64_t id, size_t cached) {
   return p;
 }
 
-void TpDraftBatcher::start(uint64_t id, size_t n) {
-  each_rank(ranks_, [&](DraftBatcher& b) { b.start(id, n); });
+void TpDraftBatcher::start(uint64_t id, size_t n, bool ahead) {
+  each_rank(ranks_, [&](DraftBatcher& b) { b.start(id, n, ahead); });
 }
 
 std::vector<DraftBlock> TpDraftBatcher::step() {
@@ -110,10 +110,10 @@ std::vector<DraftBlock> TpDraftBatcher::step() {
   return done;
 }
 
-void TpDraftBatcher::commit(uint64_t id, const VerifyOutcome& v) {
+void TpDraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
   const int d = degree();
   // A commit may rebuild the view through the compressor: collectives, so at once.
-  group_.run([&](int r) { ranks_[size_t(r)]->commit(id, rank_outcome(v, r, d)); });
+  group_.run([&](int r) { ranks_[size_t(r)]->commit(id, rank_outcome(v, r, d), ahead); });
 }
 
 void TpDraftBatcher::release(uint64_t id) {

@@ -27,12 +27,12 @@ class TpDraftBatcher {
   /// (fast-memory budgets are per rank). A rank's failure fails the operation with
   /// its own error on every rank; nothing of a failed prefill is kept on any rank.
   [[nodiscard]] PrefillResult prefill(const DraftSpec& spec);
-  void start(uint64_t id, size_t n);
+  void start(uint64_t id, size_t n, bool ahead = false);  // DraftBatcher::start
   [[nodiscard]] bool busy() const { return ranks_[0]->busy(); }
   [[nodiscard]] std::vector<DraftBlock> step();
   /// Rank r commits rank_outcome(v, r, degree()): its own KV heads' verified rows
   /// (`v` is TpVerifier::run's outcome).
-  void commit(uint64_t id, const VerifyOutcome& v);
+  void commit(uint64_t id, const VerifyOutcome& v, size_t ahead = 0);
   /// DraftBatcher::finish_prefill (compressed first) on every rank at once; the
   /// exact first token and drafts_kept checked equal across ranks.
   [[nodiscard]] PrefillResult finish_prefill(uint64_t id, size_t cached);

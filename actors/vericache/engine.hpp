@@ -76,6 +76,12 @@ struct EngineConfig {
   /// vericache token is still verified against the full KV. Lossy requests then
   /// decode over the fetched view. false: the full flow only. Not for KVzap.
   bool remote_compressed_first = true;
+  /// Compressed first, vericache: the drafter drafts up to this many tokens from its
+  /// guess while the full chunks arrive (at least one round's; at most fold_every
+  /// plus a round, what the request's tail reservation holds); once the guess proves
+  /// right, rounds take their drafts from these while the verifier accepts every
+  /// draft and its next token is the next one ahead. 0: one round.
+  size_t remote_predraft = 256;
   /// net_fetcher actors (each with its own store connections, all sharing the
   /// store's health): one request's long fetch does not hold up the others'.
   /// Each fetch or publish goes to the one with the fewest outstanding.
@@ -179,6 +185,7 @@ struct RequestStats {
   std::string remote_compressed_stop_reason; ///< why they ended there, or why they were not used
   size_t remote_predrafted = 0;   ///< vericache: drafts made before the exact first token
   bool remote_predrafts_kept = false;  ///< they were verified (the drafter's guess of it was right)
+  size_t remote_predraft_rounds = 0;   ///< verification rounds whose drafts were made ahead
   double remote_full_wait_seconds = 0; ///< vericache: the drafter idle until the full chunks were in
 };
 

@@ -1,8 +1,8 @@
 // The engine's compressed-first flow (EngineConfig::remote_compressed_first) against
 // a real redis-server on a free loopback port: a request whose prompt's compressed
-// chunks are in the store drafts from them at once; in vericache mode it drafts a
-// block from its guess of the first token while the full chunks arrive (a throttled
-// link makes them slow), and its tokens and logprobs equal a run without the store
+// chunks are in the store drafts from them at once; in vericache mode it drafts
+// ahead from its guess of the first token while the full chunks arrive (a throttled
+// link makes them slow; one round ahead or up to the cap), and its tokens and logprobs equal a run without the store
 // bit for bit; a lossy request decodes over the fetched view exactly as `generate`'s
 // compressed-first flow does; a cancel in the middle leaves nothing behind.
 #include <gtest/gtest.h>
@@ -65,11 +65,24 @@ TEST(engine_compressed_first, a_request_drafts_from_compressed_chunks_and_emits_
     const Result sw = run(slow_engine, req);
     expect_same_output(local, sw, "slow link, " + what);
     EXPECT_TRUE(sw.stats.remote_compressed_first) << sw.stats.remote_compressed_stop_reason;
-    EXPECT_GT(sw.stats.remote_predrafted, 0u) << what << ": drafted while the full chunks arrived";
+    EXPECT_GT(sw.stats.remote_predrafted, 6u) << what << ": drafted ahead (more than a round) while the full chunks arrived";
+    EXPECT_LE(sw.stats.remote_predrafted, 23u) << what << ": no further than the request's 24 tokens";
+    if (sw.stats.remote_predrafts_kept) {
+      EXPECT_GE(sw.stats.remote_predraft_rounds, 1u) << what;
+    }
     EXPECT_GT(sw.stats.remote_full_wait_seconds, 0.1) << what << ": then waited for them";
     EXPECT_EQ(2u, sw.stats.remote_chunks_hit);
     kept += sw.stats.remote_predrafts_kept ? 1 : 0;
     EXPECT_EQ(0u, held_after_settling(slow_engine));
+    if (k.sampled) {  // one round ahead only (remote_predraft 0): the same tokens
+      sc.remote_predraft = 0;
+      Engine one_round(sc);
+      const Result o = run(one_round, req);
+      expect_same_output(local, o, "one round ahead, " + what);
+      EXPECT_TRUE(o.stats.remote_compressed_first) << o.stats.remote_compressed_stop_reason;
+      EXPECT_LE(o.stats.remote_predrafted, 6u) << what;
+      EXPECT_EQ(0u, held_after_settling(one_round));
+    }
   }
   EXPECT_GT(kept, 0u) << "some guess of the first token was right, its drafts verified";
 }

@@ -30,6 +30,8 @@ struct Call {
   VerifyJob job;          // verify
   std::shared_ptr<const VerifyOutcome> outcome;  // commit
   bool full_tier = false;  // release
+  bool ahead = false;      // draft: further ahead (compressed first)
+  size_t kept_ahead = 0;   // commit: drafts kept ahead past the round
   DraftSpec spec;          // prefill
   RankViews views;  // publish: the views' chunks too (one per rank)
   std::string view_spec;  // publish, fetch_compressed: the compressor spec
@@ -44,11 +46,12 @@ class FakeOutbox final : public Outbox {
     c.spec = spec;
     calls.push_back(c);
   }
-  void draft(uint64_t id, size_t n) override {
+  void draft(uint64_t id, size_t n, bool ahead) override {
     Call c;
     c.kind = Call::draft;
     c.id = id;
     c.n = n;
+    c.ahead = ahead;
     calls.push_back(c);
   }
   void verify(const VerifyJob& job) override {
@@ -58,11 +61,12 @@ class FakeOutbox final : public Outbox {
     c.job = job;
     calls.push_back(c);
   }
-  void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0) override {
+  void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0, size_t ahead) override {
     Call c;
     c.kind = Call::commit;
     c.id = v->id;
     c.n = p0;
+    c.kept_ahead = ahead;
     c.outcome = std::move(v);
     calls.push_back(c);
   }

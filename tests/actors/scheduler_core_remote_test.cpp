@@ -4,6 +4,8 @@
 // reads it, and a request's result waits for its publish count.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "kvtiers/layer_compression.hpp"
 #include "tests/actors/scheduler_core_fixture.hpp"
 
@@ -322,6 +324,120 @@ TEST(scheduler_core_remote, compressed_first_drafts_from_the_guess_and_verifies_
   EXPECT_EQ(4u, r.stats.remote_predrafted);
   EXPECT_TRUE(r.stats.remote_predrafts_kept);
   EXPECT_EQ(4u, r.stats.accepted);
+}
+
+TEST(scheduler_core_remote, compressed_first_drafts_ahead_while_the_full_chunks_arrive_and_verifies_rounds_from_those_drafts) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  core.set_remote_predraft(12);
+  auto a = compressed_first_request(1, 20, DecodeMode::vericache);
+  admit_with_view(core, out, a);
+  core.on_prefilled(guess(1, 7));
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(4u, calls[0].n);
+  EXPECT_FALSE(calls[0].ahead) << "the block from the guess";
+  DraftBlock b1 = drafts(1, {8, 9, 10, 11});
+  core.on_drafted(b1);
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::draft}), kinds(calls)) << "the full chunks are not in: further ahead";
+  EXPECT_TRUE(calls[0].ahead);
+  EXPECT_EQ(4u, calls[0].n);
+  DraftBlock b2 = drafts(1, {12, 13, 14, 15});
+  core.on_drafted(b2);
+  calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_TRUE(calls[0].ahead);
+  core.on_remote_fetched(1, hit(4), "");
+  EXPECT_TRUE(out.take().empty()) << "the exact prefill waits for the block in progress";
+  DraftBlock b3 = drafts(1, {16, 17, 18, 19});
+  core.on_drafted(b3);
+  ASSERT_EQ((std::vector<Call::Kind>{Call::finish_prefill}), kinds(out.take())) << "12 ahead: the cap";
+
+  core.on_prefill_finished(exact(1, 7, true));
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::verify}), kinds(calls));
+  EXPECT_EQ(7, calls[0].job.t0);
+  EXPECT_EQ(kPrompt, calls[0].job.p0);
+  EXPECT_EQ((std::vector<int32_t>{8, 9, 10, 11}), calls[0].job.drafts) << "one round's length";
+  // Every draft accepted and the verifier's next token is the next one ahead: the
+  // next round verifies the drafts after it, with no drafting.
+  core.on_verified(verified(1, {8, 9, 10, 11, 12}, 4));
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::commit, Call::verify}), kinds(calls));
+  EXPECT_EQ(kPrompt, calls[0].n);
+  EXPECT_EQ(8u, calls[0].kept_ahead) << "the drafter keeps the 8 drafts past the round";
+  EXPECT_EQ(12, calls[1].job.t0);
+  EXPECT_EQ(kPrompt + 5, calls[1].job.p0);
+  EXPECT_EQ((std::vector<int32_t>{13, 14, 15, 16}), calls[1].job.drafts);
+  // A rejection: what is left ahead is dropped, drafting resumes from the verifier's token.
+  core.on_verified(verified(1, {13, 14, 99}, 2));
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::commit, Call::draft}), kinds(calls));
+  EXPECT_EQ(kPrompt + 5, calls[0].n);
+  EXPECT_EQ(0u, calls[0].kept_ahead);
+  EXPECT_FALSE(calls[1].ahead);
+  core.cancel(1);
+  const auto r = a.result.get();
+  EXPECT_EQ((std::vector<int32_t>{7, 8, 9, 10, 11, 12, 13, 14, 99}), r.output_ids);
+  EXPECT_EQ(12u, r.stats.remote_predrafted);
+  EXPECT_EQ(2u, r.stats.remote_predraft_rounds);
+  EXPECT_EQ(8u, r.stats.drafted);
+  EXPECT_EQ(6u, r.stats.accepted);
+}
+
+TEST(scheduler_core_remote, compressed_first_drops_the_drafts_ahead_when_the_verifiers_next_token_is_not_the_next_draft) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  core.set_remote_predraft(8);
+  auto a = compressed_first_request(1, 20, DecodeMode::vericache);
+  admit_with_view(core, out, a);
+  core.on_prefilled(guess(1, 7));
+  DraftBlock b1 = drafts(1, {8, 9, 10, 11});
+  core.on_drafted(b1);
+  DraftBlock b2 = drafts(1, {12, 13, 14, 15});
+  core.on_drafted(b2);
+  out.take();
+  core.on_remote_fetched(1, hit(4), "");
+  ASSERT_EQ((std::vector<Call::Kind>{Call::finish_prefill}), kinds(out.take()));
+  core.on_prefill_finished(exact(1, 7, true));
+  ASSERT_EQ((std::vector<Call::Kind>{Call::verify}), kinds(out.take()));
+  core.on_verified(verified(1, {8, 9, 10, 11, 42}, 4));  // all accepted, but 42, not 12
+  auto calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::commit, Call::draft}), kinds(calls));
+  EXPECT_EQ(0u, calls[0].kept_ahead) << "the drafter rolls back past the round";
+  EXPECT_FALSE(calls[1].ahead);
+  core.cancel(1);
+  const auto r = a.result.get();
+  EXPECT_EQ((std::vector<int32_t>{7, 8, 9, 10, 11, 42}), r.output_ids);
+  EXPECT_EQ(8u, r.stats.remote_predrafted);
+  EXPECT_EQ(1u, r.stats.remote_predraft_rounds);
+}
+
+TEST(scheduler_core_remote, compressed_first_drafts_ahead_no_further_than_the_request_and_the_fold_interval_allow) {
+  for (const auto& [max_tokens, fold_every, cap] :
+       std::vector<std::tuple<size_t, size_t, size_t>>{{7, 64, 6}, {40, 5, 9}, {40, 0, 30}}) {
+    FakeOutbox out;
+    SchedulerCore core(out, 2, 4, false, nullptr);
+    core.set_remote_chunk_tokens(kChunk);
+    core.set_remote_predraft(30);
+    auto a = compressed_first_request(1, max_tokens, DecodeMode::vericache);
+    a.ctx->spec.fold_every = fold_every;
+    admit_with_view(core, out, a);
+    core.on_prefilled(guess(1, 7));
+    size_t drafted = 0;
+    for (auto calls = out.take(); !calls.empty() && calls[0].kind == Call::draft; calls = out.take()) {
+      EXPECT_LE(drafted + calls[0].n, cap) << max_tokens << " tokens, fold every " << fold_every;
+      DraftBlock b = drafts(1, std::vector<int32_t>(calls[0].n, 3));
+      drafted += calls[0].n;
+      core.on_drafted(b);
+    }
+    EXPECT_EQ(cap, drafted) << max_tokens << " tokens, fold every " << fold_every;
+    core.cancel(1);
+    EXPECT_EQ(cap, a.result.get().stats.remote_predrafted);
+  }
 }
 
 TEST(scheduler_core_remote, compressed_first_drops_the_drafts_of_a_wrong_guess_and_drafts_from_the_exact_token) {

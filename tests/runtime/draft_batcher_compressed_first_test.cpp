@@ -1,7 +1,8 @@
 // DraftBatcher's compressed-first flow: prefill over a fetched view (the suffix in
 // the tail, the first token a guess, no full tier touched), one block drafted from
-// the guess, then finish_prefill: the exact first token of a local prefill, bit for
-// bit, and the block kept only when the guess was that token.
+// the guess (and blocks further ahead of it), then finish_prefill: the exact first
+// token of a local prefill, bit for bit, and the block kept only when the guess was
+// that token; a commit with drafts ahead keeps them.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,6 +11,8 @@
 #include "kernels/error.hpp"
 #include "kvtiers/full_tier.hpp"
 #include "runtime/draft_batcher.hpp"
+#include "runtime/layer_streamer.hpp"
+#include "runtime/verifier.hpp"
 #include "tests/runtime/test_support.hpp"
 
 namespace vc {
@@ -116,6 +119,69 @@ TEST(draft_batcher_compressed_first, a_wrong_guess_drops_its_block_and_drafting_
     wrong += o.guess.token != o.exact.token ? 1 : 0;
   }
   EXPECT_GT(wrong, 0u) << "no foreign view guessed wrong: the dropping path did not run";
+}
+
+// Drafts the blocks of `lengths` for request 7 (each after the first ahead of the last).
+std::vector<int32_t> draft_blocks(DraftBatcher& b, const std::vector<size_t>& lengths) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    b.start(7, lengths[i], i > 0);
+    for (int guard = 0; b.busy() && guard < 100; ++guard)
+      for (auto& blk : b.step()) out.insert(out.end(), blk.tokens.begin(), blk.tokens.end());
+  }
+  return out;
+}
+
+TEST(draft_batcher_compressed_first, blocks_ahead_continue_the_guess_block_and_a_commit_with_drafts_ahead_rolls_nothing_back) {
+  const auto p = prompt(3);
+  const Reference ref = local_prefill(p);
+  auto over_view = [&](DraftBatcher& b) {
+    DraftSpec s = spec_of(7, p);
+    s.fetched_views = {ref.view};
+    s.tier_ready = true;
+    (void)b.prefill(s);
+  };
+  std::vector<int32_t> one_block;
+  {
+    HostFullTier tier(test::tinycode()->kv_config(16, DType::bf16));
+    DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
+    over_view(b);
+    one_block = draft_blocks(b, {12});
+  }
+  HostFullTier tier(test::tinycode()->kv_config(16, DType::bf16));
+  DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
+  over_view(b);
+  EXPECT_THROW(b.start(7, 4, /*ahead=*/true), Error) << "ahead of no block from the guess";
+  const std::vector<int32_t> ahead = draft_blocks(b, {4, 4, 4});
+  EXPECT_EQ(one_block, ahead) << "three blocks ahead draft what one block of 12 drafts";
+  EXPECT_EQ(kPrompt, b.pending(7).second) << "the round still starts at the guess";
+  tier.create(7, kPrompt + 32);
+  const PrefillResult exact = b.finish_prefill(7, 0);
+  ASSERT_TRUE(exact.drafts_kept) << "the prompt's own view guesses right here";
+
+  // The first round verifies 4 of the 12 against the full tier (the mover's half of
+  // the commit by hand); the drafter keeps what lies past the verified positions.
+  LayerStreamer stream(tier);
+  Verifier verifier(test::tinycode(), 2);
+  const VerifyJob job{7, exact.token, kPrompt, std::vector<int32_t>(ahead.begin(), ahead.begin() + 4), kSampling};
+  stream.start(7, kPrompt, 5);
+  const VerifyOutcome v = verifier.run(job, stream);
+  const size_t layers = size_t(test::tinycode()->config().num_layers);
+  for (size_t r = 0; r <= v.accepted; ++r)
+    for (size_t l = 0; l < layers; ++l) tier.write(7, l, kPrompt + r, v.k(l, r), v.v(l, r));
+  const size_t held = b.fast_bytes(7);
+  const size_t past = 12 - v.accepted;  // drafts after the verified positions
+  try {
+    b.commit(7, v, past + 1);
+    FAIL() << "accepted a count of drafts ahead that the tail does not hold";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("drafts ahead past position"), std::string::npos) << e.what();
+  }
+  b.commit(7, v, past);
+  EXPECT_EQ(held, b.fast_bytes(7)) << "nothing rolled back";
+  EXPECT_EQ(std::make_pair(v.tokens.back(), kPrompt + v.accepted + 1), b.pending(7))
+      << "the next round starts at the verifier's token";
+  b.release(7);
 }
 
 TEST(draft_batcher_compressed_first, a_fetched_view_must_leave_the_last_prompt_position_to_compute) {

@@ -22,6 +22,7 @@ inline nlohmann::json remote_stats_json(const vericache::RequestStats& s) {
           {"compressed_stop_reason", s.remote_compressed_stop_reason},
           {"predrafted", s.remote_predrafted},
           {"predrafts_kept", s.remote_predrafts_kept},
+          {"predraft_rounds", s.remote_predraft_rounds},
           {"full_wait_seconds", s.remote_full_wait_seconds}};
 }
 

@@ -95,7 +95,7 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   s.remote_bytes_full = r.stats.remote_bytes_fetched;
   s.remote_bytes_compressed = r.stats.remote_bytes_compressed;
   s.remote_predrafted = r.stats.remote_predrafted;
-  s.remote_predraft_rounds = r.stats.remote_predrafts_kept ? 1 : 0;
+  s.remote_predraft_rounds = r.stats.remote_predraft_rounds;
   s.remote_full_wait_seconds = r.stats.remote_full_wait_seconds;
   return g;
 }
@@ -131,6 +131,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   ec.remote_chunk_tokens = a.chunk;
   ec.remote_timeout_ms = 600000;
   ec.remote_compressed_first = false;
+  ec.remote_predraft = a.predraft;
   vericache::Engine engine_full_first(ec);
   ec.remote_compressed_first = true;
   vericache::Engine engine_compressed_first(ec);
@@ -267,8 +268,8 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--threads", a->threads, "Threads (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
   cmd->add_option("--remote-predraft", a->predraft,
-                  "Compressed first (generate): draft up to N tokens ahead while the full chunks "
-                  "arrive (the \"1 round\" row: one round's)")
+                  "Compressed first (generate's and the engine's): draft up to N tokens ahead "
+                  "while the full chunks arrive (the \"1 round\" row: one round's)")
       ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_remote(*a); }; });

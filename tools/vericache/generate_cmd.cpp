@@ -335,9 +335,7 @@ void add_generate_command(CLI::App& app, Runner& run) {
                   "compressed-first: draft from the prefix's compressed chunks while its full "
                   "chunks arrive; full: fetch the full chunks, then prefill and compress here")
       ->capture_default_str()->check(CLI::IsMember({"compressed-first", "full"}));
-  cmd->add_option("--remote-predraft", a->remote_predraft,
-                  "compressed-first, vericache: draft up to N tokens while the full chunks "
-                  "arrive (at least one round's); later rounds use them while the verifier agrees")
+  cmd->add_option("--remote-predraft", a->remote_predraft, kRemotePredraftHelp)
       ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--remote-timeout-ms", a->remote_timeout_ms,
                   "Deadline of a connect and of each pipelined batch")

@@ -143,6 +143,8 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
                  "compressed-first: draft from the prefix's compressed chunks while its full "
                  "chunks arrive; full: fetch the full chunks, then prefill and compress here")
       ->capture_default_str()->check(CLI::IsMember({"compressed-first", "full"}));
+  cmd.add_option("--remote-predraft", r.predraft, kRemotePredraftHelp)
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd.add_option("--remote-fetchers", r.fetchers,
                  "net_fetcher actors (own connections each): one request's long fetch does not "
                  "hold up the others'")

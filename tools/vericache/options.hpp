@@ -34,7 +34,13 @@ struct RemoteArgs {
   int retry_ms = 5000;    // --remote-retry-ms
   std::string flow = "compressed-first";  // --remote-flow
   int fetchers = 2;       // --remote-fetchers
+  size_t predraft = 256;  // --remote-predraft
 };
+/// --remote-predraft's help, shared by generate and the engine commands.
+inline constexpr const char* kRemotePredraftHelp =
+    "compressed-first, vericache: draft up to N tokens ahead while the full chunks arrive (at "
+    "least one round's, at most --fold-every plus one); later rounds use them while the "
+    "verifier agrees";
 /// --remote-retry-ms's help, shared by generate and the engine commands.
 inline constexpr const char* kRemoteRetryHelp =
     "After a store fault, skip the store this long: requests meanwhile prefill locally at "
