@@ -193,7 +193,7 @@ std::vector<Call::Kind> kinds(const std::vector<Call>& calls) {
   return k;
 }
 
-std::vector<uint64_t> ids_of(const std::vector<Call>& calls, Call::Kind kind) {
+[[maybe_unused]] std::vector<uint64_t> ids_of(const std::vector<Call>& calls, Call::Kind kind) {
   std::vector<uint64_t> ids;
   for (const auto& c : calls)
     if (c.kind == kind) ids.push_back(c.id);
