@@ -359,7 +359,7 @@ void SchedulerCore::on_drafted(DraftBlock& b) {
     // While the full chunks are still on their way: further ahead, up to the cap.
     const size_t L = c->round_drafts;
     size_t cap = std::max(L, remote_predraft_);
-    if (c->spec.fold_every > 0) cap = std::min(cap, std::max(L, c->spec.fold_every + L));
+    if (c->spec.fold_every > 0) cap = std::min(cap, c->spec.fold_every + L);  // the tail's bound
     cap = std::min(cap, remaining(*c) - 1);
     if (!c->cf_full_in && c->predraft.size() < cap && !b.tokens.empty()) {
       out_.draft(c->id, std::min(L, cap - c->predraft.size()), true);

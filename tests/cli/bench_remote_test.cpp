@@ -1,6 +1,6 @@
 // `vericache bench remote` against a real redis-server: every flow (generate's and
 // the engine's) runs for every length and equals full decoding (the bench fails otherwise); its JSON names the
-// link's rates; a bad store URL is a one-line error.
+// link's rates, the proxy's measured; a bad store URL is a one-line error.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -24,6 +24,11 @@ TEST(bench_remote, runs_every_flow_at_every_length_and_states_the_link_rates) {
   EXPECT_DOUBLE_EQ(j["local_bytes_per_second"].get<double>(), 2e8);
   EXPECT_DOUBLE_EQ(j["remote_bytes_per_second"].get<double>(), 2e8 * 1.2 / 40);
   EXPECT_NE(j["link"].get<std::string>().find("throttled by an in-process TCP proxy"), std::string::npos);
+  EXPECT_EQ(j["remote_link"], "proxy");
+  // The link probe reads through the proxy, at its pace (6 MB/s here).
+  const double measured = j["remote_measured_bytes_per_second"].get<double>();
+  EXPECT_GT(measured, 0.6 * 6e6) << measured;
+  EXPECT_LT(measured, 1.1 * 6e6) << measured;
   ASSERT_EQ(j["runs"].size(), 12u);
   const char* flows[6] = {"recompute",         "full first",        "compressed first",
                           "compressed first 1 round", "engine full first", "engine compressed first"};

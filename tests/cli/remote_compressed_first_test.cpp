@@ -107,6 +107,31 @@ TEST(remote_compressed_first, drafting_from_compressed_chunks_gives_the_tokens_o
   EXPECT_GE(most_rounds_ahead, 2u) << "no run verified two rounds of drafts made ahead";
 }
 
+TEST(remote_compressed_first, drafting_ahead_stops_at_the_fold_interval_and_one_round) {
+  // The tail's fast-memory bound holds --fold-every positions and a round: over a
+  // link slow enough for any number of drafts, generate drafts exactly that many
+  // after its guess of the first token (here 4 + 3), and the tokens stay exact.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  vc::test::PromptFile prompt(code_prompt());
+  const std::string common = "--prompt-file " + prompt.path + " --max-tokens 24 --json --logprobs --ignore-eos";
+  const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 3 --fold-every 4";
+  (void)generate(base + " --remote " + server.url() + " --remote-chunk 32");  // publishes both forms
+  vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), 200e3);
+  const json full = generate(common);
+  const json j = generate(base + " --remote " + slow.url() + " --remote-chunk 32 --remote-timeout-ms 60000");
+  expect_same_tokens(full, j, "fold interval 4, draft 3");
+  const json& rs = j["stats"]["remote"];
+  ASSERT_TRUE(rs["compressed_first"].get<bool>()) << rs;
+  EXPECT_GT(rs["full_wait_seconds"].get<double>(), 0.1) << rs;
+  EXPECT_EQ(rs["predrafted"].get<int>(), 4 + 3) << rs;
+  // The default interval (64): it drafts further, up to max tokens.
+  const json free_run = generate(common + " --mode vericache --compressor snapkv --ratio 4 --draft 3 --remote " +
+                                 slow.url() + " --remote-chunk 32 --remote-timeout-ms 60000");
+  expect_same_tokens(full, free_run, "fold interval 64");
+  EXPECT_GT(free_run["stats"]["remote"]["predrafted"].get<int>(), 4 + 3) << free_run["stats"]["remote"];
+}
+
 TEST(remote_compressed_first, a_fault_in_the_full_chunks_is_recomputed_before_any_token) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);

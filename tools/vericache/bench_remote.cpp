@@ -6,13 +6,16 @@
 // (b) and (c) again through the actor engine (one request at a time:
 // its net_fetcher, scheduler and drafter, the time to first token taken at the
 // first token's callback). The store is reached through an in-process throttling TCP proxy at
-// --remote-bandwidth; the full tier's link is modelled at --local-bandwidth
+// --remote-bandwidth, or with --remote-link direct as given (a link shaped outside the
+// process: tools/shaped-redis.sh's tc on a veth pair); either way the bench measures the
+// link's read rate first. The full tier's link is modelled at --local-bandwidth
 // (GeneratorConfig::link_bandwidth). Every run's ids and logprobs are checked equal
 // to full decoding (--mode full), else the bench fails.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include <vericache/engine.hpp>
 
@@ -20,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/cpu_features.hpp"
+#include "kvtiers/remote/redis_client.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/generator.hpp"
 #include "tools/vericache/bench_prompts.hpp"
@@ -42,6 +46,7 @@ struct BenchRemoteArgs {
   size_t draft = 8;
   double local_bandwidth = 400e6;  // bytes/s; the remote link gets 1.2/40 of it
   double remote_bandwidth = 0;     // 0: local_bandwidth * 1.2 / 40
+  std::string remote_link = "proxy";  // proxy: throttled in process; direct: as given
   uint32_t seed = 1;
   int repeats = 1;  // runs per flow and length; the table shows medians
   int threads = 0;
@@ -100,19 +105,41 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   return g;
 }
 
+// The read rate (bytes/s) of the link the runs use: a value of `bytes` written to the
+// store directly, then read back through `link` (the proxy, or the store itself).
+double measure_link(const RedisEndpoint& store, const RedisEndpoint& link, size_t bytes) {
+  const RedisTimeouts slow{std::chrono::milliseconds(5000), std::chrono::milliseconds(600000)};
+  const std::string key = "vc:bench:link-probe";
+  RedisClient writer(store, slow, 1);
+  (void)writer.command({"SET", key, std::string(bytes, 'x'), "EX", "600"});
+  RedisClient reader(link, slow, 1);
+  (void)reader.command({"PING"});  // connected before the clock starts
+  const auto t0 = std::chrono::steady_clock::now();
+  const RedisReply r = reader.command({"GET", key});
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (void)writer.command({"DEL", key});
+  if (r.str.size() != bytes) throw Error("bench remote: the link probe read back " +
+                                         std::to_string(r.str.size()) + " bytes of " + std::to_string(bytes));
+  return double(bytes) / dt;
+}
+
 int run_bench_remote(const BenchRemoteArgs& a) {
   auto model = Model::load(a.model_dir);
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
   const RedisEndpoint ep = parse_redis_url(a.remote);
+  const bool direct = a.remote_link == "direct";
   const double remote_bw = a.remote_bandwidth > 0 ? a.remote_bandwidth : a.local_bandwidth * 1.2 / 40;
-  ThrottledProxy proxy(ep.host, ep.port, remote_bw);
+  std::unique_ptr<ThrottledProxy> proxy;
+  if (!direct) proxy = std::make_unique<ThrottledProxy>(ep.host, ep.port, remote_bw);
+  const std::string link_url = direct ? ep.url() : proxy->url();
+  const double measured_bw = measure_link(ep, parse_redis_url(link_url), 4u << 20);
 
   GeneratorConfig gc;
   gc.threads = a.threads;
   gc.link_bandwidth = a.local_bandwidth;
   Generator reference(model, tok, gc);
-  gc.remote_url = proxy.url();
+  gc.remote_url = link_url;
   gc.remote_chunk_tokens = a.chunk;
   gc.remote_timeout_ms = 600000;  // the throttled link is slow on purpose
   gc.remote_compressed_first = false;
@@ -127,7 +154,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   ec.threads = a.threads;
   ec.max_active = 1;
   ec.link_bytes_per_second = a.local_bandwidth;
-  ec.remote_url = proxy.url();
+  ec.remote_url = link_url;
   ec.remote_chunk_tokens = a.chunk;
   ec.remote_timeout_ms = 600000;
   ec.remote_compressed_first = false;
@@ -200,10 +227,14 @@ int run_bench_remote(const BenchRemoteArgs& a) {
                     {"full_wait_seconds", r.stats.remote_full_wait_seconds},
                     {"predrafted", r.stats.remote_predrafted},
                     {"predraft_rounds", r.stats.remote_predraft_rounds}});
+  const std::string how =
+      direct ? fmt::format("reached directly at {} (not throttled by the bench; shaped outside the process, "
+                           "if at all)", ep.url())
+             : fmt::format("throttled by an in-process TCP proxy to {:.1f} MB/s", remote_bw / 1e6);
   const std::string link = fmt::format(
-      "remote link: throttled by an in-process TCP proxy to {:.1f} MB/s; local full-tier link "
-      "modelled at {:.1f} MB/s (remote : local = 1.2 : {:.1f})",
-      remote_bw / 1e6, a.local_bandwidth / 1e6, 1.2 * a.local_bandwidth / remote_bw);
+      "remote link: {}, reads measured at {:.1f} MB/s (a 4 MiB value); local full-tier link modelled at "
+      "{:.1f} MB/s (remote : local = 1.2 : {:.1f}, from the measured rate)",
+      how, measured_bw / 1e6, a.local_bandwidth / 1e6, 1.2 * a.local_bandwidth / measured_bw);
   if (a.json) {
     std::cout << nlohmann::json{{"model", a.model_dir},
                                 {"compressor", a.compressor},
@@ -212,7 +243,9 @@ int run_bench_remote(const BenchRemoteArgs& a) {
                                 {"max_tokens", a.max_tokens},
                                 {"predraft", a.predraft},
                                 {"chunk_tokens", a.chunk},
-                                {"remote_bytes_per_second", remote_bw},
+                                {"remote_link", a.remote_link},
+                                {"remote_bytes_per_second", direct ? 0.0 : remote_bw},
+                                {"remote_measured_bytes_per_second", measured_bw},
                                 {"local_bytes_per_second", a.local_bandwidth},
                                 {"link", link},
                                 {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))},
@@ -244,7 +277,7 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
   auto a = std::make_shared<BenchRemoteArgs>();
   CLI::App* cmd = bench.add_subcommand(
       "remote", "Remote prefix cache: recompute vs full-first vs compressed-first, generate and the "
-                "engine (throttled link)");
+                "engine (throttled or shaped link)");
   cmd->add_option("--model", a->model_dir, "Model directory")->capture_default_str();
   cmd->add_option("--remote", a->remote, "The store, redis://HOST:PORT (its vc:kv:* keys are cleared)")
       ->required();
@@ -261,7 +294,11 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--local-bandwidth", a->local_bandwidth,
                   "Bytes/s of the modelled full-tier link")->capture_default_str();
   cmd->add_option("--remote-bandwidth", a->remote_bandwidth,
-                  "Bytes/s of the throttled remote link (0: local * 1.2 / 40)")->capture_default_str();
+                  "Bytes/s of the throttled remote link (0: local * 1.2 / 40; proxy only)")->capture_default_str();
+  cmd->add_option("--remote-link", a->remote_link,
+                  "proxy: through an in-process throttling proxy at --remote-bandwidth; direct: to "
+                  "--remote as given (shaped outside, e.g. tools/shaped-redis.sh)")
+      ->capture_default_str()->check(CLI::IsMember({"proxy", "direct"}));
   cmd->add_option("--seed", a->seed, "Picks the first prompt of the prompt set")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Runs per flow and length (medians)")
       ->capture_default_str()->check(integer_in(1, 1000));
