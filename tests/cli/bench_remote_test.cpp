@@ -29,21 +29,28 @@ TEST(bench_remote, runs_every_flow_at_every_length_and_states_the_link_rates) {
   const double measured = j["remote_measured_bytes_per_second"].get<double>();
   EXPECT_GT(measured, 0.6 * 6e6) << measured;
   EXPECT_LT(measured, 1.1 * 6e6) << measured;
-  ASSERT_EQ(j["runs"].size(), 12u);
-  const char* flows[6] = {"recompute",         "full first",        "compressed first",
-                          "compressed first 1 round", "engine full first", "engine compressed first"};
-  for (size_t i = 0; i < 12; ++i) {
+  ASSERT_EQ(j["runs"].size(), 14u);
+  const char* flows[7] = {"recompute",         "full first",        "compressed first",
+                          "compressed first 1 round", "engine full first", "engine compressed first",
+                          "full first, full decode"};
+  for (size_t i = 0; i < 14; ++i) {
     const nlohmann::json& run = j["runs"][i];
-    EXPECT_EQ(run["flow"], flows[i % 6]) << run;
-    EXPECT_EQ(run["prompt_tokens"], i < 6 ? 200 : 300) << run;
+    EXPECT_EQ(run["flow"], flows[i % 7]) << run;
+    EXPECT_EQ(run["prompt_tokens"], i < 7 ? 200 : 300) << run;
     EXPECT_GT(run["time_to_first_token_seconds_median"].get<double>(), 0) << run;
   }
   EXPECT_EQ(j["runs"][0]["full_chunks_hit"], 0);          // recompute: the store was cleared
-  for (size_t i : {1, 4}) EXPECT_GT(j["runs"][i]["full_chunks_hit"].get<int>(), 1) << j["runs"][i];
+  for (size_t i : {1, 4, 6}) EXPECT_GT(j["runs"][i]["full_chunks_hit"].get<int>(), 1) << j["runs"][i];
   for (size_t i : {2, 3, 5})
     EXPECT_GT(j["runs"][i]["compressed_chunks_hit"].get<int>(), 1) << j["runs"][i];
   EXPECT_EQ(j["runs"][4]["compressed_chunks_hit"], 0) << "the engine's full flow";
   EXPECT_EQ(j["predraft"], 256);
+  // Full decode: no drafts, one verify pass per token after the first.
+  for (size_t i : {6, 13}) {
+    EXPECT_EQ(j["runs"][i]["drafted"], 0) << j["runs"][i];
+    EXPECT_EQ(j["runs"][i]["rounds"], 5) << j["runs"][i];
+  }
+  EXPECT_GT(j["runs"][2]["drafted"].get<int>(), 0) << j["runs"][2];
 }
 
 TEST(bench_remote, a_bad_store_url_is_a_one_line_error) {

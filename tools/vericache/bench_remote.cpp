@@ -3,9 +3,11 @@
 // empty), (b) fetch the full chunks, then prefill the rest and compress locally,
 // (c) compressed first (draft from the compressed chunks while the full chunks
 // stream in, up to --remote-predraft tokens ahead; and with one round ahead only);
-// (b) and (c) again through the actor engine (one request at a time:
-// its net_fetcher, scheduler and drafter, the time to first token taken at the
-// first token's callback). The store is reached through an in-process throttling TCP proxy at
+// (b) and (c) again through the actor engine (one request at a time: its
+// net_fetcher, scheduler and drafter, the time to first token taken at the first
+// token's callback), and (b) decoding with the full KV alone (draft 0: every token
+// one pass over the whole full KV through the modelled local link, the published
+// baseline; its view is still built, unused). The store is reached through an in-process throttling TCP proxy at
 // --remote-bandwidth, or with --remote-link direct as given (a link shaped outside the
 // process: tools/shaped-redis.sh's tc on a veth pair); either way the bench measures the
 // link's read rate first. The full tier's link is modelled at --local-bandwidth
@@ -101,6 +103,8 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   s.remote_bytes_compressed = r.stats.remote_bytes_compressed;
   s.remote_predrafted = r.stats.remote_predrafted;
   s.remote_predraft_rounds = r.stats.remote_predraft_rounds;
+  s.rounds = r.stats.rounds;
+  s.drafted = r.stats.drafted;
   s.remote_full_wait_seconds = r.stats.remote_full_wait_seconds;
   return g;
 }
@@ -176,11 +180,16 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     opt.compressor = a.compressor;
     opt.ratio = a.ratio;
     opt.draft_length = a.draft;
-    constexpr int kFlows = 6;
+    constexpr int kFlows = 7;
     std::vector<std::vector<GenerateStats>> got(kFlows);
     const char* names[kFlows] = {"recompute",         "full first",
                                  "compressed first",  "compressed first 1 round",
-                                 "engine full first", "engine compressed first"};
+                                 "engine full first", "engine compressed first",
+                                 "full first, full decode"};
+    // Full-KV decoding over the fetched prefix (the published baseline): draft 0, so
+    // every token is one pass over the whole full KV through the local link.
+    GenerateOptions full_decode = opt;
+    full_decode.draft_length = 0;
     auto check = [&](const GenerateResult& r, int flow) {
       if (r.output_ids != ref.output_ids || r.output_logprobs != ref.output_logprobs)
         throw Error(std::string("bench remote: ") + names[flow] + " at " + std::to_string(n) +
@@ -199,6 +208,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       check(compressed_first_one_round.generate(prompt, opt), 3);
       check(engine_run(engine_full_first, prompt, a), 4);
       check(engine_run(engine_compressed_first, prompt, a), 5);
+      check(full_first.generate(prompt, full_decode), 6);
     }
     for (int f = 0; f < kFlows; ++f) {
       std::vector<double> ttft, tps;
@@ -226,7 +236,9 @@ int run_bench_remote(const BenchRemoteArgs& a) {
                     {"bytes_compressed", r.stats.remote_bytes_compressed},
                     {"full_wait_seconds", r.stats.remote_full_wait_seconds},
                     {"predrafted", r.stats.remote_predrafted},
-                    {"predraft_rounds", r.stats.remote_predraft_rounds}});
+                    {"predraft_rounds", r.stats.remote_predraft_rounds},
+                    {"rounds", r.stats.rounds},
+                    {"drafted", r.stats.drafted}});
   const std::string how =
       direct ? fmt::format("reached directly at {} (not throttled by the bench; shaped outside the process, "
                            "if at all)", ep.url())
