@@ -45,6 +45,7 @@ TEST(bench_remote, runs_every_flow_at_every_length_and_states_the_link_rates) {
     EXPECT_GT(j["runs"][i]["compressed_chunks_hit"].get<int>(), 1) << j["runs"][i];
   EXPECT_EQ(j["runs"][4]["compressed_chunks_hit"], 0) << "the engine's full flow";
   EXPECT_EQ(j["predraft"], 256);
+  EXPECT_EQ(j["fold_every"], 64);
   // Full decode: no drafts, one verify pass per token after the first.
   for (size_t i : {6, 13}) {
     EXPECT_EQ(j["runs"][i]["drafted"], 0) << j["runs"][i];

@@ -46,6 +46,7 @@ struct BenchRemoteArgs {
   std::string compressor = "snapkv";
   double ratio = 4;
   size_t draft = 8;
+  size_t fold_every = 64;  // GenerateOptions / Request fold_every (0 = never)
   double local_bandwidth = 400e6;  // bytes/s; the remote link gets 1.2/40 of it
   double remote_bandwidth = 0;     // 0: local_bandwidth * 1.2 / 40
   std::string remote_link = "proxy";  // proxy: throttled in process; direct: as given
@@ -79,6 +80,7 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   q.compressor = a.compressor;
   q.ratio = a.ratio;
   q.draft = std::to_string(a.draft);
+  q.fold_every = a.fold_every;
   q.ignore_eos = true;
   using clock = std::chrono::steady_clock;
   std::vector<clock::time_point> at;  // written on the scheduler thread, read after get()
@@ -180,6 +182,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     opt.compressor = a.compressor;
     opt.ratio = a.ratio;
     opt.draft_length = a.draft;
+    opt.fold_every = a.fold_every;
     constexpr int kFlows = 7;
     std::vector<std::vector<GenerateStats>> got(kFlows);
     const char* names[kFlows] = {"recompute",         "full first",
@@ -252,6 +255,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
                                 {"compressor", a.compressor},
                                 {"ratio", a.ratio},
                                 {"draft", a.draft},
+                                {"fold_every", a.fold_every},
                                 {"max_tokens", a.max_tokens},
                                 {"predraft", a.predraft},
                                 {"chunk_tokens", a.chunk},
@@ -267,10 +271,11 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     return 0;
   }
   std::cout << fmt::format(
-      "bench remote: {}, --mode vericache --compressor {} --ratio {} --draft {}, {} tokens "
-      "out, chunks of {}, --remote-predraft {}; every run equal to --mode full; medians of {} "
+      "bench remote: {}, --mode vericache --compressor {} --ratio {} --draft {} --fold-every {}, {} "
+      "tokens out, chunks of {}, --remote-predraft {}; every run equal to --mode full; medians of {} "
       "(first token, decode; the other columns from the median run)\n{}\n\n",
-      a.model_dir, a.compressor, a.ratio, a.draft, a.max_tokens, a.chunk, a.predraft, a.repeats, link);
+      a.model_dir, a.compressor, a.ratio, a.draft, a.fold_every, a.max_tokens, a.chunk, a.predraft,
+      a.repeats, link);
   std::cout << fmt::format("{:>7} {:<24} {:>12} {:>9} {:>10} {:>11} {:>10} {:>13}\n", "prompt",
                            "flow", "first token", "decode", "prefill", "fetched", "full wait",
                            "ahead/rounds");
@@ -303,6 +308,8 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--ratio", a->ratio, "Compression ratio")->capture_default_str();
   cmd->add_option("--draft", a->draft, "Drafts per verification round")
       ->capture_default_str()->check(integer_in(1, 1024));
+  cmd->add_option("--fold-every", a->fold_every, "Rebuild the view every N verified tokens (0 = never)")
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--local-bandwidth", a->local_bandwidth,
                   "Bytes/s of the modelled full-tier link")->capture_default_str();
   cmd->add_option("--remote-bandwidth", a->remote_bandwidth,
