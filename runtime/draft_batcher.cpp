@@ -154,6 +154,9 @@ PrefilledRequest DraftBatcher::prefill_over_fetched_view(const DraftSpec& spec, 
                 "-token prompt (1 to n - 1 expected)");
   PrefilledRequest p;
   p.view = fetched;
+  // The suffix sits in the tail on its own reservation (the engine's one chunk);
+  // the first fold comes fold_every positions after the prompt, scored as usual.
+  r.fold_from = n;
   r.view_charge = FastCharge(budget_, p.view->held_bytes(),
                              "the fetched compressed view of request " + std::to_string(spec.id));
   // The suffix [covered, n) attends over the view: drafting work, its KV and the
@@ -354,7 +357,7 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
 
 bool DraftBatcher::fold_due(const Req& r) const {
   return r.spec.mode == DecodeMode::vericache && r.view && r.spec.fold_every > 0 &&
-         r.p0 >= r.view->covered() + r.spec.fold_every;
+         r.p0 >= std::max(r.view->covered(), r.fold_from) + r.spec.fold_every;
 }
 
 void DraftBatcher::release(uint64_t id) {

@@ -186,6 +186,7 @@ class DraftBatcher {
     size_t pos = 0;      // its position
     int32_t start_token = 0;  // the pending token when the block started (verify's t0)
     size_t p0 = 0;            // its position
+    size_t fold_from = 0;     // folds count the tail from here (a fetched view: n)
     size_t want = 0;     // tokens this block still needs
     size_t block_end = 0;     // p0 + the block's length + 1: positions reserved
     std::vector<int32_t> context;  // tokens at positions [0, pos]: the n-gram level's text

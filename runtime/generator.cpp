@@ -116,6 +116,12 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
       throw Error("generate: the request needs " + need.describe() + " of fast memory + " +
                   format_bytes(staging) + " of staging, more than the budget of " +
                   format_bytes(fast_->capacity()));
+    // Compressed first leaves a suffix of up to one chunk in the tail, beside the
+    // bound above (as the engine reserves it); without room for it, the full flow.
+    if (remote_ && opt.mode != DecodeMode::full) {
+      const size_t suffix = tail_blocks_bytes(cache_.config(), remote_->layout().chunk_tokens);
+      rq.compressed_first_fits = need.total() + staging + suffix <= fast_->capacity();
+    }
   }
   fast_->reset_peak();
   if (rq.steps > 0) {

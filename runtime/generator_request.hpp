@@ -45,6 +45,12 @@ struct Generator::Request {
   /// the drafts after it, made while the full KV arrived (their KV is in the tail);
   /// decode_verified uses them when the verifier's first token equals the guess.
   std::vector<int32_t> predraft;
+  /// Folds count the tail from here: the prompt's length when the view came from
+  /// the store (the suffix in the tail has its own reservation, and a fold scored by
+  /// the first round's few verify rows drafts worse than the prompt-scored view).
+  size_t fold_from = 0;
+  /// The fast-memory budget has room for the compressed-first flow's suffix.
+  bool compressed_first_fits = true;
   size_t kv_peak = 0;        // the most view + blocks held
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 

@@ -105,7 +105,7 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
   // ranks draft in step, so they use their views only when every rank got the same
   // prefix, and every decision that depends on timing is taken jointly.
   const TensorParallelRank* tp = group_of(*model_);
-  if (cfg_.remote_compressed_first && !rq.compressor->stats_needs().hidden) {
+  if (cfg_.remote_compressed_first && rq.compressed_first_fits && !rq.compressor->stats_needs().hidden) {
     RemoteCompressedFetch cf = remote_->fetch_compressed(prompt, prompt.size() - 1, spec);
     s.remote_compressed_chunks_hit = cf.chunks;
     s.remote_compressed_positions = cf.positions;
@@ -143,6 +143,7 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
   GenerateStats& s = rq.result.stats;
   s.remote_compressed_first = true;
   const size_t n = prompt.size(), covered = view.covered();
+  rq.fold_from = n;  // the suffix in the tail does not count toward a fold
 
   // 2. The full chunks stream into the tier while the drafter works (the tier
   // entry is this request's alone; the drafter touches only fast memory).

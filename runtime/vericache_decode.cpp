@@ -153,7 +153,8 @@ void Generator::decode_verified(Request& rq) {
 
     // 2. Verify: L + 1 rows against the full KV [0, p0) streamed from the tier;
     // 3. accept the verifier's draws up to the first mismatch.
-    const bool fold_due = opt.fold_every > 0 && p0 - rq.view->covered() >= opt.fold_every;
+    const bool fold_due =
+        opt.fold_every > 0 && p0 >= std::max(rq.view->covered(), rq.fold_from) + opt.fold_every;
     streamer_->start(id, p0, L + 1);  // verify statistics read queries only
     const bool scores_hidden = !rq.hidden_log.empty();  // KVzap: every pass scores its rows
     const VerifyOutcome v = verifier_->run(

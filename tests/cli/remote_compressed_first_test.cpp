@@ -132,6 +132,32 @@ TEST(remote_compressed_first, drafting_ahead_stops_at_the_fold_interval_and_one_
   EXPECT_GT(free_run["stats"]["remote"]["predrafted"].get<int>(), 4 + 3) << free_run["stats"]["remote"];
 }
 
+TEST(remote_compressed_first, the_suffix_in_the_tail_does_not_count_toward_a_fold) {
+  // The fetched view ends at a chunk boundary and the prompt's suffix sits in the
+  // drafter's tail: folds count from the prompt's end, so with --fold-every 8 and 6
+  // tokens none comes (the suffix alone is longer than 8), and with 24 tokens folds
+  // still run. Tokens equal full decoding either way.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  vc::test::PromptFile prompt(code_prompt());
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
+  const std::string common = "--prompt-file " + prompt.path + " --json --logprobs --ignore-eos";
+  const std::string mode = " --mode vericache --compressor snapkv --ratio 4 --draft 3 --fold-every 8";
+  (void)generate(common + " --max-tokens 6" + mode + remote);  // publishes both forms
+  const json full6 = generate(common + " --max-tokens 6");
+  const json short_run = generate(common + " --max-tokens 6" + mode + remote);
+  expect_same_tokens(full6, short_run, "6 tokens");
+  ASSERT_TRUE(short_run["stats"]["remote"]["compressed_first"].get<bool>()) << short_run["stats"]["remote"];
+  const size_t n = short_run["stats"]["prompt_tokens"].get<size_t>();
+  const size_t suffix = n - short_run["stats"]["remote"]["compressed_positions_hit"].get<size_t>();
+  ASSERT_GE(suffix, 8u) << "the prompt's suffix after its last whole chunk is too short for this test";
+  EXPECT_EQ(short_run["stats"]["vericache"]["view_rebuilds"], 0) << short_run["stats"];
+  const json full24 = generate(common + " --max-tokens 24");
+  const json long_run = generate(common + " --max-tokens 24" + mode + remote);
+  expect_same_tokens(full24, long_run, "24 tokens");
+  EXPECT_GT(long_run["stats"]["vericache"]["view_rebuilds"].get<int>(), 0) << long_run["stats"];
+}
+
 TEST(remote_compressed_first, a_fault_in_the_full_chunks_is_recomputed_before_any_token) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);

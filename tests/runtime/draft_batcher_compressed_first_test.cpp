@@ -184,6 +184,31 @@ TEST(draft_batcher_compressed_first, blocks_ahead_continue_the_guess_block_and_a
   b.release(7);
 }
 
+TEST(draft_batcher_compressed_first, the_suffix_in_the_tail_does_not_make_the_first_round_a_fold) {
+  // The fetched view covers 64 positions, the suffix's 16 sit in the tail: with
+  // folds every 8 positions, the first round after the exact prefill must not
+  // rebuild the view (it would be scored by that round's few verify rows, not the
+  // prompt's window); folds count the tail from the prompt's end.
+  const auto p = prompt(3);
+  const Reference ref = local_prefill(p);
+  HostFullTier tier(test::tinycode()->kv_config(16, DType::bf16));
+  DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
+  DraftSpec s = spec_of(7, p);
+  s.fold_every = 8;
+  s.fetched_views = {ref.view};
+  s.tier_ready = true;
+  (void)b.prefill(s);
+  tier.create(7, kPrompt + 32);
+  (void)b.finish_prefill(7, 0);
+  b.start(7, 3);
+  DraftBlock block;
+  for (int guard = 0; b.busy() && guard < 100; ++guard)
+    for (auto& blk : b.step()) block = std::move(blk);
+  ASSERT_EQ(3u, block.tokens.size());
+  EXPECT_FALSE(block.wants_stats) << "a fold due with 16 suffix positions and none decoded";
+  b.release(7);
+}
+
 TEST(draft_batcher_compressed_first, a_fetched_view_must_leave_the_last_prompt_position_to_compute) {
   HostFullTier tier(test::tinycode()->kv_config(16, DType::bf16));
   DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
