@@ -20,6 +20,7 @@ host_if=${name}h  # this namespace's end
 ns_if=${name}n    # the store's end
 run_dir=${TMPDIR:-/tmp}/$name
 die() { echo "shaped-redis: $*" >&2; exit 1; }
+trap 'echo "shaped-redis: failed: $BASH_COMMAND (line $LINENO)" >&2; teardown; exit 1' ERR
 
 teardown() {
   if [ -f "$run_dir/redis.pid" ]; then

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -17,15 +18,17 @@
 
 namespace {
 
-std::string shell_out(const std::string& cmd) {
+// Runs `cmd` through the shell: its output (trailing newlines dropped) and whether
+// it exited 0.
+std::pair<std::string, bool> shell_out(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
+  if (!p) return {"popen failed", false};
   char buf[256];
   while (fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
+  const int status = pclose(p);
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
+  return {out, status == 0};
 }
 
 TEST(bench_remote_shaped, a_store_behind_a_tc_shaped_veth_link_reads_at_the_shaped_rate) {
@@ -35,13 +38,14 @@ TEST(bench_remote_shaped, a_store_behind_a_tc_shaped_veth_link_reads_at_the_shap
   // Names and a /24 of this process's own, so concurrent runs do not meet.
   const std::string env = "SHAPED_NAME=vct" + std::to_string(pid % 100000) + " SHAPED_NET=10.214." +
                           std::to_string(20 + pid % 200) + " SHAPED_PORT=6399 ";
-  const std::string why = shell_out(env + script + " check 2>&1");
-  if (!why.empty()) GTEST_SKIP() << "this machine cannot shape a link with tc: " << why;
+  const auto [why, can] = shell_out(env + script + " check 2>&1");
+  if (!can) GTEST_SKIP() << "this machine cannot shape a link with tc: " << (why.empty() ? "check failed" : why);
   struct Stop {
     std::string cmd;
     ~Stop() { (void)std::system(cmd.c_str()); }
   } stop{env + script + " stop"};
-  const std::string url = shell_out(env + script + " start 40mbit");  // 5 MB/s
+  const auto [url, started] = shell_out(env + script + " start 40mbit 2>&1");  // 5 MB/s
+  ASSERT_TRUE(started) << url;
   ASSERT_EQ(url.rfind("redis://10.214.", 0), 0u) << url;
 
   const auto r = vc::test::run_vericache("bench remote --remote " + url +
