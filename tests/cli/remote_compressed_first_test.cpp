@@ -158,6 +158,38 @@ TEST(remote_compressed_first, the_suffix_in_the_tail_does_not_count_toward_a_fol
   EXPECT_GT(long_run["stats"]["vericache"]["view_rebuilds"].get<int>(), 0) << long_run["stats"];
 }
 
+TEST(remote_compressed_first, a_budget_without_room_for_the_suffix_takes_the_full_flow) {
+  // Compressed first leaves up to a chunk of suffix in the drafter's tail, beside the
+  // request's bound. At the smallest --fast-memory that admits the request (found by
+  // bisection on generate's "needs ... more than the budget" error) there is no room
+  // for it: generate takes the full flow, and its tokens stay exact.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  vc::test::PromptFile prompt(code_prompt());
+  const std::string common = "--prompt-file " + prompt.path + " --max-tokens 6 --json --logprobs --ignore-eos";
+  const std::string args = common + " --mode vericache --compressor snapkv --ratio 4 --draft 3 --remote " +
+                           server.url() + " --remote-chunk 32";
+  (void)generate(args);  // publishes both forms
+  const json unlimited = generate(args);
+  ASSERT_TRUE(unlimited["stats"]["remote"]["compressed_first"].get<bool>()) << unlimited["stats"]["remote"];
+  size_t lo = 1, hi = size_t(1) << 32;  // lo is refused, hi admitted
+  ASSERT_EQ(vc::test::run_vericache("generate " + args + " --fast-memory " + std::to_string(hi), false).code, 0);
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    const auto r = vc::test::run_vericache("generate " + args + " --fast-memory " + std::to_string(mid), true);
+    if (r.code == 0) {
+      hi = mid;
+    } else {
+      ASSERT_NE(r.out.find("more than the budget"), std::string::npos) << r.out;
+      lo = mid;
+    }
+  }
+  const json tight = generate(args + " --fast-memory " + std::to_string(hi));
+  expect_same_tokens(generate(common), tight, "the smallest budget");
+  EXPECT_FALSE(tight["stats"]["remote"]["compressed_first"].get<bool>()) << tight["stats"]["remote"];
+  EXPECT_GT(tight["stats"]["remote"]["chunks_hit"].get<int>(), 0) << "the full flow, from the store";
+}
+
 TEST(remote_compressed_first, a_fault_in_the_full_chunks_is_recomputed_before_any_token) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
