@@ -45,6 +45,7 @@ struct Tile {
   const float* bias;  // bias of the tile's first column, or nullptr
   float* y;           // y[first row, first column]
   size_t ldy;
+  const uint16_t* pf;  // the weight rows to fetch ahead (the next tile's), or nullptr
 };
 
 // Named accumulators a<row><col> (an array of vectors would live in memory once a
@@ -84,6 +85,10 @@ inline void tile(const Tile& t) {
   for (size_t k = 0; k < t.K; k += kPair) {
     const size_t left = t.K - k;
     const __mmask32 m = left >= kPair ? __mmask32(~0u) : __mmask32((1u << left) - 1u);
+    if (t.pf != nullptr) {  // the next tile's weights, 4 rows ahead (no effect on bits)
+      for (size_t j = 0; j < 4; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(t.pf + j * t.ldw + k), _MM_HINT_T0);
+    }
     const __m512bh w0 = load_w(r0, k, m);
     const __m512bh w1 = NR > 1 ? load_w(r1, k, m) : zero;
     const __m512bh w2 = NR > 2 ? load_w(r2, k, m) : zero;
@@ -155,8 +160,13 @@ void matmul_cols_avx512bf16(const MatmulJob& job, size_t n0, size_t n1, size_t b
       const int mr = int(min_size(4, job.M - m));
       for (size_t n = 0; n < rows; n += 4) {
         const int nr = int(min_size(4, rows - n));
+        // While the first x tile passes, fetch the next weight tile ahead: four rows
+        // of K read side by side are four short streams that the hardware prefetcher
+        // barely follows (decode at M = 1 read 23 GB/s without this, 28 with it).
+        const size_t next = nb + n + 4;
+        const uint16_t* pf = (m == 0 && next + 4 <= n1) ? w + next * K : nullptr;
         const Tile t{job.xb + m * job.ldxb, job.ldxb, w + (nb + n) * K, K, K,
-                     job.bias ? job.bias + nb + n : nullptr, job.y + m * job.N + nb + n, job.N};
+                     job.bias ? job.bias + nb + n : nullptr, job.y + m * job.N + nb + n, job.N, pf};
         tile_any(mr, nr, t);
       }
     }

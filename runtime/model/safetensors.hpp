@@ -1,4 +1,4 @@
-// Memory-mapped safetensors checkpoints: one file, or shards with an index.
+// Safetensors checkpoints (read into memory or mapped): one file, or shards with an index.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +12,17 @@
 
 namespace vc {
 
-/// One tensor inside a mapped file. `data` stays valid while its file is open.
+/// How a checkpoint's files reach memory. `read` (the default) reads each file into
+/// anonymous memory on huge pages: decode streams every weight once per step, and
+/// from a file mapping's 4 KiB page-cache pages one thread read it at about half the
+/// rate (README, "Decode and prefill speed"). `map` maps the files read-only instead
+/// (nothing copied, pages shared with the page cache and other processes).
+enum class WeightLoad { read, map };
+/// Process-wide, for files opened from then on (the CLI's --mmap).
+void set_weight_load(WeightLoad how);
+[[nodiscard]] WeightLoad weight_load();
+
+/// One tensor inside a loaded file. `data` stays valid while its file is open.
 struct TensorInfo {
   std::string name;
   DType dtype = DType::f32;
@@ -22,7 +32,7 @@ struct TensorInfo {
   std::string file;  // path of the file holding it (for error messages)
 };
 
-/// A single .safetensors file, memory-mapped read-only. The header is validated on
+/// A single .safetensors file, read (or mapped) read-only. The header is validated on
 /// open: JSON, known dtypes, offsets inside the data section, no overlaps, sizes
 /// that match dtype x shape. Errors name the file and the tensor.
 class SafetensorsFile {

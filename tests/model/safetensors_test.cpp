@@ -33,7 +33,17 @@ json two_tensor_header() {
           {"b", {{"dtype", "F32"}, {"shape", {2, 2}}, {"data_offsets", {8, 24}}}}};
 }
 
-TEST(safetensors, reads_tensors_of_each_float_dtype_from_a_mapped_file) {
+/// Sets the process-wide WeightLoad for a scope.
+struct WeightLoadScope {
+  WeightLoad saved = weight_load();
+  explicit WeightLoadScope(WeightLoad how) { set_weight_load(how); }
+  ~WeightLoadScope() { set_weight_load(saved); }
+};
+
+class safetensors_load : public ::testing::TestWithParam<WeightLoad> {};
+
+TEST_P(safetensors_load, reads_tensors_of_each_float_dtype) {
+  const WeightLoadScope scope(GetParam());
   TempDir dir;
   std::mt19937 rng(3);
   std::map<std::string, testkit::TestTensor> tensors = {
@@ -56,6 +66,35 @@ TEST(safetensors, reads_tensors_of_each_float_dtype_from_a_mapped_file) {
       EXPECT_EQ(std::memcmp(info.data, t.bytes.data(), t.bytes.size()), 0) << name;
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(read_and_mapped, safetensors_load,
+                         ::testing::Values(WeightLoad::read, WeightLoad::map),
+                         [](const auto& info) {
+                           return std::string(info.param == WeightLoad::read ? "read" : "mapped");
+                         });
+
+TEST(safetensors, a_file_read_into_memory_keeps_its_bytes_when_the_file_is_rewritten) {
+  const WeightLoadScope scope(WeightLoad::read);
+  TempDir dir;
+  std::mt19937 rng(5);
+  const auto path = dir / "x.safetensors";
+  std::map<std::string, testkit::TestTensor> first = {
+      {"w", testkit::random_tensor(DType::bf16, {64, 64}, rng)}};
+  testkit::write_safetensors(path, first);
+  const auto f = SafetensorsFile::open(path);
+  // Rewritten in place (same size, other bytes): a read copy does not see it.
+  std::map<std::string, testkit::TestTensor> second = {
+      {"w", testkit::random_tensor(DType::bf16, {64, 64}, rng)}};
+  ASSERT_NE(first.at("w").bytes, second.at("w").bytes);
+  {
+    std::fstream out(path, std::ios::binary | std::ios::in | std::ios::out);
+    testkit::write_safetensors(dir / "y.safetensors", second);
+    std::ifstream y(dir / "y.safetensors", std::ios::binary);
+    out << y.rdbuf();
+  }
+  const TensorInfo& info = f->tensors().at("w");
+  EXPECT_EQ(std::memcmp(info.data, first.at("w").bytes.data(), info.nbytes), 0);
 }
 
 TEST(safetensors, rejects_a_truncated_file_naming_it) {

@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
 #include "runtime/model/bounded_input.hpp"
+#include "runtime/model/safetensors.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/interrupt.hpp"
 #include "tools/vericache/options.hpp"
@@ -83,6 +84,12 @@ int main(int argc, char** argv) {
                  "(default: the best of the first three this CPU runs; avx512bf16 and amx "
                  "round activations to bf16 in bf16-weight matmuls and run only when chosen)")
       ->envname("VERICACHE_SIMD");
+  bool mmap_weights = false;
+  app.add_flag("--mmap", mmap_weights,
+               "Map checkpoint files instead of reading them into memory (loads without "
+               "copying and shares pages with other processes; decode reads 4 KiB "
+               "page-cache pages more slowly)")
+      ->envname("VERICACHE_MMAP");
   vc::cli::Runner run;
   vc::cli::add_generate_command(app, run);
   vc::cli::add_bench_command(app, run);
@@ -98,6 +105,7 @@ int main(int argc, char** argv) {
     check_config_path(argc, argv);
     app.parse(argc, argv);
     if (!simd.empty()) select_simd_path(simd);
+    if (mmap_weights) vc::set_weight_load(vc::WeightLoad::map);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
