@@ -33,8 +33,15 @@ ColsFn cols_fn(SimdPath p) {
 constexpr size_t kColGrain = 16;
 
 // Pack 16-bit weights to f32 once M is large enough that each weight vector would
-// otherwise be converted again for every tile of x rows.
+// otherwise be converted again for every tile of x rows: the AVX2 and scalar paths.
+// The AVX-512 path never packs: its conversion (widen, shift) is cheap next to the
+// packed block's stores and reloads, and its direct kernel walks L2-sized blocks of
+// weight rows; 2-core AMD EPYC, one thread, K 2048, 256 MiB of bf16 weights,
+// 2026-12-04: M = 8 / 16 / 64 / 256 took 33 / 50 / 190 / 723 ms packed and
+// 15 / 27 / 106 / 462 ms direct (bits equal: packing is exact).
 constexpr size_t kPackMinRows = 8;
+
+bool packs(SimdPath p) { return p == SimdPath::avx2 || p == SimdPath::scalar; }
 
 // Below this many multiply-adds the thread hand-off costs more than it saves.
 constexpr size_t kMinParallelMacs = size_t(1) << 16;
@@ -90,7 +97,7 @@ void matmul(const float* x, size_t M, size_t K, const void* w, DType wt, size_t 
   c.job = MatmulJob{x, M, K, w, wt, N, bias, y};
   const SimdPath path = active_simd_path();
   c.fn = cols_fn(path);
-  c.pack_rows = (wt != DType::f32 && M >= kPackMinRows) ? pack_rows_for(K) : 0;
+  c.pack_rows = (wt != DType::f32 && M >= kPackMinRows && packs(path)) ? pack_rows_for(K) : 0;
   c.bf16_block_rows = 0;
   c.amx = false;
   const bool bf16_path = path == SimdPath::avx512bf16 || path == SimdPath::amx;

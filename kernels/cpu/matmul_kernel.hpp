@@ -218,27 +218,35 @@ inline void tile_any(int mr, int nr, const TileArgs& a) {
 
 inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-/// Direct: weights read in their storage type. Weight tiles outermost, so a tile's
-/// rows stay in L1 while every x row block passes over them.
+/// Direct: weights read in their storage type. Blocks of weight rows (about 192 KiB,
+/// kept in L2) are the outer loop, every x row tile passes over a block, and inside
+/// the pass weight tiles are innermost, so an x tile stays in L1 while the block's
+/// tiles stream past it.
 template <class T, DType WT>
 void cols_direct(const MatmulJob& job, size_t n0, size_t n1) {
   const size_t esz = sizeof(WElem<WT>);
-  for (size_t n = n0; n < n1; n += T::NR) {
-    const int nr = int(min_size(T::NR, n1 - n));
+  const size_t K = job.K;
+  const size_t block = [&] {
+    const size_t rows = (size_t(192) << 10) / ((K > 0 ? K : 1) * esz);
+    return rows < T::NR ? size_t(T::NR) : rows / T::NR * T::NR;
+  }();
+  const char* w = static_cast<const char*>(job.w);
+  for (size_t nb = n0; nb < n1; nb += block) {
+    const size_t ne = min_size(nb + block, n1);
     for (size_t m = 0; m < job.M; m += T::MR) {
       const int mr = int(min_size(T::MR, job.M - m));
-      // Fetch the next weight tile ahead while this one is read (first x rows only:
-      // later ones find it in cache). NR rows read side by side are NR short streams
-      // the hardware prefetcher barely follows; at M = 1 (decode) this took the AVX-512
-      // path from 15 to 27 GB/s on one thread. Prefetches change no bits.
-      const size_t next = n + T::NR;
-      const char* pf = (m == 0 && next + T::NR <= n1)
-                           ? static_cast<const char*>(job.w) + next * job.K * esz
-                           : nullptr;
-      const TileArgs a{job.x + m * job.K, job.K,
-                       static_cast<const char*>(job.w) + n * job.K * esz, job.K, job.K,
-                       job.bias ? job.bias + n : nullptr, job.y + m * job.N + n, job.N, pf};
-      tile_any<T, WT>(mr, nr, a);
+      for (size_t n = nb; n < ne; n += T::NR) {
+        const int nr = int(min_size(T::NR, ne - n));
+        // Fetch the next weight tile ahead while this one is read (first x rows only:
+        // later ones find the block in cache). NR rows read side by side are NR short
+        // streams the hardware prefetcher barely follows; at M = 1 (decode) this took
+        // the AVX-512 path from 15 to 27 GB/s on one thread. Prefetches change no bits.
+        const size_t next = n + T::NR;
+        const char* pf = (m == 0 && next + T::NR <= n1) ? w + next * K * esz : nullptr;
+        const TileArgs a{job.x + m * K, K, w + n * K * esz, K, K,
+                         job.bias ? job.bias + n : nullptr, job.y + m * job.N + n, job.N, pf};
+        tile_any<T, WT>(mr, nr, a);
+      }
     }
   }
 }

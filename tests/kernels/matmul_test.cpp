@@ -136,6 +136,35 @@ TEST(matmul, row_result_is_bit_identical_for_every_batch_size_position_and_threa
   });
 }
 
+TEST(matmul, row_result_is_bit_identical_when_the_columns_span_several_weight_blocks) {
+  // The kernels walk the weight rows in L2-sized blocks (about 192 KiB): at K = 2000
+  // a block holds 24 f32 or 48 16-bit rows, so N = 150 spans several blocks, and
+  // the thread split cuts them again. Each row of x must give the bits it gives alone.
+  const size_t K = 2000, N = 150;
+  std::mt19937 rng(4);
+  ThreadPool pool2(2);
+  ThreadPool* pools[] = {nullptr, &pool2};
+  for_each_simd_path([&](SimdPath) {
+    for (DType wt : kAllDTypes) {
+      SCOPED_TRACE(std::string("weights ") + std::string(dtype_name(wt)));
+      const Encoded w = encode(random_floats(rng, N * K), wt);
+      const auto row = random_floats(rng, K);
+      const auto alone = run_matmul(row, 1, K, w, wt, N, nullptr, nullptr);
+      for (ThreadPool* pool : pools) {
+        for (size_t M : {size_t(1), size_t(3), size_t(8), size_t(13), size_t(40)}) {
+          const size_t pos = M / 2;
+          auto x = random_floats(rng, M * K, -2.f, 2.f);
+          std::memcpy(x.data() + pos * K, row.data(), K * sizeof(float));
+          const auto y = run_matmul(x, M, K, w, wt, N, nullptr, pool);
+          ASSERT_EQ(std::memcmp(y.data() + pos * N, alone.data(), N * sizeof(float)), 0)
+              << "M=" << M << " threads=" << (pool ? pool->threads() : 0);
+          expect_close_to_reference(x, M, K, w, wt, N, {}, y);
+        }
+      }
+    }
+  });
+}
+
 TEST(matmul, empty_k_gives_the_bias_and_empty_m_or_n_writes_nothing) {
   for_each_simd_path([&](SimdPath) {
     const std::vector<float> bias = {1.5f, -2.f, 3.f};
