@@ -378,6 +378,11 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
 
 void Engine::cancel(uint64_t id) { caf::anon_send(impl_->sched, actors::cancel_msg{id}); }
 
+std::map<std::string, double> Engine::busy_fraction(std::chrono::steady_clock::time_point from,
+                                                    std::chrono::steady_clock::time_point to) {
+  return impl_->trace->busy_fraction(from, to);
+}
+
 EngineStats Engine::stats() {
   // No message to the scheduler: the counters are atomics it updates, so this
   // answers at once from any thread, token callbacks (the scheduler thread) included.

@@ -3,6 +3,7 @@
 // Behind it, one actor per resource (scheduler, drafter, mover, verifier) runs the
 // draft ⇄ verify rounds of many requests at once, staggered across requests.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -269,6 +270,12 @@ class Engine {
   /// Engine-wide figures, read without a round trip to the scheduler: answers at
   /// once from any thread, a token callback included.
   [[nodiscard]] EngineStats stats();
+  /// Busy share of each resource ("drafter", "mover", "verifier", ...) over a window
+  /// of steady_clock time, as EngineStats::busy_fraction is over the engine's life:
+  /// for instance the decode window once every request has its first token, where
+  /// the prefills no longer count.
+  [[nodiscard]] std::map<std::string, double> busy_fraction(
+      std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to);
   /// What EngineConfig::placement "auto" bound, one line per actor and rank (empty
   /// with "none").
   [[nodiscard]] const std::vector<PlacementLine>& placement() const;

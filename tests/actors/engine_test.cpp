@@ -110,6 +110,25 @@ void run_concurrently(size_t n) {
   EXPECT_GT(s.busy_fraction.at("drafter"), 0.0);
 }
 
+TEST(engine, busy_fraction_over_a_window_counts_only_the_work_inside_it) {
+  const auto cases = make_cases(2, 77);
+  Engine engine(config(2));
+  const auto before = std::chrono::steady_clock::now();
+  std::vector<Engine::Submission> subs;
+  for (const auto& c : cases) subs.push_back(engine.submit(c.req));
+  for (auto& sub : subs) ASSERT_TRUE(sub.result.get().ok);
+  const auto after = std::chrono::steady_clock::now();
+  const auto during = engine.busy_fraction(before, after);
+  EXPECT_GT(during.at("drafter"), 0.0);
+  EXPECT_LE(during.at("drafter"), 1.0);
+  // A window that ends before the first submission holds no work.
+  const auto earlier = engine.busy_fraction(before - std::chrono::seconds(10), before);
+  EXPECT_EQ(earlier.at("drafter"), 0.0);
+  // Over a window twice as long, the same work is half the share (to rounding).
+  const auto wider = engine.busy_fraction(before - (after - before), after);
+  EXPECT_NEAR(wider.at("drafter"), during.at("drafter") / 2, 1e-9);
+}
+
 TEST(engine, one_request_matches_full_decoding_bit_for_bit) { run_concurrently(1); }
 TEST(engine, four_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(4); }
 TEST(engine, sixteen_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(16); }
