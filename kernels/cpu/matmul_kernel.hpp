@@ -115,6 +115,14 @@ struct TileArgs {
 template <int I>
 using C = std::integral_constant<int, I>;
 
+/// Fetches column k of the next tile's NR weight rows (a.pf), when there is one.
+template <DType WT, int NR>
+inline void prefetch_rows(const TileArgs& a, size_t k) {
+  if (a.pf == nullptr) return;
+  for (int j = 0; j < NR; ++j)
+    __builtin_prefetch(a.pf + (size_t(j) * a.ldw + k) * sizeof(WElem<WT>), 0, 3);
+}
+
 /// y[0:MR, 0:NR] of the tile: MR*NR accumulators, each the per-element computation.
 template <class T, DType WT, int MR, int NR>
 inline void tile(const TileArgs& a) {
@@ -144,10 +152,7 @@ inline void tile(const TileArgs& a) {
         if constexpr (I() < MR) return T::load_m(xrow[I()] + kk, mask);
         else return T::zero();
       };
-      if (a.pf != nullptr) {
-        for (int j = 0; j < NR; ++j)
-          __builtin_prefetch(a.pf + (size_t(j) * a.ldw + k) * sizeof(WElem<WT>), 0, 3);
-      }
+      prefetch_rows<WT, NR>(a, k);
       VC_MM_STEP(lw, lx, k)
     }
   } else {
@@ -161,10 +166,7 @@ inline void tile(const TileArgs& a) {
     };
     size_t k = 0;
     for (; k + W <= K; k += W) {
-      if (a.pf != nullptr) {
-        for (int j = 0; j < NR; ++j)
-          __builtin_prefetch(a.pf + (size_t(j) * a.ldw + k) * sizeof(WElem<WT>), 0, 3);
-      }
+      prefetch_rows<WT, NR>(a, k);
       VC_MM_STEP(lw, lx, k)
     }
     if (k < K) {  // K tail: lanes past K are 0 in both operands

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -45,7 +46,7 @@ struct FdGuard {
   }
 };
 
-WeightLoad g_weight_load = WeightLoad::read;
+std::atomic<WeightLoad> g_weight_load{WeightLoad::read};
 
 /// Reads the whole file into fresh anonymous memory, 2 MiB-aligned and marked for
 /// transparent huge pages, then read-only. Sets `region`/`region_size` to what the

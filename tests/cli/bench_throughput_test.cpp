@@ -52,6 +52,22 @@ TEST(bench_throughput, configs_runs_the_rows_named_with_the_full_kv_on_disk_for_
     EXPECT_EQ(row["disk_tier"].get<bool>(), disk) << row.dump();
     EXPECT_FALSE(row["simulated_link"].get<bool>()) << row.dump();
     EXPECT_GT(row["tokens_per_second"].get<double>(), 0) << row.dump();
+    // Busy over the decode window beside busy over the engine's life. Row (b) decodes
+    // in verify passes over the disk (draft 0): its drafter ran the prefill only, so
+    // it is busy over the life and idle in the decode window.
+    const json& life = row["busy_fraction"];
+    const json& window = row["busy_fraction_decode"];
+    for (const char* k : {"drafter", "mover", "verifier"}) {
+      EXPECT_GE(window[k].get<double>(), 0.0) << k << " " << row.dump();
+      EXPECT_LE(window[k].get<double>(), 1.0) << k << " " << row.dump();
+    }
+    if (labels.back().rfind("(b)", 0) == 0) {
+      EXPECT_GT(life["drafter"].get<double>(), 0.0) << row.dump();
+      EXPECT_EQ(window["drafter"].get<double>(), 0.0) << row.dump();
+      EXPECT_GT(window["verifier"].get<double>(), 0.0) << row.dump();
+    } else {
+      EXPECT_GT(window["drafter"].get<double>(), 0.0) << row.dump();
+    }
   }
   EXPECT_EQ(labels, (std::vector<std::string>{"(a) full KV in fast memory", "(b) full KV on disk",
                                               "(e) staggered, disk tier"}));

@@ -1,7 +1,8 @@
 // `--simd PATH` (and $VERICACHE_SIMD): the CPU kernels' SIMD path chosen from the
 // command line. Every path this CPU runs decodes the same tokens in vericache mode
 // as in full mode (each path is exact on its own); a path it cannot run, or an
-// unknown name, is one error line and exit 1.
+// unknown name, is one error line and exit 1. `--mmap` (and $VERICACHE_MMAP) maps
+// the checkpoint instead of reading it, with the same output.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -70,6 +71,21 @@ TEST(simd_option, an_unknown_path_is_one_error_line_naming_the_option_and_the_va
   EXPECT_EQ(lines_of(r.out), 1u) << r.out;
   EXPECT_NE(r.out.find("--simd"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("avx1024"), std::string::npos) << r.out;
+}
+
+TEST(weights_option, mmap_maps_the_checkpoint_and_decodes_the_tokens_and_logprobs_of_a_read_one) {
+  const auto read = vc::test::run_vericache("generate --mode vericache " + kArgs, false);
+  const auto mapped = vc::test::run_vericache("--mmap generate --mode vericache " + kArgs, false);
+  const auto env = vc::test::run_vericache("generate --mode vericache " + kArgs, false, "VERICACHE_MMAP=1");
+  ASSERT_EQ(read.code, 0) << read.out;
+  ASSERT_EQ(mapped.code, 0) << mapped.out;
+  ASSERT_EQ(env.code, 0) << env.out;
+  const auto rj = nlohmann::json::parse(read.out), mj = nlohmann::json::parse(mapped.out),
+             ej = nlohmann::json::parse(env.out);
+  EXPECT_EQ(rj["stats"]["weights"], "read");
+  EXPECT_EQ(mj["stats"]["weights"], "mapped");
+  EXPECT_EQ(ej["stats"]["weights"], "mapped");
+  vc::test::expect_same_tokens(rj, mj, "--mmap against the default read");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "runtime/generator.hpp"
 #include "runtime/tp_generator.hpp"
 #include "runtime/model/bounded_input.hpp"
+#include "runtime/model/safetensors.hpp"
 #include "runtime/request_validation.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/logprobs_json.hpp"
@@ -143,7 +144,8 @@ int run_generate(const GenerateArgs& a) {
                   {"kv_dtype", a.kv_dtype},
                   {"threads", threads},
                   {"tensor_parallel", a.tp},
-                  {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))}};
+                  {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))},
+                  {"weights", weight_load() == WeightLoad::map ? "mapped" : "read"}};
     if (s.remote)
       j["stats"]["remote"] = {{"url", a.remote},
                               {"chunk_tokens", a.remote_chunk},
