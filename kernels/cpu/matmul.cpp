@@ -53,29 +53,39 @@ size_t pack_rows_for(size_t K) {
   return std::clamp<size_t>(rows / kColGrain * kColGrain, kColGrain, 8 * kColGrain);
 }
 
-// bf16 weight rows per block of the AVX512_BF16 kernel: about 192 KiB, so the block
+// bf16 weight rows per block of the pairs and AVX512_BF16 kernels: about 192 KiB, so the block
 // stays in L2 while the x tiles pass over it; a multiple of kColGrain.
 size_t bf16_block_rows_for(size_t K) {
   const size_t rows = (size_t(192) << 10) / (std::max<size_t>(K, 1) * sizeof(uint16_t));
   return std::clamp<size_t>(rows / kColGrain * kColGrain, kColGrain, 16 * kColGrain);
 }
 
+// The kernel a call runs on.
+enum class Kernel {
+  generic,  // matmul_kernel.hpp for the path's traits (packing or not)
+  pairs,    // AVX-512, bf16 weights: f32 FMA over weight pairs (matmul_pairs_avx512.cpp)
+  dpbf16,   // AVX512_BF16, bf16 weights: VDPBF16PS (matmul_avx512bf16.cpp)
+  amx,      // AMX, bf16 weights: TDPBF16PS (matmul_amx.cpp)
+};
+
 struct Call {
   MatmulJob job;
-  ColsFn fn;
-  size_t pack_rows;
-  size_t bf16_block_rows;  // > 0: the AVX512_BF16 kernel
-  bool amx;                // the AMX kernel
+  Kernel kernel = Kernel::generic;
+  ColsFn fn = nullptr;     // Kernel::generic
+  size_t pack_rows = 0;    // Kernel::generic: > 0 packs
+  size_t block_rows = 0;   // Kernel::pairs and Kernel::dpbf16
 };
 
 void run_cols(const Call& c, size_t n0, size_t n1) {
-  if (c.amx) {
-    matmul_cols_amx(c.job, n0, n1);
-    return;
-  }
-  if (c.bf16_block_rows > 0) {
-    matmul_cols_avx512bf16(c.job, n0, n1, c.bf16_block_rows);
-    return;
+  switch (c.kernel) {
+    case Kernel::amx:
+      return matmul_cols_amx(c.job, n0, n1);
+    case Kernel::dpbf16:
+      return matmul_cols_avx512bf16(c.job, n0, n1, c.block_rows);
+    case Kernel::pairs:
+      return matmul_cols_avx512_pairs(c.job, n0, n1, c.block_rows);
+    case Kernel::generic:
+      break;
   }
   if (c.pack_rows == 0) {
     c.fn(c.job, n0, n1, nullptr, 0);
@@ -98,8 +108,6 @@ void matmul(const float* x, size_t M, size_t K, const void* w, DType wt, size_t 
   const SimdPath path = active_simd_path();
   c.fn = cols_fn(path);
   c.pack_rows = (wt != DType::f32 && M >= kPackMinRows && packs(path)) ? pack_rows_for(K) : 0;
-  c.bf16_block_rows = 0;
-  c.amx = false;
   const bool bf16_path = path == SimdPath::avx512bf16 || path == SimdPath::amx;
   if (bf16_path && wt == DType::bf16 && K > 0) {
     // x rounded to bf16 once, by the calling thread, in a buffer it keeps across calls;
@@ -117,10 +125,21 @@ void matmul(const float* x, size_t M, size_t K, const void* w, DType wt, size_t 
       if (xpack.size() < bytes) xpack.resize(bytes);
       matmul_pack_x_amx(xb.data(), M, ld, K, xpack.data());
       c.job.xpack = xpack.data();
-      c.amx = true;
+      c.kernel = Kernel::amx;
     } else {
-      c.bf16_block_rows = bf16_block_rows_for(K);
+      c.kernel = Kernel::dpbf16;
+      c.block_rows = bf16_block_rows_for(K);
     }
+  } else if (path == SimdPath::avx512 && wt == DType::bf16 && K > 0) {
+    // x split into even and odd elements once, by the calling thread (as above).
+    thread_local std::vector<float> xp;
+    const size_t ld = matmul_pairs_ld(K);
+    if (xp.size() < M * ld) xp.resize(M * ld);
+    matmul_split_pairs(x, M, K, xp.data());
+    c.job.xp = xp.data();
+    c.job.ldxp = ld;
+    c.kernel = Kernel::pairs;
+    c.block_rows = bf16_block_rows_for(K);
   }
 
   const bool parallel = pool != nullptr && pool->threads() > 1 && N > kColGrain &&

@@ -24,6 +24,10 @@ struct MatmulJob {
   size_t ldxb = 0;
   // The AMX path only: xb transposed into AMX tiles (matmul_pack_x_amx).
   const uint8_t* xpack = nullptr;
+  // The AVX-512 path with bf16 weights only: x split into pairs (matmul_split_pairs),
+  // rows of ldxp floats.
+  const float* xp = nullptr;
+  size_t ldxp = 0;
 };
 
 /// Row stride (floats) of the packed f32 weight block: K rounded up to a cache line.
@@ -38,6 +42,16 @@ void matmul_cols_avx2(const MatmulJob& job, size_t n_begin, size_t n_end, float*
                       size_t pack_rows);
 void matmul_cols_avx512(const MatmulJob& job, size_t n_begin, size_t n_end, float* pack,
                         size_t pack_rows);
+
+/// The AVX-512 path's kernel for bf16 weights (matmul_pairs_avx512.cpp): f32 FMA over
+/// the weights' 32-bit pairs. x rows are split per 32 elements into the 16 even ones,
+/// then the 16 odd ones, matmul_pairs_ld(K) floats apart (K rounded up to 32,
+/// zero-padded); matmul_split_pairs writes them. matmul_cols_avx512_pairs reads job.xp
+/// and walks the columns in blocks of block_rows weight rows.
+[[nodiscard]] size_t matmul_pairs_ld(size_t K);
+void matmul_split_pairs(const float* x, size_t M, size_t K, float* out);
+void matmul_cols_avx512_pairs(const MatmulJob& job, size_t n_begin, size_t n_end,
+                              size_t block_rows);
 
 /// The AVX512_BF16 path (bf16 weights only). x rows rounded to bf16 are matmul_bf16_ld(K)
 /// elements apart (K rounded up to 32, zero-padded); matmul_round_rows_bf16 writes
