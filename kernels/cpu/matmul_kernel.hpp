@@ -115,12 +115,16 @@ struct TileArgs {
 template <int I>
 using C = std::integral_constant<int, I>;
 
-/// Fetches column k of the next tile's NR weight rows (a.pf), when there is one.
-template <DType WT, int NR>
+/// Fetches this step's share of the next tile's weights (a.pf), when there is one:
+/// its NR rows are NR * K contiguous elements, fetched in address order, NR * W
+/// elements per step (what one step reads of this tile). One stream in order reads
+/// faster than NR side by side (the hardware prefetcher follows it).
+template <DType WT, int NR, size_t W>
 inline void prefetch_rows(const TileArgs& a, size_t k) {
   if (a.pf == nullptr) return;
-  for (int j = 0; j < NR; ++j)
-    __builtin_prefetch(a.pf + (size_t(j) * a.ldw + k) * sizeof(WElem<WT>), 0, 3);
+  constexpr size_t bytes = size_t(NR) * W * sizeof(WElem<WT>);
+  const char* p = a.pf + size_t(NR) * k * sizeof(WElem<WT>);
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
 }
 
 /// y[0:MR, 0:NR] of the tile: MR*NR accumulators, each the per-element computation.
@@ -152,7 +156,7 @@ inline void tile(const TileArgs& a) {
         if constexpr (I() < MR) return T::load_m(xrow[I()] + kk, mask);
         else return T::zero();
       };
-      prefetch_rows<WT, NR>(a, k);
+      prefetch_rows<WT, NR, W>(a, k);
       VC_MM_STEP(lw, lx, k)
     }
   } else {
@@ -166,7 +170,7 @@ inline void tile(const TileArgs& a) {
     };
     size_t k = 0;
     for (; k + W <= K; k += W) {
-      prefetch_rows<WT, NR>(a, k);
+      prefetch_rows<WT, NR, W>(a, k);
       VC_MM_STEP(lw, lx, k)
     }
     if (k < K) {  // K tail: lanes past K are 0 in both operands
