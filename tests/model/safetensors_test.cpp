@@ -97,6 +97,32 @@ TEST(safetensors, a_file_read_into_memory_keeps_its_bytes_when_the_file_is_rewri
   EXPECT_EQ(std::memcmp(info.data, first.at("w").bytes.data(), info.nbytes), 0);
 }
 
+TEST(safetensors, a_file_read_into_memory_has_its_tensors_on_cache_lines_whatever_its_header_length) {
+  // Tensors at data offsets that are multiples of 64 start on a cache line once read
+  // (the data section is placed on a 4 KiB boundary), so a 64-byte load of a weight
+  // row touches one line. Headers of every length mod 64 (JSON padded with spaces).
+  const WeightLoadScope scope(WeightLoad::read);
+  TempDir dir;
+  std::vector<uint8_t> data(192);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 7 + 1);
+  const std::string body = json{{"a", {{"dtype", "F32"}, {"shape", {16}}, {"data_offsets", {0, 64}}}},
+                                {"b", {{"dtype", "F32"}, {"shape", {32}}, {"data_offsets", {64, 192}}}}}
+                               .dump();
+  for (size_t pad = 0; pad < 64; ++pad) {
+    std::string name = std::to_string(pad);
+    name += ".safetensors";
+    const auto path = dir / name;
+    write_raw_safetensors(path, body + std::string(pad, ' '), data);
+    const auto f = SafetensorsFile::open(path);
+    const TensorInfo& a = f->tensors().at("a");
+    const TensorInfo& b = f->tensors().at("b");
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data) % 64, 0u) << "header padding " << pad;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % 64, 0u) << "header padding " << pad;
+    EXPECT_EQ(std::memcmp(a.data, data.data(), 64), 0) << "header padding " << pad;
+    EXPECT_EQ(std::memcmp(b.data, data.data() + 64, 128), 0) << "header padding " << pad;
+  }
+}
+
 TEST(safetensors, rejects_a_truncated_file_naming_it) {
   TempDir dir;
   const auto path = dir / "short.safetensors";
