@@ -71,16 +71,25 @@ TEST(serve_lifecycle, a_client_that_disconnects_cancels_its_request) {
 TEST(serve_lifecycle, sigterm_lets_requests_in_flight_finish_then_exits_0) {
   ServerProcess server;
   HttpConnection busy(server.port());
-  const json b = {{"prompt", "<|begin_of_text|>x"}, {"max_tokens", 300}, {"ignore_eos", true},
+  // Long enough to be in flight when the signal comes (300 tokens took about 60 ms
+  // on the bundled model once the kernels got faster, and finished before it).
+  const json b = {{"prompt", "<|begin_of_text|>x"}, {"max_tokens", 3000}, {"ignore_eos", true},
                   {"mode", "full"}};
   busy.send("POST", "/v1/completions", b.dump());
   HttpConnection idle(server.port());
   EXPECT_EQ(idle.request("GET", "/health").status, 200);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Signal once the request runs (not after a fixed sleep).
+  bool running = false;
+  for (int i = 0; i < 500 && !running; ++i) {
+    running = http_request(server.port(), "GET", "/metrics")
+                  .body.find("vericache:num_requests_running 1\n") != std::string::npos;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(running) << "the request never showed as running";
   server.signal(SIGTERM);
   const HttpResponse r = busy.read();
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(r.json()["usage"]["completion_tokens"], 300);
+  EXPECT_EQ(r.json()["usage"]["completion_tokens"], 3000);
   EXPECT_EQ(r.headers.at("connection"), "close");
   EXPECT_TRUE(idle.closed_by_peer(5.0));
   EXPECT_EQ(server.wait_exit(10.0), 0);
