@@ -19,10 +19,15 @@ enum class SimdPath { scalar, avx2, avx512, avx512bf16, amx };
 inline constexpr SimdPath kAllSimdPaths[] = {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512,
                                              SimdPath::avx512bf16, SimdPath::amx};
 
-/// Best path the running CPU supports that keeps activations in f32 (cpuid:
-/// AVX2+FMA+F16C; AVX-512 F/BW/VL/DQ). avx512bf16 (AVX512_BF16) and amx (AMX-TILE,
-/// AMX-BF16, the OS's permission for tile data) are chosen explicitly.
+/// The default path: avx512bf16 on AMD CPUs with AVX512_BF16 (where VDPBF16PS does
+/// twice the multiply-adds of an FMA), else best_f32_simd_path(). amx (AMX-TILE,
+/// AMX-BF16, the OS's permission for tile data) is only chosen explicitly.
 [[nodiscard]] SimdPath best_simd_path();
+/// Best path the running CPU supports that keeps activations in f32 in every matmul
+/// (cpuid: AVX2+FMA+F16C; AVX-512 F/BW/VL/DQ): the reference for accuracy checks.
+[[nodiscard]] SimdPath best_f32_simd_path();
+/// True for the paths that round activations to bf16 before bf16-weight matmuls.
+[[nodiscard]] bool simd_path_rounds_activations(SimdPath p);
 /// True when the running CPU can execute `p`.
 [[nodiscard]] bool simd_path_supported(SimdPath p);
 /// What `p` needs of the CPU and OS, for error messages ("AVX2, FMA and F16C", ...).

@@ -13,11 +13,16 @@ TEST(cpu_features, scalar_and_the_best_path_are_always_supported) {
   EXPECT_TRUE(simd_path_supported(best_simd_path()));
   // The default is the best path (every test restores the path it changes).
   EXPECT_EQ(active_simd_path(), best_simd_path());
-  // avx512bf16 and amx round activations to bf16: never the default, only chosen.
-  EXPECT_NE(best_simd_path(), SimdPath::avx512bf16);
+  // amx is never the default (single-row decode is slower on tiles), only chosen.
   EXPECT_NE(best_simd_path(), SimdPath::amx);
+  EXPECT_TRUE(simd_path_supported(best_f32_simd_path()));
+  EXPECT_FALSE(simd_path_rounds_activations(best_f32_simd_path()));
   if (simd_path_supported(SimdPath::avx512)) {
-    EXPECT_EQ(best_simd_path(), SimdPath::avx512);
+    EXPECT_EQ(best_f32_simd_path(), SimdPath::avx512);
+  }
+  // The default is the f32 path, or avx512bf16 where the CPU has it (AMD only).
+  if (best_simd_path() != best_f32_simd_path()) {
+    EXPECT_EQ(best_simd_path(), SimdPath::avx512bf16);
   }
   if (simd_path_supported(SimdPath::avx512bf16)) {
     EXPECT_TRUE(simd_path_supported(SimdPath::avx512));
@@ -28,6 +33,14 @@ TEST(cpu_features, scalar_and_the_best_path_are_always_supported) {
   if (simd_path_supported(SimdPath::avx512)) {
     EXPECT_TRUE(simd_path_supported(SimdPath::avx2));
   }
+}
+
+TEST(cpu_features, the_paths_that_round_activations_to_bf16_are_avx512bf16_and_amx) {
+  EXPECT_FALSE(simd_path_rounds_activations(SimdPath::scalar));
+  EXPECT_FALSE(simd_path_rounds_activations(SimdPath::avx2));
+  EXPECT_FALSE(simd_path_rounds_activations(SimdPath::avx512));
+  EXPECT_TRUE(simd_path_rounds_activations(SimdPath::avx512bf16));
+  EXPECT_TRUE(simd_path_rounds_activations(SimdPath::amx));
 }
 
 TEST(cpu_features, set_simd_path_selects_each_supported_path_and_rejects_the_others) {

@@ -25,6 +25,17 @@ class SimdPathGuard {
   cpu::SimdPath saved_;
 };
 
+/// For its scope, the best path that keeps activations in f32 (the accuracy reference),
+/// then the path that was active: checks against float64 references at f32 tolerances
+/// use it, whatever the default path rounds (avx512bf16 is the default on some CPUs).
+class F32PathScope {
+ public:
+  F32PathScope() { cpu::set_simd_path(cpu::best_f32_simd_path()); }
+
+ private:
+  SimdPathGuard restore_;
+};
+
 /// Calls fn(path) with each supported path active; unsupported ones are reported
 /// and skipped.
 template <class Fn>

@@ -7,6 +7,7 @@
 
 #include "runtime/forward.hpp"
 #include "tests/runtime/test_support.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
 
 namespace vc {
 namespace {
@@ -14,6 +15,7 @@ namespace {
 class architecture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(architecture, logits_at_every_position_match_the_float64_reference) {
+  test::F32PathScope f32;  // f32 tolerances: activations kept in f32
   const std::string dir = std::string(VC_TEST_DATA_DIR) + "/archs/" + GetParam();
   const auto ref = test::read_json(dir + "/reference.json");
   const auto model = Model::load(dir);

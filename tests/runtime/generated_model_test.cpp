@@ -17,6 +17,7 @@
 #include "runtime/model/scaled_model.hpp"
 #include "runtime/sampler.hpp"
 #include "test_support.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
 
 namespace {
 
@@ -182,6 +183,7 @@ TEST(model_random, shards_a_large_checkpoint_with_an_index_and_the_same_tensors)
 
 TEST(model_scale, pads_every_dimension_and_keeps_the_bundled_models_greedy_tokens) {
   // test-tiny: hidden 320, 8 layers, 6/3 heads, head_dim 128, FFN 1024: all larger.
+  vc::test::F32PathScope f32;  // f32 tolerances: activations kept in f32
   ScratchDir dir;
   const auto shape = vc::load_shape("test-tiny", kShapesDir);
   vc::ScaleOptions opt;
@@ -205,6 +207,7 @@ TEST(model_scale, pads_every_dimension_and_keeps_the_bundled_models_greedy_token
 TEST(model_scale, places_query_heads_on_copies_of_their_kv_heads_when_groups_shrink) {
   // 4/4 heads (MHA) from the bundled 4/2: each KV head is copied twice; head_dim kept;
   // Qwen2 with (zero) attention biases.
+  vc::test::F32PathScope f32;  // f32 tolerances: activations kept in f32
   ScratchDir dir;
   const auto shape = shape_from(
       "mha", {{"architectures", {"Qwen2ForCausalLM"}}, {"hidden_size", 288},

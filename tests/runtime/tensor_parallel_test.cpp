@@ -15,6 +15,7 @@
 #include "runtime/tp_generator.hpp"
 #include "tests/error_naming.hpp"
 #include "tests/runtime/test_support.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
 
 namespace vc {
 namespace {
@@ -245,7 +246,9 @@ std::vector<float> forced_logits(int d, DType kv, const std::vector<int32_t>& p,
 TEST(tensor_parallel, degrees_2_and_4_agree_with_degree_1_within_the_golden_tolerance) {
   // The all-reduce adds the ranks' partial sums of o_proj and down_proj, an order
   // degree 1 does not use: the logits move in the last bits, never more than the
-  // golden test allows against the float64 reference (tests/runtime/golden_test.cpp).
+  // golden test allows against the float64 reference (tests/runtime/golden_test.cpp)
+  // on a path that keeps activations in f32.
+  test::F32PathScope f32;
   const auto p = prompt(120, 3);
   const std::vector<int32_t> cont = prompt(30, 4);
   const std::vector<int32_t> forced(cont.begin() + 1, cont.end());

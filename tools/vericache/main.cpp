@@ -81,8 +81,9 @@ int main(int argc, char** argv) {
   std::string simd;
   app.add_option("--simd", simd,
                  "SIMD path of the CPU kernels: scalar, avx2, avx512, avx512bf16 or amx "
-                 "(default: the best of the first three this CPU runs; avx512bf16 and amx "
-                 "round activations to bf16 in bf16-weight matmuls and run only when chosen)")
+                 "(default: avx512bf16 on AMD CPUs with AVX512_BF16, else the best of the "
+                 "first three this CPU runs; avx512bf16 and amx round activations to bf16 in "
+                 "bf16-weight matmuls, the others keep them in f32; amx runs only when chosen)")
       ->envname("VERICACHE_SIMD");
   bool mmap_weights = false;
   app.add_flag("--mmap", mmap_weights,
