@@ -15,6 +15,24 @@
 
 namespace vc::cli {
 
+/// The schedule of a paced link: bytes pass in order at `bytes_per_second`. Time the
+/// sender loses between reservations (a late wake-up, a send, the next recv) is made
+/// up within `slack`, so a link kept busy delivers its nominal rate; idle time beyond
+/// `slack` is not banked (after a pause at most `slack` worth of bytes pass at once).
+class LinkPacer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  LinkPacer(double bytes_per_second, Clock::duration slack, Clock::time_point start)
+      : rate_(bytes_per_second), slack_(slack), next_free_(start) {}
+  /// Reserves the link for `n` bytes asked for at `now`: when they have passed it.
+  Clock::time_point reserve(size_t n, Clock::time_point now);
+
+ private:
+  double rate_;
+  Clock::duration slack_;
+  Clock::time_point next_free_;  // when the link is idle again
+};
+
 class ThrottledProxy {
  public:
   /// Listens on a free loopback port; throws vc::Error naming the upstream when it
@@ -43,7 +61,7 @@ class ThrottledProxy {
   std::vector<int> fds_;
   std::vector<std::thread> threads_;  // the pumps, added by the accept thread under mu_
   std::thread accept_thread_;
-  std::chrono::steady_clock::time_point next_free_;  // when the link is idle again
+  LinkPacer pacer_;  // under mu_
 };
 
 }  // namespace vc::cli
