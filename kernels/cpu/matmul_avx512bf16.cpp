@@ -46,6 +46,7 @@ struct Tile {
   float* y;           // y[first row, first column]
   size_t ldy;
   const uint16_t* pf;  // the weight rows to fetch ahead (the next tile's), or nullptr
+  bool pf_l2;          // prefetch into L2, not L1 (matmul_weights_streamed)
 };
 
 // Named accumulators a<row><col> (an array of vectors would live in memory once a
@@ -87,9 +88,14 @@ inline void tile(const Tile& t) {
     const __mmask32 m = left >= kPair ? __mmask32(~0u) : __mmask32((1u << left) - 1u);
     if (t.pf != nullptr) {
       // The next tile's 4 rows are 8K contiguous bytes: fetched in address order,
-      // 256 bytes per step (what one step reads of this tile); no effect on bits.
+      // 256 bytes per step (what one step reads of this tile), into L2 for weights
+      // from memory (matmul_weights_streamed); no effect on bits.
       const char* ahead = reinterpret_cast<const char*>(t.pf) + 4 * k * sizeof(uint16_t);
-      for (size_t j = 0; j < 4; ++j) _mm_prefetch(ahead + 64 * j, _MM_HINT_T0);
+      if (t.pf_l2) {
+        for (size_t j = 0; j < 4; ++j) _mm_prefetch(ahead + 64 * j, _MM_HINT_T1);
+      } else {
+        for (size_t j = 0; j < 4; ++j) _mm_prefetch(ahead + 64 * j, _MM_HINT_T0);
+      }
     }
     const __m512bh w0 = load_w(r0, k, m);
     const __m512bh w1 = NR > 1 ? load_w(r1, k, m) : zero;
@@ -153,6 +159,7 @@ void matmul_round_rows_bf16(const float* x, size_t M, size_t K, uint16_t* out) {
 
 void matmul_cols_avx512bf16(const MatmulJob& job, size_t n0, size_t n1, size_t block_rows) {
   const size_t K = job.K;
+  const bool streamed = matmul_weights_streamed(job);
   const auto* w = static_cast<const uint16_t*>(job.w);
   // Blocks of weight rows small enough to stay in L2 while every x tile (in L1)
   // passes over them: each weight byte comes from memory once per call.
@@ -168,7 +175,8 @@ void matmul_cols_avx512bf16(const MatmulJob& job, size_t n0, size_t n1, size_t b
         const size_t next = nb + n + 4;
         const uint16_t* pf = (m == 0 && next + 4 <= n1) ? w + next * K : nullptr;
         const Tile t{job.xb + m * job.ldxb, job.ldxb, w + (nb + n) * K, K, K,
-                     job.bias ? job.bias + nb + n : nullptr, job.y + m * job.N + nb + n, job.N, pf};
+                     job.bias ? job.bias + nb + n : nullptr, job.y + m * job.N + nb + n, job.N, pf,
+                     streamed};
         tile_any(mr, nr, t);
       }
     }

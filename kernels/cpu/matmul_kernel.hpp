@@ -76,6 +76,7 @@ struct TileArgs {
   float* y;          // y[first row, first column]
   size_t ldy;        // y row stride
   const char* pf;    // weight rows to fetch ahead (the next tile's), or nullptr
+  bool pf_l2;        // prefetch into L2, not L1 (matmul_weights_streamed)
 };
 
 // The accumulators of a tile are 16 named variables, a<row><col>, not an array:
@@ -124,7 +125,11 @@ inline void prefetch_rows(const TileArgs& a, size_t k) {
   if (a.pf == nullptr) return;
   constexpr size_t bytes = size_t(NR) * W * sizeof(WElem<WT>);
   const char* p = a.pf + size_t(NR) * k * sizeof(WElem<WT>);
-  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+  if (a.pf_l2) {
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);  // T1
+  } else {
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);  // T0
+  }
 }
 
 /// y[0:MR, 0:NR] of the tile: MR*NR accumulators, each the per-element computation.
@@ -237,6 +242,7 @@ void cols_direct(const MatmulJob& job, size_t n0, size_t n1) {
     return rows < T::NR ? size_t(T::NR) : rows / T::NR * T::NR;
   }();
   const char* w = static_cast<const char*>(job.w);
+  const bool streamed = matmul_weights_streamed(job);
   for (size_t nb = n0; nb < n1; nb += block) {
     const size_t ne = min_size(nb + block, n1);
     for (size_t m = 0; m < job.M; m += T::MR) {
@@ -250,7 +256,8 @@ void cols_direct(const MatmulJob& job, size_t n0, size_t n1) {
         const size_t next = n + T::NR;
         const char* pf = (m == 0 && next + T::NR <= n1) ? w + next * K * esz : nullptr;
         const TileArgs a{job.x + m * K, K, w + n * K * esz, K, K,
-                         job.bias ? job.bias + n : nullptr, job.y + m * job.N + n, job.N, pf};
+                         job.bias ? job.bias + n : nullptr, job.y + m * job.N + n, job.N, pf,
+                         streamed};
         tile_any<T, WT>(mr, nr, a);
       }
     }
@@ -278,7 +285,7 @@ void cols_packed(const MatmulJob& job, size_t n0, size_t n1, float* pack, size_t
         const int nr = int(min_size(T::NR, rows - n));
         const TileArgs a{job.x + m * K, K, pack + n * ld, ld, K,
                          job.bias ? job.bias + nb + n : nullptr, job.y + m * job.N + nb + n,
-                         job.N, nullptr};
+                         job.N, nullptr, false};
         tile_any<T, DType::f32>(mr, nr, a);
       }
     }

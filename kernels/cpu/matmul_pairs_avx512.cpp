@@ -40,6 +40,7 @@ struct Tile {
   float* y;          // y[first row, first column]
   size_t ldy;
   const uint16_t* pf;  // 4 weight rows to fetch ahead (a later tile's), or nullptr
+  bool pf_l2;          // prefetch into L2, not L1 (matmul_weights_streamed)
 };
 
 // Named accumulators a<row><col> (an array of vectors would live in memory once a
@@ -113,7 +114,11 @@ inline void tile(const Tile& t) {
     const char* ahead = reinterpret_cast<const char*>(t.pf);
     for (size_t k = 0; k < full; k += kPairs) {
       const char* a = ahead + 4 * k * sizeof(uint16_t);
-      for (size_t j = 0; j < 4; ++j) _mm_prefetch(a + 64 * j, _MM_HINT_T0);
+      if (t.pf_l2) {
+        for (size_t j = 0; j < 4; ++j) _mm_prefetch(a + 64 * j, _MM_HINT_T1);
+      } else {
+        for (size_t j = 0; j < 4; ++j) _mm_prefetch(a + 64 * j, _MM_HINT_T0);
+      }
       VC_PR_STEP(k, kAll)
     }
   } else {
@@ -186,6 +191,7 @@ void matmul_split_pairs(const float* x, size_t M, size_t K, float* out) {
 
 void matmul_cols_avx512_pairs(const MatmulJob& job, size_t n0, size_t n1, size_t block_rows) {
   const size_t K = job.K;
+  const bool streamed = matmul_weights_streamed(job);
   const auto* w = static_cast<const uint16_t*>(job.w);
   // Blocks of weight rows small enough to stay in L2 while every x tile (in L1)
   // passes over them: each weight byte comes from memory once per call.
@@ -201,7 +207,8 @@ void matmul_cols_avx512_pairs(const MatmulJob& job, size_t n0, size_t n1, size_t
         const size_t next = nb + n + 4;
         const uint16_t* pf = (m == 0 && next + 4 <= n1) ? w + next * K : nullptr;
         const Tile t{job.xp + m * job.ldxp, job.ldxp, w + (nb + n) * K, K, K,
-                     job.bias ? job.bias + nb + n : nullptr, job.y + m * job.N + nb + n, job.N, pf};
+                     job.bias ? job.bias + nb + n : nullptr, job.y + m * job.N + nb + n, job.N, pf,
+                     streamed};
         tile_any(mr, nr, t);
       }
     }

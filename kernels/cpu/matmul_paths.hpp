@@ -30,6 +30,17 @@ struct MatmulJob {
   size_t ldxp = 0;
 };
 
+/// Weights of a call this large or larger are taken to come from memory, not from a
+/// cache: the kernels' tile prefetch then fills L2 (T1) instead of L1 (T0), where the
+/// next tile and the current one together would fill it. Zen 4, one thread, decode:
+/// the 1B shape (every matrix 2 MiB or more) 9.6 -> 11.9 tok/s with T1 (avx2 9.8 ->
+/// 12.0); the bundled model (every matrix under 1 MiB, all of it in L3) 6067 -> 5021
+/// tok/s with T1, so small matrices keep T0. Prefetches change no bits.
+inline constexpr size_t kStreamedWeightBytes = size_t(2) << 20;
+[[nodiscard]] inline bool matmul_weights_streamed(const MatmulJob& job) {
+  return job.N * job.K * dtype_size(job.wt) >= kStreamedWeightBytes;
+}
+
 /// Row stride (floats) of the packed f32 weight block: K rounded up to a cache line.
 [[nodiscard]] constexpr size_t matmul_pack_ld(size_t K) { return (K + 15) / 16 * 16; }
 

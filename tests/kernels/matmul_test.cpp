@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/matmul_paths.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 
 namespace vc::cpu {
@@ -158,6 +159,45 @@ TEST(matmul, row_result_is_bit_identical_when_the_columns_span_several_weight_bl
           const auto y = run_matmul(x, M, K, w, wt, N, nullptr, pool);
           ASSERT_EQ(std::memcmp(y.data() + pos * N, alone.data(), N * sizeof(float)), 0)
               << "M=" << M << " threads=" << (pool ? pool->threads() : 0);
+          expect_close_to_reference(x, M, K, w, wt, N, {}, y);
+        }
+      }
+    }
+  });
+}
+
+TEST(matmul, weights_of_2_mib_or_more_count_as_streamed_from_memory) {
+  MatmulJob j;
+  j.K = 1024;
+  j.wt = DType::bf16;
+  j.N = 1023;
+  EXPECT_FALSE(matmul_weights_streamed(j));  // 2 KiB short of 2 MiB
+  j.N = 1024;
+  EXPECT_TRUE(matmul_weights_streamed(j));
+  j.wt = DType::f32;
+  j.N = 512;
+  EXPECT_TRUE(matmul_weights_streamed(j));
+}
+
+TEST(matmul, rows_keep_their_bits_on_either_side_of_the_streamed_weights_size) {
+  // The tile prefetch goes to L2 for streamed weights and to L1 below: bits unchanged.
+  const size_t K = 1024;
+  std::mt19937 rng(5);
+  ThreadPool pool2(2);
+  for_each_simd_path([&](SimdPath) {
+    for (DType wt : kAllDTypes) {
+      for (size_t N : {size_t(1000), size_t(1030)}) {
+        SCOPED_TRACE(std::string("weights ") + std::string(dtype_name(wt)) + " N=" +
+                     std::to_string(N));
+        const Encoded w = encode(random_floats(rng, N * K), wt);
+        const auto row = random_floats(rng, K);
+        const auto alone = run_matmul(row, 1, K, w, wt, N, nullptr, nullptr);
+        for (size_t M : {size_t(1), size_t(6)}) {
+          auto x = random_floats(rng, M * K, -2.f, 2.f);
+          std::memcpy(x.data() + (M - 1) * K, row.data(), K * sizeof(float));
+          const auto y = run_matmul(x, M, K, w, wt, N, nullptr, &pool2);
+          ASSERT_EQ(std::memcmp(y.data() + (M - 1) * N, alone.data(), N * sizeof(float)), 0)
+              << "M=" << M;
           expect_close_to_reference(x, M, K, w, wt, N, {}, y);
         }
       }
