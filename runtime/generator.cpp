@@ -26,7 +26,7 @@ namespace vc {
 namespace {
 
 size_t context_limit(const Model& m, const GeneratorConfig& cfg) {
-  const size_t model_max = size_t(m.config().max_position_embeddings);
+  const size_t model_max = m.config().context_length();
   return cfg.max_context > 0 ? std::min(cfg.max_context, model_max) : model_max;
 }
 

@@ -81,7 +81,7 @@ FieldError::FieldError(std::string field, std::string message)
       message_(std::move(message)) {}
 
 RequestLimits RequestLimits::of(const ModelConfig& c) {
-  return {c.vocab_size, size_t(c.max_position_embeddings)};
+  return {c.vocab_size, c.context_length(), c.context_length_field()};
 }
 
 std::string request_field_names() {
@@ -175,7 +175,8 @@ ValidRequest validate_request(const RequestInput& in, const RequestLimits& limit
   if (prompt >= ctx)
     throw FieldError(in.prompt_ids.empty() ? "prompt" : "prompt_ids",
                      "the prompt has " + std::to_string(prompt) +
-                         " tokens; the model's context holds " + std::to_string(ctx));
+                         " tokens; the model's context holds " + std::to_string(ctx) + " (" +
+                         limits.context_field + ")");
   if (in.max_tokens < 1 || in.max_tokens > ctx - prompt)
     throw FieldError("max_tokens", "expected " + range_text(1, ctx - prompt) + " (the prompt's " +
                                        std::to_string(prompt) + " tokens + max_tokens must fit the "

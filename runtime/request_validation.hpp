@@ -61,6 +61,7 @@ struct RequestInput {
 struct RequestLimits {
   int vocab_size = 0;
   size_t context = 0;  ///< prompt + max_tokens positions at most
+  const char* context_field = "max_position_embeddings";  ///< the config field it is
   [[nodiscard]] static RequestLimits of(const ModelConfig& c);
 };
 

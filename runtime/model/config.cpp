@@ -206,6 +206,16 @@ void parse_hidden_act(const FieldReader& r) {
 
 }  // namespace
 
+size_t ModelConfig::context_length() const {
+  if (sliding_window > 0 && sliding_window < max_position_embeddings) return size_t(sliding_window);
+  return size_t(max_position_embeddings);
+}
+
+const char* ModelConfig::context_length_field() const {
+  return sliding_window > 0 && sliding_window < max_position_embeddings ? "sliding_window"
+                                                                         : "max_position_embeddings";
+}
+
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object())
     throw Error(source + ": expected a JSON object, found " + FieldReader::describe(j));
@@ -241,6 +251,13 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
   c.rope_scaling = parse_rope_scaling(r, source);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
   c.max_position_embeddings = r.positive_int("max_position_embeddings");
+  // Mistral applies "sliding_window" whenever it is set; Qwen2/3 carry one that only
+  // applies with "use_sliding_window": true; Llama has none (Transformers ignores it).
+  const bool window_applies = c.arch == Arch::mistral ? true
+                              : c.arch == Arch::llama ? false
+                                                      : r.boolean("use_sliding_window", false);
+  if (window_applies && r.find("sliding_window") != nullptr)
+    c.sliding_window = r.positive_int("sliding_window");
 
   if (const json* bos = r.find("bos_token_id")) {
     const int64_t id = r.get_int(*bos, "bos_token_id");

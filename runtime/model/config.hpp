@@ -41,12 +41,22 @@ struct ModelConfig {
   bool attention_bias = false;    // q/k/v projection biases (Qwen2 always; Llama "attention_bias")
   bool qk_norm = false;           // per-head RMSNorm of q and k before RoPE (Qwen3)
   int max_position_embeddings = 0;
+  /// Sliding-window attention the checkpoint asks for ("sliding_window": Mistral; Qwen2/3
+  /// only with "use_sliding_window": true; never Llama), 0 when none. Not applied: a context of at
+  /// most this many tokens attends to every position either way, so context_length()
+  /// stops there and longer requests are refused instead of decoded differently.
+  int sliding_window = 0;
   int bos_token_id = -1;          // -1 when absent
   std::vector<int> eos_token_ids; // config "eos_token_id": an int or a list
   DType dtype = DType::bf16;      // "torch_dtype": every weight must be stored in it
   bool dtype_given = false;       // config.json names torch_dtype (or "dtype"); when it
                                   // does not, the weights' own (uniform) dtype is used
 
+  /// Tokens a sequence may hold: max_position_embeddings, or the sliding window when
+  /// that is smaller (see sliding_window).
+  [[nodiscard]] size_t context_length() const;
+  /// "max_position_embeddings" or "sliding_window": which field context_length() is.
+  [[nodiscard]] const char* context_length_field() const;
   [[nodiscard]] int q_dim() const { return num_heads * head_dim; }
   [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }
   /// RoPE inverse frequencies (head_dim / 2 values), with llama3 scaling applied.

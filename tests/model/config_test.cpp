@@ -154,6 +154,39 @@ TEST(config, reads_mistral_and_llama_attention_bias) {
   EXPECT_TRUE(parse_model_config(j, "cfg.json").attention_bias);
 }
 
+TEST(config, a_mistral_sliding_window_shorter_than_the_positions_limits_the_context) {
+  json j = testkit::small_config("MistralForCausalLM", DType::bf16);
+  j["max_position_embeddings"] = 32768;
+  j["sliding_window"] = 4096;
+  const ModelConfig c = parse_model_config(j, "cfg.json");
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.context_length(), 4096u);
+  EXPECT_STREQ(c.context_length_field(), "sliding_window");
+  j["sliding_window"] = nullptr;  // Mistral v0.2 and later: no window
+  const ModelConfig none = parse_model_config(j, "cfg.json");
+  EXPECT_EQ(none.sliding_window, 0);
+  EXPECT_EQ(none.context_length(), 32768u);
+  EXPECT_STREQ(none.context_length_field(), "max_position_embeddings");
+  j["sliding_window"] = 65536;  // wider than the positions: the positions limit
+  EXPECT_EQ(parse_model_config(j, "cfg.json").context_length(), 32768u);
+  j["sliding_window"] = 0;
+  EXPECT_TRUE(contains_all(parse_error(j), {"cfg.json", "sliding_window", "positive"}));
+}
+
+TEST(config, a_qwen_sliding_window_counts_only_with_use_sliding_window) {
+  json j = testkit::small_config("Qwen2ForCausalLM", DType::bf16);
+  j["max_position_embeddings"] = 32768;
+  j["sliding_window"] = 4096;
+  j["use_sliding_window"] = false;  // Qwen2.5's configs: a window given, not used
+  EXPECT_EQ(parse_model_config(j, "cfg.json").context_length(), 32768u);
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(parse_model_config(j, "cfg.json").context_length(), 4096u);
+  j = llama();  // Transformers' Llama has no sliding window: a stray field is ignored
+  j["max_position_embeddings"] = 32768;
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(parse_model_config(j, "cfg.json").context_length(), 32768u);
+}
+
 TEST(config, rejects_an_unknown_architecture_naming_it) {
   json j = llama();
   j["architectures"] = {"GPT2LMHeadModel"};

@@ -86,6 +86,25 @@ TEST(request_validation, a_text_prompt_is_tokenized_and_bounded_by_the_context) 
             std::string::npos);
 }
 
+TEST(request_validation, a_prompt_past_a_sliding_window_is_refused_naming_the_window) {
+  // Sliding-window attention is not applied: within the window every position is
+  // attended either way, beyond it the output would differ, so the window is the limit.
+  ModelConfig c = test::tinycode()->config();
+  c.sliding_window = 8;
+  const RequestLimits limits = RequestLimits::of(c);
+  EXPECT_EQ(limits.context, 8u);
+  RequestInput in;
+  in.prompt_ids = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(field_of([&] { (void)validate_request(in, limits, nullptr); }),
+            "prompt_ids: the prompt has 8 tokens; the model's context holds 8 (sliding_window)");
+  in.prompt_ids.resize(5);
+  in.max_tokens = 3;
+  EXPECT_EQ(validate_request(in, limits, nullptr).options.max_tokens, 3);
+  in.max_tokens = 4;
+  EXPECT_NE(field_of([&] { (void)validate_request(in, limits, nullptr); }).find("max_tokens"),
+            std::string::npos);
+}
+
 TEST(request_validation, json_fields_are_type_checked_and_unknown_ones_rejected) {
   auto err = [](const std::string& text) {
     return field_of([&] { (void)request_from_json(json::parse(text), {"id"}); });

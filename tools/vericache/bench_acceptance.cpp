@@ -42,7 +42,7 @@ int run_acceptance(const AcceptanceArgs& a) {
                             a.min_prompt_tokens, a.max_prompt_tokens));
   check_ngram_sizes(a.ngram);
   auto model = Model::load(a.model_dir);
-  if (const size_t ctx = size_t(model->config().max_position_embeddings);
+  if (const size_t ctx = model->config().context_length();
       a.max_prompt_tokens + size_t(a.steps) + 16 > ctx)
     throw Error(fmt::format("--max-prompt-tokens: {} + --steps {} exceeds the model's context of "
                             "{} tokens", a.max_prompt_tokens, a.steps, ctx));

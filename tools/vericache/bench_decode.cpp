@@ -73,10 +73,10 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   const ModelConfig& c = model->config();
   const DType kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   const size_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
-  const size_t model_ctx = size_t(c.max_position_embeddings);
+  const size_t model_ctx = c.context_length();
   if (max_ctx + a.decode_tokens > model_ctx)
     throw Error(fmt::format("--contexts: {} + --decode-tokens {} exceeds the model's context of {} "
-                            "tokens (max_position_embeddings)", max_ctx, a.decode_tokens, model_ctx));
+                            "tokens ({})", max_ctx, a.decode_tokens, model_ctx, c.context_length_field()));
   if (a.prefill_tokens > model_ctx)
     throw Error(fmt::format("--prefill-tokens: {} exceeds the model's context of {} tokens",
                             a.prefill_tokens, model_ctx));
