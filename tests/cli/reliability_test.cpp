@@ -225,6 +225,23 @@ TEST(cli, an_eos_id_outside_the_vocabulary_is_rejected) {
   EXPECT_TRUE(one_line_error(run_cli("generate --model " + m + kPrompt), {"'eos_token_id'", "99999"}));
 }
 
+TEST(cli, a_request_past_a_mistral_sliding_window_is_refused_naming_the_window) {
+  // The window is not applied, so it bounds the context: within it the output is the
+  // reference's, past it the command stops before any work.
+  TempDir d("window");
+  const std::string m = model_with_config(d, [](json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["sliding_window"] = 16;
+  });
+  EXPECT_TRUE(one_line_error(run_cli("generate --model " + m + kPrompt + "--max-tokens 30"),
+                             {"--max-tokens", "context of 16"}));
+  EXPECT_TRUE(one_line_error(
+      run_cli("generate --model " + m + " --prompt 'def fibonacci(n): return a long prompt here'"),
+      {"--prompt", "sliding_window"}));
+  const auto ok = run_cli("generate --model " + m + kPrompt + "--max-tokens 8");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
 TEST(cli, a_config_json_nested_tens_of_thousands_deep_is_an_error_not_a_crash) {
   TempDir d("deep");
   const std::string m = model_with_config(d, [](json&) {});
