@@ -90,12 +90,8 @@ inline void tile(const Tile& t) {
       // The next tile's 4 rows are 8K contiguous bytes: fetched in address order,
       // 256 bytes per step (what one step reads of this tile), into L2 for weights
       // from memory (matmul_weights_streamed); no effect on bits.
-      const char* ahead = reinterpret_cast<const char*>(t.pf) + 4 * k * sizeof(uint16_t);
-      if (t.pf_l2) {
-        for (size_t j = 0; j < 4; ++j) _mm_prefetch(ahead + 64 * j, _MM_HINT_T1);
-      } else {
-        for (size_t j = 0; j < 4; ++j) _mm_prefetch(ahead + 64 * j, _MM_HINT_T0);
-      }
+      prefetch_weights(reinterpret_cast<const char*>(t.pf) + 4 * k * sizeof(uint16_t), 256,
+                       t.pf_l2);
     }
     const __m512bh w0 = load_w(r0, k, m);
     const __m512bh w1 = NR > 1 ? load_w(r1, k, m) : zero;

@@ -124,12 +124,7 @@ template <DType WT, int NR, size_t W>
 inline void prefetch_rows(const TileArgs& a, size_t k) {
   if (a.pf == nullptr) return;
   constexpr size_t bytes = size_t(NR) * W * sizeof(WElem<WT>);
-  const char* p = a.pf + size_t(NR) * k * sizeof(WElem<WT>);
-  if (a.pf_l2) {
-    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);  // T1
-  } else {
-    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);  // T0
-  }
+  prefetch_weights(a.pf + size_t(NR) * k * sizeof(WElem<WT>), bytes, a.pf_l2);
 }
 
 /// y[0:MR, 0:NR] of the tile: MR*NR accumulators, each the per-element computation.

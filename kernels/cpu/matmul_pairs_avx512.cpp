@@ -113,12 +113,7 @@ inline void tile(const Tile& t) {
     // against 17 GB/s); no effect on bits.
     const char* ahead = reinterpret_cast<const char*>(t.pf);
     for (size_t k = 0; k < full; k += kPairs) {
-      const char* a = ahead + 4 * k * sizeof(uint16_t);
-      if (t.pf_l2) {
-        for (size_t j = 0; j < 4; ++j) _mm_prefetch(a + 64 * j, _MM_HINT_T1);
-      } else {
-        for (size_t j = 0; j < 4; ++j) _mm_prefetch(a + 64 * j, _MM_HINT_T0);
-      }
+      prefetch_weights(ahead + 4 * k * sizeof(uint16_t), 256, t.pf_l2);
       VC_PR_STEP(k, kAll)
     }
   } else {

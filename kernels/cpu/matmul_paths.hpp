@@ -41,6 +41,16 @@ inline constexpr size_t kStreamedWeightBytes = size_t(2) << 20;
   return job.N * job.K * dtype_size(job.wt) >= kStreamedWeightBytes;
 }
 
+/// Fetches `bytes` (a multiple of 64) of weights at p ahead of their use: into L2 when
+/// `to_l2` (matmul_weights_streamed), else into L1. No effect on bits.
+inline void prefetch_weights(const char* p, size_t bytes, bool to_l2) {
+  if (to_l2) {
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);  // T1
+  } else {
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);  // T0
+  }
+}
+
 /// Row stride (floats) of the packed f32 weight block: K rounded up to a cache line.
 [[nodiscard]] constexpr size_t matmul_pack_ld(size_t K) { return (K + 15) / 16 * 16; }
 

@@ -212,8 +212,8 @@ size_t ModelConfig::context_length() const {
 }
 
 const char* ModelConfig::context_length_field() const {
-  return sliding_window > 0 && sliding_window < max_position_embeddings ? "sliding_window"
-                                                                         : "max_position_embeddings";
+  return context_length() < size_t(max_position_embeddings) ? "sliding_window"
+                                                             : "max_position_embeddings";
 }
 
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source) {

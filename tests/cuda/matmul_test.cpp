@@ -2,7 +2,6 @@
 // rounding (the two sum K products in different orders), and bit for bit against
 // itself across batch sizes -- a row computed alone equals the same row in a batch
 // of 1..N rows, at any place in the batch. Skipped where no CUDA device is usable.
-#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/matmul.hpp"
 
 #include <cmath>
@@ -12,6 +11,7 @@
 
 #include "kernels/cuda/matmul.cuh"
 #include "tests/cuda/cuda_test_support.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
 
 namespace vc::cuda {
 namespace {
@@ -36,11 +36,11 @@ void expect_matches_cpu(const Case& c, std::mt19937& rng) {
   const auto w = test::random_typed(rng, c.N * c.K, c.wt, -1.f, 1.f);
   const auto b = test::random_floats(rng, c.N, -1.f, 1.f);
   std::vector<float> ref(c.M * c.N);
-  const cpu::SimdPath saved = cpu::active_simd_path();  // an f32-activation reference
-  cpu::set_simd_path(cpu::best_f32_simd_path());
-  cpu::matmul(x.data(), c.M, c.K, w.data(), c.wt, c.N, c.bias ? b.data() : nullptr, ref.data(),
-              nullptr);
-  cpu::set_simd_path(saved);
+  {
+    const vc::test::F32PathScope f32;  // an f32-activation reference
+    cpu::matmul(x.data(), c.M, c.K, w.data(), c.wt, c.N, c.bias ? b.data() : nullptr, ref.data(),
+                nullptr);
+  }
   std::vector<float> wf(c.N * c.K);
   to_f32(c.wt, w.data(), wf.data(), wf.size());
 

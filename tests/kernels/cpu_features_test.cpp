@@ -1,6 +1,9 @@
 // Tests of the SIMD path selection (kernels/cpu/cpu_features.hpp).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
+
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
@@ -32,6 +35,24 @@ TEST(cpu_features, scalar_and_the_best_path_are_always_supported) {
   }
   if (simd_path_supported(SimdPath::avx512)) {
     EXPECT_TRUE(simd_path_supported(SimdPath::avx2));
+  }
+}
+
+TEST(cpu_features, amd_cpus_with_avx512_bf16_default_to_the_bf16_dot_product_path) {
+  // The vendor as the kernel reports it, independently of the code under test.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  bool amd = false;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("vendor_id", 0) == 0) {
+      amd = line.find("AuthenticAMD") != std::string::npos;
+      break;
+    }
+  }
+  if (amd && simd_path_supported(SimdPath::avx512bf16)) {
+    EXPECT_EQ(best_simd_path(), SimdPath::avx512bf16);
+  } else {
+    EXPECT_EQ(best_simd_path(), best_f32_simd_path());
   }
 }
 

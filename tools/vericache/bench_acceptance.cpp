@@ -45,7 +45,8 @@ int run_acceptance(const AcceptanceArgs& a) {
   if (const size_t ctx = model->config().context_length();
       a.max_prompt_tokens + size_t(a.steps) + 16 > ctx)
     throw Error(fmt::format("--max-prompt-tokens: {} + --steps {} exceeds the model's context of "
-                            "{} tokens", a.max_prompt_tokens, a.steps, ctx));
+                            "{} tokens ({})", a.max_prompt_tokens, a.steps, ctx,
+                            model->config().context_length_field()));
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
   std::vector<std::vector<int32_t>> prompts;
