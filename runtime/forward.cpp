@@ -101,8 +101,31 @@ void decode_packed_rows(const void* ctx, size_t r0, size_t r1, float* k, float* 
   p->view->decode_rows(p->l, p->g, r0, r1, k, v);
 }
 
+// Rows [r0, r1) of the pass, one sequence's and none over a view, attend over the
+// sequence's cache a tile of blocks at a time (attend_tiles): a prefill chunk or a
+// verify pass then reads each tile of the KV from DRAM once, not once per row. Each
+// row's bits are those of attention_row over the same KV (AttentionRowState).
+void attend_run_tiled(const ModelConfig& c, const PagedKvCache& cache, size_t l,
+                      std::span<const ForwardRow> rows, size_t r0, size_t r1, float scale,
+                      Workspace& ws, float* max_sum) {
+  const size_t nh = size_t(c.num_heads), qd = nh * size_t(c.head_dim);
+  const cpu::PagedKv kv = cache.view(l, *rows[r0].seq);
+  if (ws.attn_states.size() < r1) ws.attn_states.resize(r1);
+  size_t blocks = 0;
+  for (size_t m = r0; m < r1; ++m) {
+    ws.attn_states[m].begin(ws.q.data() + m * qd, nh, kv, size_t(ws.positions[m]) + 1, scale);
+    blocks = std::max(blocks, ws.attn_states[m].blocks());
+  }
+  attend_tiles(kv, r0, r1 - r0, 0, blocks, ws);
+  for (size_t m = r0; m < r1; ++m) {
+    ws.attn_states[m].finish(ws.attn.data() + m * qd);
+    if (max_sum != nullptr) ws.attn_states[m].max_sum(max_sum + m * nh * 2);
+  }
+}
+
 // Attention of every row over the cache (and the compressed views of draft rows):
-// rows are independent; split them across the pool.
+// runs of rows of one sequence without views go tile by tile (attend_run_tiled);
+// the other rows are independent, split across the pool.
 void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
                    std::span<const ForwardRow> rows, float scale, Workspace& ws,
                    float* max_sum) {
@@ -110,16 +133,31 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
   const size_t nh = size_t(c.num_heads), nkv = size_t(c.num_kv_heads), hd = size_t(c.head_dim);
   const size_t qd = nh * hd;
   const std::vector<int32_t>& pos = ws.positions;
+  thread_local std::vector<size_t> alone_rows;  // rows attended one by one
+  std::vector<size_t>& alone = alone_rows;  // the pool's threads read the caller's
+  alone.clear();
+  for (size_t m = 0; m < M;) {
+    size_t e = m + 1;
+    if (rows[m].view == nullptr)
+      while (e < M && rows[e].view == nullptr && rows[e].seq == rows[m].seq) ++e;
+    if (e - m >= 2) {
+      attend_run_tiled(c, cache, l, rows, m, e, scale, ws, max_sum);
+    } else {
+      alone.push_back(m);
+    }
+    m = e;
+  }
   auto attend = [&](size_t begin, size_t end) {
     thread_local std::vector<cpu::DenseKvHead> prefix;  // reused across steps
     thread_local std::vector<PackedRows> packed;
-    for (size_t m = begin; m < end; ++m) {
+    for (size_t i = begin; i < end; ++i) {
+      const size_t m = alone[i];
       const CompressedView* cv = rows[m].view;
       if (cv == nullptr) {
         // A lone row splits its KV heads across the pool (bit-identical either way).
         cpu::attention_row(ws.q.data() + m * qd, nh, cache.view(l, *rows[m].seq),
                            size_t(pos[m]) + 1, scale, ws.attn.data() + m * qd,
-                           M == 1 ? &ws.pool() : nullptr,
+                           alone.size() == 1 ? &ws.pool() : nullptr,
                            max_sum != nullptr ? max_sum + m * nh * 2 : nullptr);
         continue;
       }
@@ -144,8 +182,8 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
                                scale, ws.attn.data() + m * qd);
     }
   };
-  if (M > 1) ws.pool().parallel_for(M, 1, attend);
-  else attend(0, M);
+  if (alone.size() > 1) ws.pool().parallel_for(alone.size(), 1, attend);
+  else attend(0, alone.size());
 }
 
 // Attention of rows [r0, r0 + rows.size()) of the pass over KV streamed in by

@@ -160,6 +160,54 @@ TEST(batch_invariance, rows_of_one_sequence_in_one_pass_equal_the_rows_decoded_o
     }
 }
 
+TEST(batch_invariance, runs_of_one_sequences_rows_over_several_kv_tiles_equal_rows_decoded_alone) {
+  // A pass whose rows of one sequence go tile by tile over its KV (a prefill chunk,
+  // a verify pass), beside rows of other sequences attended one by one: every row's
+  // logits are those of decoding it alone. Contexts span several tiles (512
+  // positions of this model's bf16 KV, 256 of f32).
+  for (DType kv : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(std::string(dtype_name(kv)));
+    std::mt19937 rng(11);
+    const auto model = test::tinycode();
+    const ModelConfig& c = model->config();
+    KvCacheConfig cc = model->kv_config(4096, kv);
+    cc.prefix_sharing = false;
+    PagedKvCache cache(cc);
+    Workspace ws(2);
+    std::vector<KvSequence> seqs(4);
+    std::vector<size_t> lengths;
+    for (size_t len : {size_t(1100), size_t(40), size_t(700), size_t(600)}) {
+      const auto ids = test::random_tokens(rng, len, c.vocab_size, c.bos_token_id);
+      (void)prefill(*model, ids, seqs[lengths.size()], cache, ws);
+      lengths.push_back(len);
+    }
+    // The pass: A A A A A B C C C D; B and D, runs of one row, are attended alone.
+    const std::vector<size_t> who{0, 0, 0, 0, 0, 1, 2, 2, 2, 3};
+    const auto tokens = test::random_tokens(rng, who.size() + 1, c.vocab_size, -1);
+    std::vector<ForwardRow> rows;
+    std::vector<size_t> next = lengths;
+    for (size_t i = 0; i < who.size(); ++i) {
+      KvSequence& s = seqs[who[i]];
+      cache.reserve(s, next[who[i]] + 1);
+      rows.push_back({tokens[i + 1], int32_t(next[who[i]]++), &s, true});
+    }
+    std::vector<float> batched;
+    forward(*model, rows, cache, ws, batched);
+    for (size_t i = 0; i < seqs.size(); ++i) cache.truncate(seqs[i], lengths[i]);
+
+    // The same rows, one pass each, in order.
+    const size_t vocab = size_t(c.vocab_size);
+    std::vector<float> lg;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      cache.reserve(*rows[i].seq, size_t(rows[i].position) + 1);
+      std::vector<ForwardRow> one{rows[i]};
+      forward(*model, one, cache, ws, lg);
+      ASSERT_TRUE(same_bits(lg.data(), batched.data() + i * vocab, vocab))
+          << "row " << i << " (sequence " << who[i] << ", position " << rows[i].position << ")";
+    }
+  }
+}
+
 TEST(batch_invariance, prefill_chunk_size_does_not_change_a_single_bit) {
   std::mt19937 rng(9);
   const auto model = test::tinycode();
