@@ -222,7 +222,7 @@ class DraftBatcher {
   std::vector<uint64_t> active_;  // requests with a block in progress, in start order
   std::vector<uint64_t> last_ids_;
   size_t folds_ = 0;
-  PassCostCurve pass_costs_;  // seconds per step() pass by row count
+  PassCostCurve pass_costs_;  // seconds per step() by its pass's row count
   bool proposals_by_cost_ = true;
 };
 
