@@ -206,7 +206,6 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
     batchers.push_back(std::make_shared<DraftBatcher>(draft_shards[r], m.tiers[r].get(), pool_tokens,
                                                       kv, threads, m.fast[r].get(),
                                                       cfg.stage_positions));
-    batchers.back()->set_proposals_by_cost(cfg.ngram_proposals_by_cost && d == 1);
     // The rank's lanes share its link (modelled, or the tier's own).
     auto link = cfg.link_bytes_per_second > 0
                     ? std::make_shared<ModelledLink>(cfg.link_bytes_per_second)

@@ -248,42 +248,31 @@ void DraftBatcher::start(uint64_t id, size_t n, bool ahead) {
 }
 
 std::vector<DraftBlock> DraftBatcher::step() {
-  // The pass's whole cost (proposals, forward, sampling, KV bookkeeping) goes into
-  // the curve the proposal budget reads: more rows per pass amortize all of it.
-  const auto step_start = std::chrono::steady_clock::now();
   std::vector<DraftBlock> done;
   std::vector<ForwardRow> rows;
   std::vector<uint64_t> stepping;
   std::vector<std::vector<int32_t>> proposals;  // per stepping request (draft_pass.hpp)
   std::vector<size_t> first_row;
-  std::vector<ProposalOffer> offers;
   for (uint64_t id : active_) {
     Req& r = reqs_.at(id);
     if (r.want == 0) continue;
+    const CompressedView* view = r.view ? &*r.view : nullptr;
     std::vector<int32_t> g;
     if (!r.block.final) g = next_proposal(r.spec.draft_hierarchy, r.spec.ngram, r.context, r.want);
-    offers.push_back({g.size(), confirm_rate(r.ngram_confirmed, r.ngram_refused)});
+    first_row.push_back(rows.size());
+    const std::vector<int32_t> toks = draft_pass_rows(r.cur, g);
+    for (size_t i = 0; i < toks.size(); ++i)
+      rows.push_back(ForwardRow{toks[i], int32_t(r.pos + i), &r.seq, true, view});
     proposals.push_back(std::move(g));
     stepping.push_back(id);
-  }
-  if (proposals_by_cost_) {
-    const std::vector<size_t> keep = keep_proposals(stepping.size(), offers, pass_costs_);
-    for (size_t i = 0; i < proposals.size(); ++i) proposals[i].resize(keep[i]);
-  }
-  for (size_t i = 0; i < stepping.size(); ++i) {
-    Req& r = reqs_.at(stepping[i]);
-    const CompressedView* view = r.view ? &*r.view : nullptr;
-    first_row.push_back(rows.size());
-    const std::vector<int32_t> toks = draft_pass_rows(r.cur, proposals[i]);
-    for (size_t j = 0; j < toks.size(); ++j)
-      rows.push_back(ForwardRow{toks[j], int32_t(r.pos + j), &r.seq, true, view});
   }
   last_ids_ = stepping;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<float> logits;
   if (!rows.empty()) forward(*model_, rows, cache_, ws_, logits);
-  const double pass_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double per_row = rows.empty() ? 0.0 : pass_seconds / double(rows.size());
+  const double per_row = rows.empty() ? 0.0
+                                      : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                                            double(rows.size());
   const size_t V = size_t(model_->config().vocab_size);
   for (size_t i = 0; i < stepping.size(); ++i) {
     Req& r = reqs_.at(stepping[i]);
@@ -295,9 +284,7 @@ std::vector<DraftBlock> DraftBatcher::step() {
       r.block.logprobs.push_back(lp.logprob);
       if (r.spec.sampling.top_logprobs > 0) r.block.top_logprobs.push_back(std::move(lp.top));
     }
-    r.ngram_confirmed += pr.confirmed;
     if (pr.confirmed < g.size()) {  // drop the KV of proposals the drafter refused
-      r.ngram_refused += 1;
       cache_.truncate(r.seq, r.pos + pr.confirmed + 1);
       cache_.reserve(r.seq, r.block_end);
     }
@@ -314,9 +301,6 @@ std::vector<DraftBlock> DraftBatcher::step() {
     r.pos += pr.tokens.size();
     r.want -= pr.tokens.size();
   }
-  if (!rows.empty())
-    pass_costs_.observe(rows.size(),
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
   for (auto it = active_.begin(); it != active_.end();) {
     Req& r = reqs_.at(*it);
     if (r.want == 0) {

@@ -18,7 +18,6 @@
 #include "runtime/generator.hpp"
 #include "runtime/hidden_score_log.hpp"
 #include "runtime/layer_streamer.hpp"
-#include "runtime/proposal_budget.hpp"
 #include "runtime/verifier.hpp"
 
 namespace vc {
@@ -127,12 +126,6 @@ class DraftBatcher {
   /// from the last draft instead, drafting further ahead while the full chunks
   /// arrive; the round's start (the guess and its position) stays.
   void start(uint64_t id, size_t n, bool ahead = false);
-  /// N-gram proposals (DraftHierarchy::ngram): true (the default) keeps, per pass,
-  /// the proposal rows that raise the pass's expected tokens per second on the pass
-  /// times this drafter measured (proposal_budget.hpp); false keeps every proposal.
-  void set_proposals_by_cost(bool on) { proposals_by_cost_ = on; }
-  /// The pass times measured so far by row count (a test or a tool may seed it).
-  [[nodiscard]] PassCostCurve& pass_costs() { return pass_costs_; }
   /// True when some request has a block in progress.
   [[nodiscard]] bool busy() const { return !active_.empty(); }
   /// One batched decode step over every request with a block in progress; returns
@@ -197,7 +190,6 @@ class DraftBatcher {
     size_t want = 0;     // tokens this block still needs
     size_t block_end = 0;     // p0 + the block's length + 1: positions reserved
     std::vector<int32_t> context;  // tokens at positions [0, pos]: the n-gram level's text
-    size_t ngram_confirmed = 0, ngram_refused = 0;  // its proposals so far (confirm_rate)
     DraftBlock block;
     FastCharge view_charge;   // the view's held bytes, charged to the budget
     bool exact_pending = false;  // compressed first: finish_prefill() is due
@@ -222,8 +214,6 @@ class DraftBatcher {
   std::vector<uint64_t> active_;  // requests with a block in progress, in start order
   std::vector<uint64_t> last_ids_;
   size_t folds_ = 0;
-  PassCostCurve pass_costs_;  // seconds per step() by its pass's row count
-  bool proposals_by_cost_ = true;
 };
 
 }  // namespace vc

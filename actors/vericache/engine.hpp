@@ -52,11 +52,6 @@ struct EngineConfig {
   /// for bit those of passes alone). Each costs a streamer's staging buffers in the
   /// fast-memory budget. 1: one request per pass.
   size_t verify_batch = 4;
-  /// Requests drafting with the n-gram level (draft_hierarchy "ngram"): the drafter
-  /// keeps, per batched pass, the proposal rows that raise its expected tokens per
-  /// second on the pass times it measures (runtime/proposal_budget.hpp); false: every
-  /// proposal. At tp > 1 every proposal (the ranks' passes must carry the same rows).
-  bool ngram_proposals_by_cost = true;
   size_t max_queue = 256;           ///< waiting requests; beyond it submit answers "overloaded"
   bool lockstep = false;            ///< everyone drafts, then everyone verifies (comparison only)
   bool trace = false;               ///< record slices for write_trace()

@@ -4,10 +4,8 @@
 // that leave nothing behind.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstring>
 #include <map>
-#include <numeric>
 #include <random>
 
 #include "kernels/error.hpp"
@@ -141,41 +139,6 @@ TEST(draft_batcher, one_step_batches_every_drafting_request_and_drafts_equal_dra
     else EXPECT_TRUE(b.logprobs.empty()) << what;
     (void)p;
   }
-}
-
-TEST(draft_batcher, ngram_proposals_are_left_out_when_each_extra_row_would_cost_a_whole_pass) {
-  // Every token of the vocabulary once, shuffled: with one-token suffixes matched,
-  // the n-gram level proposes at every pass.
-  const ModelConfig& c = test::tinycode()->config();
-  std::vector<int32_t> p(size_t(c.vocab_size));
-  std::iota(p.begin(), p.end(), 0);
-  std::shuffle(p.begin(), p.end(), std::mt19937(21));
-  p.insert(p.begin(), c.bos_token_id);
-  DraftSpec spec = make_spec(1, p);
-  spec.draft_hierarchy = DraftHierarchy::ngram;
-  spec.ngram = NgramParams{1, 4, 8};
-  constexpr size_t kDrafts = 12;
-
-  auto run = [&](bool by_cost, bool steep) {
-    auto tier = make_tier();
-    auto b = make_batcher(tier.get());
-    b.set_proposals_by_cost(by_cost);
-    if (steep) {  // one row: a millisecond; two or more: far more than a row's tokens
-      b.pass_costs().observe(1, 0.001);
-      b.pass_costs().observe(2, 1000.0);
-    }
-    (void)b.prefill(spec);
-    b.start(1, kDrafts);
-    return run_blocks(b).at(1);
-  };
-  const DraftBlock all = run(false, true);
-  const DraftBlock steep = run(true, true);
-  ASSERT_GT(all.levels.ngram_proposed, 0u) << "the prompt should give proposals";
-  EXPECT_EQ(0u, steep.levels.ngram_proposed);
-  EXPECT_EQ(kDrafts, steep.levels.drafter_passes);
-  EXPECT_EQ(all.tokens, steep.tokens) << "proposals never change the drafts";
-  // With nothing measured the first passes try every proposal.
-  EXPECT_GT(run(true, false).levels.ngram_proposed, 0u);
 }
 
 TEST(draft_batcher, a_zero_token_block_completes_at_the_next_step_without_a_row) {

@@ -10,8 +10,7 @@
 // Disk rows put the full KV on the real disk (O_DIRECT, no throttling): (e) by
 // default, (b) when chosen. --configs picks the rows (a b c d e b-disk e-disk).
 // With --draft-hierarchy ngram, (d) and (e) run once more with the n-gram level in
-// front of the drafter, beside the rows without it, and (e) a third time keeping
-// every proposal (EngineConfig::ngram_proposals_by_cost off).
+// front of the drafter, beside the rows without it.
 // The link is modelled (no GPU here): the mover's reads are throttled to the
 // machine's measured memory bandwidth divided by the HBM:link ratio of the modelled
 // deployment (H200 HBM 4.8 TB/s against PCIe Gen5 x16 ~55 GB/s by default); every
@@ -77,7 +76,6 @@ struct Config {
   bool lockstep, simulated, disk;
   std::string hierarchy = "none";  // the draft hierarchy of vericache requests
   size_t verify_batch = 1;          // EngineConfig::verify_batch
-  bool proposals_by_cost = true;    // EngineConfig::ngram_proposals_by_cost
 };
 
 struct Outcome {
@@ -113,7 +111,6 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   ec.placement = a.placement;
   ec.max_active = c.concurrency;
   ec.verify_batch = c.verify_batch;
-  ec.ngram_proposals_by_cost = c.proposals_by_cost;
   ec.max_queue = c.concurrency;
   ec.lockstep = c.lockstep;
   ec.link_bytes_per_second = c.simulated ? link_bps : 0;
@@ -239,8 +236,6 @@ int run_throughput(const ThroughputArgs& a) {
     if (a.hierarchy.draft_hierarchy == "ngram") {
       all.push_back({"d", "(d) lock-step + n-gram", "vericache", a.draft, n_fit, true, true, false, "ngram"});
       all.push_back({"e", "(e) staggered + n-gram", "vericache", a.draft, n_fit, false, true, false, "ngram"});
-      all.push_back({"e", "(e) + n-gram, every proposal", "vericache", a.draft, n_fit, false, true, false,
-                     "ngram", 1, false});
     }
     all.push_back({"b-disk", "(b) full KV on disk", "vericache", "0", a.base_requests, false, false, true});
     all.push_back({"e-disk", "(e) staggered, disk tier", "vericache", a.draft, n_fit, false, false, true});
@@ -285,7 +280,6 @@ int run_throughput(const ThroughputArgs& a) {
                       {"simulated_link", c.simulated},
                       {"disk_tier", c.disk},
                       {"draft_hierarchy", c.mode == "vericache" && c.draft != "0" ? c.hierarchy : "none"},
-                      {"ngram_proposals_by_cost", c.proposals_by_cost},
                       {"all_ok", o.all_ok}});
     }
   }
