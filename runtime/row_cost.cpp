@@ -43,10 +43,8 @@ std::vector<double> measure_row_costs(const Model& model, size_t context,
   const size_t max_rows = *std::max_element(rows.begin(), rows.end());
   if (*std::min_element(rows.begin(), rows.end()) == 0)
     throw Error("measure_row_costs: a row count must be >= 1");
-  if (context + max_rows > c.context_length())
-    throw Error("--context: " + std::to_string(context) + " + " + std::to_string(max_rows) +
-                " rows exceeds the model's context of " + std::to_string(c.context_length()) +
-                " tokens (" + c.context_length_field() + ")");
+  c.require_context(context + max_rows,
+                    "--context: " + std::to_string(context) + " + " + std::to_string(max_rows) + " rows");
 
   PagedKvCache cache(model.kv_config(context + max_rows + 16, DType::bf16));
   Workspace ws(threads);

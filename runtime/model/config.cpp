@@ -216,6 +216,12 @@ const char* ModelConfig::context_length_field() const {
                                                              : "max_position_embeddings";
 }
 
+void ModelConfig::require_context(size_t positions, const std::string& what) const {
+  if (positions > context_length())
+    throw Error(what + " exceeds the model's context of " + std::to_string(context_length()) +
+                " tokens (" + context_length_field() + ")");
+}
+
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object())
     throw Error(source + ": expected a JSON object, found " + FieldReader::describe(j));

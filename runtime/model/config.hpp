@@ -57,6 +57,9 @@ struct ModelConfig {
   [[nodiscard]] size_t context_length() const;
   /// "max_position_embeddings" or "sliding_window": which field context_length() is.
   [[nodiscard]] const char* context_length_field() const;
+  /// Throws vc::Error "WHAT exceeds the model's context of N tokens (FIELD)" when
+  /// `positions` > context_length(); `what` names the options that asked for them.
+  void require_context(size_t positions, const std::string& what) const;
   [[nodiscard]] int q_dim() const { return num_heads * head_dim; }
   [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }
   /// RoPE inverse frequencies (head_dim / 2 values), with llama3 scaling applied.

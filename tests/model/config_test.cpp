@@ -162,6 +162,13 @@ TEST(config, a_mistral_sliding_window_shorter_than_the_positions_limits_the_cont
   EXPECT_EQ(c.sliding_window, 4096);
   EXPECT_EQ(c.context_length(), 4096u);
   EXPECT_STREQ(c.context_length_field(), "sliding_window");
+  EXPECT_NO_THROW(c.require_context(4096, "--context: 4096"));
+  try {
+    c.require_context(4097, "--context: 4097");
+    ADD_FAILURE() << "4097 positions past a window of 4096 should be refused";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "--context: 4097 exceeds the model's context of 4096 tokens (sliding_window)");
+  }
   j["sliding_window"] = nullptr;  // Mistral v0.2 and later: no window
   const ModelConfig none = parse_model_config(j, "cfg.json");
   EXPECT_EQ(none.sliding_window, 0);

@@ -42,11 +42,9 @@ int run_acceptance(const AcceptanceArgs& a) {
                             a.min_prompt_tokens, a.max_prompt_tokens));
   check_ngram_sizes(a.ngram);
   auto model = Model::load(a.model_dir);
-  if (const size_t ctx = model->config().context_length();
-      a.max_prompt_tokens + size_t(a.steps) + 16 > ctx)
-    throw Error(fmt::format("--max-prompt-tokens: {} + --steps {} exceeds the model's context of "
-                            "{} tokens ({})", a.max_prompt_tokens, a.steps, ctx,
-                            model->config().context_length_field()));
+  model->config().require_context(
+      a.max_prompt_tokens + size_t(a.steps) + 16,
+      fmt::format("--max-prompt-tokens: {} + --steps {} (+ 16)", a.max_prompt_tokens, a.steps));
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
   std::vector<std::vector<int32_t>> prompts;

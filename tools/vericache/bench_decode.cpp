@@ -73,13 +73,9 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   const ModelConfig& c = model->config();
   const DType kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   const size_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
-  const size_t model_ctx = c.context_length();
-  if (max_ctx + a.decode_tokens > model_ctx)
-    throw Error(fmt::format("--contexts: {} + --decode-tokens {} exceeds the model's context of {} "
-                            "tokens ({})", max_ctx, a.decode_tokens, model_ctx, c.context_length_field()));
-  if (a.prefill_tokens > model_ctx)
-    throw Error(fmt::format("--prefill-tokens: {} exceeds the model's context of {} tokens",
-                            a.prefill_tokens, model_ctx));
+  c.require_context(max_ctx + a.decode_tokens,
+                    fmt::format("--contexts: {} + --decode-tokens {}", max_ctx, a.decode_tokens));
+  c.require_context(a.prefill_tokens, fmt::format("--prefill-tokens: {}", a.prefill_tokens));
   PagedKvCache cache(model->kv_config(std::max(max_ctx, a.prefill_tokens) + a.decode_tokens + 16,
                                       kv_dtype));
   const double bw = measure_read_bandwidth();

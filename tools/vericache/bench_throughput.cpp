@@ -197,10 +197,8 @@ int run_throughput(const ThroughputArgs& a) {
     }
   }
   for (size_t ctx : a.contexts)
-    if (ctx + size_t(a.gen_tokens) > mc.context_length())
-      throw Error(fmt::format("--contexts: {} + --gen-tokens {} exceeds the model's context of {} "
-                              "tokens ({})",
-                              ctx, a.gen_tokens, mc.context_length(), mc.context_length_field()));
+    mc.require_context(ctx + size_t(a.gen_tokens),
+                       fmt::format("--contexts: {} + --gen-tokens {}", ctx, a.gen_tokens));
   const double ram_bps = measure_read_bandwidth();
   const double link_bps = ram_bps * a.link_gbps / a.hbm_gbps;
   nlohmann::json rows = nlohmann::json::array();

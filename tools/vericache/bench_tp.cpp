@@ -49,9 +49,8 @@ int run_bench_tp(const BenchTpArgs& a) {
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
   const ModelConfig& c = model->config();
-  if (a.context + size_t(a.gen_tokens) > c.context_length())
-    throw Error(fmt::format("--context: {} + --gen-tokens {} exceeds the model's context of {} tokens ({})",
-                            a.context, a.gen_tokens, c.context_length(), c.context_length_field()));
+  c.require_context(a.context + size_t(a.gen_tokens),
+                    fmt::format("--context: {} + --gen-tokens {}", a.context, a.gen_tokens));
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int> pick(0, c.vocab_size - 3);
   std::vector<int32_t> prompt(a.context);
