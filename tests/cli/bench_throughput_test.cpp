@@ -107,6 +107,32 @@ TEST(bench_throughput, several_verify_batches_run_each_vericache_row_once_per_va
   EXPECT_NE(bad.out.find("--verify-batch"), std::string::npos) << bad.out;
 }
 
+TEST(bench_throughput, several_compressors_run_each_viewed_row_once_per_compressor_under_one_budget) {
+  const auto r = vc::test::run_vericache(
+      "bench throughput --contexts 160 --gen-tokens 8 --base-requests 2 --draft 4 --no-disk "
+      "--configs a c e --compressor snapkv kivi --json", /*merge_err=*/false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out);
+  std::vector<std::string> labels, compressors;
+  std::set<size_t> budgets;
+  for (const json& row : j["rows"]) {
+    EXPECT_TRUE(row["all_ok"].get<bool>()) << row.dump();
+    labels.push_back(row["config"]);
+    compressors.push_back(row["compressor"]);
+    budgets.insert(row["fast_budget_bytes"].get<size_t>());
+  }
+  EXPECT_EQ(labels, (std::vector<std::string>{
+                        "(a) full KV in fast memory", "(c) lossy (compressed only) [snapkv]",
+                        "(e) VeriCache staggered [snapkv]", "(c) lossy (compressed only) [kivi]",
+                        "(e) VeriCache staggered [kivi]"}));
+  EXPECT_EQ(compressors, (std::vector<std::string>{"", "snapkv", "snapkv", "kivi", "kivi"}))
+      << "full-KV rows have no view";
+  EXPECT_EQ(budgets.size(), 1u) << "every row gets the same budget";
+  const auto bad = vc::test::run_vericache("bench throughput --compressor snapkv nosuch", /*merge_err=*/true);
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("nosuch"), std::string::npos) << bad.out;
+}
+
 TEST(bench_throughput, refuses_an_unknown_prompt_kind) {
   const auto r = vc::test::run_vericache("bench throughput --prompt-kind poetry", /*merge_err=*/true);
   EXPECT_EQ(r.code, 1) << r.out;

@@ -50,7 +50,9 @@ struct ThroughputArgs {
   std::vector<size_t> contexts = {1024, 4096};
   size_t base_requests = 4;  // (a)'s concurrency: the budget is sized to hold this many
   int gen_tokens = 64;
-  std::string compressor = "snapkv";
+  // --compressor: several names run every row that drafts or decodes over a view
+  // ((c), (d), (e)) once per compressor, side by side under the same budget
+  std::vector<std::string> compressors = {"snapkv"};
   double ratio = 4.0;
   std::string draft = "30";
   double hbm_gbps = 4800, link_gbps = 55;
@@ -76,6 +78,7 @@ struct Config {
   bool lockstep, simulated, disk;
   std::string hierarchy = "none";  // the draft hierarchy of vericache requests
   size_t verify_batch = 1;          // EngineConfig::verify_batch
+  std::string compressor = "";      // of the requests' views (rows without one: the first)
 };
 
 struct Outcome {
@@ -130,7 +133,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
                        : code_prompt(tok, ctx, uint32_t(i + 1), a.prompt_kind);
     r.max_tokens = a.gen_tokens;
     r.mode = c.mode;
-    r.compressor = a.compressor;
+    r.compressor = c.compressor;
     r.ratio = a.ratio;
     r.draft = c.draft;
     r.fold_every = a.fold_every;
@@ -186,7 +189,8 @@ int run_throughput(const ThroughputArgs& a) {
   const Tokenizer tok = Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json");
   if (a.prompt_kind != "random")  // a context too short for the prompt kind fails before any work
     for (size_t ctx : a.contexts) (void)code_prompt(tok, ctx, 1, a.prompt_kind);
-  (void)make_compressor(a.compressor);  // an unknown name fails before any work
+  for (const auto& name : a.compressors)
+    (void)make_compressor(name);  // an unknown name fails before any work
   // At --tp > 1 budgets and needs are per rank: a rank's KV layout (its KV heads).
   std::shared_ptr<const Model> rank_model = model;
   if (a.tp > 1) {
@@ -207,11 +211,11 @@ int run_throughput(const ThroughputArgs& a) {
     // plus the engine's staging; every configuration runs as many requests as
     // admission by memory lets in at once under it.
     const KvCacheConfig kv = rank_model->kv_config(16, DType::bf16);
-    auto need = [&](const std::string& mode, const std::string& draft) {
+    auto need = [&](const std::string& mode, const std::string& draft, const std::string& compressor) {
       DraftSpec s;
       s.prompt.assign(ctx, 0);
       s.mode = parse_decode_mode(mode);
-      s.compressor = a.compressor;
+      s.compressor = compressor;
       s.ratio = a.ratio;
       s.max_new_tokens = size_t(a.gen_tokens);
       s.fold_every = a.fold_every;
@@ -220,23 +224,37 @@ int run_throughput(const ThroughputArgs& a) {
     // Staging for the most verify lanes any row uses: every row gets the same budget.
     const size_t lanes = *std::max_element(a.verify_batches.begin(), a.verify_batches.end());
     const size_t overhead = engine_fast_overhead(kv, 1024, lanes);
-    const size_t budget = a.base_requests * need("full", "0") + overhead;
-    auto fit = [&](const std::string& mode, const std::string& draft) {
-      return std::max<size_t>(1, (budget - overhead) / need(mode, draft));
+    const std::string& first = a.compressors.front();
+    const size_t budget = a.base_requests * need("full", "0", first) + overhead;
+    auto fit = [&](const std::string& mode, const std::string& draft, const std::string& compressor) {
+      return std::max<size_t>(1, (budget - overhead) / need(mode, draft, compressor));
     };
-    const size_t n_fit = fit("vericache", a.draft);
+    // Rows without a view ((a), (b)) once; rows over a view once per compressor.
     std::vector<Config> all = {
         {"a", "(a) full KV in fast memory", "full", "0", a.base_requests, false, false, false},
-        {"b", "(b) full KV behind the link", "vericache", "0", a.base_requests, false, true, false},
-        {"c", "(c) lossy (compressed only)", "lossy", "0", fit("lossy", "0"), false, false, false},
-        {"d", "(d) VeriCache lock-step", "vericache", a.draft, n_fit, true, true, false},
-        {"e", "(e) VeriCache staggered", "vericache", a.draft, n_fit, false, true, false}};
-    if (a.hierarchy.draft_hierarchy == "ngram") {
-      all.push_back({"d", "(d) lock-step + n-gram", "vericache", a.draft, n_fit, true, true, false, "ngram"});
-      all.push_back({"e", "(e) staggered + n-gram", "vericache", a.draft, n_fit, false, true, false, "ngram"});
+        {"b", "(b) full KV behind the link", "vericache", "0", a.base_requests, false, true, false}};
+    std::vector<Config> disk_rows = {
+        {"b-disk", "(b) full KV on disk", "vericache", "0", a.base_requests, false, false, true}};
+    for (const auto& comp : a.compressors) {
+      const size_t n_fit = fit("vericache", a.draft, comp);
+      std::vector<Config> viewed = {
+          {"c", "(c) lossy (compressed only)", "lossy", "0", fit("lossy", "0", comp), false, false, false},
+          {"d", "(d) VeriCache lock-step", "vericache", a.draft, n_fit, true, true, false},
+          {"e", "(e) VeriCache staggered", "vericache", a.draft, n_fit, false, true, false}};
+      if (a.hierarchy.draft_hierarchy == "ngram") {
+        viewed.push_back({"d", "(d) lock-step + n-gram", "vericache", a.draft, n_fit, true, true, false, "ngram"});
+        viewed.push_back({"e", "(e) staggered + n-gram", "vericache", a.draft, n_fit, false, true, false, "ngram"});
+      }
+      viewed.push_back({"e-disk", "(e) staggered, disk tier", "vericache", a.draft, n_fit, false, false, true});
+      for (auto& c : viewed) {
+        c.compressor = comp;
+        if (a.compressors.size() > 1) c.label += " [" + comp + "]";
+        (c.disk ? disk_rows : all).push_back(c);
+      }
     }
-    all.push_back({"b-disk", "(b) full KV on disk", "vericache", "0", a.base_requests, false, false, true});
-    all.push_back({"e-disk", "(e) staggered, disk tier", "vericache", a.draft, n_fit, false, false, true});
+    all.insert(all.end(), disk_rows.begin(), disk_rows.end());
+    for (auto& c : all)
+      if (c.compressor.empty()) c.compressor = first;
     std::vector<Config> configs;
     for (const auto& c : all) {
       const bool chosen = a.configs.empty()
@@ -265,6 +283,7 @@ int run_throughput(const ThroughputArgs& a) {
                       {"tensor_parallel", a.tp},
                       {"threads", a.threads},
                       {"config", c.label},
+                      {"compressor", c.mode == "full" || (c.mode == "vericache" && c.draft == "0") ? "" : c.compressor},
                       {"concurrency", c.concurrency},
                       {"verify_batch", c.mode == "vericache" ? c.verify_batch : size_t(0)},
                       {"fast_budget_bytes", budget},
@@ -299,7 +318,7 @@ int run_throughput(const ThroughputArgs& a) {
       "to it; requests are admitted by memory)\nfast memory: this machine's RAM, {:.1f} GB/s read; link: "
       "SIMULATED at {:.2f} GB/s (RAM / {:.0f}, the ratio of {:.0f} GB/s HBM to {:.0f} GB/s "
       "PCIe)\n\n",
-      a.compressor, a.ratio, a.draft, fmt::join(a.verify_batches, "/"), a.gen_tokens,
+      fmt::join(a.compressors, "/"), a.ratio, a.draft, fmt::join(a.verify_batches, "/"), a.gen_tokens,
       a.prompt_kind == "random" ? std::string("random-token") : "code (" + a.prompt_kind + ")",
       a.tp > 1 ? fmt::format("{} tensor-parallel ranks, budget PER RANK: ", a.tp) : "",
       a.base_requests, ram_bps / 1e9,
@@ -347,7 +366,10 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
       ->check(integer_in(1, 4096));
   cmd->add_option("--gen-tokens", a->gen_tokens, "Tokens per request")->capture_default_str()
       ->check(integer_in(1, 1 << 20));
-  cmd->add_option("--compressor", a->compressor)->capture_default_str();
+  cmd->add_option("--compressor", a->compressors,
+                  "Compressors of the views; several run rows (c), (d) and (e) once per compressor, "
+                  "side by side (see `vericache compressors`)")
+      ->capture_default_str();
   cmd->add_option("--ratio", a->ratio)->capture_default_str()->check(number_in(1.0, kMaxRatio));
   cmd->add_option("--draft", a->draft, "Draft length or auto")->capture_default_str()
       ->check(draft_value());
