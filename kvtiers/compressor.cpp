@@ -57,6 +57,11 @@ void Compressor::set_surrogate(std::shared_ptr<const KvzapSurrogate> /*s*/) {
   throw Error("compressor '" + std::string(name()) + "' takes no surrogate");
 }
 
+std::optional<size_t> Compressor::stored_bytes_bound(const KvShape& /*shape*/,
+                                                      double /*ratio*/) const {
+  return std::nullopt;
+}
+
 QuantSpec Compressor::plan_quant(const KvShape& /*shape*/, std::vector<size_t> /*rows*/,
                                  double /*ratio*/) const {
   return QuantSpec{};

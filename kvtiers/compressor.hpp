@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -291,6 +292,13 @@ class Compressor {
   /// The default stores bf16.
   [[nodiscard]] virtual QuantSpec plan_quant(const KvShape& shape, std::vector<size_t> rows,
                                              double ratio) const;
+  /// The bytes the method stores for a request of `shape` at `ratio` with every
+  /// (layer, KV head) keeping all shape.n_pos positions, when it can say (the
+  /// quantizers: their planned settings' bytes, which exceed full / ratio when
+  /// set_param asks for more bits or when no setting fits). Admission by memory
+  /// reserves the larger of this and its generic bound. Plans on this instance.
+  [[nodiscard]] virtual std::optional<size_t> stored_bytes_bound(const KvShape& shape,
+                                                                 double ratio) const;
 
   /// Replaces k, v ([n, head_dim] each, rows at absolute `positions`) of layer l, KV
   /// head g by what the method stores, dequantized; returns the stored bytes

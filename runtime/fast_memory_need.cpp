@@ -51,7 +51,12 @@ FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv, size_t
   auto view_bound = [&](size_t positions) {
     const double full = double(positions) * double(per_token);
     const double rows = double(positions) * double(kv.num_layers * kv.kv_heads);
-    return size_t(std::ceil(1.1 * full / ratio + 8.0 * rows)) + 4096;
+    double stored = 1.1 * full / ratio;
+    // A method that can say what it stores (quantizers with their bits set, or at a
+    // ratio no setting reaches) may need more than that.
+    if (const auto own = c->stored_bytes_bound({kv.num_layers, kv.kv_heads, kv.head_dim, positions}, ratio))
+      stored = std::max(stored, double(*own));
+    return size_t(std::ceil(stored + 8.0 * rows)) + 4096;
   };
   const size_t L = max_draft + 1;
   if (spec.mode == DecodeMode::lossy) {

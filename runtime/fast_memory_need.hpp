@@ -27,8 +27,10 @@ struct FastNeed {
 ///              fold_every + 2 (max_draft + 1) positions (max_new_tokens + max_draft
 ///              + 1 without folding), in whole blocks;
 /// plus whole-layer staging when the method's statistics read every key of a layer.
-/// A view is bounded by 1.1x its method's budget (full bytes / ratio) plus 8 bytes
-/// of positions per kept row and position (quantizers keep every position).
+/// A view is bounded by 1.1x its method's budget (full bytes / ratio), or by what
+/// the method says it stores when that is more (Compressor::stored_bytes_bound:
+/// a quantizer told to keep more bits than the ratio allows), plus 8 bytes of
+/// positions per kept row and position (quantizers keep every position).
 [[nodiscard]] FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv,
                                         size_t max_draft);
 

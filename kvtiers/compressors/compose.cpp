@@ -90,6 +90,13 @@ class Composition final : public Compressor {
     return quantizer_->plan_quant(shape, std::move(rows), ratio);
   }
 
+  /// The quantizer's bound over every position: the kept rows are fewer, and the
+  /// quantizer fits them into the same budget.
+  [[nodiscard]] std::optional<size_t> stored_bytes_bound(const KvShape& shape,
+                                                         double ratio) const override {
+    return quantizer_->stored_bytes_bound(shape, ratio);
+  }
+
   size_t quantize(size_t l, size_t g, const int32_t* positions, size_t n, size_t head_dim,
                   const ModelFacts& model, float* k, float* v,
                   PackedHead* packed = nullptr) const override {

@@ -97,6 +97,10 @@ class RotateKv final : public Quantizer {
     return record(best);  // nothing fits: the cheapest
   }
 
+  [[nodiscard]] size_t head_stored_bytes(size_t n, size_t head_dim) const override {
+    return head_bytes(now_.get(), n, head_dim);
+  }
+
   size_t quantize(size_t /*l*/, size_t /*g*/, const int32_t* /*positions*/, size_t n,
                   size_t head_dim, const ModelFacts& /*model*/, float* k, float* v,
                   PackedHead* packed = nullptr) const override {

@@ -168,6 +168,12 @@ LayerPlan Quantizer::plan_layer(const LayerInput& in) const {
   return plan;
 }
 
+std::optional<size_t> Quantizer::stored_bytes_bound(const KvShape& shape, double ratio) const {
+  const size_t heads = shape.layers * shape.kv_heads;
+  (void)plan_quant(shape, std::vector<size_t>(heads, shape.n_pos), ratio);
+  return heads * head_stored_bytes(shape.n_pos, shape.head_dim);
+}
+
 QuantSpec Quantizer::plan_quant(const KvShape& shape, std::vector<size_t> rows,
                                 double ratio) const {
   return plan_rows(quant_target(shape, std::move(rows), ratio));

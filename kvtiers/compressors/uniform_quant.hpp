@@ -141,6 +141,12 @@ class Quantizer : public Compressor {
   /// cheapest; set_param overrides are kept. Records them for quantize() and
   /// params(); returns the bit widths.
   virtual QuantSpec plan_rows(const QuantTarget& target) const = 0;
+  /// plan_quant() with every head keeping all shape.n_pos positions, then the
+  /// planned settings' bytes.
+  [[nodiscard]] std::optional<size_t> stored_bytes_bound(const KvShape& shape,
+                                                         double ratio) const override;
+  /// Stored bytes of one (layer, KV head) of n rows under the recorded settings.
+  [[nodiscard]] virtual size_t head_stored_bytes(size_t n, size_t head_dim) const = 0;
 };
 
 }  // namespace vc

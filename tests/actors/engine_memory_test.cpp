@@ -105,6 +105,39 @@ TEST(engine_memory, long_vericache_requests_wait_for_memory_and_match_full_decod
   run_under_budget("vericache", 12, 3);
 }
 
+TEST(engine_memory, quantized_views_with_bits_set_by_hand_stay_within_what_admission_reserved) {
+  // KIVI told to keep 16-bit keys and values stores the whole KV at a "ratio" of 4:
+  // admission must reserve what the view really takes (the quantizer's own bound),
+  // or the request overruns its reservation and the budget runs out mid-request.
+  auto cases = long_cases(3, "vericache", 41);
+  const vc::KvCacheConfig kv = vc::test::tinycode()->kv_config(16, vc::DType::bf16);
+  size_t largest = 0;
+  for (auto& c : cases) {
+    c.req.compressor = "kivi";
+    c.req.compressor_params = {{"key_bits", 16}, {"value_bits", 16}};
+    largest = std::max(largest, need_of(c, kv));  // the bound without the parameters
+  }
+  EngineConfig cfg;
+  cfg.model_dir = VC_MODEL_DIR;
+  cfg.max_active = cases.size();
+  // Room for four by the bound of a 4x view; for one at a time by their real views.
+  cfg.fast_memory_bytes =
+      4 * largest + vc::engine_fast_overhead(kv, cfg.stage_positions, cfg.verify_batch);
+  Engine engine(cfg);
+  std::vector<Engine::Submission> subs;
+  for (const auto& c : cases) subs.push_back(engine.submit(c.req));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto r = subs[i].result.get();
+    ASSERT_TRUE(r.ok) << "request " << i << ": " << r.error;
+    EXPECT_EQ(r.output_ids, cases[i].ids) << "request " << i;
+    EXPECT_LE(r.stats.fast_bytes_peak, r.stats.fast_bytes_reserved) << "request " << i;
+    EXPECT_GT(r.stats.fast_bytes_reserved, largest) << "the view at 16 bits is reserved whole";
+  }
+  const auto s = engine.stats();
+  EXPECT_LE(s.fast_memory_peak, s.fast_memory_budget);
+  EXPECT_EQ(s.failed, 0u);
+}
+
 TEST(engine_memory, a_request_that_could_never_fit_fails_naming_the_sizes_and_others_run) {
   EngineConfig cfg;
   cfg.model_dir = VC_MODEL_DIR;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -412,6 +413,49 @@ TEST(quantizers, set_param_overrides_win_over_the_ratio_mapping) {
   kvq->set_param("outlier_fraction", 0.05);
   (void)achieve(*kvq, rc, 4.0);
   EXPECT_EQ(kvq->params()[2].value, 0.05);
+}
+
+TEST(quantizers, bound_their_stored_bytes_for_admission_even_when_told_to_keep_more_bits) {
+  // Admission by memory reserves a view before it exists: the bound must cover
+  // what the view stores, also past full / ratio (bits set by hand, or a ratio
+  // no setting reaches). For a quantizer alone, every position is kept, so the
+  // bound is exact.
+  const RatioCase rc(2, 2, 257, 64, 9);
+  const KvShape shape{rc.kv.layers, rc.kv.kv_heads, rc.kv.head_dim, rc.kv.n_pos};
+  const size_t full = shape.layers * shape.kv_heads * shape.n_pos * shape.head_dim * 2 * 2;
+  struct Case {
+    const char* name;
+    std::vector<std::pair<std::string, double>> params;
+    double ratio;
+  };
+  const std::vector<Case> cases = {
+      {"kivi", {}, 4.0},  {"kivi", {}, 16.0},  {"kivi", {{"key_bits", 16}, {"value_bits", 16}}, 4.0},
+      {"kvquant", {}, 4.0}, {"kvquant", {{"key_bits", 8}}, 8.0},
+      {"rotate_kv", {}, 16.0}, {"rotate_kv", {{"value_bits", 16}}, 4.0},
+      {"snapkv+kivi", {{"kivi.key_bits", 16}, {"kivi.value_bits", 16}}, 4.0},
+      {"streaming_llm+kivi", {}, 8.0}};
+  for (const Case& k : cases) {
+    auto planner = make_compressor(k.name), builder = make_compressor(k.name);
+    for (const auto& [param, value] : k.params) {
+      planner->set_param(param, value);
+      builder->set_param(param, value);
+    }
+    const std::optional<size_t> bound = planner->stored_bytes_bound(shape, k.ratio);
+    ASSERT_TRUE(bound.has_value()) << k.name;
+    // The view as the runtime builds it (not achieve(): values kept at 16 bits
+    // are not quantized, which it checks).
+    const CompressionPlan plan = plan_snapshot(*builder, rc.kv, planted_stats(rc.stats), rc.model, k.ratio);
+    const size_t stored = CompressedView::build(rc.kv, plan, *builder, rc.model).stored_bytes();
+    EXPECT_GE(*bound, stored) << k.name << " at " << k.ratio;
+    if (std::string(k.name).find('+') == std::string::npos) {
+      EXPECT_EQ(*bound, stored) << k.name;
+    }
+    if (!k.params.empty() && k.params.front().second == 16) {
+      EXPECT_GT(*bound, size_t(1.1 * double(full) / k.ratio)) << k.name << ": past the generic bound";
+    }
+  }
+  EXPECT_FALSE(make_compressor("snapkv")->stored_bytes_bound(shape, 4.0).has_value())
+      << "a token dropper keeps the generic bound";
 }
 
 }  // namespace
