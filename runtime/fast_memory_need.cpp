@@ -52,10 +52,11 @@ FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv, size_t
     const double full = double(positions) * double(per_token);
     const double rows = double(positions) * double(kv.num_layers * kv.kv_heads);
     double stored = 1.1 * full / ratio;
-    // A method that can say what it stores (quantizers with their bits set, or at a
-    // ratio no setting reaches) may need more than that.
+    // A method that can say what it stores may need more than that (quantizers with
+    // their bits set, or at a ratio no setting reaches); one that keeps every
+    // position says it exactly (a view rebuilt over fewer positions stores less).
     if (const auto own = c->stored_bytes_bound({kv.num_layers, kv.kv_heads, kv.head_dim, positions}, ratio))
-      stored = std::max(stored, double(*own));
+      stored = c->keeps_every_position() ? double(*own) : std::max(stored, double(*own));
     return size_t(std::ceil(stored + 8.0 * rows)) + 4096;
   };
   const size_t L = max_draft + 1;

@@ -28,9 +28,10 @@ struct FastNeed {
 ///              + 1 without folding), in whole blocks;
 /// plus whole-layer staging when the method's statistics read every key of a layer.
 /// A view is bounded by 1.1x its method's budget (full bytes / ratio), or by what
-/// the method says it stores when that is more (Compressor::stored_bytes_bound:
-/// a quantizer told to keep more bits than the ratio allows), plus 8 bytes of
-/// positions per kept row and position (quantizers keep every position).
+/// the method says it stores (Compressor::stored_bytes_bound) when that is more:
+/// a composition whose quantizer is told to keep more bits than the ratio allows;
+/// a method that keeps every position (the quantizers) is bounded by what it says
+/// alone, which is exact. Plus 8 bytes of positions per kept row and position.
 [[nodiscard]] FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv,
                                         size_t max_draft);
 
