@@ -299,6 +299,9 @@ class Compressor {
   /// reserves the larger of this and its generic bound. Plans on this instance.
   [[nodiscard]] virtual std::optional<size_t> stored_bytes_bound(const KvShape& shape,
                                                                  double ratio) const;
+  /// True when the method stores keys before RoPE (KVQuant): its view then holds
+  /// each kept row's absolute position beside its index (4 bytes more a row).
+  [[nodiscard]] virtual bool stores_keys_before_rope() const { return false; }
 
   /// Replaces k, v ([n, head_dim] each, rows at absolute `positions`) of layer l, KV
   /// head g by what the method stores, dequantized; returns the stored bytes

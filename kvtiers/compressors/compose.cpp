@@ -97,6 +97,10 @@ class Composition final : public Compressor {
     return quantizer_->stored_bytes_bound(shape, ratio);
   }
 
+  [[nodiscard]] bool stores_keys_before_rope() const override {
+    return quantizer_->stores_keys_before_rope();
+  }
+
   size_t quantize(size_t l, size_t g, const int32_t* positions, size_t n, size_t head_dim,
                   const ModelFacts& model, float* k, float* v,
                   PackedHead* packed = nullptr) const override {

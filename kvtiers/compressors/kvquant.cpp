@@ -151,6 +151,8 @@ class KvQuant final : public Quantizer {
     return record(best);  // nothing fits: the cheapest
   }
 
+  [[nodiscard]] bool stores_keys_before_rope() const override { return true; }
+
   [[nodiscard]] size_t head_stored_bytes(size_t n, size_t head_dim) const override {
     return head_bytes(now_.get(), n, head_dim);
   }
