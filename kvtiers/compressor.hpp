@@ -296,7 +296,8 @@ class Compressor {
   /// (layer, KV head) keeping all shape.n_pos positions, when it can say (the
   /// quantizers: their planned settings' bytes, which exceed full / ratio when
   /// set_param asks for more bits or when no setting fits). Admission by memory
-  /// reserves the larger of this and its generic bound. Plans on this instance.
+  /// reserves it for a method that keeps every position, else the larger of it and
+  /// its generic bound (runtime/fast_memory_need.hpp). Plans on this instance.
   [[nodiscard]] virtual std::optional<size_t> stored_bytes_bound(const KvShape& shape,
                                                                  double ratio) const;
   /// True when the method stores keys before RoPE (KVQuant): its view then holds

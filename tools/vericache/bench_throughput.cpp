@@ -78,7 +78,7 @@ struct Config {
   bool lockstep, simulated, disk;
   std::string hierarchy = "none";  // the draft hierarchy of vericache requests
   size_t verify_batch = 1;          // EngineConfig::verify_batch
-  std::string compressor = "";      // of the requests' views (rows without one: the first)
+  std::string compressor = "";      // of the requests' views; empty for rows without one
 };
 
 struct Outcome {
@@ -133,7 +133,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
                        : code_prompt(tok, ctx, uint32_t(i + 1), a.prompt_kind);
     r.max_tokens = a.gen_tokens;
     r.mode = c.mode;
-    r.compressor = c.compressor;
+    r.compressor = c.compressor.empty() ? a.compressors.front() : c.compressor;
     r.ratio = a.ratio;
     r.draft = c.draft;
     r.fold_every = a.fold_every;
@@ -224,8 +224,7 @@ int run_throughput(const ThroughputArgs& a) {
     // Staging for the most verify lanes any row uses: every row gets the same budget.
     const size_t lanes = *std::max_element(a.verify_batches.begin(), a.verify_batches.end());
     const size_t overhead = engine_fast_overhead(kv, 1024, lanes);
-    const std::string& first = a.compressors.front();
-    const size_t budget = a.base_requests * need("full", "0", first) + overhead;
+    const size_t budget = a.base_requests * need("full", "0", "") + overhead;  // no view
     auto fit = [&](const std::string& mode, const std::string& draft, const std::string& compressor) {
       return std::max<size_t>(1, (budget - overhead) / need(mode, draft, compressor));
     };
@@ -253,8 +252,6 @@ int run_throughput(const ThroughputArgs& a) {
       }
     }
     all.insert(all.end(), disk_rows.begin(), disk_rows.end());
-    for (auto& c : all)
-      if (c.compressor.empty()) c.compressor = first;
     std::vector<Config> configs;
     for (const auto& c : all) {
       const bool chosen = a.configs.empty()
@@ -283,7 +280,7 @@ int run_throughput(const ThroughputArgs& a) {
                       {"tensor_parallel", a.tp},
                       {"threads", a.threads},
                       {"config", c.label},
-                      {"compressor", c.mode == "full" || (c.mode == "vericache" && c.draft == "0") ? "" : c.compressor},
+                      {"compressor", c.compressor},
                       {"concurrency", c.concurrency},
                       {"verify_batch", c.mode == "vericache" ? c.verify_batch : size_t(0)},
                       {"fast_budget_bytes", budget},
