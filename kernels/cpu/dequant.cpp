@@ -37,4 +37,18 @@ void dequantize_rows(const uint8_t* codes, size_t codes_bytes, int bits, size_t 
                          params_row_stride, out);
 }
 
+void f16_to_f32_n(const uint16_t* h, size_t n, float* out) {
+  switch (active_simd_path()) {
+    case SimdPath::avx512bf16:
+    case SimdPath::amx:
+    case SimdPath::avx512:
+      return f16_to_f32_n_avx512(h, n, out);
+    case SimdPath::avx2:
+      return f16_to_f32_n_avx2(h, n, out);
+    case SimdPath::scalar:
+      break;
+  }
+  f16_to_f32_n_scalar(h, n, out);
+}
+
 }  // namespace vc::cpu

@@ -24,4 +24,10 @@ void dequantize_rows(const uint8_t* codes, size_t codes_bytes, int bits, size_t 
                      size_t rows, size_t d, const uint16_t* zero, const uint16_t* scale,
                      size_t group_cols, size_t params_row_stride, float* out);
 
+/// out[i] = the fp16 value h[i] as fp32 for i < n: exact (subnormals and infinities
+/// included; a NaN stays a NaN, possibly quieted), the active SIMD path's conversion
+/// instruction where it has one.
+/// The zeros and scales of quantized rows are converted with it once per block.
+void f16_to_f32_n(const uint16_t* h, size_t n, float* out);
+
 }  // namespace vc::cpu

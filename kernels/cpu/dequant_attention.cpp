@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/dequant.hpp"
 #include "kernels/cpu/dequant_attention_paths.hpp"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
@@ -35,19 +36,22 @@ void QuantBlockParams::prepare(const QuantRows& q, size_t d, size_t r0, size_t r
     const size_t n = (p_last - p_first + 1) * per_row_;
     zero_.assign(n, 0.f);
     scale_.assign(n, 0.f);
-    for (size_t p = p_first; p <= p_last; ++p) {
-      float* z = zero_.data() + (p - p_first) * per_row_;
-      float* s = scale_.data() + (p - p_first) * per_row_;
-      const uint16_t* zh = q.zero + p * col_blocks;
-      const uint16_t* sh = q.scale + p * col_blocks;
-      if (broadcast) {
-        for (size_t g = 0; g < col_blocks; ++g) {
-          z[g] = f16_to_f32(zh[g]);
-          s[g] = f16_to_f32(sh[g]);
-        }
-      } else {
+    const uint16_t* zh = q.zero + p_first * col_blocks;
+    const uint16_t* sh = q.scale + p_first * col_blocks;
+    if (broadcast) {  // one value per group: the group rows are contiguous
+      f16_to_f32_n(zh, n, zero_.data());
+      f16_to_f32_n(sh, n, scale_.data());
+    } else if (bc == 1) {  // one value per column: a row at a time (padded)
+      for (size_t p = 0; p <= p_last - p_first; ++p) {
+        f16_to_f32_n(zh + p * col_blocks, d, zero_.data() + p * per_row_);
+        f16_to_f32_n(sh + p * col_blocks, d, scale_.data() + p * per_row_);
+      }
+    } else {  // a few columns a group: expanded to one value per column
+      for (size_t p = 0; p <= p_last - p_first; ++p) {
+        float* z = zero_.data() + p * per_row_;
+        float* s = scale_.data() + p * per_row_;
         for (size_t c0 = 0, g = 0; c0 < d; c0 += bc, ++g) {
-          const float zg = f16_to_f32(zh[g]), sg = f16_to_f32(sh[g]);
+          const float zg = f16_to_f32(zh[p * col_blocks + g]), sg = f16_to_f32(sh[p * col_blocks + g]);
           for (size_t c = c0; c < std::min(c0 + bc, d); ++c) {
             z[c] = zg;
             s[c] = sg;

@@ -1,5 +1,5 @@
 // Attention over quantized rows for the avx512 path: sixteen codes per vector
-// unpacked by a byte shuffle and per-lane shifts (dequant_unpack_avx512.hpp, as
+// unpacked by a byte shuffle and per-lane shifts (one broadcast load up to 8 bits) (dequant_unpack_avx512.hpp, as
 // dequantize_rows does), then the generic kernel of dequant_attention_kernel.hpp
 // with Avx512Simd.
 #include "kernels/cpu/simd_avx512.hpp"
@@ -11,6 +11,7 @@
 namespace vc::cpu {
 namespace {
 
+template <bool kNarrow>  // up to 8 bits (Unpack16::narrow)
 struct Avx512Codes {
   __m512i shuffle, shift, mask;
   size_t lane_byte[4];
@@ -33,6 +34,7 @@ struct Avx512Codes {
     return last / 8 * size_t(s.bits) + unpack16(s.bits).reach <= s.codes_bytes;
   }
   [[nodiscard]] __m512 unpack(size_t i) const {
+    if constexpr (kNarrow) return codes16_narrow(shuffle, shift, mask, codes + i / 8 * bits);
     return codes16(shuffle, shift, mask, lane_byte, codes + i / 8 * bits);
   }
 };
@@ -42,7 +44,10 @@ struct Avx512Codes {
 void dequant_attention_block_avx512(size_t n_heads, size_t D, size_t bt, size_t c,
                                     const QuantSideBlock& k, const QuantSideBlock& v,
                                     float* state, float* sc) {
-  dequant_attention_block_path<Avx512Simd, Avx512Codes>(n_heads, D, bt, c, k, v, state, sc);
+  if (unpack16(k.bits).narrow && unpack16(v.bits).narrow)
+    dequant_attention_block_path<Avx512Simd, Avx512Codes<true>>(n_heads, D, bt, c, k, v, state, sc);
+  else  // the wide unpack reads narrow codes too
+    dequant_attention_block_path<Avx512Simd, Avx512Codes<false>>(n_heads, D, bt, c, k, v, state, sc);
 }
 
 }  // namespace vc::cpu

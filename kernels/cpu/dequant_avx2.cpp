@@ -141,4 +141,11 @@ void dequantize_rows_avx2(const uint8_t* codes, size_t codes_bytes, int bits, si
   for (size_t r = 0; r < rows; r += step) expanded_rows(r, step);
 }
 
+void f16_to_f32_n_avx2(const uint16_t* h, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  for (; i < n; ++i) out[i] = _cvtsh_ss(h[i]);
+}
+
 }  // namespace vc::cpu

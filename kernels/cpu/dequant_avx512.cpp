@@ -52,6 +52,7 @@ void dequantize_group_rows(const Unpack16& u, const uint8_t* codes, size_t codes
   const __m512i shuffle = u.shuffle, shift = u.shift, mask = u.mask;
   const size_t lane_byte[4] = {u.lane_byte[0], u.lane_byte[1], u.lane_byte[2], u.lane_byte[3]};
   const size_t reach = u.reach, b = size_t(bits);
+  const bool narrow = u.narrow;
   for (size_t r = 0; r < rows; ++r) {
     float* row = out + r * d;
     const size_t i0 = first + r * d;
@@ -61,7 +62,8 @@ void dequantize_group_rows(const Unpack16& u, const uint8_t* codes, size_t codes
     for (; c < d; c += 16) {
       const size_t byte = (i0 + c) / 8 * b;
       if (byte + reach > codes_bytes) break;  // the last codes of the buffer
-      const __m512 f = codes16(shuffle, shift, mask, lane_byte, codes + byte);
+      const __m512 f = narrow ? codes16_narrow(shuffle, shift, mask, codes + byte)
+                              : codes16(shuffle, shift, mask, lane_byte, codes + byte);
       if (c + 16 <= d) {
         const __m512 v = _mm512_add_ps(_mm512_loadu_ps(zero + c), _mm512_mul_ps(f, _mm512_loadu_ps(scale + c)));
         _mm512_storeu_ps(row + c, v);
@@ -93,6 +95,16 @@ void dequantize_rows_avx512(const uint8_t* codes, size_t codes_bytes, int bits, 
     expand_groups(zero_f16 + r * params_row_stride, d, group_cols, zero);
     expand_groups(scale_f16 + r * params_row_stride, d, group_cols, scale);
     dequantize_group_rows(u, codes, codes_bytes, bits, first + r * d, step, d, zero, scale, out + r * d);
+  }
+}
+
+void f16_to_f32_n_avx512(const uint16_t* h, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
   }
 }
 

@@ -17,4 +17,8 @@ void dequantize_rows_avx512(const uint8_t* codes, size_t codes_bytes, int bits, 
                             size_t rows, size_t d, const uint16_t* zero, const uint16_t* scale,
                             size_t group_cols, size_t params_row_stride, float* out);
 
+void f16_to_f32_n_scalar(const uint16_t* h, size_t n, float* out);
+void f16_to_f32_n_avx2(const uint16_t* h, size_t n, float* out);
+void f16_to_f32_n_avx512(const uint16_t* h, size_t n, float* out);
+
 }  // namespace vc::cpu

@@ -108,4 +108,8 @@ void dequantize_rows_scalar(const uint8_t* codes, size_t codes_bytes, int bits, 
   }
 }
 
+void f16_to_f32_n_scalar(const uint16_t* h, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(h[i]);
+}
+
 }  // namespace vc::cpu

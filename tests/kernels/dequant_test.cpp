@@ -153,6 +153,30 @@ TEST(dequantize_rows, dispatch_runs_the_active_path_with_the_same_bits) {
   });
 }
 
+TEST(f16_to_f32_n, every_fp16_value_converts_exactly_on_every_simd_path) {
+  // All 65536 patterns (subnormals, infinities, NaNs: still NaN) against the scalar conversion,
+  // from an odd offset with a count that leaves a tail past every vector width.
+  std::vector<uint16_t> h(65536 + 3);
+  for (size_t i = 0; i < 65536; ++i) h[i + 1] = uint16_t(i);
+  std::vector<float> want(65536);
+  for (size_t i = 0; i < 65536; ++i) want[i] = f16_to_f32(uint16_t(i));
+  test::for_each_simd_path([&](SimdPath) {
+    std::vector<float> out(65536 + 1, -7.0f);
+    f16_to_f32_n(h.data() + 1, 65536, out.data());
+    for (size_t i = 0; i < 65536; ++i) {
+      if (std::isnan(want[i])) {  // a signalling NaN may come back quiet
+        ASSERT_TRUE(std::isnan(out[i])) << "fp16 0x" << std::hex << i;
+        continue;
+      }
+      uint32_t a, b;
+      std::memcpy(&a, &want[i], 4);
+      std::memcpy(&b, &out[i], 4);
+      ASSERT_EQ(a, b) << "fp16 0x" << std::hex << i << ": " << want[i] << " vs " << out[i];
+    }
+    ASSERT_EQ(out[65536], -7.0f) << "wrote past n";
+  });
+}
+
 TEST(dequantize_rows, bad_width_group_or_codes_past_the_buffer_are_errors_naming_them) {
   const std::vector<uint8_t> codes(8, 0);
   const std::vector<uint16_t> zs(8, 0), ss(8, 0x3c00u);
