@@ -7,12 +7,12 @@
 #include <thread>
 
 #include "kernels/cpu/attention.hpp"
-#include "kernels/cpu/attention_mixed.hpp"
 #include "runtime/prefill_stats.hpp"
 #include "runtime/tp_comm.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/error.hpp"
+#include "kvtiers/view_attention.hpp"
 
 namespace vc {
 
@@ -90,17 +90,6 @@ void attend_tiles(const cpu::PagedKv& kv, size_t r0, size_t M, size_t b_begin, s
 }
 
 // One KV head of a compressed view whose rows are packed, for the drafter's kernel.
-struct PackedRows {
-  const CompressedView* view = nullptr;
-  size_t l = 0, g = 0;
-  CompressedView::QuantSides quant;  // sides attended straight from their codes
-};
-
-void decode_packed_rows(const void* ctx, size_t r0, size_t r1, float* k, float* v) {
-  const auto* p = static_cast<const PackedRows*>(ctx);
-  p->view->decode_rows(p->l, p->g, r0, r1, k, v);
-}
-
 // Rows [r0, r1) of the pass, one sequence's and none over a view, attend over the
 // sequence's cache a tile of blocks at a time (attend_tiles): a prefill chunk or a
 // verify pass then reads each tile of the KV from DRAM once, not once per row. Each
@@ -130,7 +119,7 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
                    std::span<const ForwardRow> rows, float scale, Workspace& ws,
                    float* max_sum) {
   const size_t M = rows.size();
-  const size_t nh = size_t(c.num_heads), nkv = size_t(c.num_kv_heads), hd = size_t(c.head_dim);
+  const size_t nh = size_t(c.num_heads), hd = size_t(c.head_dim);
   const size_t qd = nh * hd;
   const std::vector<int32_t>& pos = ws.positions;
   thread_local std::vector<size_t> alone_rows;  // rows attended one by one
@@ -148,8 +137,6 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
     m = e;
   }
   auto attend = [&](size_t begin, size_t end) {
-    thread_local std::vector<cpu::DenseKvHead> prefix;  // reused across steps
-    thread_local std::vector<PackedRows> packed;
     for (size_t i = begin; i < end; ++i) {
       const size_t m = alone[i];
       const CompressedView* cv = rows[m].view;
@@ -161,25 +148,11 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
                            max_sum != nullptr ? max_sum + m * nh * 2 : nullptr);
         continue;
       }
-      // Plain rows (token dropping) are read in place; packed ones (quantized,
-      // transformed) are decoded a block of rows at a time inside the kernel, or,
-      // for blocks of plain quantized rows, attended straight from their codes.
-      prefix.resize(nkv);
-      packed.resize(nkv);
-      for (size_t g = 0; g < nkv; ++g) {
-        const size_t n = cv->count(l, g);
-        if (const auto rows = cv->rows_in_place(l, g)) {
-          prefix[g] = {rows->k, rows->v, n, rows->dtype};
-          continue;
-        }
-        packed[g] = {cv, l, g, cv->quant_sides(l, g)};
-        const auto& qs = packed[g].quant;
-        prefix[g] = {nullptr, nullptr, n, DType::f32, &decode_packed_rows, &packed[g],
-                     qs.k ? &*qs.k : nullptr, qs.v ? &*qs.v : nullptr};
-      }
-      cpu::attention_row_mixed(ws.q.data() + m * qd, nh, prefix.data(),
-                               cache.view(l, *rows[m].seq), cv->covered(), size_t(pos[m]) + 1,
-                               scale, ws.attn.data() + m * qd);
+      // Over the view's kept rows (in place, from their codes or decoded a block
+      // at a time), then the tail; a lone row splits its KV heads here too.
+      attend_view_row(*cv, l, ws.q.data() + m * qd, nh, cache.view(l, *rows[m].seq),
+                      size_t(pos[m]) + 1, scale, ws.attn.data() + m * qd,
+                      alone.size() == 1 ? &ws.pool() : nullptr);
     }
   };
   if (alone.size() > 1) ws.pool().parallel_for(alone.size(), 1, attend);

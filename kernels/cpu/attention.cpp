@@ -33,8 +33,6 @@ AttnFn attention_fn(SimdPath p) {
   return attention_scalar;
 }
 
-// Below this many positions one thread finishes before a hand-off would pay off.
-constexpr size_t kMinParallelPositions = 512;
 
 // Throws vc::Error for shapes the kernels cannot use.
 void check_shape(size_t n_heads, const PagedKv& kv) {

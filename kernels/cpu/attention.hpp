@@ -24,6 +24,10 @@ struct PagedKv {
   const int32_t* block_table = nullptr;
 };
 
+/// Below this many positions one thread finishes a row's attention before a
+/// hand-off to a pool would pay off.
+inline constexpr size_t kMinParallelPositions = 512;
+
 /// out[h, :] = softmax(scale * q[h] · K[kvh, 0..n_ctx)) · V[kvh, 0..n_ctx) for each
 /// query head h < n_heads, with kvh = h / (n_heads / kv_heads).
 /// q, out: [n_heads, head_dim] fp32.

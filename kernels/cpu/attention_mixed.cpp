@@ -28,26 +28,20 @@ void load_tail(const PagedKv& kv, size_t g, size_t pos, float* k, float* v) {
   to_f32(kv.dtype, static_cast<const char*>(kv.v) + off, v, D);
 }
 
-}  // namespace
-
-void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* prefix,
-                         const PagedKv& tail, size_t tail_begin, size_t n_ctx, float scale,
-                         float* out) {
+// KV heads [g0, g1) of attention_row_mixed (arguments checked), with this thread's
+// scratch.
+void attend_heads(const float* q, size_t n_heads, const DenseKvHead* prefix, const PagedKv& tail,
+                  size_t tail_begin, size_t n_ctx, float scale, float* out, size_t g0, size_t g1) {
   const size_t D = tail.head_dim, G = tail.kv_heads, B = kMixedBlockRows;
-  if (G == 0 || n_heads % G != 0)
-    throw Error("attention_row_mixed: query heads must be a multiple of KV heads");
   const size_t group = n_heads / G;
   const size_t n_tail = n_ctx > tail_begin ? n_ctx - tail_begin : 0;
   thread_local std::vector<float> sk, sv, tk, tv;
   thread_local std::vector<int32_t> table_in_place, table_scratch;
   thread_local AttentionRowState state;
   thread_local QuantBlockParams qk, qv;
-  for (size_t g = 0; g < G; ++g) {
+  for (size_t g = g0; g < g1; ++g) {
     const DenseKvHead& p = prefix[g];
-    if (p.rows == nullptr && p.dtype != DType::f32 && p.dtype != DType::bf16)
-      throw Error("attention_row_mixed: prefix rows must be f32 or bf16");
     const size_t n = p.n + n_tail;
-    if (n == 0) throw Error("attention_row_mixed: nothing to attend to");
     const size_t whole = p.n / B;                 // prefix blocks read in place
     const size_t rest = n - whole * B;            // rows gathered into scratch
     const size_t blocks = (n + B - 1) / B;
@@ -106,6 +100,34 @@ void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* pref
     state.add(scratch, whole, blocks);
     state.finish(out + g * group * D);
   }
+}
+
+}  // namespace
+
+void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* prefix,
+                         const PagedKv& tail, size_t tail_begin, size_t n_ctx, float scale,
+                         float* out, ThreadPool* pool) {
+  const size_t G = tail.kv_heads;
+  if (G == 0 || n_heads % G != 0)
+    throw Error("attention_row_mixed: query heads must be a multiple of KV heads");
+  const size_t n_tail = n_ctx > tail_begin ? n_ctx - tail_begin : 0;
+  size_t most = 0;  // the longest head's positions
+  for (size_t g = 0; g < G; ++g) {
+    const DenseKvHead& p = prefix[g];
+    if (p.rows == nullptr && p.dtype != DType::f32 && p.dtype != DType::bf16)
+      throw Error("attention_row_mixed: prefix rows must be f32 or bf16");
+    if (p.n + n_tail == 0) throw Error("attention_row_mixed: nothing to attend to");
+    most = std::max(most, p.n + n_tail);
+  }
+  if (pool == nullptr || pool->threads() == 1 || G == 1 || most < kMinParallelPositions) {
+    attend_heads(q, n_heads, prefix, tail, tail_begin, n_ctx, scale, out, 0, G);
+    return;
+  }
+  // KV heads are independent: each thread attends whole heads with its own scratch,
+  // so the bits do not depend on the split.
+  pool->parallel_for(G, 1, [&](size_t g0, size_t g1) {
+    attend_heads(q, n_heads, prefix, tail, tail_begin, n_ctx, scale, out, g0, g1);
+  });
 }
 
 }  // namespace vc::cpu

@@ -41,9 +41,11 @@ inline constexpr size_t kMixedBlockRows = 16;
 
 /// out[h] = softmax over (prefix[g] rows, then tail positions [tail_begin, n_ctx))
 /// of scale * q[h]·k, applied to the matching v; g = h / (n_heads / kv_heads).
-/// prefix: [tail.kv_heads] entries. q, out: [n_heads, head_dim].
+/// prefix: [tail.kv_heads] entries. q, out: [n_heads, head_dim]. With a `pool`, the
+/// KV heads are split across its threads when the context is long enough to pay for
+/// the hand-off (a lone drafting row); the bits are the same either way.
 void attention_row_mixed(const float* q, size_t n_heads, const DenseKvHead* prefix,
                          const PagedKv& tail, size_t tail_begin, size_t n_ctx, float scale,
-                         float* out);
+                         float* out, ThreadPool* pool = nullptr);
 
 }  // namespace vc::cpu

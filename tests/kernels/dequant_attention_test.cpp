@@ -102,7 +102,8 @@ void decode_head(const void* ctx, size_t r0, size_t r1, float* k, float* v) {
 // attention_row_mixed over the heads' prefixes (and a short fp32 tail), fusing the
 // sides asked for; returns the output and adds the rows decoded to `decoded`.
 std::vector<float> attend(std::vector<Head>& heads, size_t n_heads, size_t d, bool fuse,
-                          const std::vector<float>& q, size_t& decoded) {
+                          const std::vector<float>& q, size_t& decoded,
+                          ThreadPool* pool = nullptr) {
   const size_t kvh = heads.size(), n = heads[0].k.n, tail_rows = 3, bt = 4;
   const size_t n_ctx = n + tail_rows, blocks = (n_ctx + bt - 1) / bt;
   std::vector<int32_t> table(blocks);
@@ -118,7 +119,7 @@ std::vector<float> attend(std::vector<Head>& heads, size_t n_heads, size_t d, bo
                       fuse ? &h.k.q : nullptr, fuse ? &h.v.q : nullptr});
   }
   std::vector<float> out(n_heads * d, NAN);
-  attention_row_mixed(q.data(), n_heads, prefix.data(), tail, n, n_ctx, 0.125f, out.data());
+  attention_row_mixed(q.data(), n_heads, prefix.data(), tail, n, n_ctx, 0.125f, out.data(), pool);
   for (const Head& h : heads) decoded += h.decoded_rows;
   return out;
 }
@@ -173,6 +174,32 @@ TEST(dequant_attention, fused_blocks_give_the_bits_of_decoded_blocks_on_every_si
           }
         }
       }
+    }
+  });
+}
+
+TEST(dequant_attention, a_lone_row_split_across_a_pool_gives_the_bits_of_one_thread) {
+  // Long enough for the split (kMinParallelPositions), four KV heads, fused and
+  // decoded blocks (an outlier in head 2), 4-bit KIVI-like groups.
+  constexpr size_t B = kMixedBlockRows;
+  const size_t n = 40 * B + 5, q = 38 * B + 3, d = 64, n_heads = 16;
+  static_assert(40 * B + 5 >= kMinParallelPositions);
+  ThreadPool pool(3);
+  test::for_each_simd_path([&](SimdPath) {
+    std::mt19937 rng(9);
+    std::vector<Head> heads;
+    for (size_t g = 0; g < 4; ++g) {
+      std::vector<uint32_t> outliers;
+      if (g == 2) outliers.push_back(uint32_t(5 * B * d + 7));
+      heads.push_back({make_side(rng, n, q, d, 4, 32, 1, outliers), make_side(rng, n, q, d, 4, 1, 32, {})});
+    }
+    const std::vector<float> qv = test::random_floats(rng, n_heads * d, -2.f, 2.f);
+    for (bool fuse : {false, true}) {
+      size_t one_rows = 0, pool_rows = 0;
+      const auto one = attend(heads, n_heads, d, fuse, qv, one_rows);
+      const auto split = attend(heads, n_heads, d, fuse, qv, pool_rows, &pool);
+      expect_same_bits(split, one, fuse ? "fused" : "decoded");
+      EXPECT_EQ(one_rows, pool_rows);
     }
   });
 }
