@@ -9,7 +9,7 @@
 #include "kernels/cpu/dequant.hpp"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
-#include "kvtiers/compressors/hadamard.hpp"
+#include "kernels/cpu/row_transforms.hpp"
 
 namespace vc {
 
@@ -62,17 +62,19 @@ const double* rope_row(const float* inv_freq, size_t h, size_t pos) {
   return &c.cs[pos * h * 2];
 }
 
+// RoPE of `rows` rows at `positions` (the cos/sin table grown once, to the largest).
+void rope_rows(float* x, size_t rows, size_t d, const float* inv_freq, const int32_t* positions) {
+  if (rows == 0) return;
+  const int32_t last = *std::max_element(positions, positions + rows);
+  const double* table = rope_row(inv_freq, d / 2, size_t(last)) - size_t(last) * d;
+  for (size_t r = 0; r < rows; ++r)
+    cpu::rope_row_f64(x + r * d, d, table + size_t(positions[r]) * d, 1.0);
+}
+
 }  // namespace
 
 void rope_rotate_half(float* x, size_t d, const float* inv_freq, double pos, double sign) {
-  const size_t h = d / 2;
-  const double* cs = rope_row(inv_freq, h, size_t(pos));
-  for (size_t i = 0; i < h; ++i) {
-    const double c = cs[2 * i], s = sign * cs[2 * i + 1];  // sin(-a) = -sin(a)
-    const double x1 = x[i], x2 = x[i + h];
-    x[i] = float(x1 * c - x2 * s);
-    x[i + h] = float(x2 * c + x1 * s);
-  }
+  cpu::rope_row_f64(x, d, rope_row(inv_freq, d / 2, size_t(pos)), sign);
 }
 
 void pack_quantized(PackedSide& side, size_t n, size_t d, BlockShape block, int bits,
@@ -132,10 +134,10 @@ void PackedSide::decode(float* out, size_t n, size_t d, const int32_t* positions
     case PackedTransform::none:
       break;
     case PackedTransform::hadamard:
-      for (size_t r = 0; r < n; ++r) hadamard_inplace(out + r * d, d);
+      cpu::hadamard_rows(out, n, d);
       break;
     case PackedTransform::rope:
-      for (size_t r = 0; r < n; ++r) rope_rotate_half(out + r * d, d, inv_freq, double(positions[r]), 1.0);
+      rope_rows(out, n, d, inv_freq, positions);
       break;
   }
 }
@@ -175,11 +177,10 @@ void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t 
     case PackedTransform::none:
       break;
     case PackedTransform::hadamard:
-      for (size_t r = r0; r < r1; ++r) hadamard_inplace(out + (r - r0) * d, d);
+      cpu::hadamard_rows(out, r1 - r0, d);
       break;
     case PackedTransform::rope:
-      for (size_t r = r0; r < r1; ++r)
-        rope_rotate_half(out + (r - r0) * d, d, inv_freq, double(positions[r]), 1.0);
+      rope_rows(out, r1 - r0, d, inv_freq, positions + r0);
       break;
   }
 }

@@ -1,9 +1,11 @@
-// Fast Walsh-Hadamard transform: log2(n) butterfly passes, then a 1/sqrt(n) scale.
+// Fast Walsh-Hadamard transform: log2(n) butterfly passes, then a 1/sqrt(n) scale
+// (cpu::hadamard_rows: the same bits on every SIMD path).
 #include "kvtiers/compressors/hadamard.hpp"
 
 #include <cmath>
 #include <string>
 
+#include "kernels/cpu/row_transforms.hpp"
 #include "kernels/error.hpp"
 
 namespace vc {
@@ -12,17 +14,7 @@ void hadamard_inplace(float* x, size_t n) {
   if (n == 0 || (n & (n - 1)) != 0) {
     throw Error("hadamard_inplace: length must be a power of two, got " + std::to_string(n));
   }
-  for (size_t h = 1; h < n; h *= 2) {
-    for (size_t i = 0; i < n; i += 2 * h) {
-      for (size_t j = i; j < i + h; ++j) {
-        const float a = x[j], b = x[j + h];
-        x[j] = a + b;
-        x[j + h] = a - b;
-      }
-    }
-  }
-  const float s = float(1.0 / std::sqrt(double(n)));
-  for (size_t i = 0; i < n; ++i) x[i] *= s;
+  cpu::hadamard_rows(x, 1, n);  // the butterflies in order, SIMD where the CPU has it
 }
 
 }  // namespace vc
