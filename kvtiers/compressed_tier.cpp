@@ -195,6 +195,27 @@ CompressedView::QuantSides CompressedView::quant_sides(size_t l, size_t g) const
   return {head.packed.k.quant_rows_view(n), head.packed.v.quant_rows_view(n)};
 }
 
+bool CompressedView::hadamard_basis(size_t l, size_t g) const {
+  const Head& head = heads_[l * kv_heads_ + g];
+  return head.packed.k.transform == PackedTransform::hadamard &&
+         head.packed.v.transform == PackedTransform::hadamard;
+}
+
+void CompressedView::decode_rows_rotated(size_t l, size_t g, size_t r0, size_t r1, float* k,
+                                         float* v) const {
+  const Head& head = heads_[l * kv_heads_ + g];
+  const size_t n = head.positions.size();
+  if (r0 >= std::min(r1, n)) return;
+  head.packed.k.decode_rows(k, r0, r1, n, head_dim_, nullptr, nullptr, false);
+  head.packed.v.decode_rows(v, r0, r1, n, head_dim_, nullptr, nullptr, false);
+}
+
+CompressedView::QuantSides CompressedView::quant_sides_rotated(size_t l, size_t g) const {
+  const Head& head = heads_[l * kv_heads_ + g];
+  const size_t n = head.positions.size();
+  return {head.packed.k.quant_rows_view(n, true), head.packed.v.quant_rows_view(n, true)};
+}
+
 std::optional<CompressedView::Rows> CompressedView::rows_in_place(size_t l, size_t g) const {
   const Head& head = heads_[l * kv_heads_ + g];
   const size_t n = head.positions.size();

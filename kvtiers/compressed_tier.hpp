@@ -99,6 +99,14 @@ class CompressedView {
     std::optional<cpu::QuantRows> k, v;
   };
   [[nodiscard]] QuantSides quant_sides(size_t l, size_t g) const;
+  /// True when both sides of layer l, KV head g are stored Hadamard-rotated
+  /// (RotateKV): the drafter then attends in their basis (cpu::DenseKvHead::hadamard)
+  /// through the two calls below instead of rotating every row back.
+  [[nodiscard]] bool hadamard_basis(size_t l, size_t g) const;
+  /// decode_rows() without the inverse rotation (hadamard_basis() heads only).
+  void decode_rows_rotated(size_t l, size_t g, size_t r0, size_t r1, float* k, float* v) const;
+  /// quant_sides() of a hadamard_basis() head: its codes give the rotated rows.
+  [[nodiscard]] QuantSides quant_sides_rotated(size_t l, size_t g) const;
 
   /// Bytes stored at the plan's precision.
   [[nodiscard]] size_t stored_bytes() const { return stored_bytes_; }

@@ -143,7 +143,8 @@ void PackedSide::decode(float* out, size_t n, size_t d, const int32_t* positions
 }
 
 void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t d,
-                             const int32_t* positions, const float* inv_freq) const {
+                             const int32_t* positions, const float* inv_freq,
+                             bool apply_transform) const {
   r1 = std::min(r1, n);
   if (r0 >= r1) return;
   if (!raw.empty()) {
@@ -173,7 +174,7 @@ void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t 
     for (auto it = first; it != outlier_index.end() && *it < r1 * d; ++it)
       out[*it - r0 * d] = bf16_to_f32(outlier_value[size_t(it - outlier_index.begin())]);
   }
-  switch (transform) {
+  switch (apply_transform ? transform : PackedTransform::none) {
     case PackedTransform::none:
       break;
     case PackedTransform::hadamard:
@@ -185,10 +186,11 @@ void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t 
   }
 }
 
-std::optional<cpu::QuantRows> PackedSide::quant_rows_view(size_t n) const {
+std::optional<cpu::QuantRows> PackedSide::quant_rows_view(size_t n, bool rotated) const {
   const size_t q = std::min(quant_rows, n);
-  if (!raw.empty() || transform != PackedTransform::none || q == 0 || bits < 1 || bits > 16)
-    return std::nullopt;
+  const bool plain = transform == PackedTransform::none ||
+                     (rotated && transform == PackedTransform::hadamard);
+  if (!raw.empty() || !plain || q == 0 || bits < 1 || bits > 16) return std::nullopt;
   cpu::QuantRows r;
   r.codes = codes.data();
   r.codes_bytes = codes.size();

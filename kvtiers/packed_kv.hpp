@@ -55,13 +55,17 @@ struct PackedSide {
   /// decode(), into `out` ([r1 - r0, d]): the drafter dequantizes a block of rows
   /// right before attending to it instead of the whole side. `positions` holds all
   /// n positions. Needs outlier_index ascending (as every codec records it).
+  /// With apply_transform false, a hadamard side's rows stay rotated (the basis
+  /// the drafter can attend in: cpu::DenseKvHead::hadamard).
   void decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t d,
-                   const int32_t* positions, const float* inv_freq) const;
+                   const int32_t* positions, const float* inv_freq,
+                   bool apply_transform = true) const;
   /// The quantized rows as the drafter's kernel reads them from their codes
   /// (cpu::QuantRows, pointing into this side), when decode() gives them as
-  /// zero + code * scale: packed codes, no transform. Outliers are listed, so that
-  /// blocks holding one are decoded instead. nullopt otherwise.
-  [[nodiscard]] std::optional<cpu::QuantRows> quant_rows_view(size_t n) const;
+  /// zero + code * scale: packed codes, no transform (with `rotated`, a hadamard
+  /// transform is allowed: the codes then give the rotated rows). Outliers are
+  /// listed, so that blocks holding one are decoded instead. nullopt otherwise.
+  [[nodiscard]] std::optional<cpu::QuantRows> quant_rows_view(size_t n, bool rotated = false) const;
   /// Bytes held by the vectors above.
   [[nodiscard]] size_t held_bytes() const;
 };

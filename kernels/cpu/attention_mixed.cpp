@@ -13,6 +13,7 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/cpu/row_transforms.hpp"
 #include "kernels/error.hpp"
 
 namespace vc::cpu {
@@ -35,7 +36,7 @@ void attend_heads(const float* q, size_t n_heads, const DenseKvHead* prefix, con
   const size_t D = tail.head_dim, G = tail.kv_heads, B = kMixedBlockRows;
   const size_t group = n_heads / G;
   const size_t n_tail = n_ctx > tail_begin ? n_ctx - tail_begin : 0;
-  thread_local std::vector<float> sk, sv, tk, tv;
+  thread_local std::vector<float> sk, sv, tk, tv, qrot;
   thread_local std::vector<int32_t> table_in_place, table_scratch;
   thread_local AttentionRowState state;
   thread_local QuantBlockParams qk, qv;
@@ -61,6 +62,16 @@ void attend_heads(const float* q, size_t n_heads, const DenseKvHead* prefix, con
       const size_t at = (p.n - whole * B + t) * D;
       load_tail(tail, g, tail_begin + t, &sk[at], &sv[at]);
     }
+    const float* qg = q + g * group * D;
+    if (p.hadamard && n_tail > 0) {  // the tail into the prefix's basis
+      hadamard_rows(&sk[(p.n - whole * B) * D], n_tail, D);
+      hadamard_rows(&sv[(p.n - whole * B) * D], n_tail, D);
+    }
+    if (p.hadamard) {  // and the queries: (H q) . (H k) = q . k
+      qrot.assign(qg, qg + group * D);
+      hadamard_rows(qrot.data(), group, D);
+      qg = qrot.data();
+    }
     table_in_place.resize(blocks);
     table_scratch.resize(blocks);
     for (size_t j = 0; j < blocks; ++j) {
@@ -68,7 +79,6 @@ void attend_heads(const float* q, size_t n_heads, const DenseKvHead* prefix, con
       table_scratch[j] = int32_t(j < whole ? 0 : j - whole);
     }
     PagedKv scratch{sk.data(), sv.data(), DType::f32, B, 1, D, table_scratch.data()};
-    const float* qg = q + g * group * D;
     state.begin(qg, group, scratch, n, scale);
     if (p.rows != nullptr) {
       // Packed rows: each whole block is decoded into the fp32 tile, then attended.
@@ -99,6 +109,8 @@ void attend_heads(const float* q, size_t n_heads, const DenseKvHead* prefix, con
     }
     state.add(scratch, whole, blocks);
     state.finish(out + g * group * D);
+    // The weighted V came out in the rotated basis: H (sum p H v) = sum p v.
+    if (p.hadamard) hadamard_rows(out + g * group * D, group, D);
   }
 }
 

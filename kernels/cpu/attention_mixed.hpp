@@ -33,6 +33,12 @@ struct DenseKvHead {
   const void* ctx = nullptr;
   const QuantRows* quant_k = nullptr;
   const QuantRows* quant_v = nullptr;
+  /// The prefix's K and V rows (in place, from rows() and from the codes) are
+  /// Hadamard-rotated (hadamard_rows: RotateKV stores them so): the head's queries
+  /// are rotated into their basis, the tail's rows too, and the output back, as
+  /// H is orthonormal and its own inverse. Not the bits of attending to rows rotated
+  /// back one by one; far fewer rotations (a row's query heads and the tail's rows).
+  bool hadamard = false;
 };
 
 /// Rows of the prefix read in place per block; the rest (a partial block and the

@@ -1,8 +1,8 @@
 // `vericache bench attention` as a user runs it: one row for the full KV and one per
 // compressor at each context, each view read the way the drafter reads it (token
-// dropping in place, KIVI from its codes, RotateKV decoded), quarter-size views
-// holding about a quarter of the bytes; a method that cannot build a view is a row
-// naming the error, not a failed run.
+// dropping in place, KIVI from its codes, RotateKV from its codes in its rotated
+// basis), views holding less than half the bytes; a method that cannot build a view
+// is a row naming the error, not a failed run.
 #include <gtest/gtest.h>
 
 #include "tests/cli/cli_support.hpp"
@@ -33,7 +33,7 @@ TEST(cli_bench_attention, prints_the_full_kv_and_each_view_with_how_the_drafter_
     EXPECT_LT(rows[c * 5 + 1]["positions"].get<size_t>(), n / 2);  // dropped tokens
     EXPECT_EQ(rows[c * 5 + 2]["read_as"], "from the codes");
     EXPECT_EQ(rows[c * 5 + 2]["positions"].get<size_t>(), n);      // a quantizer keeps all
-    EXPECT_EQ(rows[c * 5 + 3]["read_as"], "decoded per block");
+    EXPECT_EQ(rows[c * 5 + 3]["read_as"], "from the codes, rotated");
     for (size_t m = 1; m <= 3; ++m) {
       const auto& v = rows[c * 5 + m];
       EXPECT_EQ(v["error"], "") << v["view"];

@@ -73,6 +73,10 @@ double time_per_call(int repeats, Fn&& fn) {
 std::string read_as(const CompressedView& view) {
   if (const auto rows = view.rows_in_place(0, 0))
     return std::string(rows->dtype == DType::bf16 ? "bf16" : "fp32") + " rows in place";
+  if (view.hadamard_basis(0, 0)) {
+    const auto sides = view.quant_sides_rotated(0, 0);
+    return sides.k && sides.v ? "from the codes, rotated" : "decoded, rotated";
+  }
   const auto sides = view.quant_sides(0, 0);
   if (sides.k && sides.v) return "from the codes";
   if (sides.k || sides.v) return "one side from the codes";
