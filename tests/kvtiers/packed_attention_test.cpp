@@ -20,6 +20,7 @@
 #include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/layer_compression.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
+#include "tests/kvtiers/attention_reference.hpp"
 
 namespace vc {
 namespace {
@@ -36,27 +37,11 @@ void decode_rows(const void* ctx, size_t r0, size_t r1, float* k, float* v) {
   r->view->decode_rows(r->l, r->g, r0, r1, k, v);
 }
 
-std::vector<float> normal(size_t n, std::mt19937& rng, float sd) {
-  std::normal_distribution<float> dist(0.f, sd);
-  std::vector<float> x(n);
-  for (float& e : x) e = dist(rng);
-  return x;
-}
+using test::normal;
 
-// Double-precision attention of q over rows k, v ([n, kDim]).
 std::vector<double> reference(const float* q, const std::vector<float>& k,
                               const std::vector<float>& v, size_t n, float scale) {
-  std::vector<double> s(n), out(kDim, 0.0);
-  double mx = -INFINITY, sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    double d = 0;
-    for (size_t j = 0; j < kDim; ++j) d += double(q[j]) * k[i * kDim + j];
-    mx = std::max(mx, s[i] = d * scale);
-  }
-  for (size_t i = 0; i < n; ++i) sum += s[i] = std::exp(s[i] - mx);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < kDim; ++j) out[j] += s[i] / sum * v[i * kDim + j];
-  return out;
+  return test::reference_attention(q, k, v, n, kDim, scale);
 }
 
 void check_view(const std::string& what, const CompressedView& view, std::mt19937& rng) {
