@@ -33,7 +33,6 @@ AttnFn attention_fn(SimdPath p) {
   return attention_scalar;
 }
 
-
 // Throws vc::Error for shapes the kernels cannot use.
 void check_shape(size_t n_heads, const PagedKv& kv) {
   if (kv.kv_heads == 0 || kv.head_dim == 0 || kv.block_tokens == 0 || n_heads == 0 ||

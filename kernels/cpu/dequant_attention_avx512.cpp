@@ -1,7 +1,7 @@
 // Attention over quantized rows for the avx512 path: sixteen codes per vector
-// unpacked by a byte shuffle and per-lane shifts (one broadcast load up to 8 bits) (dequant_unpack_avx512.hpp, as
-// dequantize_rows does), then the generic kernel of dequant_attention_kernel.hpp
-// with Avx512Simd.
+// unpacked by a byte shuffle and per-lane shifts, from one broadcast load up to 8
+// bits (dequant_unpack_avx512.hpp, as dequantize_rows does), then the generic
+// kernel of dequant_attention_kernel.hpp with Avx512Simd.
 #include "kernels/cpu/simd_avx512.hpp"
 // (the traits header first: the kernel template is instantiated with its type)
 #include "kernels/cpu/dequant_attention_kernel.hpp"

@@ -26,13 +26,7 @@ inline __m256i lanes_below(size_t n) {
 // The fp16 zeros (or scales) of a row's column groups, one float per column (F16C
 // converts exactly, subnormals included; per-channel groups 8 at a time).
 void expand_groups(const uint16_t* h, size_t d, size_t group_cols, float* out) {
-  if (group_cols == 1) {
-    size_t c = 0;
-    for (; c + 8 <= d; c += 8)
-      _mm256_storeu_ps(out + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + c))));
-    for (; c < d; ++c) out[c] = _cvtsh_ss(h[c]);
-    return;
-  }
+  if (group_cols == 1) return f16_to_f32_n_avx2(h, d, out);
   for (size_t c0 = 0, g = 0; c0 < d; c0 += group_cols, ++g) {
     const float v = _cvtsh_ss(h[g]);
     const __m256 all = _mm256_set1_ps(v);

@@ -27,13 +27,7 @@ namespace {
 // The fp16 zeros (or scales) of a row's column groups, one float per column (the
 // conversion is exact, subnormals included; per-channel groups 16 at a time).
 void expand_groups(const uint16_t* h, size_t d, size_t group_cols, float* out) {
-  if (group_cols == 1) {
-    size_t c = 0;
-    for (; c + 16 <= d; c += 16)
-      _mm512_storeu_ps(out + c, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + c))));
-    for (; c < d; ++c) out[c] = _cvtsh_ss(h[c]);
-    return;
-  }
+  if (group_cols == 1) return f16_to_f32_n_avx512(h, d, out);
   for (size_t c0 = 0, g = 0; c0 < d; c0 += group_cols, ++g) {
     const float v = _cvtsh_ss(h[g]);
     const __m512 all = _mm512_set1_ps(v);

@@ -5,8 +5,8 @@
 // 16 bytes from there: one load broadcast to the four 128-bit lanes. Wider, each
 // lane (four codes) loads the 16 bytes from the byte holding its first code. Then a
 // byte shuffle puts each code's bytes (at most 4) in its 32-bit lane, and a per-lane
-// shift and mask leave the code. Include only from *_avx512.cpp files, after <immintrin.h> (see
-// dequant_avx512.cpp for the GCC 12 warning around it).
+// shift and mask leave the code. Include only from *_avx512.cpp files, after
+// <immintrin.h> (see dequant_avx512.cpp for the GCC 12 warning around it).
 #pragma once
 #include <immintrin.h>
 

@@ -2,8 +2,9 @@
 // in vectors through every pass; spans 1..8 pair lanes of one vector (a shuffle
 // brings each lane its partner, then a + b goes to the lower lane of each pair and
 // a - b to the upper, the operands in the scalar order), spans of 16 and more pair
-// whole vectors; other lengths run the scalar kernel. RoPE: eight angles at a time in double. Compiled with -ffp-contract=off:
-// no multiply is fused into the add that follows it, as on the scalar path.
+// whole vectors; other lengths run the scalar kernel. RoPE: eight angles at a time
+// in double. Compiled with -ffp-contract=off: no multiply is fused into the add
+// that follows it, as on the scalar path.
 // GCC 12's AVX-512 intrinsics trip -Wuninitialized once inlined (GCC bug 105593):
 // silenced for the header's lines, as in simd_avx512.hpp.
 #pragma GCC diagnostic push
