@@ -169,7 +169,7 @@ void CompressedView::decode_rows(size_t l, size_t g, size_t r0, size_t r1, float
   if (r0 >= std::min(r1, n)) return;
   const int32_t* pos = head.abs_positions.empty() ? head.positions.data() : head.abs_positions.data();
   head.packed.k.decode_rows(k, r0, r1, n, head_dim_, pos, rope_inv_freq_.data());
-  head.packed.v.decode_rows(v, r0, r1, n, head_dim_, pos, rope_inv_freq_.data());
+  if (v != nullptr) head.packed.v.decode_rows(v, r0, r1, n, head_dim_, pos, rope_inv_freq_.data());
 }
 
 namespace {
@@ -192,7 +192,10 @@ const void* plain_data(const PackedSide& side) {
 CompressedView::QuantSides CompressedView::quant_sides(size_t l, size_t g) const {
   const Head& head = heads_[l * kv_heads_ + g];
   const size_t n = head.positions.size();
-  return {head.packed.k.quant_rows_view(n), head.packed.v.quant_rows_view(n)};
+  const int32_t* pos = head.abs_positions.empty() ? head.positions.data() : head.abs_positions.data();
+  const float* inv = rope_inv_freq_.size() * 2 == head_dim_ ? rope_inv_freq_.data() : nullptr;
+  return {head.packed.k.quant_rows_view(n, false, pos, inv),
+          head.packed.v.quant_rows_view(n, false, pos, inv)};
 }
 
 bool CompressedView::hadamard_basis(size_t l, size_t g) const {
@@ -207,7 +210,7 @@ void CompressedView::decode_rows_rotated(size_t l, size_t g, size_t r0, size_t r
   const size_t n = head.positions.size();
   if (r0 >= std::min(r1, n)) return;
   head.packed.k.decode_rows(k, r0, r1, n, head_dim_, nullptr, nullptr, false);
-  head.packed.v.decode_rows(v, r0, r1, n, head_dim_, nullptr, nullptr, false);
+  if (v != nullptr) head.packed.v.decode_rows(v, r0, r1, n, head_dim_, nullptr, nullptr, false);
 }
 
 CompressedView::QuantSides CompressedView::quant_sides_rotated(size_t l, size_t g) const {

@@ -79,7 +79,8 @@ class CompressedView {
   /// ([count(l, g), head_dim] fp32 each).
   void decode(size_t l, size_t g, float* k, float* v) const;
   /// Rows [r0, r1) of what decode() writes, bit-identical ([r1 - r0, head_dim]
-  /// each): the drafter dequantizes one block of rows at a time.
+  /// each; v null: the K rows only): the drafter dequantizes one block of rows at a
+  /// time.
   void decode_rows(size_t l, size_t g, size_t r0, size_t r1, float* k, float* v) const;
   /// The kept K and V rows of layer l, KV head g as stored, when both sides hold
   /// them unquantized and untransformed in one element type (token dropping:
@@ -92,9 +93,10 @@ class CompressedView {
   };
   [[nodiscard]] std::optional<Rows> rows_in_place(size_t l, size_t g) const;
   /// The K and V sides of layer l, KV head g whose quantized rows the drafter's
-  /// kernel may read straight from their codes (PackedSide::quant_rows_view): a
-  /// side with a transform (KVQuant's RoPE keys, RotateKV's rotation), no
-  /// quantized rows or fp32 values is nullopt and goes through decode_rows().
+  /// kernel may read straight from their codes, outliers included
+  /// (PackedSide::quant_rows_view): a side with a transform (KVQuant's RoPE keys,
+  /// RotateKV's rotation), no quantized rows or fp32 values is nullopt and goes
+  /// through decode_rows().
   struct QuantSides {
     std::optional<cpu::QuantRows> k, v;
   };

@@ -186,9 +186,12 @@ void PackedSide::decode_rows(float* out, size_t r0, size_t r1, size_t n, size_t 
   }
 }
 
-std::optional<cpu::QuantRows> PackedSide::quant_rows_view(size_t n, bool rotated) const {
+std::optional<cpu::QuantRows> PackedSide::quant_rows_view(size_t n, bool rotated,
+                                                          const int32_t* positions,
+                                                          const float* inv_freq) const {
   const size_t q = std::min(quant_rows, n);
-  const bool plain = transform == PackedTransform::none ||
+  const bool roped = transform == PackedTransform::rope && positions != nullptr && inv_freq != nullptr;
+  const bool plain = transform == PackedTransform::none || roped ||
                      (rotated && transform == PackedTransform::hadamard);
   if (!raw.empty() || !plain || q == 0 || bits < 1 || bits > 16) return std::nullopt;
   cpu::QuantRows r;
@@ -202,6 +205,11 @@ std::optional<cpu::QuantRows> PackedSide::quant_rows_view(size_t n, bool rotated
   r.scale = scale.data();
   r.outliers = outlier_index.data();
   r.n_outliers = outlier_index.size();
+  r.outlier_values = outlier_value.data();
+  if (roped) {
+    r.rope_inv_freq = inv_freq;
+    r.rope_positions = positions;
+  }
   return r;
 }
 

@@ -64,8 +64,12 @@ struct PackedSide {
   /// (cpu::QuantRows, pointing into this side), when decode() gives them as
   /// zero + code * scale: packed codes, no transform (with `rotated`, a hadamard
   /// transform is allowed: the codes then give the rotated rows). Outliers are
-  /// listed, so that blocks holding one are decoded instead. nullopt otherwise.
-  [[nodiscard]] std::optional<cpu::QuantRows> quant_rows_view(size_t n, bool rotated = false) const;
+  /// listed with their values, which the kernel blends in. nullopt otherwise.
+  /// A rope side (pre-RoPE keys) is given with `positions` (n) and `inv_freq`
+  /// (d / 2) for the kernel to apply RoPE; nullopt without them.
+  [[nodiscard]] std::optional<cpu::QuantRows> quant_rows_view(size_t n, bool rotated = false,
+                                                              const int32_t* positions = nullptr,
+                                                              const float* inv_freq = nullptr) const;
   /// Bytes held by the vectors above.
   [[nodiscard]] size_t held_bytes() const;
 };

@@ -66,6 +66,9 @@ class AttentionRowState {
   /// registers (dequant_attention.hpp): the bits of add() over the same block's
   /// dequantized fp32 rows. States of one KV head only.
   void add_quantized(const QuantSideBlock& k, const QuantSideBlock& v);
+  /// The same with the block's K rows given as fp32 (k_rows: [valid rows][head_dim],
+  /// decoded by the caller) and V from its codes.
+  void add_quantized_v(const float* k_rows, const QuantSideBlock& v);
   /// out: [n_heads, head_dim]. Every block of the context must have been added.
   void finish(float* out) const;
   /// out: [n_heads][2], each head's softmax maximum and sum over the blocks added so
@@ -75,6 +78,9 @@ class AttentionRowState {
   [[nodiscard]] size_t blocks() const { return n_blocks_; }
 
  private:
+  /// Valid rows of the next block, after checking an add_quantized* may add it.
+  [[nodiscard]] size_t next_quantized_block(const char* fn) const;
+
   std::vector<float> state_;
   size_t n_heads_ = 0, kv_heads_ = 0, head_dim_ = 0, block_tokens_ = 0, n_ctx_ = 0;
   size_t n_blocks_ = 0, next_block_ = 0;

@@ -85,19 +85,24 @@ void attend_heads(const float* q, size_t n_heads, const DenseKvHead* prefix, con
       tk.resize(B * D);
       tv.resize(B * D);
       const PagedKv tile{tk.data(), tv.data(), DType::f32, B, 1, D, table_in_place.data()};
-      // A block whose K and V rows are both plain quantized rows is attended from
-      // the codes; any other is decoded into the tile (rows() writes both sides).
-      const bool fuse = p.quant_k != nullptr && p.quant_v != nullptr;
+      // A block whose V rows are readable from the codes is attended from them,
+      // with K from the codes too when its rows are, else decoded into the tile
+      // (KVQuant's RoPE'd keys); any other block is decoded whole.
       qk.reset();
       qv.reset();
       for (size_t j = 0; j < whole; ++j) {
         const size_t r0 = j * B, r1 = r0 + B;
-        if (fuse && quant_rows_plain(*p.quant_k, D, r0, r1) &&
-            quant_rows_plain(*p.quant_v, D, r0, r1)) {
-          QuantSideBlock kb, vb;
-          qk.prepare(*p.quant_k, D, r0, B, kb);
+        if (p.quant_v != nullptr && quant_rows_readable(*p.quant_v, D, r0, r1)) {
+          QuantSideBlock vb;
           qv.prepare(*p.quant_v, D, r0, B, vb);
-          state.add_quantized(kb, vb);
+          if (p.quant_k != nullptr && quant_rows_readable(*p.quant_k, D, r0, r1)) {
+            QuantSideBlock kb;
+            qk.prepare(*p.quant_k, D, r0, B, kb);
+            state.add_quantized(kb, vb);
+          } else {
+            p.rows(p.ctx, r0, r1, tk.data(), nullptr);
+            state.add_quantized_v(tk.data(), vb);
+          }
         } else {
           p.rows(p.ctx, r0, r1, tk.data(), tv.data());
           state.add(tile, j, j + 1);

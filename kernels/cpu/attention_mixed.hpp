@@ -12,18 +12,19 @@
 namespace vc::cpu {
 
 /// Writes rows [r0, r1) of a packed prefix as fp32 into k and v ([r1 - r0,
-/// head_dim] each); ctx is DenseKvHead::ctx.
+/// head_dim] each; v null: the K rows only); ctx is DenseKvHead::ctx.
 using PrefixRowsFn = void (*)(const void* ctx, size_t r0, size_t r1, float* k, float* v);
 
 /// One KV head's explicit rows: k, v: [n, head_dim] in `dtype` (f32 or bf16),
 /// read in place. With `rows` set, k and v are unused: the rows are packed
 /// (quantized, transformed) and rows(ctx, ...) decodes one block of them at a time
-/// into a per-thread fp32 tile right before it is attended to. With quant_k and
-/// quant_v set as well, describing the sides' rows as they are held (their values,
-/// as rows() writes them, being exactly zero + code * scale wherever
-/// quant_rows_plain() holds), a block whose K and V rows are all plain quantized
-/// rows is attended straight from the codes instead (dequant_attention.hpp): the
-/// same bits, without writing the block out.
+/// into a per-thread fp32 tile right before it is attended to. With quant_k and/or
+/// quant_v set as well, describing a side's rows as they are held (their values,
+/// as rows() writes them, being exactly zero + code * scale, or the outlier's
+/// value, wherever quant_rows_readable() holds), a block whose V rows are all
+/// readable is attended with V straight from the codes (dequant_attention.hpp), and
+/// its K rows too when they are, else decoded by rows(ctx, r0, r1, k, nullptr):
+/// the same bits, without writing the side out.
 struct DenseKvHead {
   const void* k = nullptr;
   const void* v = nullptr;

@@ -4,6 +4,7 @@
 #include "kernels/cpu/dequant_attention.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "kernels/cpu/attention.hpp"
@@ -21,6 +22,46 @@ bool quant_rows_plain(const QuantRows& q, size_t d, size_t r0, size_t r1) {
   const uint32_t* first = std::lower_bound(q.outliers, end, uint32_t(r0 * d));
   return first == end || size_t(*first) >= r1 * d;
 }
+
+bool quant_rows_readable(const QuantRows& q, size_t d, size_t r0, size_t r1) {
+  if (q.codes == nullptr || r1 > q.rows || r0 >= r1) return false;
+  if (q.rope_inv_freq != nullptr && (d % 32 != 0 || q.rope_positions == nullptr)) return false;
+  return q.outlier_values != nullptr || quant_rows_plain(q, d, r0, r1);
+}
+
+namespace {
+
+// cos and sin of pos * inv_freq[i] for every position up to the largest asked, per
+// thread, laid out [position][cos h][sin h] for whole-vector loads: the values
+// kvtiers' RoPE of pre-RoPE keys computes (double angle, std::cos / std::sin).
+// Grown (and possibly moved) only by the thread's own prepare().
+const double* rope_table(const float* inv_freq, size_t h, size_t last_pos) {
+  struct Cache {
+    std::vector<float> inv;
+    std::vector<double> cs;
+    size_t rows = 0;
+  };
+  thread_local Cache c;
+  if (c.inv.size() != h || !std::equal(c.inv.begin(), c.inv.end(), inv_freq)) {
+    c.inv.assign(inv_freq, inv_freq + h);
+    c.cs.clear();
+    c.rows = 0;
+  }
+  if (last_pos >= c.rows) {
+    const size_t rows = std::max({last_pos + 1, 2 * c.rows, size_t(1024)});
+    c.cs.resize(rows * h * 2);
+    for (size_t p = c.rows; p < rows; ++p)
+      for (size_t i = 0; i < h; ++i) {
+        const double a = double(p) * double(inv_freq[i]);
+        c.cs[p * 2 * h + i] = std::cos(a);
+        c.cs[p * 2 * h + h + i] = std::sin(a);
+      }
+    c.rows = rows;
+  }
+  return c.cs.data();
+}
+
+}  // namespace
 
 void QuantBlockParams::prepare(const QuantRows& q, size_t d, size_t r0, size_t rows,
                                QuantSideBlock& out) {
@@ -84,6 +125,39 @@ void QuantBlockParams::prepare(const QuantRows& q, size_t d, size_t r0, size_t r
   }
   out = QuantSideBlock{q.codes,           q.codes_bytes,      q.bits,     r0 * d,
                        zero_rows_.data(), scale_rows_.data(), broadcast_, bc};
+  if (q.rope_inv_freq != nullptr) {  // each row's cos and sin at its position
+    if (d % 32 != 0 || q.rope_positions == nullptr)
+      throw Error("QuantBlockParams::prepare: RoPE'd rows need positions and a head_dim that "
+                  "is a multiple of 32, got " + std::to_string(d));
+    const int32_t* pos = q.rope_positions + r0;
+    const int32_t last = *std::max_element(pos, pos + rows);
+    if (*std::min_element(pos, pos + rows) < 0)
+      throw Error("QuantBlockParams::prepare: a negative position among rows [" +
+                  std::to_string(r0) + ", " + std::to_string(r0 + rows) + ")");
+    const double* table = rope_table(q.rope_inv_freq, d / 2, size_t(last));
+    rope_rows_.resize(rows);
+    for (size_t t = 0; t < rows; ++t) rope_rows_[t] = table + size_t(pos[t]) * d;
+    out.rope = rope_rows_.data();
+  }
+  // The block's outliers: a bit per column and their fp32 values, rows [r0, r0 + rows).
+  const uint32_t* end = q.outliers + q.n_outliers;
+  const uint32_t* it = std::lower_bound(q.outliers, end, uint32_t(r0 * d));
+  if (it == end || size_t(*it) >= (r0 + rows) * d) return;
+  if (q.outlier_values == nullptr)
+    throw Error("QuantBlockParams::prepare: rows [" + std::to_string(r0) + ", " +
+                std::to_string(r0 + rows) + ") hold outliers without their values");
+  const size_t words = (d + 63) / 64, stride = (d + 15) / 16 * 16;
+  patch_mask_.assign(rows * words, 0);
+  if (patch_.size() < rows * stride) patch_.resize(rows * stride);
+  for (; it != end && size_t(*it) < (r0 + rows) * d; ++it) {
+    const size_t t = size_t(*it) / d - r0, c = size_t(*it) % d;
+    patch_mask_[t * words + c / 64] |= uint64_t(1) << (c % 64);
+    patch_[t * stride + c] = bf16_to_f32(q.outlier_values[it - q.outliers]);
+  }
+  out.patch_mask = patch_mask_.data();
+  out.patch = patch_.data();
+  out.patch_words = words;
+  out.patch_stride = stride;
 }
 
 namespace {
@@ -102,42 +176,86 @@ DequantAttnFn dequant_attention_fn(SimdPath p) {
   return dequant_attention_block_scalar;
 }
 
-void check_side(const QuantSideBlock& s, const char* which) {
+DequantAttnVFn dequant_attention_v_fn(SimdPath p) {
+  switch (p) {
+    case SimdPath::avx512bf16:
+    case SimdPath::amx:
+    case SimdPath::avx512:
+      return dequant_attention_block_v_avx512;
+    case SimdPath::avx2:
+      return dequant_attention_block_v_avx2;
+    case SimdPath::scalar:
+      break;
+  }
+  return dequant_attention_block_v_scalar;
+}
+
+void check_side(const char* fn, const QuantSideBlock& s, const char* which) {
   if (s.codes == nullptr || s.zero == nullptr || s.scale == nullptr)
-    throw Error(std::string("AttentionRowState::add_quantized: the ") + which +
+    throw Error(std::string("AttentionRowState::") + fn + ": the " + which +
                 " side has no codes, zeros or scales");
   if (s.bits < 1 || s.bits > 16)
-    throw Error(std::string("AttentionRowState::add_quantized: ") + which +
+    throw Error(std::string("AttentionRowState::") + fn + ": " + which +
                 " bits must be in 1..16, got " + std::to_string(s.bits));
   if (s.group_cols == 0)
-    throw Error(std::string("AttentionRowState::add_quantized: ") + which + " group_cols is 0");
+    throw Error(std::string("AttentionRowState::") + fn + ": " + which + " group_cols is 0");
+}
+
+// The codes of c rows of d from s.first lie inside the buffer.
+void check_codes(const char* fn, const QuantSideBlock& s, size_t c, size_t d) {
+  const size_t end_bits = (s.first + c * d) * size_t(s.bits);
+  if ((end_bits + 7) / 8 > s.codes_bytes)
+    throw Error(std::string("AttentionRowState::") + fn + ": codes [" + std::to_string(s.first) +
+                ", " + std::to_string(s.first + c * d) + ") run past the " +
+                std::to_string(s.codes_bytes) + "-byte code buffer");
+}
+
+// Scores of one block for the kernel's widest head pass.
+float* block_scratch(size_t bt) {
+  thread_local std::vector<float> sc;
+  const size_t need = kAttentionMaxHeadsPerPass * ((bt + 15) / 16 * 16);
+  if (sc.size() < need) sc.resize(need);
+  return sc.data();
 }
 
 }  // namespace
 
-void AttentionRowState::add_quantized(const QuantSideBlock& k, const QuantSideBlock& v) {
+size_t AttentionRowState::next_quantized_block(const char* fn) const {
   if (kv_heads_ != 1)
-    throw Error("AttentionRowState::add_quantized: needs a state of one KV head, this one has " +
-                std::to_string(kv_heads_));
+    throw Error(std::string("AttentionRowState::") + fn +
+                ": needs a state of one KV head, this one has " + std::to_string(kv_heads_));
   if (next_block_ >= n_blocks_)
-    throw Error("AttentionRowState::add_quantized: all " + std::to_string(n_blocks_) +
+    throw Error(std::string("AttentionRowState::") + fn + ": all " + std::to_string(n_blocks_) +
                 " blocks were already added");
-  check_side(k, "K");
-  check_side(v, "V");
   const size_t bt = block_tokens_, j = next_block_;
-  const size_t c = (j + 1) * bt <= n_ctx_ ? bt : n_ctx_ - j * bt;
-  for (const QuantSideBlock* s : {&k, &v}) {
-    const size_t end_bits = (s->first + c * head_dim_) * size_t(s->bits);
-    if ((end_bits + 7) / 8 > s->codes_bytes)
-      throw Error("AttentionRowState::add_quantized: codes [" + std::to_string(s->first) + ", " +
-                  std::to_string(s->first + c * head_dim_) + ") run past the " +
-                  std::to_string(s->codes_bytes) + "-byte code buffer");
-  }
-  thread_local std::vector<float> sc;
-  const size_t need = kAttentionMaxHeadsPerPass * ((bt + 15) / 16 * 16);
-  if (sc.size() < need) sc.resize(need);
-  dequant_attention_fn(active_simd_path())(n_heads_, head_dim_, bt, c, k, v, state_.data(),
-                                           sc.data());
+  return (j + 1) * bt <= n_ctx_ ? bt : n_ctx_ - j * bt;  // valid rows
+}
+
+void AttentionRowState::add_quantized(const QuantSideBlock& k, const QuantSideBlock& v) {
+  const char* fn = "add_quantized";
+  const size_t c = next_quantized_block(fn);
+  check_side(fn, k, "K");
+  check_side(fn, v, "V");
+  check_codes(fn, k, c, head_dim_);
+  check_codes(fn, v, c, head_dim_);
+  if ((k.rope != nullptr && head_dim_ % 32 != 0) || v.rope != nullptr)
+    throw Error("AttentionRowState::add_quantized: RoPE is applied to K rows only, with a "
+                "head_dim that is a multiple of 32 (got " + std::to_string(head_dim_) + ")");
+  dequant_attention_fn(active_simd_path())(n_heads_, head_dim_, block_tokens_, c, k, v,
+                                           state_.data(), block_scratch(block_tokens_));
+  ++next_block_;
+}
+
+void AttentionRowState::add_quantized_v(const float* k_rows, const QuantSideBlock& v) {
+  const char* fn = "add_quantized_v";
+  const size_t c = next_quantized_block(fn);
+  if (k_rows == nullptr) throw Error("AttentionRowState::add_quantized_v: no K rows");
+  check_side(fn, v, "V");
+  check_codes(fn, v, c, head_dim_);
+  if (v.rope != nullptr)
+    throw Error("AttentionRowState::add_quantized_v: RoPE is applied to K rows only");
+  dequant_attention_v_fn(active_simd_path())(n_heads_, head_dim_, block_tokens_, c, k_rows, v,
+                                             state_.data(), block_scratch(block_tokens_));
   ++next_block_;
 }
 

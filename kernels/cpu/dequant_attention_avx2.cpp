@@ -77,4 +77,13 @@ void dequant_attention_block_avx2(size_t n_heads, size_t D, size_t bt, size_t c,
     dequant_attention_block_path<Avx2Simd, Avx2Codes>(n_heads, D, bt, c, k, v, state, sc);
 }
 
+void dequant_attention_block_v_avx2(size_t n_heads, size_t D, size_t bt, size_t c,
+                                    const float* k, const QuantSideBlock& v, float* state,
+                                    float* sc) {
+  if (Avx2Codes4::block_fast(v, D, c))
+    dequant_attention_block_v_path<Avx2Simd, Avx2Codes4>(n_heads, D, bt, c, k, v, state, sc);
+  else
+    dequant_attention_block_v_path<Avx2Simd, Avx2Codes>(n_heads, D, bt, c, k, v, state, sc);
+}
+
 }  // namespace vc::cpu

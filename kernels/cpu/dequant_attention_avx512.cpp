@@ -50,4 +50,13 @@ void dequant_attention_block_avx512(size_t n_heads, size_t D, size_t bt, size_t 
     dequant_attention_block_path<Avx512Simd, Avx512Codes<false>>(n_heads, D, bt, c, k, v, state, sc);
 }
 
+void dequant_attention_block_v_avx512(size_t n_heads, size_t D, size_t bt, size_t c,
+                                      const float* k, const QuantSideBlock& v, float* state,
+                                      float* sc) {
+  if (unpack16(v.bits).narrow)
+    dequant_attention_block_v_path<Avx512Simd, Avx512Codes<true>>(n_heads, D, bt, c, k, v, state, sc);
+  else
+    dequant_attention_block_v_path<Avx512Simd, Avx512Codes<false>>(n_heads, D, bt, c, k, v, state, sc);
+}
+
 }  // namespace vc::cpu

@@ -22,4 +22,14 @@ void dequant_attention_block_avx2(size_t, size_t, size_t, size_t, const QuantSid
 void dequant_attention_block_avx512(size_t, size_t, size_t, size_t, const QuantSideBlock&,
                                     const QuantSideBlock&, float*, float*);
 
+/// The same with the block's K rows given as fp32 ([c][D]) and only V from codes.
+using DequantAttnVFn = void (*)(size_t n_heads, size_t D, size_t bt, size_t c, const float* k,
+                                const QuantSideBlock& v, float* state, float* sc);
+void dequant_attention_block_v_scalar(size_t, size_t, size_t, size_t, const float*,
+                                      const QuantSideBlock&, float*, float*);
+void dequant_attention_block_v_avx2(size_t, size_t, size_t, size_t, const float*,
+                                    const QuantSideBlock&, float*, float*);
+void dequant_attention_block_v_avx512(size_t, size_t, size_t, size_t, const float*,
+                                      const QuantSideBlock&, float*, float*);
+
 }  // namespace vc::cpu

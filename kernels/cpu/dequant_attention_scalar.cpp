@@ -24,4 +24,10 @@ void dequant_attention_block_scalar(size_t n_heads, size_t D, size_t bt, size_t 
   dequant_attention_block_path<ScalarSimd, ScalarCodes>(n_heads, D, bt, c, k, v, state, sc);
 }
 
+void dequant_attention_block_v_scalar(size_t n_heads, size_t D, size_t bt, size_t c,
+                                      const float* k, const QuantSideBlock& v, float* state,
+                                      float* sc) {
+  dequant_attention_block_v_path<ScalarSimd, ScalarCodes>(n_heads, D, bt, c, k, v, state, sc);
+}
+
 }  // namespace vc::cpu

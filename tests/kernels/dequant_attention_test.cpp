@@ -4,9 +4,10 @@
 // dequantize_rows into fp32 rows, then attended. Bit for bit, on every SIMD path
 // the CPU runs, at every code width 1..16, over the group shapes the codecs use
 // (per-channel columns, a few columns, 8/16/32 columns, whole rows, several rows),
-// head dims with and without a vector tail, outliers and trailing rows that are
-// not quantized (decoded, not fused), and query-head groups that leave a partial
-// pass.
+// head dims with and without a vector tail, outliers (blended in when their values
+// are given, else their blocks decoded), trailing rows that are not quantized
+// (decoded, not fused), V alone from the codes with K decoded, and query-head
+// groups that leave a partial pass. KVQuant's RoPE'd keys: packed_attention_test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,7 +35,8 @@ struct Side {
   std::vector<uint8_t> codes;
   std::vector<uint16_t> zero, scale;
   std::vector<uint32_t> outliers;
-  std::vector<float> outlier_values, plain;
+  std::vector<float> outlier_values, plain;  // outliers: bf16 values
+  std::vector<uint16_t> outlier_bf16;
   QuantRows q;
 
   // The unfused decode: dequantize_rows row by row, then outliers, then plain rows.
@@ -79,7 +81,10 @@ Side make_side(std::mt19937& rng, size_t n, size_t q, size_t d, int bits, size_t
   }
   s.outliers = std::move(outliers);
   std::normal_distribution<float> val(0.f, 1.f);
-  for (size_t i = 0; i < s.outliers.size(); ++i) s.outlier_values.push_back(4.f * val(rng));
+  for (size_t i = 0; i < s.outliers.size(); ++i) {
+    s.outlier_bf16.push_back(f32_to_bf16(4.f * val(rng)));
+    s.outlier_values.push_back(bf16_to_f32(s.outlier_bf16.back()));
+  }
   for (size_t i = 0; i < (n - q) * d; ++i) s.plain.push_back(val(rng));
   s.q = QuantRows{s.codes.data(), s.codes.size(), bits,           q,
                   br,             bc,             s.zero.data(),  s.scale.data(),
@@ -90,20 +95,29 @@ Side make_side(std::mt19937& rng, size_t n, size_t q, size_t d, int bits, size_t
 struct Head {
   Side k, v;
   size_t decoded_rows = 0;  // rows the callback wrote (the blocks not fused)
+  size_t k_only_rows = 0;   // of which only their K rows (V from the codes)
 };
 
 void decode_head(const void* ctx, size_t r0, size_t r1, float* k, float* v) {
   auto* h = const_cast<Head*>(static_cast<const Head*>(ctx));
   h->k.decode(r0, r1, k);
-  h->v.decode(r0, r1, v);
+  if (v != nullptr) h->v.decode(r0, r1, v);
   h->decoded_rows += r1 - r0;
+  if (v == nullptr) h->k_only_rows += r1 - r0;
 }
 
+// Which sides attention_row_mixed is told it may read from the codes, and whether
+// their outliers' values come along (QuantRows::outlier_values).
+struct Fuse {
+  bool k = false, v = false, outlier_values = false;
+};
+
 // attention_row_mixed over the heads' prefixes (and a short fp32 tail), fusing the
-// sides asked for; returns the output and adds the rows decoded to `decoded`.
-std::vector<float> attend(std::vector<Head>& heads, size_t n_heads, size_t d, bool fuse,
+// sides asked for; returns the output and adds the rows decoded to `decoded` (and
+// those decoded for K only to `k_only`).
+std::vector<float> attend(std::vector<Head>& heads, size_t n_heads, size_t d, Fuse fuse,
                           const std::vector<float>& q, size_t& decoded,
-                          ThreadPool* pool = nullptr) {
+                          ThreadPool* pool = nullptr, size_t* k_only = nullptr) {
   const size_t kvh = heads.size(), n = heads[0].k.n, tail_rows = 3, bt = 4;
   const size_t n_ctx = n + tail_rows, blocks = (n_ctx + bt - 1) / bt;
   std::vector<int32_t> table(blocks);
@@ -114,13 +128,18 @@ std::vector<float> attend(std::vector<Head>& heads, size_t n_heads, size_t d, bo
   const PagedKv tail{tk.data(), tv.data(), DType::f32, bt, kvh, d, table.data()};
   std::vector<DenseKvHead> prefix;
   for (Head& h : heads) {
-    h.decoded_rows = 0;
+    h.decoded_rows = h.k_only_rows = 0;
+    for (Side* side : {&h.k, &h.v})
+      side->q.outlier_values = fuse.outlier_values ? side->outlier_bf16.data() : nullptr;
     prefix.push_back({nullptr, nullptr, n, DType::f32, &decode_head, &h,
-                      fuse ? &h.k.q : nullptr, fuse ? &h.v.q : nullptr});
+                      fuse.k ? &h.k.q : nullptr, fuse.v ? &h.v.q : nullptr});
   }
   std::vector<float> out(n_heads * d, NAN);
   attention_row_mixed(q.data(), n_heads, prefix.data(), tail, n, n_ctx, 0.125f, out.data(), pool);
-  for (const Head& h : heads) decoded += h.decoded_rows;
+  for (const Head& h : heads) {
+    decoded += h.decoded_rows;
+    if (k_only != nullptr) *k_only += h.k_only_rows;
+  }
   return out;
 }
 
@@ -162,15 +181,25 @@ TEST(dequant_attention, fused_blocks_give_the_bits_of_decoded_blocks_on_every_si
                                      std::to_string(d) + ", " + std::to_string(bits) +
                                      " bits, blocks " + std::to_string(br) + "x" +
                                      std::to_string(sh.bc) + ", heads " + std::to_string(n_heads);
-            size_t unfused_rows = 0, fused_rows = 0;
-            const auto want = attend(heads, n_heads, d, false, qv, unfused_rows);
-            const auto got = attend(heads, n_heads, d, true, qv, fused_rows);
+            size_t unfused_rows = 0, fused_rows = 0, patched_rows = 0, v_rows = 0, k_only = 0;
+            const auto want = attend(heads, n_heads, d, {}, qv, unfused_rows);
+            const auto got = attend(heads, n_heads, d, {true, true, false}, qv, fused_rows);
             expect_same_bits(got, want, what);
             // Unfused: every row of the 4 whole blocks and the 5-row rest, per KV head.
             ASSERT_EQ(unfused_rows, 2 * n) << what;
             // Fused: head 0 decodes blocks 1 and 2 (outliers), both heads block 3
             // (rows past q) and the rest; every other block came from the codes.
             ASSERT_EQ(fused_rows, (2 * B + B + 5) + (B + 5)) << what;
+            // With the outliers' values, their blocks come from the codes too.
+            const auto patched = attend(heads, n_heads, d, {true, true, true}, qv, patched_rows);
+            expect_same_bits(patched, want, what + ", outliers blended");
+            ASSERT_EQ(patched_rows, 2 * (B + 5)) << what;
+            // V alone from the codes: each whole quantized block decodes its K rows only.
+            const auto v_only =
+                attend(heads, n_heads, d, {false, true, true}, qv, v_rows, nullptr, &k_only);
+            expect_same_bits(v_only, want, what + ", V alone from the codes");
+            ASSERT_EQ(k_only, 2 * 3 * B) << what;
+            ASSERT_EQ(v_rows, 2 * n) << what;
           }
         }
       }
@@ -196,8 +225,9 @@ TEST(dequant_attention, a_lone_row_split_across_a_pool_gives_the_bits_of_one_thr
     const std::vector<float> qv = test::random_floats(rng, n_heads * d, -2.f, 2.f);
     for (bool fuse : {false, true}) {
       size_t one_rows = 0, pool_rows = 0;
-      const auto one = attend(heads, n_heads, d, fuse, qv, one_rows);
-      const auto split = attend(heads, n_heads, d, fuse, qv, pool_rows, &pool);
+      const Fuse how{fuse, fuse, fuse};
+      const auto one = attend(heads, n_heads, d, how, qv, one_rows);
+      const auto split = attend(heads, n_heads, d, how, qv, pool_rows, &pool);
       expect_same_bits(split, one, fuse ? "fused" : "decoded");
       EXPECT_EQ(one_rows, pool_rows);
     }
@@ -217,6 +247,26 @@ TEST(dequant_attention, quant_rows_plain_holds_only_for_quantized_rows_without_o
   EXPECT_FALSE(quant_rows_plain(q, d, 12, 17));  // past the 16 quantized rows
   EXPECT_FALSE(quant_rows_plain(q, d, 4, 4));    // no rows
   EXPECT_FALSE(quant_rows_plain(QuantRows{}, d, 0, 1));
+}
+
+TEST(dequant_attention, readable_rows_may_hold_outliers_with_values_and_roped_rows_need_whole_halves) {
+  const std::vector<uint8_t> codes(1024);
+  const std::vector<uint16_t> params(64), values = {0x3f80, 0x4000};
+  const std::vector<uint32_t> outliers = {70, 200};
+  const std::vector<int32_t> positions(32, 7);
+  const std::vector<float> inv_freq(16, 0.5f);
+  QuantRows q{codes.data(), codes.size(), 4,  16, 4, 8, params.data(), params.data(),
+              outliers.data(), outliers.size()};
+  EXPECT_FALSE(quant_rows_readable(q, 8, 8, 9));  // an outlier without its value
+  q.outlier_values = values.data();
+  EXPECT_TRUE(quant_rows_readable(q, 8, 8, 9));
+  EXPECT_FALSE(quant_rows_readable(q, 8, 12, 17));  // past the quantized rows
+  q.rope_inv_freq = inv_freq.data();
+  EXPECT_FALSE(quant_rows_readable(q, 8, 0, 4));  // RoPE without positions
+  q.rope_positions = positions.data();
+  EXPECT_FALSE(quant_rows_readable(q, 8, 0, 4));  // halves of 4: not whole vectors
+  q.rows = 8;
+  EXPECT_TRUE(quant_rows_readable(q, 32, 0, 8));
 }
 
 TEST(dequant_attention, bad_blocks_are_refused_with_an_error_naming_them) {
@@ -240,8 +290,15 @@ TEST(dequant_attention, bad_blocks_are_refused_with_an_error_naming_them) {
   s.begin(q, 2, two, 4, 1.f);
   test::expect_error_naming([&] { s.add_quantized(ok, ok); }, "one KV head");
   s.begin(q, 1, one, 4, 1.f);
+  test::expect_error_naming([&] { s.add_quantized_v(nullptr, ok); }, "no K rows");
+  const double* cs[4] = {};
+  QuantSideBlock roped = ok;
+  roped.rope = cs;
+  test::expect_error_naming([&] { s.add_quantized_v(rows.data(), roped); }, "K rows only");
+  test::expect_error_naming([&] { s.add_quantized(roped, ok); }, "multiple of 32");
   s.add_quantized(ok, ok);
   test::expect_error_naming([&] { s.add_quantized(ok, ok); }, "already added");
+  test::expect_error_naming([&] { s.add_quantized_v(rows.data(), ok); }, "already added");
 }
 
 }  // namespace
