@@ -32,49 +32,19 @@ inline uint32_t code_at(const uint8_t* codes, size_t i, int bits) {
 
 namespace {
 
-// cos and sin of pos * inv_freq[i] for every position up to the largest asked, per
-// thread (a model-level constant, like the cos/sin cache of GPU engines): decoding a
-// KVQuant view re-applies RoPE to every kept key on every draft step, and computing
-// sin/cos there made drafting ~7x slower. Same values as computing them directly.
-const double* rope_row(const float* inv_freq, size_t h, size_t pos) {
-  struct Cache {
-    std::vector<float> inv;
-    std::vector<double> cs;  // [rows][h][cos, sin]
-    size_t rows = 0;
-  };
-  thread_local Cache c;
-  if (c.inv.size() != h || !std::equal(c.inv.begin(), c.inv.end(), inv_freq)) {
-    c.inv.assign(inv_freq, inv_freq + h);
-    c.cs.clear();
-    c.rows = 0;
-  }
-  if (pos >= c.rows) {
-    const size_t rows = std::max({pos + 1, 2 * c.rows, size_t(1024)});
-    c.cs.resize(rows * h * 2);
-    for (size_t p = c.rows; p < rows; ++p)
-      for (size_t i = 0; i < h; ++i) {
-        const double a = double(p) * double(inv_freq[i]);
-        c.cs[(p * h + i) * 2] = std::cos(a);
-        c.cs[(p * h + i) * 2 + 1] = std::sin(a);
-      }
-    c.rows = rows;
-  }
-  return &c.cs[pos * h * 2];
-}
-
-// RoPE of `rows` rows at `positions` (the cos/sin table grown once, to the largest).
+// RoPE of `rows` rows at `positions` (the cos/sin table grown once, to the largest):
+// decoding a KVQuant view re-applies RoPE to its keys.
 void rope_rows(float* x, size_t rows, size_t d, const float* inv_freq, const int32_t* positions) {
   if (rows == 0) return;
   const int32_t last = *std::max_element(positions, positions + rows);
-  const double* table = rope_row(inv_freq, d / 2, size_t(last)) - size_t(last) * d;
-  for (size_t r = 0; r < rows; ++r)
-    cpu::rope_row_f64(x + r * d, d, table + size_t(positions[r]) * d, 1.0);
+  const float* table = cpu::rope_table(inv_freq, d / 2, size_t(last));
+  for (size_t r = 0; r < rows; ++r) cpu::rope_row(x + r * d, d, table + size_t(positions[r]) * d, 1.f);
 }
 
 }  // namespace
 
-void rope_rotate_half(float* x, size_t d, const float* inv_freq, double pos, double sign) {
-  cpu::rope_row_f64(x, d, rope_row(inv_freq, d / 2, size_t(pos)), sign);
+void rope_rotate_half(float* x, size_t d, const float* inv_freq, size_t pos, float sign) {
+  cpu::rope_row(x, d, cpu::rope_table(inv_freq, d / 2, pos) + pos * d, sign);
 }
 
 void pack_quantized(PackedSide& side, size_t n, size_t d, BlockShape block, int bits,

@@ -96,8 +96,8 @@ void pack_bf16(PackedSide& side, const float* x, size_t count);
   return zero + code * scale;  // baseline x86-64 build: no FMA contraction
 }
 
-/// Rotate-half RoPE of one row of d values at position `pos` (angles in double);
-/// sign -1 undoes it.
-void rope_rotate_half(float* x, size_t d, const float* inv_freq, double pos, double sign);
+/// Rotate-half RoPE of one row of d values at position `pos` (cpu::rope_row: in
+/// float, the angles' cos and sin from cpu::rope_table); sign -1 undoes it.
+void rope_rotate_half(float* x, size_t d, const float* inv_freq, size_t pos, float sign);
 
 }  // namespace vc

@@ -90,12 +90,15 @@ void attend_heads(const float* q, size_t n_heads, const DenseKvHead* prefix, con
       // (KVQuant's RoPE'd keys); any other block is decoded whole.
       qk.reset();
       qv.reset();
+      // Sides readable over every whole block (the usual case) skip the per-block test.
+      const bool v_all = p.quant_v != nullptr && whole > 0 && quant_rows_readable(*p.quant_v, D, 0, whole * B);
+      const bool k_all = p.quant_k != nullptr && whole > 0 && quant_rows_readable(*p.quant_k, D, 0, whole * B);
       for (size_t j = 0; j < whole; ++j) {
         const size_t r0 = j * B, r1 = r0 + B;
-        if (p.quant_v != nullptr && quant_rows_readable(*p.quant_v, D, r0, r1)) {
+        if (v_all || (p.quant_v != nullptr && quant_rows_readable(*p.quant_v, D, r0, r1))) {
           QuantSideBlock vb;
           qv.prepare(*p.quant_v, D, r0, B, vb);
-          if (p.quant_k != nullptr && quant_rows_readable(*p.quant_k, D, r0, r1)) {
+          if (k_all || (p.quant_k != nullptr && quant_rows_readable(*p.quant_k, D, r0, r1))) {
             QuantSideBlock kb;
             qk.prepare(*p.quant_k, D, r0, B, kb);
             state.add_quantized(kb, vb);

@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
 #include "kernels/cpu/dequant_attention_paths.hpp"
+#include "kernels/cpu/row_transforms.hpp"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 
@@ -29,39 +30,6 @@ bool quant_rows_readable(const QuantRows& q, size_t d, size_t r0, size_t r1) {
   return q.outlier_values != nullptr || quant_rows_plain(q, d, r0, r1);
 }
 
-namespace {
-
-// cos and sin of pos * inv_freq[i] for every position up to the largest asked, per
-// thread, laid out [position][cos h][sin h] for whole-vector loads: the values
-// kvtiers' RoPE of pre-RoPE keys computes (double angle, std::cos / std::sin).
-// Grown (and possibly moved) only by the thread's own prepare().
-const double* rope_table(const float* inv_freq, size_t h, size_t last_pos) {
-  struct Cache {
-    std::vector<float> inv;
-    std::vector<double> cs;
-    size_t rows = 0;
-  };
-  thread_local Cache c;
-  if (c.inv.size() != h || !std::equal(c.inv.begin(), c.inv.end(), inv_freq)) {
-    c.inv.assign(inv_freq, inv_freq + h);
-    c.cs.clear();
-    c.rows = 0;
-  }
-  if (last_pos >= c.rows) {
-    const size_t rows = std::max({last_pos + 1, 2 * c.rows, size_t(1024)});
-    c.cs.resize(rows * h * 2);
-    for (size_t p = c.rows; p < rows; ++p)
-      for (size_t i = 0; i < h; ++i) {
-        const double a = double(p) * double(inv_freq[i]);
-        c.cs[p * 2 * h + i] = std::cos(a);
-        c.cs[p * 2 * h + h + i] = std::sin(a);
-      }
-    c.rows = rows;
-  }
-  return c.cs.data();
-}
-
-}  // namespace
 
 void QuantBlockParams::prepare(const QuantRows& q, size_t d, size_t r0, size_t rows,
                                QuantSideBlock& out) {
@@ -134,12 +102,13 @@ void QuantBlockParams::prepare(const QuantRows& q, size_t d, size_t r0, size_t r
     if (*std::min_element(pos, pos + rows) < 0)
       throw Error("QuantBlockParams::prepare: a negative position among rows [" +
                   std::to_string(r0) + ", " + std::to_string(r0 + rows) + ")");
-    const double* table = rope_table(q.rope_inv_freq, d / 2, size_t(last));
+    const float* table = rope_table(q.rope_inv_freq, d / 2, size_t(last));
     rope_rows_.resize(rows);
     for (size_t t = 0; t < rows; ++t) rope_rows_[t] = table + size_t(pos[t]) * d;
     out.rope = rope_rows_.data();
   }
   // The block's outliers: a bit per column and their fp32 values, rows [r0, r0 + rows).
+  if (q.n_outliers == 0) return;
   const uint32_t* end = q.outliers + q.n_outliers;
   const uint32_t* it = std::lower_bound(q.outliers, end, uint32_t(r0 * d));
   if (it == end || size_t(*it) >= (r0 + rows) * d) return;
@@ -190,24 +159,33 @@ DequantAttnVFn dequant_attention_v_fn(SimdPath p) {
   return dequant_attention_block_v_scalar;
 }
 
-void check_side(const char* fn, const QuantSideBlock& s, const char* which) {
+// The errors the checks below raise, out of the per-block path.
+[[noreturn, gnu::cold, gnu::noinline]] void refuse_side(const char* fn, const QuantSideBlock& s,
+                                                        const char* which) {
+  const std::string at = std::string("AttentionRowState::") + fn + ": ";
   if (s.codes == nullptr || s.zero == nullptr || s.scale == nullptr)
-    throw Error(std::string("AttentionRowState::") + fn + ": the " + which +
-                " side has no codes, zeros or scales");
+    throw Error(at + "the " + which + " side has no codes, zeros or scales");
   if (s.bits < 1 || s.bits > 16)
-    throw Error(std::string("AttentionRowState::") + fn + ": " + which +
-                " bits must be in 1..16, got " + std::to_string(s.bits));
-  if (s.group_cols == 0)
-    throw Error(std::string("AttentionRowState::") + fn + ": " + which + " group_cols is 0");
+    throw Error(at + which + " bits must be in 1..16, got " + std::to_string(s.bits));
+  throw Error(at + which + " group_cols is 0");
 }
 
-// The codes of c rows of d from s.first lie inside the buffer.
-void check_codes(const char* fn, const QuantSideBlock& s, size_t c, size_t d) {
-  const size_t end_bits = (s.first + c * d) * size_t(s.bits);
-  if ((end_bits + 7) / 8 > s.codes_bytes)
-    throw Error(std::string("AttentionRowState::") + fn + ": codes [" + std::to_string(s.first) +
-                ", " + std::to_string(s.first + c * d) + ") run past the " +
-                std::to_string(s.codes_bytes) + "-byte code buffer");
+[[noreturn, gnu::cold, gnu::noinline]] void refuse_codes(const char* fn, const QuantSideBlock& s,
+                                                         size_t c, size_t d) {
+  throw Error(std::string("AttentionRowState::") + fn + ": codes [" + std::to_string(s.first) +
+              ", " + std::to_string(s.first + c * d) + ") run past the " +
+              std::to_string(s.codes_bytes) + "-byte code buffer");
+}
+
+// A side's pointers and shape are usable, and the codes of its c rows of d from
+// s.first lie inside the buffer.
+inline void check_side(const char* fn, const QuantSideBlock& s, const char* which, size_t c,
+                       size_t d) {
+  if (s.codes == nullptr || s.zero == nullptr || s.scale == nullptr || s.bits < 1 ||
+      s.bits > 16 || s.group_cols == 0) [[unlikely]]
+    refuse_side(fn, s, which);
+  if (((s.first + c * d) * size_t(s.bits) + 7) / 8 > s.codes_bytes) [[unlikely]]
+    refuse_codes(fn, s, c, d);
 }
 
 // Scores of one block for the kernel's widest head pass.
@@ -221,10 +199,10 @@ float* block_scratch(size_t bt) {
 }  // namespace
 
 size_t AttentionRowState::next_quantized_block(const char* fn) const {
-  if (kv_heads_ != 1)
+  if (kv_heads_ != 1) [[unlikely]]
     throw Error(std::string("AttentionRowState::") + fn +
                 ": needs a state of one KV head, this one has " + std::to_string(kv_heads_));
-  if (next_block_ >= n_blocks_)
+  if (next_block_ >= n_blocks_) [[unlikely]]
     throw Error(std::string("AttentionRowState::") + fn + ": all " + std::to_string(n_blocks_) +
                 " blocks were already added");
   const size_t bt = block_tokens_, j = next_block_;
@@ -234,11 +212,9 @@ size_t AttentionRowState::next_quantized_block(const char* fn) const {
 void AttentionRowState::add_quantized(const QuantSideBlock& k, const QuantSideBlock& v) {
   const char* fn = "add_quantized";
   const size_t c = next_quantized_block(fn);
-  check_side(fn, k, "K");
-  check_side(fn, v, "V");
-  check_codes(fn, k, c, head_dim_);
-  check_codes(fn, v, c, head_dim_);
-  if ((k.rope != nullptr && head_dim_ % 32 != 0) || v.rope != nullptr)
+  check_side(fn, k, "K", c, head_dim_);
+  check_side(fn, v, "V", c, head_dim_);
+  if ((k.rope != nullptr && head_dim_ % 32 != 0) || v.rope != nullptr) [[unlikely]]
     throw Error("AttentionRowState::add_quantized: RoPE is applied to K rows only, with a "
                 "head_dim that is a multiple of 32 (got " + std::to_string(head_dim_) + ")");
   dequant_attention_fn(active_simd_path())(n_heads_, head_dim_, block_tokens_, c, k, v,
@@ -250,8 +226,7 @@ void AttentionRowState::add_quantized_v(const float* k_rows, const QuantSideBloc
   const char* fn = "add_quantized_v";
   const size_t c = next_quantized_block(fn);
   if (k_rows == nullptr) throw Error("AttentionRowState::add_quantized_v: no K rows");
-  check_side(fn, v, "V");
-  check_codes(fn, v, c, head_dim_);
+  check_side(fn, v, "V", c, head_dim_);
   if (v.rope != nullptr)
     throw Error("AttentionRowState::add_quantized_v: RoPE is applied to K rows only");
   dequant_attention_v_fn(active_simd_path())(n_heads_, head_dim_, block_tokens_, c, k_rows, v,

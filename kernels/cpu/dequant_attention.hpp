@@ -35,8 +35,8 @@ struct QuantRows {
   const uint16_t* outlier_values = nullptr;
   /// Set for keys stored before RoPE (KVQuant): after dequantization and outliers,
   /// each row gets rotate-half RoPE at rope_positions[r] (absolute, one per row) with
-  /// these d / 2 frequencies, in double (cpu::rope_row_f64's arithmetic, the angle's
-  /// cos and sin computed as the compressed tier computes them).
+  /// these d / 2 frequencies (cpu::rope_row's arithmetic and cpu::rope_table's cos
+  /// and sin, as the compressed tier decodes them).
   const float* rope_inv_freq = nullptr;
   const int32_t* rope_positions = nullptr;
 };
@@ -68,8 +68,9 @@ struct QuantSideBlock {
   const uint64_t* patch_mask = nullptr;  // null: no outliers in the block
   const float* patch = nullptr;
   size_t patch_words = 0, patch_stride = 0;
-  /// Keys stored before RoPE: row t's cos (d / 2 doubles), then sin, at its position.
-  const double* const* rope = nullptr;
+  /// Keys stored before RoPE: row t's cos (d / 2 floats), then sin, at its position
+  /// (cpu::rope_table's row).
+  const float* const* rope = nullptr;
 };
 
 /// The fp32 zeros and scales of one side's blocks of rows, converted from fp16 once
@@ -87,7 +88,7 @@ class QuantBlockParams {
  private:
   std::vector<float> zero_, scale_, patch_;
   std::vector<uint64_t> patch_mask_;
-  std::vector<const double*> rope_rows_;
+  std::vector<const float*> rope_rows_;
   std::vector<const float*> zero_rows_, scale_rows_;
   const QuantRows* src_ = nullptr;
   size_t first_ = 0, last_ = 0, per_row_ = 0;

@@ -83,21 +83,22 @@ struct QuantRowsSrc {
 };
 
 /// KVQuant's keys: the block's c rows from the codes (outliers blended in), each
-/// pair of half-rows turned by rotate-half RoPE in double at the row's position
-/// (QuantSideBlock::rope; D a multiple of 2 W), into `tile` ([c][D] fp32): the
-/// values PackedSide::decode_rows writes, without its per-block setup.
+/// pair of half-rows turned by rotate-half RoPE at the row's position
+/// (QuantSideBlock::rope; D a multiple of 2 W; cpu::rope_row's arithmetic: products
+/// rounded, then the sum), into `tile` ([c][D] fp32): the values
+/// PackedSide::decode_rows writes, without its per-block setup.
 template <class T, class Src>
 void rope_rows_tile(const Src& src, const QuantSideBlock& k, size_t D, size_t c, float* tile) {
   constexpr size_t W = T::W;
   const size_t h = D / 2;
   for (size_t t = 0; t < c; ++t) {
-    const double* cs = k.rope[t];
+    const float* cs = k.rope[t];
     float* row = tile + t * D;
     for (size_t i = 0; i < h; i += W) {
-      auto x1 = src.dequant(t, i, W), x2 = src.dequant(t, i + h, W);
-      T::rope_pair(x1, x2, cs + i, cs + h + i);
-      T::store(row + i, x1);
-      T::store(row + h + i, x2);
+      const auto x1 = src.dequant(t, i, W), x2 = src.dequant(t, i + h, W);
+      const auto cv = T::load(cs + i), sv = T::load(cs + h + i);
+      T::store(row + i, T::sub(T::mul(x1, cv), T::mul(x2, sv)));
+      T::store(row + h + i, T::add(T::mul(x2, cv), T::mul(x1, sv)));
     }
   }
 }

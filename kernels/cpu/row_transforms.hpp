@@ -1,9 +1,9 @@
 // Per-row transforms that a compressed view undoes on every draft step when its
 // rows are stored transformed: RotateKV's normalised Walsh-Hadamard rotation and
-// KVQuant's rotate-half RoPE of pre-RoPE keys (angles' cos and sin in double). Each
-// SIMD path performs the scalar path's operations in the same order on every
-// element (butterflies stage by stage; double multiplies and an add or subtract,
-// never fused; one rounding to float), so every path gives the same bits.
+// KVQuant's rotate-half RoPE of pre-RoPE keys (in float, the angles' cos and sin
+// computed in double). Each SIMD path performs the scalar path's operations in the
+// same order on every element (butterflies stage by stage; multiplies and an add or
+// subtract, never fused), so every path gives the same bits.
 #pragma once
 #include <cstddef>
 
@@ -15,10 +15,18 @@ namespace vc::cpu {
 /// Throws vc::Error unless d is a power of two.
 void hadamard_rows(float* x, size_t rows, size_t d);
 
-/// Rotate-half RoPE of one row of d (even) floats: for i < d/2, with c = cs[2i],
-/// s = sign * cs[2i + 1] (the angle's cos and sin, in double),
-///   x[i] = float(x[i] * c - x[i + d/2] * s),  x[i + d/2] = float(x[i + d/2] * c + x[i] * s),
-/// each product and the sum rounded in double. sign -1 undoes it.
-void rope_row_f64(float* x, size_t d, const double* cs, double sign);
+/// Rotate-half RoPE of one row of d (even) floats: for i < h = d/2, with c = cs[i],
+/// s = sign * cs[h + i] (the angle's cos and sin; cs: [cos h][sin h]),
+///   x[i] = x[i] * c - x[i + h] * s,  x[i + h] = x[i + h] * c + x[i] * s,
+/// in float, each product rounded before the sum (never fused). sign -1 undoes it.
+void rope_row(float* x, size_t d, const float* cs, float sign);
+
+/// cos and sin of pos * inv_freq[i] (the angle in double, std::cos / std::sin,
+/// rounded to float) for i < h, at every position up to last_pos: row p at
+/// table + p * 2h, laid out [cos h][sin h] as rope_row reads it. A per-thread cache
+/// (a model constant, like the cos/sin cache of GPU engines) grown to the largest
+/// position asked: the pointer stays valid until this thread asks for a larger
+/// position or other frequencies.
+const float* rope_table(const float* inv_freq, size_t h, size_t last_pos);
 
 }  // namespace vc::cpu

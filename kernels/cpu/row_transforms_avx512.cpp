@@ -2,8 +2,8 @@
 // in vectors through every pass; spans 1..8 pair lanes of one vector (a shuffle
 // brings each lane its partner, then a + b goes to the lower lane of each pair and
 // a - b to the upper, the operands in the scalar order), spans of 16 and more pair
-// whole vectors; other lengths run the scalar kernel. RoPE: eight angles at a time
-// in double. Compiled with -ffp-contract=off: no multiply is fused into the add
+// whole vectors; other lengths run the scalar kernel. RoPE: sixteen angles at a
+// time. Compiled with -ffp-contract=off: no multiply is fused into the add
 // that follows it, as on the scalar path.
 // GCC 12's AVX-512 intrinsics trip -Wuninitialized once inlined (GCC bug 105593):
 // silenced for the header's lines, as in simd_avx512.hpp.
@@ -72,29 +72,22 @@ void hadamard_rows_avx512(float* x, size_t rows, size_t d) {
   hadamard_rows_scalar(x, rows, d);
 }
 
-void rope_row_f64_avx512(float* x, size_t d, const double* cs, double sign) {
+void rope_row_avx512(float* x, size_t d, const float* cs, float sign) {
   const size_t h = d / 2;
   size_t i = 0;
-  const __m512d vsign = _mm512_set1_pd(sign);
-  // cs holds (cos, sin) pairs: even lanes of two loads are the cosines.
-  const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
-  const __m512i odd = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
-  for (; i + 8 <= h; i += 8) {
-    const __m512d lo = _mm512_loadu_pd(cs + 2 * i), hi = _mm512_loadu_pd(cs + 2 * i + 8);
-    const __m512d c = _mm512_permutex2var_pd(lo, even, hi);
-    const __m512d sn = _mm512_mul_pd(vsign, _mm512_permutex2var_pd(lo, odd, hi));
-    const __m512d x1 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-    const __m512d x2 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + h));
-    const __m256 y1 = _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(x1, c), _mm512_mul_pd(x2, sn)));
-    const __m256 y2 = _mm512_cvtpd_ps(_mm512_add_pd(_mm512_mul_pd(x2, c), _mm512_mul_pd(x1, sn)));
-    _mm256_storeu_ps(x + i, y1);
-    _mm256_storeu_ps(x + i + h, y2);
+  const __m512 vsign = _mm512_set1_ps(sign);
+  for (; i + 16 <= h; i += 16) {
+    const __m512 c = _mm512_loadu_ps(cs + i);
+    const __m512 sn = _mm512_mul_ps(vsign, _mm512_loadu_ps(cs + h + i));
+    const __m512 x1 = _mm512_loadu_ps(x + i), x2 = _mm512_loadu_ps(x + i + h);
+    _mm512_storeu_ps(x + i, _mm512_sub_ps(_mm512_mul_ps(x1, c), _mm512_mul_ps(x2, sn)));
+    _mm512_storeu_ps(x + i + h, _mm512_add_ps(_mm512_mul_ps(x2, c), _mm512_mul_ps(x1, sn)));
   }
   for (; i < h; ++i) {
-    const double c = cs[2 * i], s = sign * cs[2 * i + 1];
-    const double x1 = x[i], x2 = x[i + h];
-    x[i] = float(x1 * c - x2 * s);
-    x[i + h] = float(x2 * c + x1 * s);
+    const float c = cs[i], s = sign * cs[h + i];
+    const float x1 = x[i], x2 = x[i + h];
+    x[i] = x1 * c - x2 * s;
+    x[i + h] = x2 * c + x1 * s;
   }
 }
 

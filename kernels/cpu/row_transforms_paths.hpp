@@ -7,7 +7,7 @@ namespace vc::cpu {
 
 void hadamard_rows_scalar(float* x, size_t rows, size_t d);
 void hadamard_rows_avx512(float* x, size_t rows, size_t d);
-void rope_row_f64_scalar(float* x, size_t d, const double* cs, double sign);
-void rope_row_f64_avx512(float* x, size_t d, const double* cs, double sign);
+void rope_row_scalar(float* x, size_t d, const float* cs, float sign);
+void rope_row_avx512(float* x, size_t d, const float* cs, float sign);
 
 }  // namespace vc::cpu

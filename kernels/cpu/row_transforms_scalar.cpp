@@ -21,13 +21,13 @@ void hadamard_rows_scalar(float* x, size_t rows, size_t d) {
   }
 }
 
-void rope_row_f64_scalar(float* x, size_t d, const double* cs, double sign) {
+void rope_row_scalar(float* x, size_t d, const float* cs, float sign) {
   const size_t h = d / 2;
   for (size_t i = 0; i < h; ++i) {
-    const double c = cs[2 * i], s = sign * cs[2 * i + 1];
-    const double x1 = x[i], x2 = x[i + h];
-    x[i] = float(x1 * c - x2 * s);
-    x[i + h] = float(x2 * c + x1 * s);
+    const float c = cs[i], s = sign * cs[h + i];
+    const float x1 = x[i], x2 = x[i + h];
+    x[i] = x1 * c - x2 * s;
+    x[i + h] = x2 * c + x1 * s;
   }
 }
 

@@ -80,21 +80,6 @@ struct Avx2Simd {
     const __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(bits)), bit), bit);
     return _mm256_blendv_ps(a, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
   }
-  /// Rotate-half RoPE of a pair of half-row vectors in double (row_transforms.hpp's
-  /// arithmetic): x1 = float(x1 * c - x2 * s), x2 = float(x2 * c + x1 * s) lane by
-  /// lane, each product and the sum rounded in double.
-  [[gnu::always_inline]] static void rope_pair(V& x1, V& x2, const double* c, const double* s) {
-    __m128 lo[2], hi[2];
-    for (int k = 0; k < 2; ++k) {
-      const __m256d a = _mm256_cvtps_pd(k == 0 ? _mm256_castps256_ps128(x1) : _mm256_extractf128_ps(x1, 1));
-      const __m256d b = _mm256_cvtps_pd(k == 0 ? _mm256_castps256_ps128(x2) : _mm256_extractf128_ps(x2, 1));
-      const __m256d cv = _mm256_loadu_pd(c + 4 * k), sv = _mm256_loadu_pd(s + 4 * k);
-      lo[k] = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(a, cv), _mm256_mul_pd(b, sv)));
-      hi[k] = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(b, cv), _mm256_mul_pd(a, sv)));
-    }
-    x1 = _mm256_set_m128(lo[1], lo[0]);
-    x2 = _mm256_set_m128(hi[1], hi[0]);
-  }
 
   /// out[j] = sum of the lanes of a_j by the fixed tree t_i = l_i + l_{i+4}, then
   /// (t0 + t1) + (t2 + t3): four reductions share the shuffles, but every lane

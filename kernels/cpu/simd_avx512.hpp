@@ -88,30 +88,6 @@ struct Avx512Simd {
   static V blend_load(V a, unsigned bits, const float* p) {
     return _mm512_mask_loadu_ps(a, __mmask16(bits), p);
   }
-  /// Rotate-half RoPE of a pair of half-row vectors in double (row_transforms.hpp's
-  /// arithmetic): x1 = float(x1 * c - x2 * s), x2 = float(x2 * c + x1 * s) lane by
-  /// lane, each product and the sum rounded in double.
-  [[gnu::always_inline]] static void rope_pair(V& x1, V& x2, const double* c, const double* s) {
-    __m256 lo[2], hi[2];
-    for (int k = 0; k < 2; ++k) {
-      const __m512d a = _mm512_cvtps_pd(half(x1, k)), b = _mm512_cvtps_pd(half(x2, k));
-      const __m512d cv = _mm512_loadu_pd(c + 8 * k), sv = _mm512_loadu_pd(s + 8 * k);
-      lo[k] = _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(a, cv), _mm512_mul_pd(b, sv)));
-      hi[k] = _mm512_cvtpd_ps(_mm512_add_pd(_mm512_mul_pd(b, cv), _mm512_mul_pd(a, sv)));
-    }
-    x1 = join(lo[0], lo[1]);
-    x2 = join(hi[0], hi[1]);
-  }
-  /// Lanes [8k, 8k + 8) of a.
-  static __m256 half(V a, int k) {
-    return k == 0 ? _mm512_castps512_ps256(a)
-                  : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-  }
-  /// lo in lanes [0, 8), hi in [8, 16).
-  static V join(__m256 lo, __m256 hi) {
-    return _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-  }
 
   /// out[j] = sum of the 16 lanes of a_j by a fixed tree: quarters q0 + q2 and
   /// q1 + q3, then their sum, then (t0 + t1) + (t2 + t3) within the quarter. Four

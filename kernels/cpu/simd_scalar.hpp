@@ -96,16 +96,6 @@ struct ScalarSimd {
       if ((bits >> i) & 1u) a.v[i] = p[i];
     return a;
   }
-  /// Rotate-half RoPE of a pair of half-row vectors in double (row_transforms.hpp's
-  /// arithmetic): x1 = float(x1 * c - x2 * s), x2 = float(x2 * c + x1 * s) lane by
-  /// lane, each product and the sum rounded in double.
-  static void rope_pair(V& x1, V& x2, const double* c, const double* s) {
-    for (size_t i = 0; i < W; ++i) {
-      const double a = x1.v[i], b = x2.v[i];
-      x1.v[i] = float(a * c[i] - b * s[i]);
-      x2.v[i] = float(b * c[i] + a * s[i]);
-    }
-  }
   /// out[j] = sum of the lanes of a_j, by the fixed tree (l_i + l_{i+4}), then
   /// (t0 + t1) + (t2 + t3). Each sum only involves its own vector.
   static constexpr bool kMaskedLoop = false;

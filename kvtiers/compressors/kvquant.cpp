@@ -2,8 +2,9 @@
 // Length LLM Inference with KV Cache Quantization", arXiv 2401.18079). Keys are
 // quantized per channel BEFORE RoPE: RoPE is undone with ModelFacts::rope_inv_freq
 // and the rows' absolute positions (the `positions` quantize() receives, which the
-// tier maps through ModelFacts::positions; rotate-half convention, angles in
-// double), the pre-RoPE keys quantized and dequantized, and RoPE re-applied. Values
+// tier maps through ModelFacts::positions; rotate-half convention, in float with
+// the angles' cos and sin computed in double: cpu::rope_row), the pre-RoPE keys
+// quantized and dequantized, and RoPE re-applied. Values
 // are quantized per token. Dense-and-sparse: the `outlier_fraction` largest-magnitude entries of
 // each (layer, KV head) -- separately for the pre-RoPE keys and for the values --
 // are kept exactly (bf16) in a sparse list, and the per-channel / per-token ranges
@@ -37,8 +38,9 @@ namespace vc {
 namespace {
 
 /// Rotate-half RoPE of one row at position `pos`; sign -1 undoes it.
-void rope_row(float* x, size_t d, const float* inv_freq, double pos, double sign) {
-  rope_rotate_half(x, d, inv_freq, pos, sign);
+void rope_row(float* x, size_t d, const float* inv_freq, int32_t pos, float sign) {
+  if (pos < 0) throw Error("kvquant: negative position " + std::to_string(pos));
+  rope_rotate_half(x, d, inv_freq, size_t(pos), sign);
 }
 
 struct KvQuantSettings {
@@ -167,9 +169,9 @@ class KvQuant final : public Quantizer {
     }
     const KvQuantSettings s = now_.get();
     const float* inv = model.rope_inv_freq.data();
-    for (size_t r = 0; r < n; ++r) rope_row(k + r * d, d, inv, double(positions[r]), -1.0);
+    for (size_t r = 0; r < n; ++r) rope_row(k + r * d, d, inv, positions[r], -1.f);
     side(s, k, n, d, s.key_bits, /*per_channel=*/true, packed ? &packed->k : nullptr);
-    for (size_t r = 0; r < n; ++r) rope_row(k + r * d, d, inv, double(positions[r]), 1.0);
+    for (size_t r = 0; r < n; ++r) rope_row(k + r * d, d, inv, positions[r], 1.f);
     side(s, v, n, d, s.value_bits, /*per_channel=*/false, packed ? &packed->v : nullptr);
     if (packed) {
       packed->k.transform = PackedTransform::rope;  // keys were quantized pre-RoPE

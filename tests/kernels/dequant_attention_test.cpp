@@ -291,7 +291,7 @@ TEST(dequant_attention, bad_blocks_are_refused_with_an_error_naming_them) {
   test::expect_error_naming([&] { s.add_quantized(ok, ok); }, "one KV head");
   s.begin(q, 1, one, 4, 1.f);
   test::expect_error_naming([&] { s.add_quantized_v(nullptr, ok); }, "no K rows");
-  const double* cs[4] = {};
+  const float* cs[4] = {};
   QuantSideBlock roped = ok;
   roped.rope = cs;
   test::expect_error_naming([&] { s.add_quantized_v(rows.data(), roped); }, "K rows only");

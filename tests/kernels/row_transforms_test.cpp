@@ -61,29 +61,54 @@ TEST(row_transforms, rope_avx512_equals_the_scalar_path_bit_for_bit) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> angle(-100.0, 100.0);
   for (size_t d = 2; d <= 130; d += 2) {
-    std::vector<double> cs(d);
-    for (size_t i = 0; i < d / 2; ++i) {
+    const size_t h = d / 2;
+    std::vector<float> cs(d);
+    for (size_t i = 0; i < h; ++i) {
       const double a = angle(rng);
-      cs[2 * i] = std::cos(a);
-      cs[2 * i + 1] = std::sin(a);
+      cs[i] = float(std::cos(a));
+      cs[h + i] = float(std::sin(a));
     }
-    for (double sign : {1.0, -1.0}) {
+    for (float sign : {1.f, -1.f}) {
       const std::vector<float> x = test::random_floats(rng, d, -8.f, 8.f);
       std::vector<float> want = x, got = x;
-      rope_row_f64_scalar(want.data(), d, cs.data(), sign);
-      rope_row_f64_avx512(got.data(), d, cs.data(), sign);
+      rope_row_scalar(want.data(), d, cs.data(), sign);
+      rope_row_avx512(got.data(), d, cs.data(), sign);
       expect_same_bits(want, got, sign > 0 ? "rope" : "rope undone", d);
     }
   }
 }
 
+TEST(row_transforms, rope_turns_each_pair_by_its_angle_and_back_within_float_rounding) {
+  const size_t d = 64, h = d / 2, pos = 3000;
+  std::vector<float> inv(h);
+  for (size_t i = 0; i < h; ++i) inv[i] = float(std::pow(10000.0, -2.0 * double(i) / double(d)));
+  const float* table = rope_table(inv.data(), h, pos + 5);
+  const float* cs = table + pos * d;
+  for (size_t i = 0; i < h; ++i) {  // the angles in double, rounded once
+    const double a = double(pos) * double(inv[i]);
+    ASSERT_EQ(cs[i], float(std::cos(a))) << i;
+    ASSERT_EQ(cs[h + i], float(std::sin(a))) << i;
+  }
+  std::mt19937 rng(6);
+  const std::vector<float> x = test::random_floats(rng, d, -4.f, 4.f);
+  std::vector<float> y = x;
+  rope_row(y.data(), d, cs, 1.f);
+  for (size_t i = 0; i < h; ++i) {  // against a double rotation
+    const double a = double(pos) * double(inv[i]), c = std::cos(a), s = std::sin(a);
+    EXPECT_NEAR(y[i], x[i] * c - x[i + h] * s, 4e-6) << i;
+    EXPECT_NEAR(y[i + h], x[i + h] * c + x[i] * s, 4e-6) << i;
+  }
+  rope_row(y.data(), d, cs, -1.f);
+  for (size_t i = 0; i < d; ++i) EXPECT_NEAR(y[i], x[i], 4e-6) << i;
+}
+
 TEST(row_transforms, a_length_the_transform_cannot_take_is_an_error_naming_it) {
   std::vector<float> x(12);
-  const double cs[12] = {};
+  const float cs[12] = {};
   test::expect_error_naming([&] { hadamard_rows(x.data(), 1, 12); },
                             "hadamard_rows: length must be a power of two, got 12");
-  test::expect_error_naming([&] { rope_row_f64(x.data(), 7, cs, 1.0); },
-                            "rope_row_f64: length must be even, got 7");
+  test::expect_error_naming([&] { rope_row(x.data(), 7, cs, 1.f); },
+                            "rope_row: length must be even, got 7");
 }
 
 }  // namespace
