@@ -131,32 +131,24 @@ void QuantBlockParams::prepare(const QuantRows& q, size_t d, size_t r0, size_t r
 
 namespace {
 
-DequantAttnFn dequant_attention_fn(SimdPath p) {
-  switch (p) {
-    case SimdPath::avx512bf16:
-    case SimdPath::amx:
-    case SimdPath::avx512:
-      return dequant_attention_block_avx512;
-    case SimdPath::avx2:
-      return dequant_attention_block_avx2;
-    case SimdPath::scalar:
-      break;
-  }
-  return dequant_attention_block_scalar;
-}
+// The active path's kernels: both sides from the codes, and V alone.
+struct DequantAttnKernels {
+  DequantAttnFn kv;
+  DequantAttnVFn v;
+};
 
-DequantAttnVFn dequant_attention_v_fn(SimdPath p) {
+DequantAttnKernels dequant_attention_kernels(SimdPath p) {
   switch (p) {
     case SimdPath::avx512bf16:
     case SimdPath::amx:
     case SimdPath::avx512:
-      return dequant_attention_block_v_avx512;
+      return {dequant_attention_block_avx512, dequant_attention_block_v_avx512};
     case SimdPath::avx2:
-      return dequant_attention_block_v_avx2;
+      return {dequant_attention_block_avx2, dequant_attention_block_v_avx2};
     case SimdPath::scalar:
       break;
   }
-  return dequant_attention_block_v_scalar;
+  return {dequant_attention_block_scalar, dequant_attention_block_v_scalar};
 }
 
 // The errors the checks below raise, out of the per-block path.
@@ -217,8 +209,8 @@ void AttentionRowState::add_quantized(const QuantSideBlock& k, const QuantSideBl
   if ((k.rope != nullptr && head_dim_ % 32 != 0) || v.rope != nullptr) [[unlikely]]
     throw Error("AttentionRowState::add_quantized: RoPE is applied to K rows only, with a "
                 "head_dim that is a multiple of 32 (got " + std::to_string(head_dim_) + ")");
-  dequant_attention_fn(active_simd_path())(n_heads_, head_dim_, block_tokens_, c, k, v,
-                                           state_.data(), block_scratch(block_tokens_));
+  const DequantAttnFn kernel = dequant_attention_kernels(active_simd_path()).kv;
+  kernel(n_heads_, head_dim_, block_tokens_, c, k, v, state_.data(), block_scratch(block_tokens_));
   ++next_block_;
 }
 
@@ -229,8 +221,9 @@ void AttentionRowState::add_quantized_v(const float* k_rows, const QuantSideBloc
   check_side(fn, v, "V", c, head_dim_);
   if (v.rope != nullptr)
     throw Error("AttentionRowState::add_quantized_v: RoPE is applied to K rows only");
-  dequant_attention_v_fn(active_simd_path())(n_heads_, head_dim_, block_tokens_, c, k_rows, v,
-                                             state_.data(), block_scratch(block_tokens_));
+  const DequantAttnVFn kernel = dequant_attention_kernels(active_simd_path()).v;
+  kernel(n_heads_, head_dim_, block_tokens_, c, k_rows, v, state_.data(),
+         block_scratch(block_tokens_));
   ++next_block_;
 }
 
