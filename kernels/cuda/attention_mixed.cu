@@ -4,6 +4,12 @@
 // probabilities and sum, and its weighted V (one thread per (head, dim), entries in
 // order); one block per (row, query head) merges the chunks in order. An entry is a
 // prefix row (entry < count) or a tail position (tail_begin + entry - count).
+// Quantized prefixes (prefix_quant_k/v) go through attention_mixed_quant_chunk_kernel:
+// the same steps, with the chunk's prefix rows dequantized kSub at a time into
+// shared memory (one warp per row: codes, bf16 rows, outliers, then RoPE or the
+// Hadamard transform, the CPU decode's order and roundings) before they are read.
+#include <cuda_fp16.h>
+
 #include <algorithm>
 
 #include "kernels/cuda/attention.cuh"
@@ -47,7 +53,210 @@ __device__ __forceinline__ float2 load_pair(const char* row, size_t i) {
   }
 }
 
+constexpr size_t kSub = 32;  // quantized prefix rows staged in shared memory at once
+
+// Code i (of `bits` bits, LSB first) of a packed buffer of `bytes` bytes.
+__device__ __forceinline__ uint32_t code_at(const uint8_t* codes, size_t bytes, size_t i, int bits) {
+  const size_t bit = i * size_t(bits), b = bit / 8;
+  uint32_t w = 0;
+  for (size_t k = 0; k < 3 && b + k < bytes; ++k) w |= uint32_t(__ldg(codes + b + k)) << (8 * k);
+  return (w >> (bit % 8)) & ((1u << bits) - 1u);
+}
+
+__device__ __forceinline__ float f16_bits_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+
+// Row r of a quantized side into dst[0, D), by the 32 lanes of one warp: the values
+// vc::PackedSide::decode_rows writes, bit for bit.
+__device__ void dequant_row(const QuantPrefixSide& s, size_t r, size_t D, float* dst, size_t lane) {
+  if (r < s.rows) {
+    const size_t bc = s.block_cols, col_blocks = (D + bc - 1) / bc;
+    const size_t b0 = (r / s.block_rows) * col_blocks;
+    for (size_t d = lane; d < D; d += 32) {
+      const size_t b = b0 + d / bc;
+      const float code = float(code_at(s.codes, s.codes_bytes, r * D + d, s.bits));
+      dst[d] = __fadd_rn(f16_bits_to_f32(__ldg(s.zero + b)),
+                         __fmul_rn(code, f16_bits_to_f32(__ldg(s.scale + b))));
+    }
+  } else {
+    for (size_t d = lane; d < D; d += 32) dst[d] = bf16_bits_to_f32(__ldg(s.full + (r - s.rows) * D + d));
+  }
+  __syncwarp();
+  if (s.n_outliers > 0) {  // the row's outliers: [lower_bound(r * D), lower_bound((r + 1) * D))
+    size_t lo = 0, hi = s.n_outliers;
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (size_t(__ldg(s.outliers + mid)) < r * D) lo = mid + 1; else hi = mid;
+    }
+    for (size_t k = lo + lane; k < s.n_outliers; k += 32) {
+      const size_t at = size_t(__ldg(s.outliers + k));
+      if (at >= (r + 1) * D) break;
+      dst[at - r * D] = bf16_bits_to_f32(__ldg(s.outlier_values + k));
+    }
+    __syncwarp();
+  }
+  if (s.rope_table != nullptr) {  // rotate-half RoPE, cpu::rope_row's arithmetic
+    const size_t h = D / 2;
+    const float* cs = s.rope_table + size_t(__ldg(s.positions + r)) * D;
+    for (size_t i = lane; i < h; i += 32) {
+      const float c = __ldg(cs + i), sn = __ldg(cs + h + i), x1 = dst[i], x2 = dst[i + h];
+      dst[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
+      dst[i + h] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
+    }
+    __syncwarp();
+  } else if (s.hadamard) {  // butterflies stage by stage, then 1 / sqrt(D)
+    for (size_t hs = 1; hs < D; hs *= 2) {
+      for (size_t j = lane; j < D / 2; j += 32) {
+        const size_t i0 = (j / hs) * 2 * hs + j % hs;
+        const float x = dst[i0], y = dst[i0 + hs];
+        dst[i0] = __fadd_rn(x, y);
+        dst[i0 + hs] = __fsub_rn(x, y);
+      }
+      __syncwarp();
+    }
+    const float norm = float(1.0 / sqrt(double(D)));
+    for (size_t d = lane; d < D; d += 32) dst[d] = __fmul_rn(dst[d], norm);
+    __syncwarp();
+  }
+}
+
 }  // namespace
+
+/// attention_mixed_chunk_kernel for launches with quantized prefixes: the chunk's
+/// prefix rows (quantized or not) are staged kSub at a time in shared memory, K for
+/// the scores, then V for the weighted sum (kept per (head, dim) in shared memory
+/// across the sub-chunks, accumulated in entry order as the plain kernel does).
+template <DType T>
+static __global__ void __launch_bounds__(kThreads) attention_mixed_quant_chunk_kernel(MixedArgs a) {
+  const size_t m = blockIdx.x, g = blockIdx.y, j = blockIdx.z;
+  const MixedKvRows& kv = a.kv;
+  const size_t n = entries_of(kv, m, g), start = j * kChunk;
+  if (start >= n) return;
+  const size_t c = n - start < kChunk ? n - start : kChunk;
+  const size_t D = kv.head_dim, bt = kv.block_tokens, group = a.n_heads / kv.kv_heads;
+  const size_t esz = T == DType::f32 ? 4 : 2;
+  const size_t head = m * kv.kv_heads + g;
+  const size_t count = size_t(kv.prefix_count[head]);
+  const size_t tail_begin = size_t(kv.tail_begin[m]);
+  const QuantPrefixSide& quant_k = kv.prefix_quant_k[head];
+  const QuantPrefixSide& quant_v = kv.prefix_quant_v[head];
+  const bool quantized = quant_k.codes != nullptr;
+
+  extern __shared__ float smem[];
+  float* qs = smem;                 // [group][D] scaled queries
+  float* sc = qs + group * D;       // [group][kChunk]
+  float* rows = sc + group * kChunk;  // [kSub][D] staged prefix rows of one side
+  float* o = rows + kSub * D;       // [group][D] weighted V so far
+  const size_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+  const float* qrow = a.q + (m * a.n_heads + g * group) * D;
+  for (size_t i = threadIdx.x; i < group * D; i += kThreads) {
+    qs[i] = __fmul_rn(qrow[i], a.scale);
+    o[i] = 0.f;
+  }
+
+  // Stages the prefix rows among entries [sub, sub + cs) of the chunk (side K or V).
+  auto stage = [&](size_t sub, size_t cs, bool is_v) {
+    __syncthreads();  // the previous reads of `rows` are done
+    for (size_t t = warp; t < cs; t += kWarps) {
+      const size_t e = start + sub + t;
+      if (e >= count) break;
+      float* dst = rows + t * D;
+      if (quantized) {
+        dequant_row(is_v ? quant_v : quant_k, e, D, dst, lane);
+      } else {
+        const char* src = static_cast<const char*>(is_v ? kv.prefix_v[head] : kv.prefix_k[head]) + e * D * esz;
+        for (size_t d = lane; d < D; d += 32)
+          dst[d] = elem_to_f32<T>(reinterpret_cast<const typename Elem<T>::type*>(src)[d]);
+      }
+    }
+    __syncthreads();
+  };
+  // Row of tail entry e (of this chunk) in K (is_v false) or V.
+  auto tail_row = [&](size_t e, bool is_v) -> const char* {
+    const size_t pos = tail_begin + (start + e - count);
+    const size_t block = size_t(kv.block_tables[m * kv.table_stride + pos / bt]);
+    const size_t off = ((block * kv.kv_heads + g) * bt + pos % bt) * D * esz;
+    return static_cast<const char*>(is_v ? kv.v : kv.k) + off;
+  };
+
+  // Scores (scale * q) · k, as the plain kernel computes them.
+  const int steps = int((D + 63) / 64);
+  for (size_t sub = 0; sub < c; sub += kSub) {
+    const size_t cs = c - sub < kSub ? c - sub : kSub;
+    stage(sub, cs, false);
+    for (size_t t = warp; t < cs; t += kWarps) {
+      const size_t e = sub + t;
+      const bool in_prefix = start + e < count;
+      const char* kr = in_prefix ? nullptr : tail_row(e, false);
+      float2 kp[kMaxPairSteps];
+#pragma unroll
+      for (int s = 0; s < kMaxPairSteps; ++s) {
+        const size_t d = size_t(s) * 64 + 2 * lane;
+        if (s < steps && d < D)
+          kp[s] = in_prefix ? make_float2(rows[t * D + d], rows[t * D + d + 1]) : load_pair<T>(kr, d);
+        else
+          kp[s] = make_float2(0.f, 0.f);
+      }
+      for (size_t h = 0; h < group; ++h) {
+        const float* qh = qs + h * D;
+        float acc = 0.f;
+#pragma unroll
+        for (int s = 0; s < kMaxPairSteps; ++s) {
+          const size_t d = size_t(s) * 64 + 2 * lane;
+          if (s < steps && d < D) {
+            acc = fmaf(qh[d], kp[s].x, acc);
+            acc = fmaf(qh[d + 1], kp[s].y, acc);
+          }
+        }
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
+        if (lane == 0) sc[h * kChunk + e] = acc;
+      }
+    }
+  }
+  __syncthreads();
+
+  for (size_t h = warp; h < group; h += kWarps) {
+    float* s = sc + h * kChunk;
+    float mx = -__int_as_float(0x7f800000);
+    for (size_t t = lane; t < c; t += 32) mx = fmaxf(mx, s[t]);
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
+    float sum = 0.f;
+    for (size_t t = lane; t < c; t += 32) {
+      const float p = exp_approx(s[t] - mx);
+      s[t] = p;
+      sum += p;
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
+    if (lane == 0) {
+      float* ml = a.part_ml + ((m * a.n_heads + g * group + h) * a.n_chunks + j) * 2;
+      ml[0] = mx;
+      ml[1] = sum;
+    }
+  }
+
+  for (size_t sub = 0; sub < c; sub += kSub) {
+    const size_t cs = c - sub < kSub ? c - sub : kSub;
+    stage(sub, cs, true);
+    for (size_t i = threadIdx.x; i < group * D; i += kThreads) {
+      const size_t h = i / D, d = i % D;
+      const float* p = sc + h * kChunk + sub;
+      float acc = o[i];
+      for (size_t t = 0; t < cs; ++t) {
+        const float v = start + sub + t < count
+                            ? rows[t * D + d]
+                            : elem_to_f32<T>(reinterpret_cast<const typename Elem<T>::type*>(
+                                  tail_row(sub + t, true))[d]);
+        acc = fmaf(p[t], v, acc);
+      }
+      o[i] = acc;
+    }
+  }
+  __syncthreads();
+  for (size_t i = threadIdx.x; i < group * D; i += kThreads) {
+    const size_t h = i / D, d = i % D;
+    a.part_o[((m * a.n_heads + g * group + h) * a.n_chunks + j) * D + d] = o[i];
+  }
+}
 
 template <DType T>
 static __global__ void __launch_bounds__(kThreads) attention_mixed_chunk_kernel(MixedArgs a) {
@@ -183,7 +392,9 @@ cudaError_t launch_attention_rows_mixed(const float* q, size_t M, size_t n_heads
   if (M > 0x7fffffffu || kv.kv_heads > 65535 || n_chunks > 65535 || n_heads > 65535)
     return cudaErrorInvalidValue;
   const size_t group = n_heads / kv.kv_heads;
-  const size_t smem = (group * D + group * kChunk) * sizeof(float);
+  const bool quant = kv.prefix_quant_k != nullptr;
+  if (quant && kv.prefix_quant_v == nullptr) return cudaErrorInvalidValue;
+  const size_t smem = (group * D + group * kChunk + (quant ? kSub * D + group * D : 0)) * sizeof(float);
   if (smem > 227 * 1024) return cudaErrorInvalidValue;
   float* part_o = workspace;
   float* part_ml = workspace + M * n_heads * n_chunks * D;
@@ -202,13 +413,16 @@ cudaError_t launch_attention_rows_mixed(const float* q, size_t M, size_t n_heads
     cudaError_t e = cudaErrorInvalidValue;
     switch (kv.dtype) {
       case DType::f32:
-        e = launch(attention_mixed_chunk_kernel<DType::f32>);
+        e = quant ? launch(attention_mixed_quant_chunk_kernel<DType::f32>)
+                  : launch(attention_mixed_chunk_kernel<DType::f32>);
         break;
       case DType::f16:
-        e = launch(attention_mixed_chunk_kernel<DType::f16>);
+        e = quant ? launch(attention_mixed_quant_chunk_kernel<DType::f16>)
+                  : launch(attention_mixed_chunk_kernel<DType::f16>);
         break;
       case DType::bf16:
-        e = launch(attention_mixed_chunk_kernel<DType::bf16>);
+        e = quant ? launch(attention_mixed_quant_chunk_kernel<DType::bf16>)
+                  : launch(attention_mixed_chunk_kernel<DType::bf16>);
         break;
     }
     if (e != cudaSuccess) return e;

@@ -5,8 +5,10 @@
 //   out[m, h] = softmax(scale * q[m, h] · k_e) · v_e over those entries e, g = h / group.
 // Drafts are verified, so this need not be batch invariant; it is deterministic (the
 // same reductions as launch_attention_rows: chunks of entries merged in order).
-// Quantized views (KIVI, KVQuant, RotateKV codes) are not read here yet: their rows
-// must be decoded to the KV type first.
+// A prefix may instead be held quantized (KIVI, KVQuant, RotateKV: QuantPrefixSide,
+// as the CPU's compressed tier packs it): its codes are dequantized inside the
+// kernel, a few dozen rows at a time into shared memory, with the outliers, RoPE or
+// Hadamard transform the CPU's decode applies, right before they are attended to.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -17,8 +19,38 @@
 
 namespace vc::cuda {
 
+/// One side (K or V) of a quantized prefix of n rows (vc::PackedSide on the CPU;
+/// device pointers): rows [0, rows) are codes of `bits` bits (1..16; packed densely,
+/// least significant bit first, row-major; codes_bytes bytes) in blocks of
+/// block_rows x block_cols tiled from (0, 0), block order row-major, each with an
+/// fp16 zero and scale: value = zero + code * scale (the multiply and the add
+/// rounded separately); rows [rows, n) are bf16 (`full`). Then each outlier
+/// (ascending element indices r * head_dim + c, bf16 values) replaces its element,
+/// and the row gets its transform: rotate-half RoPE at positions[r] from rope_table
+/// ([position][cos head_dim/2][sin head_dim/2] floats: vc::cpu::rope_table's rows,
+/// the arithmetic of vc::cpu::rope_row), or the normalised Walsh-Hadamard transform
+/// (vc::cpu::hadamard_rows; head_dim a power of two).
+struct QuantPrefixSide {
+  const uint8_t* codes = nullptr;  // null: this side (and head) is not quantized
+  size_t codes_bytes = 0;
+  int bits = 0;
+  size_t rows = 0;
+  size_t block_rows = 1, block_cols = 1;
+  const uint16_t* zero = nullptr;   // fp16 bits, one per block
+  const uint16_t* scale = nullptr;  // fp16 bits, one per block
+  const uint16_t* full = nullptr;   // bf16 rows after the quantized ones
+  const uint32_t* outliers = nullptr;
+  const uint16_t* outlier_values = nullptr;  // bf16 bits
+  size_t n_outliers = 0;
+  const int32_t* positions = nullptr;  // RoPE: each row's absolute position
+  const float* rope_table = nullptr;   // RoPE: null for none
+  bool hadamard = false;
+};
+
 /// The compressed prefixes and paged tails of M rows (device pointers except
-/// max_entries). Prefix rows and the paged cache hold the same `dtype`.
+/// max_entries). Prefix rows and the paged cache hold the same `dtype`; a (row, KV
+/// head) whose prefix_quant_k entry has codes reads its prefix from prefix_quant_k /
+/// prefix_quant_v instead of prefix_k / prefix_v.
 struct MixedKvRows {
   const void* const* prefix_k = nullptr;  // [M * kv_heads] -> [count, head_dim] rows
   const void* const* prefix_v = nullptr;  // same
@@ -34,6 +66,8 @@ struct MixedKvRows {
   const int32_t* tail_begin = nullptr;  // [M]: first tail position (the view covers below)
   const int32_t* n_ctx = nullptr;       // [M]: positions the row attends to (its position + 1)
   size_t max_entries = 0;  // host value >= count + n_ctx - tail_begin of every row and head
+  const QuantPrefixSide* prefix_quant_k = nullptr;  // [M * kv_heads], or null: none quantized
+  const QuantPrefixSide* prefix_quant_v = nullptr;  // same (required with prefix_quant_k)
 };
 
 /// Floats of device workspace launch_attention_rows_mixed needs.
