@@ -1,7 +1,10 @@
 // The drafter's attention (compressed prefix rows + paged tail) at the Llama-3.1-8B
 // attention shape for one layer: contexts compressed 4x (a quarter of the positions
-// kept per KV head, bf16) plus a 64-position tail, for batches of draft rows of
-// different requests. The roofline counts the kept rows and the tail once per row.
+// kept per KV head, bf16), and quantized 4x (every position as KIVI's 4-bit codes:
+// keys per channel in groups of 32 tokens, values per token, fp16 zeros and scales,
+// dequantized in the kernel), plus a 64-position tail, for batches of draft rows of
+// different requests. The roofline counts the prefix's bytes as held and the tail
+// once per row.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -88,6 +91,56 @@ void bench_drafter(Report& r, bool quick) {
       const double bytes = 2.0 * double(prefix_bytes + tail_bytes);
       r.rows.push_back({"drafter", "ctx " + std::to_string(ctx) + " kept 1/4 + tail 64", M, bytes,
                         sec, bytes / (r.d2d_gbps * 1e9)});
+
+      // The same context held as KIVI-like 4-bit codes: every position, per head its
+      // own buffers (so no head reads another's from L2).
+      const size_t code_bytes = ctx * kHeadDim / 2;
+      const size_t k_params = (ctx + 31) / 32 * kHeadDim, v_params = ctx;  // fp16 each
+      const size_t side_bytes = code_bytes + 2 * 2 * std::max(k_params, v_params);
+      DeviceMem qbuf(2 * M * kKvHeads * side_bytes);
+      fill_device(qbuf.get(), 2 * M * kKvHeads * side_bytes);
+      std::vector<QuantPrefixSide> qk, qvs;
+      for (size_t i = 0; i < M * kKvHeads; ++i) {
+        for (int side = 0; side < 2; ++side) {
+          const char* base = qbuf.as<char>() + (2 * i + size_t(side)) * side_bytes;
+          QuantPrefixSide s;
+          s.codes = reinterpret_cast<const uint8_t*>(base);
+          s.codes_bytes = code_bytes;
+          s.bits = 4;
+          s.rows = ctx;
+          s.block_rows = side == 0 ? 32 : 1;
+          s.block_cols = side == 0 ? 1 : kHeadDim;
+          const size_t params = side == 0 ? k_params : v_params;
+          s.zero = reinterpret_cast<const uint16_t*>(base + code_bytes);
+          s.scale = s.zero + params;
+          (side == 0 ? qk : qvs).push_back(s);
+        }
+      }
+      DeviceMem dqk(qk.size() * sizeof(QuantPrefixSide)), dqv(qvs.size() * sizeof(QuantPrefixSide));
+      CUDA_CHECK(cudaMemcpy(dqk.get(), qk.data(), qk.size() * sizeof(QuantPrefixSide),
+                            cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dqv.get(), qvs.data(), qvs.size() * sizeof(QuantPrefixSide),
+                            cudaMemcpyHostToDevice));
+      std::vector<int32_t> all(M * kKvHeads, int32_t(ctx));
+      DeviceMem dall(all.size() * 4);
+      CUDA_CHECK(cudaMemcpy(dall.get(), all.data(), all.size() * 4, cudaMemcpyHostToDevice));
+      MixedKvRows kq = kv;
+      kq.prefix_count = dall.as<int32_t>();
+      kq.prefix_quant_k = dqk.as<QuantPrefixSide>();
+      kq.prefix_quant_v = dqv.as<QuantPrefixSide>();
+      kq.max_entries = ctx + kTail;
+      const size_t wq = attention_mixed_workspace_floats(M, kHeads, kHeadDim, kq.max_entries);
+      DeviceMem qwork(wq * 4);
+      auto qcall = [&](int) {
+        return launch_attention_rows_mixed(q.as<float>(), M, kHeads, kq, 0.08838835f,
+                                           out.as<float>(), qwork.as<float>(), wq, nullptr);
+      };
+      const double qsec = time_calls(qcall, 2, quick ? 10 : 30);
+      const double held = double(M * kKvHeads) * 2.0 * double(code_bytes) +
+                          double(M * kKvHeads) * 2.0 * 2.0 * double(k_params + v_params);
+      const double qbytes = held + 2.0 * double(tail_bytes);
+      r.rows.push_back({"drafter", "ctx " + std::to_string(ctx) + " KIVI 4-bit codes + tail 64", M,
+                        qbytes, qsec, qbytes / (r.d2d_gbps * 1e9)});
     }
   }
 }
