@@ -7,6 +7,9 @@
 // include this are compiled with -ffp-contract=off, and the SIMD traits reach an
 // addition from a product only through an explicit fmadd), so each vector equals
 // the one dequantize_rows writes and the bits equal attending to the written rows.
+// Outliers are blended in over their lanes (CodeMode::patched), and KVQuant's
+// pre-RoPE keys are RoPE'd a block at a time into a small fp32 tile (rope_rows_tile,
+// cpu::rope_row's arithmetic), the values PackedSide::decode_rows writes.
 //
 // An unpacker U, built from a QuantSideBlock, gives:
 //   static bool block_fast(const QuantSideBlock& s, size_t D, size_t c)
