@@ -53,6 +53,52 @@ __device__ __forceinline__ float2 load_pair(const char* row, size_t i) {
   }
 }
 
+// The scores (scale * q) · k of one entry for the group's query heads, by one warp
+// (kp: the lane's pairs of the entry's K row), as the CPU's attention kernels
+// compute them; sc_entry[h * kChunk] gets head h's.
+__device__ __forceinline__ void score_entry(const float2* kp, const float* qs, size_t group,
+                                            size_t D, int steps, size_t lane, float* sc_entry) {
+  for (size_t h = 0; h < group; ++h) {
+    const float* qh = qs + h * D;
+    float acc = 0.f;
+#pragma unroll
+    for (int s = 0; s < kMaxPairSteps; ++s) {
+      const size_t d = size_t(s) * 64 + 2 * lane;
+      if (s < steps && d < D) {
+        acc = fmaf(qh[d], kp[s].x, acc);
+        acc = fmaf(qh[d + 1], kp[s].y, acc);
+      }
+    }
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
+    if (lane == 0) sc_entry[h * kChunk] = acc;
+  }
+}
+
+// Each head's chunk maximum, probabilities (over its c scores, in place) and their
+// sum, one warp per head; the maximum and sum go to a.part_ml.
+__device__ __forceinline__ void chunk_softmax(const MixedArgs& a, float* sc, size_t c,
+                                              size_t group, size_t m, size_t g, size_t j,
+                                              size_t warp, size_t lane) {
+  for (size_t h = warp; h < group; h += kWarps) {
+    float* s = sc + h * kChunk;
+    float mx = -__int_as_float(0x7f800000);
+    for (size_t t = lane; t < c; t += 32) mx = fmaxf(mx, s[t]);
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
+    float sum = 0.f;
+    for (size_t t = lane; t < c; t += 32) {
+      const float p = exp_approx(s[t] - mx);
+      s[t] = p;
+      sum += p;
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
+    if (lane == 0) {
+      float* ml = a.part_ml + ((m * a.n_heads + g * group + h) * a.n_chunks + j) * 2;
+      ml[0] = mx;
+      ml[1] = sum;
+    }
+  }
+}
+
 constexpr size_t kSub = 32;  // quantized prefix rows staged in shared memory at once
 
 // Code i (of `bits` bits, LSB first) of a packed buffer of `bytes` bytes.
@@ -197,42 +243,12 @@ static __global__ void __launch_bounds__(kThreads) attention_mixed_quant_chunk_k
         else
           kp[s] = make_float2(0.f, 0.f);
       }
-      for (size_t h = 0; h < group; ++h) {
-        const float* qh = qs + h * D;
-        float acc = 0.f;
-#pragma unroll
-        for (int s = 0; s < kMaxPairSteps; ++s) {
-          const size_t d = size_t(s) * 64 + 2 * lane;
-          if (s < steps && d < D) {
-            acc = fmaf(qh[d], kp[s].x, acc);
-            acc = fmaf(qh[d + 1], kp[s].y, acc);
-          }
-        }
-        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
-        if (lane == 0) sc[h * kChunk + e] = acc;
-      }
+      score_entry(kp, qs, group, D, steps, lane, sc + e);
     }
   }
   __syncthreads();
 
-  for (size_t h = warp; h < group; h += kWarps) {
-    float* s = sc + h * kChunk;
-    float mx = -__int_as_float(0x7f800000);
-    for (size_t t = lane; t < c; t += 32) mx = fmaxf(mx, s[t]);
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
-    float sum = 0.f;
-    for (size_t t = lane; t < c; t += 32) {
-      const float p = exp_approx(s[t] - mx);
-      s[t] = p;
-      sum += p;
-    }
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
-    if (lane == 0) {
-      float* ml = a.part_ml + ((m * a.n_heads + g * group + h) * a.n_chunks + j) * 2;
-      ml[0] = mx;
-      ml[1] = sum;
-    }
-  }
+  chunk_softmax(a, sc, c, group, m, g, j, warp, lane);
 
   for (size_t sub = 0; sub < c; sub += kSub) {
     const size_t cs = c - sub < kSub ? c - sub : kSub;
@@ -301,41 +317,11 @@ static __global__ void __launch_bounds__(kThreads) attention_mixed_chunk_kernel(
       const size_t d = size_t(s) * 64 + 2 * lane;
       kp[s] = s < steps && d < D ? load_pair<T>(kr, d) : make_float2(0.f, 0.f);
     }
-    for (size_t h = 0; h < group; ++h) {
-      const float* qh = qs + h * D;
-      float acc = 0.f;
-#pragma unroll
-      for (int s = 0; s < kMaxPairSteps; ++s) {
-        const size_t d = size_t(s) * 64 + 2 * lane;
-        if (s < steps && d < D) {
-          acc = fmaf(qh[d], kp[s].x, acc);
-          acc = fmaf(qh[d + 1], kp[s].y, acc);
-        }
-      }
-      for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
-      if (lane == 0) sc[h * kChunk + t] = acc;
-    }
+    score_entry(kp, qs, group, D, steps, lane, sc + t);
   }
   __syncthreads();
 
-  for (size_t h = warp; h < group; h += kWarps) {
-    float* s = sc + h * kChunk;
-    float mx = -__int_as_float(0x7f800000);
-    for (size_t t = lane; t < c; t += 32) mx = fmaxf(mx, s[t]);
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
-    float sum = 0.f;
-    for (size_t t = lane; t < c; t += 32) {
-      const float p = exp_approx(s[t] - mx);
-      s[t] = p;
-      sum += p;
-    }
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
-    if (lane == 0) {
-      float* ml = a.part_ml + ((m * a.n_heads + g * group + h) * a.n_chunks + j) * 2;
-      ml[0] = mx;
-      ml[1] = sum;
-    }
-  }
+  chunk_softmax(a, sc, c, group, m, g, j, warp, lane);
   __syncthreads();
 
   for (size_t i = threadIdx.x; i < group * D; i += kThreads) {
