@@ -69,6 +69,74 @@ struct PagedRows {
   }
 };
 
+/// The block's probabilities and merge factors, from its scores in b.sc (c valid
+/// positions per head): the block max m_j, p(t) = exp(score(t) - m_j) in place of
+/// the scores (pad lanes up to a whole vector: 0), and per head h fab[2h] = exp(M -
+/// M') and fab[2h+1] = exp(m_j - M') (fab: W floats, zeroed), with the running max
+/// and sum moved to M' and L' = fma(L, a, l_j * b).
+template <class T, int HB>
+inline void block_probabilities(const AttnBuffers& b, size_t c, float (&run_max)[HB],
+                                float (&run_sum)[HB], float* fab) {
+  using V = typename T::V;
+  constexpr size_t W = T::W;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  // Block max, probabilities and their sum (pad lanes: score -inf -> p = 0).
+  const size_t cw = (c + W - 1) / W * W;
+  float bmax[HB];
+  V psum[4];
+  for (int h = 0; h < 4; ++h) psum[h] = T::zero();
+  for (int h = 0; h < HB; ++h) {
+    float* sc = b.sc + size_t(h) * b.bp;
+    for (size_t t = c; t < cw; ++t) sc[t] = neg_inf;
+    V mv = T::load(sc);
+    for (size_t t = W; t < cw; t += W) mv = T::max(mv, T::load(sc + t));
+    bmax[h] = T::reduce_max(mv);
+    const V mb = T::set1(bmax[h]);
+    for (size_t t = 0; t < cw; t += W) {
+      const V p = T::exp(T::sub(T::load(sc + t), mb));
+      T::store(sc + t, p);
+      psum[h] = T::add(psum[h], p);
+    }
+  }
+
+  // Merge factors a = exp(M - M'), b = exp(m_j - M') of all heads: one exp.
+  float mnew[HB], lsum[4];
+  for (int h = 0; h < HB; ++h) {
+    mnew[h] = run_max[h] > bmax[h] ? run_max[h] : bmax[h];
+    fab[2 * h] = run_max[h];
+    fab[2 * h + 1] = bmax[h];
+  }
+  {
+    float mm[W] = {};
+    for (int h = 0; h < HB; ++h) mm[2 * h] = mm[2 * h + 1] = mnew[h];
+    T::store(fab, T::exp(T::sub(T::load(fab), T::load(mm))));
+  }
+  T::store4(lsum, T::reduce4(psum[0], psum[1], psum[2], psum[3]), nullptr, 4);
+  for (int h = 0; h < HB; ++h) {
+    const V lb = T::mul(T::set1(lsum[h]), T::set1(fab[2 * h + 1]));
+    float tmp[W];
+    T::store(tmp, T::fmadd(T::set1(run_sum[h]), T::set1(fab[2 * h]), lb));
+    run_sum[h] = tmp[0];
+    run_max[h] = mnew[h];
+  }
+}
+
+/// O' = fma(O, a, o_j * b) for head_dim vectors [d0 / W, d0 / W + nv) of heads
+/// h0.. (b's slices), o_j the block's weighted V in acc.
+template <class T, int HB, int DV>
+inline void merge_block_output(const AttnBuffers& b, const float* fab, size_t d0, size_t nv,
+                               const typename T::V (&acc)[HB][DV]) {
+  using V = typename T::V;
+  constexpr size_t W = T::W;
+  for (int h = 0; h < HB; ++h) {
+    const V va = T::set1(fab[2 * h]), vbf = T::set1(fab[2 * h + 1]);
+    for (size_t i = 0; i < nv; ++i) {
+      float* o = b.o + size_t(h) * b.dp + d0 + i * W;
+      T::store(o, T::fmadd(T::load(o), va, T::mul(acc[h][i], vbf)));
+    }
+  }
+}
+
 /// One KV block (c valid positions, head_dim D) for query heads h0 .. h0+HB: scores,
 /// probabilities, weighted V, merged into the heads' running state. K and V rows
 /// come from ks.at(t, d, len) and vs.at(t, d, len) (PagedRows, or rows dequantized
@@ -81,7 +149,6 @@ void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0
   constexpr size_t W = T::W;
   constexpr int DV = T::DV;
   static_assert(HB <= 4 && 2 * HB <= int(W), "at most 4 heads; their merge factors fit one vector");
-  const float neg_inf = -std::numeric_limits<float>::infinity();
   // This pass's slices of the state: b.qs / b.o rows h0.., stats h0..
   const AttnBuffers b{buf.qs + h0 * buf.dp, buf.o + h0 * buf.dp, buf.stats + 2 * h0, buf.sc,
                       buf.dp, buf.bp};
@@ -115,45 +182,8 @@ void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0
     }
   }
 
-  // Block max, probabilities and their sum (pad lanes: score -inf -> p = 0).
-  const size_t cw = (c + W - 1) / W * W;
-  float bmax[HB];
-  V psum[4];
-  for (int h = 0; h < 4; ++h) psum[h] = T::zero();
-  for (int h = 0; h < HB; ++h) {
-    float* sc = b.sc + size_t(h) * b.bp;
-    for (size_t t = c; t < cw; ++t) sc[t] = neg_inf;
-    V mv = T::load(sc);
-    for (size_t t = W; t < cw; t += W) mv = T::max(mv, T::load(sc + t));
-    bmax[h] = T::reduce_max(mv);
-    const V mb = T::set1(bmax[h]);
-    for (size_t t = 0; t < cw; t += W) {
-      const V p = T::exp(T::sub(T::load(sc + t), mb));
-      T::store(sc + t, p);
-      psum[h] = T::add(psum[h], p);
-    }
-  }
-
-  // Merge factors a = exp(M - M'), b = exp(m_j - M') of all heads: one exp.
-  float mnew[HB], fab[W] = {}, lsum[4];
-  for (int h = 0; h < HB; ++h) {
-    mnew[h] = run_max[h] > bmax[h] ? run_max[h] : bmax[h];
-    fab[2 * h] = run_max[h];
-    fab[2 * h + 1] = bmax[h];
-  }
-  {
-    float mm[W] = {};
-    for (int h = 0; h < HB; ++h) mm[2 * h] = mm[2 * h + 1] = mnew[h];
-    T::store(fab, T::exp(T::sub(T::load(fab), T::load(mm))));
-  }
-  T::store4(lsum, T::reduce4(psum[0], psum[1], psum[2], psum[3]), nullptr, 4);
-  for (int h = 0; h < HB; ++h) {
-    const V lb = T::mul(T::set1(lsum[h]), T::set1(fab[2 * h + 1]));
-    float tmp[W];
-    T::store(tmp, T::fmadd(T::set1(run_sum[h]), T::set1(fab[2 * h]), lb));
-    run_sum[h] = tmp[0];
-    run_max[h] = mnew[h];
-  }
+  float fab[W] = {};
+  block_probabilities<T, HB>(b, c, run_max, run_sum, fab);
 
   // Weighted V of the block, DV vectors of head_dim per pass, position order.
   for (size_t d0 = 0; d0 < D; d0 += size_t(DV) * W) {
@@ -186,13 +216,7 @@ void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0
         }
       }
     }
-    for (int h = 0; h < HB; ++h) {
-      const V va = T::set1(fab[2 * h]), vbf = T::set1(fab[2 * h + 1]);
-      for (size_t i = 0; i < nv; ++i) {
-        float* o = b.o + size_t(h) * b.dp + d0 + i * W;
-        T::store(o, T::fmadd(T::load(o), va, T::mul(acc[h][i], vbf)));
-      }
-    }
+    merge_block_output<T, HB, DV>(b, fab, d0, nv, acc);
   }
 
   for (int h = 0; h < HB; ++h) {

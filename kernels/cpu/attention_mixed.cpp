@@ -4,7 +4,8 @@
 // and appended as further blocks. A packed (quantized) prefix is decoded one block
 // at a time into a per-thread fp32 tile right before that block is attended to, so
 // no step materialises the whole prefix; a block of plain quantized rows is
-// attended straight from its codes (dequant_attention.hpp), with the same bits.
+// attended straight from its codes (dequant_attention.hpp: the same bits, or up to
+// float rounding for KIVI's layout on the vector paths).
 // AttentionRowState merges the blocks in order.
 #include "kernels/cpu/attention_mixed.hpp"
 

@@ -5,7 +5,9 @@
 // of writing a block of fp32 rows first and reading it back. Every value reaching
 // the attention arithmetic equals the one dequantize_rows writes, and the
 // arithmetic is attention_kernel.hpp's, so the bits equal attending to the
-// dequantized rows.
+// dequantized rows -- except for KIVI's layout (keys per column, values per groups
+// of a row) on the vector paths, where the dequantization is factored out of the
+// inner loops (factored_attention_kernel.hpp): the same result up to float rounding.
 #pragma once
 #include <cstddef>
 #include <cstdint>

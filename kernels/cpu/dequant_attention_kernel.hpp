@@ -7,6 +7,8 @@
 // include this are compiled with -ffp-contract=off, and the SIMD traits reach an
 // addition from a product only through an explicit fmadd), so each vector equals
 // the one dequantize_rows writes and the bits equal attending to the written rows.
+// KIVI's layout on paths with a vector unpacker takes factored_attention_kernel.hpp
+// instead (up to float rounding).
 // Outliers are blended in over their lanes (CodeMode::patched), and KVQuant's
 // pre-RoPE keys are RoPE'd a block at a time into a small fp32 tile (rope_rows_tile,
 // cpu::rope_row's arithmetic), the values PackedSide::decode_rows writes.
@@ -26,6 +28,7 @@
 #include "kernels/cpu/attention_kernel.hpp"
 #include "kernels/cpu/dequant_attention.hpp"
 #include "kernels/cpu/dequant_code.hpp"
+#include "kernels/cpu/factored_attention_kernel.hpp"
 
 namespace vc::cpu {
 namespace {  // internal linkage: one copy per instruction set, never merged
@@ -181,6 +184,8 @@ void dequant_attention_modes(size_t n_heads, size_t D, size_t c, const QuantSide
     with_rows<T, U, kFast, CodeMode::patched>(
         k, D, [&](const auto& ks) { rope_rows_tile<T>(ks, k, D, c, tile.data()); });
     attention_k_rows<T, U, kFast>(n_heads, D, c, tile.data(), v, b);
+  } else if (kFast && factored_block<T>(k, v, D)) {  // KIVI
+    factored_attention_heads<T, U>(n_heads, D, c, k, v, b);
   } else if (k.patch_mask != nullptr || v.patch_mask != nullptr) {
     dequant_attention_heads<T, U, kFast, CodeMode::patched>(n_heads, D, c, k, v, b);
   } else {

@@ -8,6 +8,7 @@
 // are given, else their blocks decoded), trailing rows that are not quantized
 // (decoded, not fused), V alone from the codes with K decoded, and query-head
 // groups that leave a partial pass. KVQuant's RoPE'd keys: packed_attention_test.
+// KIVI's layout, which the vector paths factor: within float rounding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -200,6 +201,56 @@ TEST(dequant_attention, fused_blocks_give_the_bits_of_decoded_blocks_on_every_si
             expect_same_bits(v_only, want, what + ", V alone from the codes");
             ASSERT_EQ(k_only, 2 * 3 * B) << what;
             ASSERT_EQ(v_rows, 2 * n) << what;
+          }
+        }
+      }
+    }
+  });
+}
+
+// KIVI's layout (keys with a zero and scale per column over groups of rows, values
+// per groups of a row's columns), which the vector paths attend with the
+// dequantization factored out (factored_attention_kernel.hpp): the decoded blocks'
+// result up to float rounding, whatever the group rows (dividing the block,
+// straddling it, a few columns expanded), value groups (a vector, two, a row,
+// several rows), head dims (with a vector tail: dequantized instead), code widths
+// and query-head passes; the scalar path keeps the bits.
+TEST(dequant_attention, kivi_blocks_match_the_decoded_blocks_within_float_rounding_on_every_simd_path) {
+  constexpr size_t B = kMixedBlockRows;
+  const size_t n = 4 * B + 5, q = 3 * B + 9;
+  test::for_each_simd_path([&](SimdPath path) {
+    std::mt19937 rng(17);
+    for (size_t d : {size_t(64), size_t(128), size_t(40)}) {
+      const Shape k_shapes[] = {{32, 1}, {B, 1}, {24, 1}, {5, 3}};
+      const Shape v_shapes[] = {{1, 16}, {1, 32}, {1, d}, {2, d}};
+      for (int bits : {1, 3, 4, 8}) {
+        for (const Shape& ks : k_shapes) {
+          for (const Shape& vs : v_shapes) {
+            for (size_t n_heads : {size_t(4), size_t(6)}) {
+              std::vector<Head> heads;
+              for (int g = 0; g < 2; ++g)
+                heads.push_back({make_side(rng, n, q, d, bits, ks.br, ks.bc, {}),
+                                 make_side(rng, n, q, d, bits, vs.br, vs.bc, {})});
+              const std::vector<float> qv = test::random_floats(rng, n_heads * d, -2.f, 2.f);
+              const std::string what = std::string(simd_path_name(path)) + ", d " +
+                                       std::to_string(d) + ", " + std::to_string(bits) +
+                                       " bits, K " + std::to_string(ks.br) + "x" +
+                                       std::to_string(ks.bc) + ", V " + std::to_string(vs.br) +
+                                       "x" + std::to_string(vs.bc) + ", heads " +
+                                       std::to_string(n_heads);
+              size_t unfused_rows = 0, fused_rows = 0;
+              const auto want = attend(heads, n_heads, d, {}, qv, unfused_rows);
+              const auto got = attend(heads, n_heads, d, {true, true, false}, qv, fused_rows);
+              // Every whole quantized block came from the codes.
+              ASSERT_EQ(fused_rows, 2 * (B + 5)) << what;
+              if (path == SimdPath::scalar) {
+                expect_same_bits(got, want, what);
+                continue;
+              }
+              for (size_t i = 0; i < want.size(); ++i)
+                ASSERT_NEAR(got[i], want[i], 2e-6f * (1.f + std::fabs(want[i])))
+                    << what << ", element " << i;
+            }
           }
         }
       }
