@@ -69,6 +69,28 @@ struct PagedRows {
   }
 };
 
+/// A pass over query heads h0 .. h0+HB: its slices of the buffers (b.qs / b.o rows
+/// h0.., stats h0..) and the heads' running max and sum, loaded from the state;
+/// store() writes them back.
+template <int HB>
+struct HeadPass {
+  AttnBuffers b;
+  float run_max[HB], run_sum[HB];
+  HeadPass(const AttnBuffers& buf, size_t h0)
+      : b{buf.qs + h0 * buf.dp, buf.o + h0 * buf.dp, buf.stats + 2 * h0, buf.sc, buf.dp, buf.bp} {
+    for (int h = 0; h < HB; ++h) {
+      run_max[h] = b.stats[2 * h];
+      run_sum[h] = b.stats[2 * h + 1];
+    }
+  }
+  void store() const {
+    for (int h = 0; h < HB; ++h) {
+      b.stats[2 * h] = run_max[h];
+      b.stats[2 * h + 1] = run_sum[h];
+    }
+  }
+};
+
 /// The block's probabilities and merge factors, from its scores in b.sc (c valid
 /// positions per head): the block max m_j, p(t) = exp(score(t) - m_j) in place of
 /// the scores (pad lanes up to a whole vector: 0), and per head h fab[2h] = exp(M -
@@ -149,14 +171,10 @@ void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0
   constexpr size_t W = T::W;
   constexpr int DV = T::DV;
   static_assert(HB <= 4 && 2 * HB <= int(W), "at most 4 heads; their merge factors fit one vector");
-  // This pass's slices of the state: b.qs / b.o rows h0.., stats h0..
-  const AttnBuffers b{buf.qs + h0 * buf.dp, buf.o + h0 * buf.dp, buf.stats + 2 * h0, buf.sc,
-                      buf.dp, buf.bp};
-  float run_max[HB], run_sum[HB];
-  for (int h = 0; h < HB; ++h) {
-    run_max[h] = b.stats[2 * h];
-    run_sum[h] = b.stats[2 * h + 1];
-  }
+  HeadPass<HB> hp(buf, h0);
+  const AttnBuffers& b = hp.b;
+  float(&run_max)[HB] = hp.run_max;
+  float(&run_sum)[HB] = hp.run_sum;
 
   // Scores, four positions at a time (a last partial group repeats position c-1;
   // the extra results are not stored).
@@ -219,10 +237,7 @@ void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0
     merge_block_output<T, HB, DV>(b, fab, d0, nv, acc);
   }
 
-  for (int h = 0; h < HB; ++h) {
-    b.stats[2 * h] = run_max[h];
-    b.stats[2 * h + 1] = run_sum[h];
-  }
+  hp.store();
 }
 
 /// One KV block j of the paged layout for query heads h0 .. h0+HB (all on KV head g).

@@ -59,13 +59,8 @@ void attend_factored_rows(const U& uk, const U& uv, const QuantSideBlock& k,
   constexpr size_t W = T::W;
   constexpr int DV = T::DV;
   static_assert(HB <= 4 && 2 * HB <= int(W), "at most 4 heads; their merge factors fit one vector");
-  const AttnBuffers b{buf.qs + h0 * buf.dp, buf.o + h0 * buf.dp, buf.stats + 2 * h0, buf.sc,
-                      buf.dp, buf.bp};
-  float run_max[HB], run_sum[HB];
-  for (int h = 0; h < HB; ++h) {
-    run_max[h] = b.stats[2 * h];
-    run_sum[h] = b.stats[2 * h + 1];
-  }
+  HeadPass<HB> hp(buf, h0);
+  const AttnBuffers& b = hp.b;
   FactoredScratch& fs = factored_scratch();
   const size_t nvec = D / W;
 
@@ -131,7 +126,7 @@ void attend_factored_rows(const U& uk, const U& uv, const QuantSideBlock& k,
   }
 
   float fab[W] = {};
-  block_probabilities<T, HB>(b, c, run_max, run_sum, fab);
+  block_probabilities<T, HB>(b, c, hp.run_max, hp.run_sum, fab);
 
   // Values: each position's scale and zero per group, p * scale per head, and the
   // zero terms sum_t p(t) * zero(t, g) (pad positions: p = 0).
@@ -201,10 +196,7 @@ void attend_factored_rows(const U& uk, const U& uv, const QuantSideBlock& k,
     merge_block_output<T, HB, DV>(b, fab, d0, nv, acc);
   }
 
-  for (int h = 0; h < HB; ++h) {
-    b.stats[2 * h] = run_max[h];
-    b.stats[2 * h + 1] = run_sum[h];
-  }
+  hp.store();
 }
 
 template <class T, class U, int HB = T::HB>
