@@ -2,7 +2,8 @@
 // compressor at each context, each view read the way the drafter reads it (token
 // dropping in place, KIVI from its codes, RotateKV from its codes in its rotated
 // basis), views holding less than half the bytes; a method that cannot build a view
-// is a row naming the error, not a failed run.
+// is a row naming the error, not a failed run. --block-tokens sets the full row's
+// paged block (the same attention, so the same output up to rounding).
 #include <gtest/gtest.h>
 
 #include "tests/cli/cli_support.hpp"
@@ -43,6 +44,23 @@ TEST(cli_bench_attention, prints_the_full_kv_and_each_view_with_how_the_drafter_
     EXPECT_NE(rows[c * 5 + 4]["error"].get<std::string>().find("no_such_method"), std::string::npos)
         << rows[c * 5 + 4];
   }
+}
+
+TEST(cli_bench_attention, block_tokens_sets_the_full_rows_paged_block_and_is_reported) {
+  for (const char* bt : {"16", "64"}) {
+    const auto r = vc::test::run_vericache(
+        std::string("bench attention --contexts 300 --compressor kivi --repeats 1 --json "
+                    "--block-tokens ") + bt,
+        false);
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["block_tokens"].get<size_t>(), std::stoul(bt));
+    EXPECT_EQ(j["rows"][0]["view"], "full");
+    EXPECT_GT(j["rows"][0]["us_per_row"].get<double>(), 0.0);
+  }
+  const auto bad = vc::test::run_vericache("bench attention --block-tokens 0", true);
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--block-tokens"), std::string::npos) << bad.out;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "kernels/dtype.hpp"
 #include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/layer_compression.hpp"
+#include "kvtiers/paged_kv_cache.hpp"
 #include "kvtiers/view_attention.hpp"
 #include "runtime/compression.hpp"
 #include "runtime/model.hpp"
@@ -29,8 +30,6 @@ namespace vc::cli {
 
 namespace {
 
-constexpr size_t kBlockTokens = 16;  // the paged cache's block
-
 struct BenchAttentionArgs {
   std::string model_dir = default_model_dir();
   std::vector<size_t> contexts = {4096, 16384};
@@ -39,6 +38,7 @@ struct BenchAttentionArgs {
   int repeats = 5;
   int threads = 1;
   uint64_t seed = 1;
+  size_t block_tokens = KvCacheConfig{}.block_tokens;  // the full row's paged block
   bool json = false;
 };
 
@@ -103,11 +103,12 @@ int run_bench_attention(const BenchAttentionArgs& a) {
     std::vector<float> out(nh * D);
 
     // The full KV as the paged cache holds it: bf16, [block][KV head][token][dim].
-    const size_t blocks = (n + kBlockTokens - 1) / kBlockTokens;
-    std::vector<uint16_t> pk(blocks * G * kBlockTokens * D, 0), pv(pk.size(), 0);
+    const size_t bt = a.block_tokens;
+    const size_t blocks = (n + bt - 1) / bt;
+    std::vector<uint16_t> pk(blocks * G * bt * D, 0), pv(pk.size(), 0);
     for (size_t g = 0; g < G; ++g)
       for (size_t p = 0; p < n; ++p) {
-        const size_t at = ((p / kBlockTokens * G + g) * kBlockTokens + p % kBlockTokens) * D;
+        const size_t at = ((p / bt * G + g) * bt + p % bt) * D;
         for (size_t d = 0; d < D; ++d) {
           pk[at + d] = f32_to_bf16(kv.k[kv.index(0, g, p) + d]);
           pv[at + d] = f32_to_bf16(kv.v[kv.index(0, g, p) + d]);
@@ -115,7 +116,7 @@ int run_bench_attention(const BenchAttentionArgs& a) {
       }
     std::vector<int32_t> table(blocks);
     std::iota(table.begin(), table.end(), 0);
-    const cpu::PagedKv full{pk.data(), pv.data(), DType::bf16, kBlockTokens, G, D, table.data()};
+    const cpu::PagedKv full{pk.data(), pv.data(), DType::bf16, bt, G, D, table.data()};
     const double full_s = time_per_call(a.repeats, [&] {
       cpu::attention_row(q.data(), nh, full, n, scale, out.data(), pool.get());
     });
@@ -155,16 +156,18 @@ int run_bench_attention(const BenchAttentionArgs& a) {
   if (a.json) {
     std::cout << nlohmann::json{{"model", a.model_dir}, {"heads", nh},     {"kv_heads", G},
                                 {"head_dim", D},        {"ratio", a.ratio}, {"threads", a.threads},
-                                {"repeats", a.repeats}, {"simd", simd},     {"rows", rows}}
+                                {"repeats", a.repeats}, {"simd", simd},     {"block_tokens", a.block_tokens},
+                                {"rows", rows}}
                      .dump(2)
               << "\n";
     return 0;
   }
   std::cout << fmt::format(
       "bench attention: one row, one layer ({} query heads over {} KV heads, head_dim {}: {}), "
-      "views at {}x, random KV (seed {}), {} thread{}, SIMD {}, median of {}\n\n",
+      "views at {}x, random KV (seed {}), {} thread{}, SIMD {}, full KV in {}-token blocks, "
+      "median of {}\n\n",
       nh, G, D, a.model_dir, a.ratio, a.seed, a.threads, a.threads == 1 ? "" : "s", simd,
-      a.repeats);
+      a.block_tokens, a.repeats);
   std::cout << fmt::format("{:>8}  {:<14} {:<24} {:>10} {:>9} {:>10} {:>8}\n", "context", "view",
                            "read as", "positions", "MB", "us/row", "vs full");
   for (const auto& r : rows) {
@@ -203,6 +206,10 @@ void add_bench_attention_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--threads", a->threads, "Threads one row's KV heads are split across")
       ->capture_default_str()->check(integer_in(1, 1024));
   cmd->add_option("--seed", a->seed, "Seed of the random KV and query")->capture_default_str();
+  cmd->add_option("--block-tokens", a->block_tokens,
+                  "Positions per paged block of the full KV row (the softmax's block: the "
+                  "paged cache's default)")
+      ->capture_default_str()->check(integer_in(1, 4096));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_attention(*a); }; });
 }
