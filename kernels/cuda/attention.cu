@@ -18,6 +18,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/dtype_load.cuh"
 #include "kernels/cuda/exp_approx.cuh"
+#include "kernels/cuda/warp_scores.cuh"
 
 namespace vc::cuda {
 namespace {
@@ -25,7 +26,6 @@ namespace {
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxPairSteps = int(kAttentionMaxHeadDim / 64);  // head_dim pairs per lane
 constexpr int kPosAhead = 4;  // positions whose K a warp loads before scoring them
 
 struct ChunkArgs {
@@ -106,20 +106,7 @@ static __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(ChunkA
     for (int p = 0; p < kPosAhead; ++p) {
       const size_t t = t0 + size_t(p) * kWarps;
       if (t >= c) break;
-      for (size_t h = 0; h < group; ++h) {
-        const float* qh = qs + h * D;
-        float acc = 0.f;
-#pragma unroll
-        for (int s = 0; s < kMaxPairSteps; ++s) {
-          const size_t d = size_t(s) * 64 + 2 * lane;
-          if (s < steps && d < D) {
-            acc = fmaf(qh[d], kp[p][s].x, acc);
-            acc = fmaf(qh[d + 1], kp[p][s].y, acc);
-          }
-        }
-        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
-        if (lane == 0) sc[h * a.chunk + t] = acc;
-      }
+      warp_scores(kp[p], qs, group, D, steps, lane, sc + t, a.chunk);
     }
   }
   __syncthreads();

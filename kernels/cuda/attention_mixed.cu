@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention_mixed.cuh"
 #include "kernels/cuda/dtype_load.cuh"
 #include "kernels/cuda/exp_approx.cuh"
+#include "kernels/cuda/warp_scores.cuh"
 
 namespace vc::cuda {
 namespace {
@@ -23,7 +24,6 @@ namespace {
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxPairSteps = int(kAttentionMaxHeadDim / 64);
 constexpr size_t kChunk = 256;  // entries per chunk
 
 struct MixedArgs {
@@ -50,27 +50,6 @@ __device__ __forceinline__ float2 load_pair(const char* row, size_t i) {
   } else {
     const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(row) + i / 2);
     return make_float2(elem_to_f32<T>(uint16_t(w & 0xffffu)), elem_to_f32<T>(uint16_t(w >> 16)));
-  }
-}
-
-// The scores (scale * q) · k of one entry for the group's query heads, by one warp
-// (kp: the lane's pairs of the entry's K row), as the CPU's attention kernels
-// compute them; sc_entry[h * kChunk] gets head h's.
-__device__ __forceinline__ void score_entry(const float2* kp, const float* qs, size_t group,
-                                            size_t D, int steps, size_t lane, float* sc_entry) {
-  for (size_t h = 0; h < group; ++h) {
-    const float* qh = qs + h * D;
-    float acc = 0.f;
-#pragma unroll
-    for (int s = 0; s < kMaxPairSteps; ++s) {
-      const size_t d = size_t(s) * 64 + 2 * lane;
-      if (s < steps && d < D) {
-        acc = fmaf(qh[d], kp[s].x, acc);
-        acc = fmaf(qh[d + 1], kp[s].y, acc);
-      }
-    }
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFullMask, acc, off);
-    if (lane == 0) sc_entry[h * kChunk] = acc;
   }
 }
 
@@ -243,7 +222,7 @@ static __global__ void __launch_bounds__(kThreads) attention_mixed_quant_chunk_k
         else
           kp[s] = make_float2(0.f, 0.f);
       }
-      score_entry(kp, qs, group, D, steps, lane, sc + e);
+      warp_scores(kp, qs, group, D, steps, lane, sc + e, kChunk);
     }
   }
   __syncthreads();
@@ -317,7 +296,7 @@ static __global__ void __launch_bounds__(kThreads) attention_mixed_chunk_kernel(
       const size_t d = size_t(s) * 64 + 2 * lane;
       kp[s] = s < steps && d < D ? load_pair<T>(kr, d) : make_float2(0.f, 0.f);
     }
-    score_entry(kp, qs, group, D, steps, lane, sc + t);
+    warp_scores(kp, qs, group, D, steps, lane, sc + t, kChunk);
   }
   __syncthreads();
 
