@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <optional>
 
 #include "actors/protocol.hpp"
 #include "runtime/rank_group.hpp"
@@ -31,8 +32,14 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
   return {
       [=](prefill_msg& m) {
         try {
-          auto s = trace->scope(track, "prefill", m.spec.id);
-          self->send(scheduler, prefilled_msg{batcher->prefill(m.spec)});
+          // The slice ends before the scheduler hears of it: the first token it emits
+          // then never falls inside the drafter's prefill.
+          std::optional<prefilled_msg> done;
+          {
+            auto s = trace->scope(track, "prefill", m.spec.id);
+            done.emplace(prefilled_msg{batcher->prefill(m.spec)});
+          }
+          self->send(scheduler, std::move(*done));
         } catch (const std::exception& e) {
           self->send(scheduler, failed_msg{m.spec.id, e.what()});
         }
@@ -66,8 +73,12 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
       },
       [=](finish_prefill_msg& m) {
         try {
-          auto s = trace->scope(track, "exact prefill", m.id);
-          self->send(scheduler, prefill_finished_msg{batcher->finish_prefill(m.id, m.cached)});
+          std::optional<prefill_finished_msg> done;
+          {
+            auto s = trace->scope(track, "exact prefill", m.id);
+            done.emplace(prefill_finished_msg{batcher->finish_prefill(m.id, m.cached)});
+          }
+          self->send(scheduler, std::move(*done));
         } catch (const std::exception& e) {
           self->send(scheduler, failed_msg{m.id, e.what()});
         }

@@ -15,11 +15,16 @@
 
 namespace vc {
 
+/// Positions per paged KV block unless a config says otherwise. 64 rather than 16:
+/// a block's fixed attention work (softmax, merge into the running state) is paid
+/// four times less often (full attention 23-27% faster at 4K-16K on the 1B shape).
+inline constexpr size_t kDefaultBlockTokens = 64;
+
 struct KvCacheConfig {
   size_t num_layers = 0;
   size_t kv_heads = 0;
   size_t head_dim = 0;
-  size_t block_tokens = 16;
+  size_t block_tokens = kDefaultBlockTokens;
   size_t num_blocks = 0;       // capacity in blocks (shared by all sequences)
   DType dtype = DType::bf16;   // storage type of K and V (bf16 default, f32 selectable)
   bool prefix_sharing = true;  // sequences with a common prompt prefix share its blocks

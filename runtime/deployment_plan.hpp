@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/dtype.hpp"
+#include "kvtiers/paged_kv_cache.hpp"
 #include "runtime/model/model_shape.hpp"
 #include "topology/placement.hpp"
 
@@ -49,7 +50,7 @@ struct PlanRequest {
   size_t max_tokens = 256;     // generated per request
   size_t max_draft = 64;       // the adaptive draft length's cap
   double acceptance = 0.8;     // expected per-token acceptance of drafts
-  size_t block_tokens = 16;
+  size_t block_tokens = kDefaultBlockTokens;
   size_t stage_positions = 1024;
   size_t verify_lanes = 4;     // requests per verify pass (EngineConfig::verify_batch's default)
 };

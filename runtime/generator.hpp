@@ -154,7 +154,7 @@ struct GeneratorConfig {
   double link_bandwidth = 0;       // bytes/s of the modelled link (0 = unthrottled)
   DType kv_dtype = DType::bf16;  // storage of the KV cache
   size_t max_context = 0;        // 0: the model's max_position_embeddings
-  size_t block_tokens = 16;
+  size_t block_tokens = kDefaultBlockTokens;
   /// KV positions per chunk when a pass stages the full KV (0: whole layers).
   size_t stage_positions = 1024;
   /// Fast-memory budget in bytes (blocks, the view, staging); 0: not limited. A

@@ -53,7 +53,7 @@ class Model {
   [[nodiscard]] size_t weight_bytes_per_step() const;
   /// A cache layout for this model holding `max_tokens` positions in total.
   [[nodiscard]] KvCacheConfig kv_config(size_t max_tokens, DType kv_dtype,
-                                        size_t block_tokens = 16) const;
+                                        size_t block_tokens = kDefaultBlockTokens) const;
 
   /// Rank `rank` of `comm`'s group, sharded as the reference engines shard a
   /// Llama model (runtime/tp_shard.cpp): q/k/v and gate/up column-parallel (by heads

@@ -14,9 +14,11 @@ namespace {
 
 using nlohmann::json;
 
+// 600 positions: a budget of one full-KV request then holds a vericache request's
+// blocks (the fold interval and a draft round, in 64-token blocks) beside its view.
 TEST(bench_throughput, draft_hierarchy_ngram_adds_rows_with_the_level_beside_the_rows_without_it) {
   const auto r = vc::test::run_vericache(
-      "bench throughput --contexts 160 --gen-tokens 12 --base-requests 1 --no-disk --draft 8 "
+      "bench throughput --contexts 600 --gen-tokens 12 --base-requests 1 --no-disk --draft 8 "
       "--draft-hierarchy ngram --prompt-kind edit --json", /*merge_err=*/false);
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(r.out);
@@ -32,6 +34,27 @@ TEST(bench_throughput, draft_hierarchy_ngram_adds_rows_with_the_level_beside_the
       << "the rows without the level stay, for the comparison";
 }
 
+TEST(bench_throughput, a_row_whose_requests_fail_says_why_in_the_table_and_the_json) {
+  // At 160 positions one full-KV request's budget cannot hold a vericache request's
+  // blocks for the fold interval: its rows fail, and the reason is printed, not lost.
+  const auto json_run = vc::test::run_vericache(
+      "bench throughput --contexts 160 --gen-tokens 8 --base-requests 1 --draft 4 --no-disk "
+      "--configs a e --json", /*merge_err=*/false);
+  ASSERT_EQ(json_run.code, 0) << json_run.out;
+  const json j = json::parse(json_run.out);
+  ASSERT_EQ(j["rows"].size(), 2u) << json_run.out;
+  EXPECT_TRUE(j["rows"][0]["all_ok"].get<bool>());
+  EXPECT_EQ(j["rows"][0]["error"], "");
+  EXPECT_FALSE(j["rows"][1]["all_ok"].get<bool>());
+  EXPECT_NE(j["rows"][1]["error"].get<std::string>().find("of fast memory"), std::string::npos)
+      << j["rows"][1].dump();
+  const auto table = vc::test::run_vericache(
+      "bench throughput --contexts 160 --gen-tokens 8 --base-requests 1 --draft 4 --no-disk "
+      "--configs a e", /*merge_err=*/false);
+  EXPECT_NE(table.out.find("FAILED 160 (e) VeriCache staggered: request: needs"), std::string::npos)
+      << table.out;
+}
+
 TEST(bench_throughput, an_edit_prompt_needs_room_for_its_request_and_says_so) {
   const auto r = vc::test::run_vericache("bench throughput --contexts 8 --prompt-kind edit", /*merge_err=*/true);
   EXPECT_EQ(r.code, 1) << r.out;
@@ -40,7 +63,7 @@ TEST(bench_throughput, an_edit_prompt_needs_room_for_its_request_and_says_so) {
 
 TEST(bench_throughput, configs_runs_the_rows_named_with_the_full_kv_on_disk_for_the_disk_rows) {
   const auto r = vc::test::run_vericache(
-      "bench throughput --contexts 160 --gen-tokens 8 --base-requests 1 --draft 4 "
+      "bench throughput --contexts 600 --gen-tokens 8 --base-requests 1 --draft 4 "
       "--configs a b-disk e-disk --json", /*merge_err=*/false);
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(r.out);

@@ -88,6 +88,23 @@ TEST(cli, vericache_mode_prints_the_same_ids_and_logprobs_as_full_mode) {
   }
 }
 
+TEST(cli, block_tokens_sets_the_kv_block_and_vericache_equals_full_at_each_size) {
+  const std::string base =
+      "generate --prompt '<|begin_of_text|>def merge(a, b):\n    out = []' --max-tokens 40 "
+      "--json --logprobs --ignore-eos --temperature 0.7 --seed 2";
+  for (const std::string bt : {" --block-tokens 1", " --block-tokens 16", " --block-tokens 100"}) {
+    const auto full = nlohmann::json::parse(run_cli(base + bt).out);
+    const auto r = run_cli(base + bt + " --mode vericache --compressor snapkv --ratio 4 --draft 8");
+    ASSERT_EQ(r.code, 0) << bt << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(full["output_ids"], j["output_ids"]) << bt;
+    EXPECT_EQ(full["output_logprobs"].dump(), j["output_logprobs"].dump()) << bt;
+  }
+  const auto bad = run_cli("generate --prompt x --block-tokens 0", true);
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.out.find("--block-tokens"), std::string::npos) << bad.out;
+}
+
 TEST(cli, lossy_mode_reports_the_compression_it_applied) {
   const auto r = run_cli(
       "generate --prompt 'def add(a, b):\n    return a + b\n' --max-tokens 8 --json "

@@ -33,7 +33,10 @@ std::string code_prompt() {  // a few hundred tokens of code
 
 using vc::test::expect_same_tokens;
 
-json generate(const std::string& args) { return vc::test::generate_json(args); }
+// Blocks of 16 positions (the default is 64): the prompt of a few hundred tokens then
+// spans many 32-token remote chunks (a chunk is whole blocks).
+constexpr const char* kSmallBlocks = " --block-tokens 16";
+json generate(const std::string& args) { return vc::test::generate_json(args + kSmallBlocks); }
 
 // Flips one payload byte of every chunk this project holds in the store.
 void corrupt_every_chunk(const std::string& url) {

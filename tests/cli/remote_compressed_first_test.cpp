@@ -35,7 +35,10 @@ std::string code_prompt() {  // a few hundred tokens of code
 
 using vc::test::expect_same_tokens;
 
-json generate(const std::string& args) { return vc::test::generate_json(args); }
+// Blocks of 16 positions (the default is 64): the prompt of a few hundred tokens then
+// spans many 32-token remote chunks (a chunk is whole blocks).
+constexpr const char* kSmallBlocks = " --block-tokens 16";
+json generate(const std::string& args) { return vc::test::generate_json(args + kSmallBlocks); }
 
 // Applies `f` to every key of the store matching `pattern`.
 template <class F>
@@ -173,10 +176,10 @@ TEST(remote_compressed_first, a_budget_without_room_for_the_suffix_takes_the_ful
   const json unlimited = generate(args);
   ASSERT_TRUE(unlimited["stats"]["remote"]["compressed_first"].get<bool>()) << unlimited["stats"]["remote"];
   size_t lo = 1, hi = size_t(1) << 32;  // lo is refused, hi admitted
-  ASSERT_EQ(vc::test::run_vericache("generate " + args + " --fast-memory " + std::to_string(hi), false).code, 0);
+  ASSERT_EQ(vc::test::run_vericache("generate " + args + kSmallBlocks + " --fast-memory " + std::to_string(hi), false).code, 0);
   while (hi - lo > 1) {
     const size_t mid = lo + (hi - lo) / 2;
-    const auto r = vc::test::run_vericache("generate " + args + " --fast-memory " + std::to_string(mid), true);
+    const auto r = vc::test::run_vericache("generate " + args + kSmallBlocks + " --fast-memory " + std::to_string(mid), true);
     if (r.code == 0) {
       hi = mid;
     } else {

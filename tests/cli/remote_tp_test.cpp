@@ -34,6 +34,12 @@ std::string code_prompt() {  // a few hundred tokens of code
   return p + "class Queue:\n    def pop(self):";
 }
 
+// Blocks of 16 positions (the default is 64): the prompt of a few hundred tokens then
+// spans many 32-token remote chunks (a chunk is whole blocks).
+json generate(const std::string& args) {
+  return vc::test::generate_json(args + " --block-tokens 16");
+}
+
 std::vector<std::string> chunk_keys(const std::string& url, const std::string& kind = "full") {
   vc::RedisClient c(vc::parse_redis_url(url));
   const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:" + kind + ":*", "COUNT", "10000"});
@@ -50,11 +56,11 @@ TEST(remote_tp, each_rank_fetches_its_own_chunks_and_the_tokens_equal_full_decod
   for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 3"}) {
     const std::string base = "--prompt-file " + prompt.path +
                              " --max-tokens 20 --json --logprobs --ignore-eos --tp 2" + sampling;
-    const json full = vc::test::generate_json(base + " --mode full");
+    const json full = generate(base + " --mode full");
     for (const std::string mode : {" --mode vericache --compressor snapkv --ratio 4 --draft 6",
                                    " --mode vericache --compressor kivi --ratio 4 --draft auto"}) {
       ASSERT_EQ(vc::test::run_vericache("cache clear --remote " + server.url(), false).code, 0);
-      const json cold = vc::test::generate_json(base + mode + remote);
+      const json cold = generate(base + mode + remote);
       expect_same_tokens(full, cold, "cold" + mode + sampling);
       const int published = cold["stats"]["remote"]["chunks_published"].get<int>();
       EXPECT_GT(published, 3) << cold["stats"]["remote"];
@@ -64,7 +70,7 @@ TEST(remote_tp, each_rank_fetches_its_own_chunks_and_the_tokens_equal_full_decod
       }
       // Two ranks, each its own keys: twice the chunks of one rank.
       EXPECT_EQ(chunk_keys(server.url()).size(), size_t(2 * published));
-      const json warm = vc::test::generate_json(base + mode + remote);
+      const json warm = generate(base + mode + remote);
       expect_same_tokens(full, warm, "warm" + mode + sampling);
       const json& rs = warm["stats"]["remote"];
       // Every chunk before snapkv's window (the window stays local).
@@ -87,24 +93,24 @@ TEST(remote_tp, compressed_first_drafts_from_each_ranks_view_and_the_tokens_equa
   for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 3"}) {
     const std::string base = "--prompt-file " + prompt.path +
                              " --max-tokens 20 --json --logprobs --ignore-eos --tp 2" + sampling;
-    const json full = vc::test::generate_json(base + " --mode full");
+    const json full = generate(base + " --mode full");
     // LaProx ranks tokens across every rank's heads: the ranks' views still agree.
     for (const std::string mode : {" --mode vericache --compressor snapkv --ratio 4 --draft 6",
                                    " --mode vericache --compressor laprox --ratio 4 --draft auto"}) {
       ASSERT_EQ(vc::test::run_vericache("cache clear --remote " + server.url(), false).code, 0);
-      const json cold = vc::test::generate_json(base + mode + remote);
+      const json cold = generate(base + mode + remote);
       expect_same_tokens(full, cold, "cold" + mode + sampling);
       const int views = cold["stats"]["remote"]["compressed_chunks_published"].get<int>();
       ASSERT_GT(views, 0) << cold["stats"]["remote"];
       EXPECT_EQ(chunk_keys(server.url(), "cmp").size(), size_t(2 * views)) << "each rank its own";
-      const json warm = vc::test::generate_json(base + mode + remote);
+      const json warm = generate(base + mode + remote);
       expect_same_tokens(full, warm, "warm" + mode + sampling);
       const json& rs = warm["stats"]["remote"];
       EXPECT_TRUE(rs["compressed_first"].get<bool>()) << rs;
       EXPECT_EQ(rs["compressed_chunks_hit"].get<int>(), views) << rs;
       // Through a slow link the ranks draft together (their "the full chunks are in"
       // decided jointly) while the chunks arrive, with the same bits.
-      const json slow_warm = vc::test::generate_json(base + mode + slow_remote);
+      const json slow_warm = generate(base + mode + slow_remote);
       expect_same_tokens(full, slow_warm, "slow link" + mode + sampling);
       EXPECT_TRUE(slow_warm["stats"]["remote"]["compressed_first"].get<bool>());
       EXPECT_GT(slow_warm["stats"]["remote"]["predrafted"].get<int>(), 0) << slow_warm["stats"]["remote"];
@@ -119,13 +125,13 @@ TEST(remote_tp, a_compressed_chunk_one_rank_lacks_sends_every_rank_to_the_full_f
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
   const std::string common = "--prompt-file " + prompt.path + " --max-tokens 16 --json --logprobs --ignore-eos --tp 2";
   const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 6";
-  const json full = vc::test::generate_json(common + " --mode full");
-  (void)vc::test::generate_json(base + remote);
+  const json full = generate(common + " --mode full");
+  (void)generate(base + remote);
   bool disagreed = false;
   vc::RedisClient c(vc::parse_redis_url(server.url()));
   for (const std::string& key : chunk_keys(server.url(), "cmp")) {  // the first chunks' keys
     ASSERT_EQ(c.command({"DEL", key}).integer, 1);
-    const json j = vc::test::generate_json(base + remote);
+    const json j = generate(base + remote);
     expect_same_tokens(full, j, "without " + key);
     const json& rs = j["stats"]["remote"];
     if (rs["compressed_stop_reason"].get<std::string>().find("compressed prefixes differ") != std::string::npos) {
@@ -144,8 +150,8 @@ TEST(remote_tp, a_chunk_one_rank_lacks_makes_every_rank_take_the_shorter_prefix)
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
   const std::string common = "--prompt-file " + prompt.path + " --max-tokens 16 --json --logprobs --ignore-eos --tp 2";
   const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 6";
-  const json full = vc::test::generate_json(common + " --mode full");
-  const int all = vc::test::generate_json(base + remote)["stats"]["remote"]["chunks_published"].get<int>();
+  const json full = generate(common + " --mode full");
+  const int all = generate(base + remote)["stats"]["remote"]["chunks_published"].get<int>();
   ASSERT_GT(all, 3);
   // Delete one key at a time (each run republishes it): half are rank 1's, whose
   // loss leaves rank 0 (whose stats these are) with a longer prefix than rank 1.
@@ -153,7 +159,7 @@ TEST(remote_tp, a_chunk_one_rank_lacks_makes_every_rank_take_the_shorter_prefix)
   vc::RedisClient c(vc::parse_redis_url(server.url()));
   for (const std::string& key : chunk_keys(server.url())) {
     ASSERT_EQ(c.command({"DEL", key}).integer, 1);
-    const json j = vc::test::generate_json(base + remote);
+    const json j = generate(base + remote);
     expect_same_tokens(full, j, "without " + key);
     const json& rs = j["stats"]["remote"];
     EXPECT_LT(rs["chunks_hit"].get<int>(), all) << rs;

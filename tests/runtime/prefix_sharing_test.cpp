@@ -11,6 +11,10 @@
 namespace vc {
 namespace {
 
+// Blocks of 16 positions (the default is 64), so that short prompts span several
+// blocks and the sharing arithmetic below stays small.
+constexpr size_t kBlock = 16;
+
 std::vector<int32_t> with_suffix(std::vector<int32_t> base, std::mt19937& rng, size_t n) {
   const auto extra = test::random_tokens(rng, n + 1, 2048, -1);
   base.insert(base.end(), extra.begin() + 1, extra.end());
@@ -24,7 +28,7 @@ TEST(prefix_sharing, a_second_prompt_with_the_same_prefix_reuses_its_blocks_bit_
   const auto a = with_suffix(prefix, rng, 30);
   const auto b = with_suffix(prefix, rng, 45);
 
-  KvCacheConfig shared_cfg = model->kv_config(1024, DType::bf16);
+  KvCacheConfig shared_cfg = model->kv_config(1024, DType::bf16, kBlock);
   KvCacheConfig plain_cfg = shared_cfg;
   plain_cfg.prefix_sharing = false;
   PagedKvCache shared(shared_cfg), plain(plain_cfg);
@@ -61,7 +65,7 @@ TEST(prefix_sharing, a_second_prompt_with_the_same_prefix_reuses_its_blocks_bit_
 TEST(prefix_sharing, only_identical_tokens_at_identical_positions_are_shared) {
   std::mt19937 rng(4);
   const auto model = test::tinycode();
-  PagedKvCache cache(model->kv_config(1024, DType::bf16));
+  PagedKvCache cache(model->kv_config(1024, DType::bf16, kBlock));
   Workspace ws(1);
   const auto a = test::random_tokens(rng, 64, 2048, 2046);
   auto b = a;
@@ -79,7 +83,7 @@ TEST(prefix_sharing, only_identical_tokens_at_identical_positions_are_shared) {
 TEST(prefix_sharing, a_prompt_identical_to_a_live_one_still_computes_its_last_position) {
   std::mt19937 rng(5);
   const auto model = test::tinycode();
-  PagedKvCache cache(model->kv_config(1024, DType::bf16));
+  PagedKvCache cache(model->kv_config(1024, DType::bf16, kBlock));
   Workspace ws(1);
   const auto a = test::random_tokens(rng, 64, 2048, 2046);  // exactly 4 blocks
   KvSequence sa, sb;

@@ -90,6 +90,7 @@ struct Outcome {
   double tokens_per_round = 0;
   double requests_per_pass = 0;  // mean requests sharing a verify pass, over rounds
   bool all_ok = true;
+  std::string error;  // the first failed request's error ("" when all_ok)
   size_t fast_peak = 0;
 };
 
@@ -157,6 +158,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   size_t rounds = 0, emitted = 0, pass_requests = 0;
   for (auto& s : subs) {
     const auto r = s.result.get();
+    if (!r.ok && o.all_ok) o.error = r.error;
     o.all_ok = o.all_ok && r.ok;
     rounds += r.stats.rounds;
     pass_requests += r.stats.verify_pass_requests;
@@ -294,7 +296,9 @@ int run_throughput(const ThroughputArgs& a) {
                       {"simulated_link", c.simulated},
                       {"disk_tier", c.disk},
                       {"draft_hierarchy", c.mode == "vericache" && c.draft != "0" ? c.hierarchy : "none"},
-                      {"all_ok", o.all_ok}});
+                      {"all_ok", o.all_ok},
+                      {"error", o.error}});
+      if (!o.all_ok) spdlog::error("context {}: {}: {}", ctx, c.label, o.error);
     }
   }
   if (a.json) {
@@ -343,6 +347,10 @@ int run_throughput(const ThroughputArgs& a) {
                              : r["simulated_link"].get<bool>() ? "simulated"
                                                                : "-");
   }
+  for (const auto& r : rows)
+    if (!r["all_ok"].get<bool>())
+      std::cout << fmt::format("FAILED {} {}: {}\n", r["context"].get<size_t>(),
+                               r["config"].get<std::string>(), r["error"].get<std::string>());
   std::cout << "\ntok/s: decode tokens/s over all requests once every request has its first "
                "token; req/pass: requests sharing a verify pass, mean over rounds; busy: share of "
                "that decode window (prefills done; JSON busy_fraction: the engine's lifetime, "

@@ -39,6 +39,7 @@ struct GenerateArgs {
   std::string fast_memory = "0";
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
+  size_t block_tokens = kDefaultBlockTokens;
   std::string row_costs;  // --row-costs FILE
   std::string remote;     // --remote redis://HOST:PORT
   size_t remote_chunk = 256;
@@ -104,6 +105,7 @@ int run_generate(const GenerateArgs& a) {
   gc.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
   gc.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   gc.stage_positions = a.stage_positions;
+  gc.block_tokens = a.block_tokens;
   gc.disk_dir = a.disk_dir;
   gc.remote_url = a.remote;
   gc.remote_chunk_tokens = a.remote_chunk;
@@ -323,14 +325,18 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--stage-positions", a->stage_positions,
                   "KV positions per staged chunk of the full KV (0 = whole layers)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 24));
+  cmd->add_option("--block-tokens", a->block_tokens,
+                  "KV positions per paged block (prefix sharing and remote chunks go by whole "
+                  "blocks; outputs are exact at any size, their bits belong to the size)")
+      ->capture_default_str()->check(integer_in(1, 4096));
   cmd->add_option("--row-costs", a->row_costs,
                   "vericache --draft auto: weigh verify passes with this measured row-cost "
                   "curve (the JSON of `vericache bench rows --json`)");
   cmd->add_option("--remote", a->remote,
                   "lossy/vericache: remote prefix cache redis://HOST:PORT (prefix KV fetched, "
                   "the rest prefilled and published; a store fault means recompute)");
-  cmd->add_option("--remote-chunk", a->remote_chunk, "Tokens per remote chunk (a multiple of 16)")
-      ->capture_default_str()->check(integer_in(16, 1 << 20));
+  cmd->add_option("--remote-chunk", a->remote_chunk, "Tokens per remote chunk (a multiple of --block-tokens)")
+      ->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd->add_option("--remote-ttl", a->remote_ttl, "Seconds published chunks live (0 = no expiry)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd->add_option("--remote-flow", a->remote_flow,

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvtiers/paged_kv_cache.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/request_validation.hpp"
 
@@ -130,8 +131,14 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
   cmd.add_option("--remote", r.url,
                  "lossy/vericache: remote prefix cache redis://HOST:PORT (prefix KV fetched, "
                  "the rest prefilled and published; a store fault means recompute)");
-  cmd.add_option("--remote-chunk", r.chunk, "Tokens per remote chunk (a multiple of 16)")
-      ->capture_default_str()->check(integer_in(16, 1 << 20));
+  cmd.add_option("--remote-chunk", r.chunk, "Tokens per remote chunk (whole 64-token KV blocks)")
+      ->capture_default_str()->check(checked("INT", [](const std::string& s) {
+        const int64_t n = parse_integer("", s);
+        check_integer_range("", n, 1, 1 << 20);
+        if (n % int64_t(kDefaultBlockTokens) != 0)
+          throw FieldError("", "expected a multiple of the KV block (" +
+                                               std::to_string(kDefaultBlockTokens) + " tokens), got " + s);
+      }));
   cmd.add_option("--remote-ttl", r.ttl, "Seconds published chunks live (0 = no expiry)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd.add_option("--remote-timeout-ms", r.timeout_ms,
