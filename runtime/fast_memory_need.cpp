@@ -68,7 +68,11 @@ FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv, size_t
     need.blocks = blocks_between(n, n + gen + 1, bt) * block;
   } else if (spec.fold_every > 0) {
     need.view = view_bound(n + gen);
-    need.blocks = (blocks_between(0, spec.fold_every + 2 * L, bt) + 1) * block;
+    // Folds only release the tail's front, so it also never leaves [n, n + gen + L):
+    // a request shorter than its fold interval reserves no more than without folding.
+    need.blocks = std::min(blocks_between(0, spec.fold_every + 2 * L, bt) + 1,
+                           blocks_between(n, n + gen + L, bt)) *
+                  block;
   } else {
     need.view = view_bound(n);
     need.blocks = blocks_between(n, n + gen + L, bt) * block;

@@ -24,8 +24,9 @@ struct FastNeed {
 ///   full:      every position of prompt + max_new_tokens + 1 in blocks;
 ///   lossy:     the view of the prompt + the blocks of the tail (max_new_tokens + 1);
 ///   vericache: the view of prompt + max_new_tokens positions + a tail of at most
-///              fold_every + 2 (max_draft + 1) positions (max_new_tokens + max_draft
-///              + 1 without folding), in whole blocks;
+///              fold_every + 2 (max_draft + 1) positions and never past
+///              prompt + max_new_tokens + max_draft + 1 (the bound without folding),
+///              in whole blocks;
 /// plus whole-layer staging when the method's statistics read every key of a layer.
 /// A view is bounded by 1.1x its method's budget (full bytes / ratio), or by what
 /// the method says it stores (Compressor::stored_bytes_bound) when that is more:

@@ -14,11 +14,9 @@ namespace {
 
 using nlohmann::json;
 
-// 600 positions: a budget of one full-KV request then holds a vericache request's
-// blocks (the fold interval and a draft round, in 64-token blocks) beside its view.
 TEST(bench_throughput, draft_hierarchy_ngram_adds_rows_with_the_level_beside_the_rows_without_it) {
   const auto r = vc::test::run_vericache(
-      "bench throughput --contexts 600 --gen-tokens 12 --base-requests 1 --no-disk --draft 8 "
+      "bench throughput --contexts 160 --gen-tokens 12 --base-requests 1 --no-disk --draft 8 "
       "--draft-hierarchy ngram --prompt-kind edit --json", /*merge_err=*/false);
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(r.out);
@@ -35,11 +33,12 @@ TEST(bench_throughput, draft_hierarchy_ngram_adds_rows_with_the_level_beside_the
 }
 
 TEST(bench_throughput, a_row_whose_requests_fail_says_why_in_the_table_and_the_json) {
-  // At 160 positions one full-KV request's budget cannot hold a vericache request's
-  // blocks for the fold interval: its rows fail, and the reason is printed, not lost.
+  // At --ratio 1 a vericache request's view is as large as the full KV, so the
+  // budget of one full-KV request cannot hold it beside its tail: its row fails,
+  // and the reason is printed, not lost.
   const auto json_run = vc::test::run_vericache(
       "bench throughput --contexts 160 --gen-tokens 8 --base-requests 1 --draft 4 --no-disk "
-      "--configs a e --json", /*merge_err=*/false);
+      "--ratio 1 --configs a e --json", /*merge_err=*/false);
   ASSERT_EQ(json_run.code, 0) << json_run.out;
   const json j = json::parse(json_run.out);
   ASSERT_EQ(j["rows"].size(), 2u) << json_run.out;
@@ -50,7 +49,7 @@ TEST(bench_throughput, a_row_whose_requests_fail_says_why_in_the_table_and_the_j
       << j["rows"][1].dump();
   const auto table = vc::test::run_vericache(
       "bench throughput --contexts 160 --gen-tokens 8 --base-requests 1 --draft 4 --no-disk "
-      "--configs a e", /*merge_err=*/false);
+      "--ratio 1 --configs a e", /*merge_err=*/false);
   EXPECT_NE(table.out.find("FAILED 160 (e) VeriCache staggered: request: needs"), std::string::npos)
       << table.out;
 }
@@ -63,7 +62,7 @@ TEST(bench_throughput, an_edit_prompt_needs_room_for_its_request_and_says_so) {
 
 TEST(bench_throughput, configs_runs_the_rows_named_with_the_full_kv_on_disk_for_the_disk_rows) {
   const auto r = vc::test::run_vericache(
-      "bench throughput --contexts 600 --gen-tokens 8 --base-requests 1 --draft 4 "
+      "bench throughput --contexts 160 --gen-tokens 8 --base-requests 1 --draft 4 "
       "--configs a b-disk e-disk --json", /*merge_err=*/false);
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(r.out);
