@@ -31,9 +31,9 @@ DraftSpec make_draft_spec(uint64_t id, std::span<const int32_t> prompt,
 
 DraftBatcher::DraftBatcher(std::shared_ptr<const Model> model, FullTier* tier,
                            size_t capacity_tokens, DType kv_dtype, int threads,
-                           FastMemory* budget, size_t stage_positions)
+                           FastMemory* budget, size_t stage_positions, size_t block_tokens)
     : model_(std::move(model)), tier_(tier), budget_(budget), ws_(threads),
-      cache_(model_->kv_config(capacity_tokens, kv_dtype)) {
+      cache_(model_->kv_config(capacity_tokens, kv_dtype, block_tokens)) {
   cache_.set_budget(budget_);
   if (tier_ != nullptr) {
     stream_ = std::make_unique<LayerStreamer>(*tier_, stage_positions);

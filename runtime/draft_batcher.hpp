@@ -111,10 +111,12 @@ class DraftBatcher {
   /// `tier` receives the prompt's full KV of lossy and vericache requests (may be
   /// null when every request is full mode). `budget` (may be null): the fast-memory
   /// budget charged for blocks, views and the prefill staging. stage_positions:
-  /// KV positions per chunk of a streamed prefill (0: whole layers).
+  /// KV positions per chunk of a streamed prefill (0: whole layers). block_tokens:
+  /// positions per paged block (the full tier's too, for exactness).
   DraftBatcher(std::shared_ptr<const Model> model, FullTier* tier, size_t capacity_tokens,
                DType kv_dtype, int threads, FastMemory* budget = nullptr,
-               size_t stage_positions = LayerStreamer::kDefaultChunkPositions);
+               size_t stage_positions = LayerStreamer::kDefaultChunkPositions,
+               size_t block_tokens = kDefaultBlockTokens);
   ~DraftBatcher();
 
   /// Prefill (+ statistics + compression + the full tier copy for vericache).

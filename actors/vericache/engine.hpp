@@ -41,6 +41,10 @@ struct EngineConfig {
   /// a rank's fast memory is its own device's), and so is the default.
   size_t fast_memory_bytes = 0;
   size_t stage_positions = 1024;    ///< KV positions per staged chunk of the full KV
+  /// KV positions per paged block (1-4096), in fast memory and in the full tier.
+  /// Prefix sharing and remote chunks (remote_chunk_tokens: whole blocks) go by
+  /// blocks; outputs are exact at every size, their last bits belong to the size.
+  size_t block_tokens = 64;
   /// The full tier's own budget in bytes (host memory or disk); lossy and vericache
   /// requests also wait until their full KV fits in it. 0: not limited. At tp > 1:
   /// per rank, against each request's per-rank share of its full KV.

@@ -41,14 +41,17 @@ struct Case {
 
 // Mixed prompt lengths, compressors, ratios, draft lengths and sampling; the
 // expected output is plain full-KV decoding of the same request, alone.
-// `force_mode`: every request in that mode instead of the mix.
+// `force_mode`: every request in that mode instead of the mix; `block_tokens`: the
+// KV block of the expected run (the engine's must be the same).
 std::vector<Case> make_cases(size_t n, uint32_t seed, size_t common_prefix = 0,
-                             const char* force_mode = nullptr) {
+                             const char* force_mode = nullptr,
+                             size_t block_tokens = vc::kDefaultBlockTokens) {
   std::mt19937 rng(seed);
   const auto model = vc::test::tinycode();
   const auto& cfg = model->config();
   vc::GeneratorConfig gc;
   gc.max_context = 2048;
+  gc.block_tokens = block_tokens;
   vc::Generator gen(model, vc::test::tinycode_tokenizer(), gc);
   const char* methods[] = {"streaming_llm", "snapkv", "h2o", "expected_attention", "kvzip",
                            "laprox", "kivi", "kvquant", "rotate_kv", "snapkv+kivi", "kvzap"};
@@ -133,6 +136,37 @@ TEST(engine, one_request_matches_full_decoding_bit_for_bit) { run_concurrently(1
 TEST(engine, four_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(4); }
 TEST(engine, sixteen_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(16); }
 TEST(engine, sixty_four_concurrent_requests_match_full_decoding_bit_for_bit) { run_concurrently(64); }
+
+TEST(engine, every_block_size_gives_the_output_of_full_decoding_at_that_size) {
+  EXPECT_EQ(config().block_tokens, vc::kDefaultBlockTokens);
+  for (const size_t bt : {size_t(16), size_t(100)}) {
+    const auto cases = make_cases(6, uint32_t(5150 + bt), 0, nullptr, bt);
+    EngineConfig cfg = config(6);
+    cfg.block_tokens = bt;
+    Engine engine(cfg);
+    std::vector<Engine::Submission> subs;
+    for (const auto& c : cases) subs.push_back(engine.submit(c.req));
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto r = subs[i].result.get();
+      ASSERT_TRUE(r.ok) << r.error;
+      EXPECT_EQ(r.output_ids, cases[i].expected_ids) << "block " << bt << " request " << i;
+      EXPECT_EQ(r.output_logprobs, cases[i].expected_logprobs) << "block " << bt << " request " << i;
+    }
+  }
+}
+
+TEST(engine, a_block_size_outside_1_to_4096_is_a_clear_error) {
+  for (const size_t bt : {size_t(0), size_t(4097)}) {
+    EngineConfig cfg = config(1);
+    cfg.block_tokens = bt;
+    try {
+      Engine engine(cfg);
+      ADD_FAILURE() << "block_tokens " << bt << " accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("EngineConfig.block_tokens"), std::string::npos) << e.what();
+    }
+  }
+}
 
 TEST(engine, requests_sharing_a_prompt_prefix_share_its_blocks_and_match_full_decoding) {
   const auto cases = make_cases(8, 4242, 160);

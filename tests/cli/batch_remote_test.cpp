@@ -144,7 +144,7 @@ TEST(cli_batch_remote, the_views_batch_publishes_start_the_compressed_first_flow
 }
 
 TEST(cli_batch_remote, a_bad_remote_option_is_an_error_naming_it) {
-  const auto r = vc::test::run_vericache("batch --input /dev/null --output /dev/null --remote-chunk 7", true);
+  const auto r = vc::test::run_vericache("batch --input /dev/null --output /dev/null --remote redis://127.0.0.1:1 --remote-chunk 7", true);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("--remote-chunk"), std::string::npos) << r.out;
   for (const std::string bad : {"--remote-fetchers 0", "--remote-flow fast"}) {

@@ -153,6 +153,26 @@ TEST(cli_batch, mixed_lines_match_generate_exactly) {
   EXPECT_NE(r.out.find("busy"), std::string::npos) << r.out;
 }
 
+TEST(cli_batch, block_tokens_gives_the_output_of_generate_at_the_same_block_size) {
+  TempDir d("blocks");
+  const json line = {{"prompt", "<|begin_of_text|>def add(a, b):"}, {"max_tokens", 24},
+                     {"mode", "vericache"}, {"compressor", "snapkv"}, {"draft", 6},
+                     {"temperature", 0.7}, {"seed", 4}, {"logprobs", true}, {"ignore_eos", true}};
+  write_lines(d.path / "in.jsonl", {line.dump()});
+  const auto r = run_batch_cli(batch_args(d, " --block-tokens 8"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto res = read_results(d.path / "out.jsonl");
+  ASSERT_EQ(res.size(), 1u);
+  const auto g = json::parse(run_batch_cli(generate_args(line) + " --block-tokens 8 2>/dev/null").out);
+  EXPECT_EQ(res[0]["output_ids"], g["output_ids"]);
+  EXPECT_EQ(res[0]["output_logprobs"].dump(), g["output_logprobs"].dump());
+  // A remote chunk of part of a block is refused before any work, naming both options.
+  const auto bad = run_batch_cli(batch_args(d, " --remote redis://127.0.0.1:1 --remote-chunk 100"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.out.find("--remote-chunk: expected whole KV blocks (a multiple of --block-tokens, 64)"),
+            std::string::npos) << bad.out;
+}
+
 TEST(cli_batch, bad_lines_get_their_own_errors_and_the_rest_still_run) {
   TempDir d("bad");
   write_lines(d.path / "in.jsonl",

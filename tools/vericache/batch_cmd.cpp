@@ -17,6 +17,7 @@
 #include <vericache/engine.hpp>
 
 #include "kernels/error.hpp"
+#include "kvtiers/paged_kv_cache.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -52,6 +53,7 @@ struct BatchArgs {
   std::string fast_memory = "0";
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
+  size_t block_tokens = kDefaultBlockTokens;
   std::string row_costs;  // --row-costs FILE
   RequestInput line_defaults;  // --draft-hierarchy and the n-gram options
   RemoteArgs remote;
@@ -270,6 +272,8 @@ int run_batch(const BatchArgs& a) {
   cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   cfg.stage_positions = a.stage_positions;
+  cfg.block_tokens = a.block_tokens;
+  if (!a.remote.url.empty()) check_remote_chunk(a.remote.chunk, a.block_tokens);
   cfg.trace = !a.trace.empty();
   cfg.remote_url = a.remote.url;
   cfg.remote_chunk_tokens = a.remote.chunk;
@@ -379,6 +383,7 @@ void add_batch_command(CLI::App& app, Runner& run) {
                   "Requests with draft auto weigh verify passes with this measured row-cost "
                   "curve (the JSON of `vericache bench rows --json`)");
   add_draft_hierarchy_options(*cmd, a->line_defaults);
+  add_block_tokens_option(*cmd, a->block_tokens);
   add_remote_options(*cmd, a->remote);
   cmd->add_option("--link-gbps", a->link_gbps,
                   "Modelled link bandwidth to the full tier in GB/s (0 = unthrottled)")

@@ -108,6 +108,7 @@ int run_generate(const GenerateArgs& a) {
   gc.block_tokens = a.block_tokens;
   gc.disk_dir = a.disk_dir;
   gc.remote_url = a.remote;
+  if (!a.remote.empty()) check_remote_chunk(a.remote_chunk, a.block_tokens);
   gc.remote_chunk_tokens = a.remote_chunk;
   gc.remote_ttl_seconds = a.remote_ttl;
   gc.remote_timeout_ms = a.remote_timeout_ms;
@@ -325,17 +326,14 @@ void add_generate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--stage-positions", a->stage_positions,
                   "KV positions per staged chunk of the full KV (0 = whole layers)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 24));
-  cmd->add_option("--block-tokens", a->block_tokens,
-                  "KV positions per paged block (prefix sharing and remote chunks go by whole "
-                  "blocks; outputs are exact at any size, their bits belong to the size)")
-      ->capture_default_str()->check(integer_in(1, 4096));
+  add_block_tokens_option(*cmd, a->block_tokens);
   cmd->add_option("--row-costs", a->row_costs,
                   "vericache --draft auto: weigh verify passes with this measured row-cost "
                   "curve (the JSON of `vericache bench rows --json`)");
   cmd->add_option("--remote", a->remote,
                   "lossy/vericache: remote prefix cache redis://HOST:PORT (prefix KV fetched, "
                   "the rest prefilled and published; a store fault means recompute)");
-  cmd->add_option("--remote-chunk", a->remote_chunk, "Tokens per remote chunk (a multiple of --block-tokens)")
+  cmd->add_option("--remote-chunk", a->remote_chunk, "Tokens per remote chunk (whole KV blocks)")
       ->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd->add_option("--remote-ttl", a->remote_ttl, "Seconds published chunks live (0 = no expiry)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));

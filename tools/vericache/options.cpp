@@ -9,7 +9,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvtiers/paged_kv_cache.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/request_validation.hpp"
 
@@ -127,18 +126,25 @@ void check_ngram_sizes(const RequestInput& q) {
                 "), got " + std::to_string(q.ngram_max));
 }
 
+void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens) {
+  cmd.add_option("--block-tokens", block_tokens,
+                 "KV positions per paged block (prefix sharing and remote chunks go by whole "
+                 "blocks; outputs are exact at any size, their bits belong to the size)")
+      ->capture_default_str()->check(integer_in(1, 4096));
+}
+
+void check_remote_chunk(size_t chunk_tokens, size_t block_tokens) {
+  if (block_tokens > 0 && chunk_tokens % block_tokens != 0)
+    throw Error("--remote-chunk: expected whole KV blocks (a multiple of --block-tokens, " +
+                std::to_string(block_tokens) + "), got " + std::to_string(chunk_tokens));
+}
+
 void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
   cmd.add_option("--remote", r.url,
                  "lossy/vericache: remote prefix cache redis://HOST:PORT (prefix KV fetched, "
                  "the rest prefilled and published; a store fault means recompute)");
-  cmd.add_option("--remote-chunk", r.chunk, "Tokens per remote chunk (whole 64-token KV blocks)")
-      ->capture_default_str()->check(checked("INT", [](const std::string& s) {
-        const int64_t n = parse_integer("", s);
-        check_integer_range("", n, 1, 1 << 20);
-        if (n % int64_t(kDefaultBlockTokens) != 0)
-          throw FieldError("", "expected a multiple of the KV block (" +
-                                               std::to_string(kDefaultBlockTokens) + " tokens), got " + s);
-      }));
+  cmd.add_option("--remote-chunk", r.chunk, "Tokens per remote chunk (whole KV blocks)")
+      ->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd.add_option("--remote-ttl", r.ttl, "Seconds published chunks live (0 = no expiry)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd.add_option("--remote-timeout-ms", r.timeout_ms,

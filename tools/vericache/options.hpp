@@ -45,6 +45,13 @@ inline constexpr const char* kRemotePredraftHelp =
 inline constexpr const char* kRemoteRetryHelp =
     "After a store fault, skip the store this long: requests meanwhile prefill locally at "
     "once (0 = always try)";
+/// --block-tokens N (generate, batch, serve): KV positions per paged block.
+void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens);
+/// A remote chunk is whole KV blocks: vc::Error naming --remote-chunk and
+/// --block-tokens otherwise (checked after parsing, when both are known; the
+/// commands check it when --remote is given).
+void check_remote_chunk(size_t chunk_tokens, size_t block_tokens);
+
 /// --remote, --remote-chunk, --remote-ttl, --remote-timeout-ms, --remote-retry-ms,
 /// --remote-flow (as generate's), --remote-fetchers (the engine's alone).
 void add_remote_options(CLI::App& cmd, RemoteArgs& r);

@@ -20,6 +20,7 @@
 #include <vericache/engine.hpp>
 
 #include "kernels/error.hpp"
+#include "kvtiers/paged_kv_cache.hpp"
 #include "kvtiers/scratch_registry.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -65,6 +66,7 @@ struct ServeArgs {
   std::string fast_memory = "0";
   std::string full_tier_budget = "0";
   std::string kv_dtype = "bf16";
+  size_t block_tokens = kDefaultBlockTokens;
   RemoteArgs remote;
 };
 
@@ -146,6 +148,8 @@ int run_serve(const ServeArgs& a) {
   cfg.max_queue = a.max_queue;
   cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
+  cfg.block_tokens = a.block_tokens;
+  if (!a.remote.url.empty()) check_remote_chunk(a.remote.chunk, a.block_tokens);
   cfg.remote_url = a.remote.url;
   cfg.remote_chunk_tokens = a.remote.chunk;
   cfg.remote_ttl_seconds = a.remote.ttl;
@@ -278,6 +282,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(bytes_value());
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
+  add_block_tokens_option(*cmd, a->block_tokens);
   add_remote_options(*cmd, a->remote);
   cmd->callback([&run, a] { run = [a] { return run_serve(*a); }; });
 }
