@@ -95,6 +95,18 @@ std::vector<Case> make_cases(size_t n, uint32_t seed, size_t common_prefix = 0,
   return cases;
 }
 
+// Submits every case to `engine` at once; each result must be its full decoding.
+void expect_full_decoding(Engine& engine, const std::vector<Case>& cases, const std::string& what) {
+  std::vector<Engine::Submission> subs;
+  for (const auto& c : cases) subs.push_back(engine.submit(c.req));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto r = subs[i].result.get();
+    ASSERT_TRUE(r.ok) << what << " request " << i << ": " << r.error;
+    EXPECT_EQ(r.output_ids, cases[i].expected_ids) << what << " request " << i;
+    EXPECT_EQ(r.output_logprobs, cases[i].expected_logprobs) << what << " request " << i;
+  }
+}
+
 void run_concurrently(size_t n) {
   const auto cases = make_cases(n, uint32_t(1000 + n));
   Engine engine(config(n));
@@ -144,14 +156,7 @@ TEST(engine, every_block_size_gives_the_output_of_full_decoding_at_that_size) {
     EngineConfig cfg = config(6);
     cfg.block_tokens = bt;
     Engine engine(cfg);
-    std::vector<Engine::Submission> subs;
-    for (const auto& c : cases) subs.push_back(engine.submit(c.req));
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const auto r = subs[i].result.get();
-      ASSERT_TRUE(r.ok) << r.error;
-      EXPECT_EQ(r.output_ids, cases[i].expected_ids) << "block " << bt << " request " << i;
-      EXPECT_EQ(r.output_logprobs, cases[i].expected_logprobs) << "block " << bt << " request " << i;
-    }
+    expect_full_decoding(engine, cases, "block " + std::to_string(bt));
   }
 }
 
@@ -238,14 +243,7 @@ TEST(engine, lockstep_gives_the_same_output_as_staggered) {
   auto cfg = config(6);
   cfg.lockstep = true;
   Engine engine(cfg);
-  std::vector<Engine::Submission> subs;
-  for (const auto& c : cases) subs.push_back(engine.submit(c.req));
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const auto r = subs[i].result.get();
-    ASSERT_TRUE(r.ok) << r.error;
-    EXPECT_EQ(r.output_ids, cases[i].expected_ids) << "request " << i;
-    EXPECT_EQ(r.output_logprobs, cases[i].expected_logprobs) << "request " << i;
-  }
+  expect_full_decoding(engine, cases, "lockstep");
 }
 
 // Lossy decoding drifts from full decoding, but each request must still equal the
