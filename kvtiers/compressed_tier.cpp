@@ -102,7 +102,8 @@ void CompressedView::add_heads(const LayerKv& kv, const std::vector<std::vector<
   for (size_t j = 0; j < kv.kv_heads; ++j) {
     const size_t g = kv.first_head + j;
     Head& head = heads_[l * kv_heads_ + g];
-    head.positions = keep[j];
+    const Head* prev = l * kv_heads_ + g > 0 ? &heads_[l * kv_heads_ + g - 1] : nullptr;
+    head.positions = PositionList(keep[j], prev ? &prev->positions : nullptr);
     const size_t n = head.positions.size();
     // A head that keeps nothing stores nothing: the codec is not asked.
     if (n == 0) continue;
@@ -125,7 +126,8 @@ void CompressedView::add_heads(const LayerKv& kv, const std::vector<std::vector<
     if (head.packed.k.transform == PackedTransform::rope ||
         head.packed.v.transform == PackedTransform::rope) {
       if (rope_inv_freq_.empty()) rope_inv_freq_ = model.rope_inv_freq;
-      if (abs_pos != head.positions) head.abs_positions = abs_pos;
+      if (abs_pos != head.positions.values())
+        head.abs_positions = PositionList(abs_pos, prev ? &prev->abs_positions : nullptr);
     }
   }
   built_heads_ += kv.kv_heads;
@@ -230,9 +232,15 @@ std::optional<CompressedView::Rows> CompressedView::rows_in_place(size_t l, size
 
 size_t CompressedView::held_bytes() const {
   size_t bytes = rope_inv_freq_.size() * sizeof(float);
+  const Head* prev = nullptr;  // a shared position array is held once (heads share
+                               // only with the head before them)
   for (const Head& head : heads_) {
-    bytes += (head.positions.size() + head.abs_positions.size()) * sizeof(int32_t) +
-             head.packed.k.held_bytes() + head.packed.v.held_bytes();
+    if (prev == nullptr || !head.positions.shares(prev->positions))
+      bytes += head.positions.size() * sizeof(int32_t);
+    if (prev == nullptr || !head.abs_positions.shares(prev->abs_positions))
+      bytes += head.abs_positions.size() * sizeof(int32_t);
+    bytes += head.packed.k.held_bytes() + head.packed.v.held_bytes();
+    prev = &head;
   }
   return bytes;
 }

@@ -9,6 +9,7 @@
 
 #include "kernels/dtype.hpp"
 #include "kvtiers/compressor.hpp"
+#include "kvtiers/position_list.hpp"
 
 namespace vc {
 
@@ -124,8 +125,8 @@ class CompressedView {
 
  private:
   struct Head {
-    std::vector<int32_t> positions;      // snapshot indices
-    std::vector<int32_t> abs_positions;  // for RoPE, only when they differ from positions
+    PositionList positions;      // snapshot indices (shared by heads keeping the same rows)
+    PositionList abs_positions;  // for RoPE, only when they differ from positions
     PackedHead packed;
   };
   size_t layers_ = 0, kv_heads_ = 0, head_dim_ = 0, covered_ = 0, stored_bytes_ = 0;

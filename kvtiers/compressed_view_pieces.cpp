@@ -244,10 +244,12 @@ std::optional<CompressedView> CompressedView::slice(size_t p0, size_t p1, std::s
     const auto e = std::lower_bound(src.positions.begin(), src.positions.end(), int32_t(p1));
     const size_t r0 = size_t(b - src.positions.begin()), r1 = size_t(e - src.positions.begin());
     const size_t n = src.positions.size();
-    dst.positions.assign(b, e);
+    const Head* prev = h > 0 ? &out.heads_[h - 1] : nullptr;
+    dst.positions = PositionList(std::vector<int32_t>(b, e), prev ? &prev->positions : nullptr);
     if (!src.abs_positions.empty())
-      dst.abs_positions.assign(src.abs_positions.begin() + ptrdiff_t(r0),
-                               src.abs_positions.begin() + ptrdiff_t(r1));
+      dst.abs_positions = PositionList(std::vector<int32_t>(src.abs_positions.begin() + ptrdiff_t(r0),
+                                                            src.abs_positions.begin() + ptrdiff_t(r1)),
+                                       prev ? &prev->abs_positions : nullptr);
     if (r1 == r0) continue;
     dst.packed.described = src.packed.described;
     std::string side_why;
@@ -286,12 +288,16 @@ bool CompressedView::append(const CompressedView& next, std::string& why) {
     const Head& b = next.heads_[h];
     Head& o = joined[h];
     const size_t na = a.positions.size(), nb = b.positions.size();
-    o.positions = a.positions;
-    o.positions.insert(o.positions.end(), b.positions.begin(), b.positions.end());
+    const Head* prev = h > 0 ? &joined[h - 1] : nullptr;
+    std::vector<int32_t> pos(a.positions.begin(), a.positions.end());
+    pos.insert(pos.end(), b.positions.begin(), b.positions.end());
+    o.positions = PositionList(std::move(pos), prev ? &prev->positions : nullptr);
     if (!a.abs_positions.empty() || !b.abs_positions.empty()) {
-      o.abs_positions = a.abs_positions.empty() ? a.positions : a.abs_positions;
-      const std::vector<int32_t>& babs = b.abs_positions.empty() ? b.positions : b.abs_positions;
-      o.abs_positions.insert(o.abs_positions.end(), babs.begin(), babs.end());
+      const PositionList& aabs = a.abs_positions.empty() ? a.positions : a.abs_positions;
+      const PositionList& babs = b.abs_positions.empty() ? b.positions : b.abs_positions;
+      std::vector<int32_t> abs(aabs.begin(), aabs.end());
+      abs.insert(abs.end(), babs.begin(), babs.end());
+      o.abs_positions = PositionList(std::move(abs), prev ? &prev->abs_positions : nullptr);
     }
     o.packed.described = na > 0 ? a.packed.described : b.packed.described;
     std::string side_why;
@@ -323,8 +329,8 @@ std::string CompressedView::serialize() const {
   w.put<int32_t>(quant_.value_bits);
   w.put_vec(rope_inv_freq_);
   for (const Head& h : heads_) {
-    w.put_vec(h.positions);
-    w.put_vec(h.abs_positions);
+    w.put_vec(h.positions.values());
+    w.put_vec(h.abs_positions.values());
     w.put<uint8_t>(h.packed.described ? 1 : 0);
     put_side(w, h.packed.k);
     put_side(w, h.packed.v);
@@ -358,10 +364,14 @@ std::optional<CompressedView> CompressedView::deserialize(std::span<const std::b
     Head& h = v.heads_[i];
     uint8_t described = 0;
     const std::string at = "layer " + std::to_string(i / kv_heads) + ", KV head " + std::to_string(i % kv_heads);
-    if (!r.get_vec(h.positions, span) || !r.get_vec(h.abs_positions, span) || !r.get(described)) {
+    std::vector<int32_t> pos, abs;
+    if (!r.get_vec(pos, span) || !r.get_vec(abs, span) || !r.get(described)) {
       why = at + ": truncated";
       return std::nullopt;
     }
+    const Head* prev = i > 0 ? &v.heads_[i - 1] : nullptr;
+    h.positions = PositionList(std::move(pos), prev ? &prev->positions : nullptr);
+    h.abs_positions = PositionList(std::move(abs), prev ? &prev->abs_positions : nullptr);
     h.packed.described = described != 0;
     const size_t n = h.positions.size();
     for (size_t j = 0; j < n; ++j)

@@ -58,9 +58,12 @@ FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv, size_t
     if (const auto own = c->stored_bytes_bound({kv.num_layers, kv.kv_heads, kv.head_dim, positions}, ratio))
       stored = c->keeps_every_position() ? double(*own) : std::max(stored, double(*own));
     // Each kept row's index (int32), and its absolute position where keys are
-    // stored before RoPE; the RoPE frequencies fit in the 4 KiB.
+    // stored before RoPE; the RoPE frequencies fit in the 4 KiB. Heads that keep
+    // the same rows share one list (kvtiers/position_list.hpp): a method that keeps
+    // every position holds one list for the whole view.
+    const double lists = c->keeps_every_position() ? double(positions) : rows;
     const double position_bytes = c->stores_keys_before_rope() ? 8.0 : 4.0;
-    return size_t(std::ceil(stored + position_bytes * rows)) + 4096;
+    return size_t(std::ceil(stored + position_bytes * lists)) + 4096;
   };
   const size_t L = max_draft + 1;
   if (spec.mode == DecodeMode::lossy) {

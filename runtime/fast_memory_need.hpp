@@ -32,8 +32,9 @@ struct FastNeed {
 /// the method says it stores (Compressor::stored_bytes_bound) when that is more:
 /// a composition whose quantizer is told to keep more bits than the ratio allows;
 /// a method that keeps every position (the quantizers) is bounded by what it says
-/// alone, which is exact. Plus 4 bytes of position per kept row and position (8
-/// where keys are stored before RoPE: the absolute positions too).
+/// alone, which is exact. Plus 4 bytes of position per kept row (8 where keys are
+/// stored before RoPE: the absolute positions too); once per position for a method
+/// that keeps every position, whose heads share one list.
 [[nodiscard]] FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv,
                                         size_t max_draft);
 

@@ -16,6 +16,7 @@
 #include "kernels/error.hpp"
 #include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/layer_compression.hpp"
+#include "tests/kvtiers/view_position_bytes.hpp"
 
 namespace vc {
 namespace {
@@ -118,6 +119,25 @@ TEST(compressed_tier, kept_rows_and_positions_follow_the_plan_as_the_codec_store
   EXPECT_EQ(codec.calls[2].l, 1u);
   EXPECT_EQ(codec.calls[2].g, 1u);
   EXPECT_EQ(codec.calls[2].positions.size(), 10u);
+}
+
+TEST(compressed_tier, heads_keeping_the_same_rows_share_one_position_list_held_once) {
+  const KvSnapshot kv = snapshot(2, 2, 10, 4);
+  CompressionPlan plan;
+  const std::vector<int32_t> all = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  plan.keep = {{all, all}, {all, {1, 2}}};
+  plan.quant = QuantSpec{4, 2};
+  ModelFacts model;
+  model.heads = 4;
+  RecordingCodec codec;
+  const CompressedView view = CompressedView::build(kv, plan, codec, model);
+  EXPECT_EQ(view.positions(0, 1), view.positions(0, 0));
+  EXPECT_EQ(view.positions(1, 0), view.positions(0, 0)) << "across layers too";
+  EXPECT_NE(view.positions(1, 1), view.positions(0, 0));
+  EXPECT_EQ(view.positions(1, 1)[1], 2);
+  // 32 kept rows (K bf16: 8 bytes, V fp32: 16 bytes each) and two lists: 10 + 2
+  // positions, not 32.
+  EXPECT_EQ(view.held_bytes(), 32u * (8 + 16) + 12u * 4);
 }
 
 TEST(compressed_tier, without_model_positions_the_codec_sees_snapshot_indices) {
@@ -261,7 +281,7 @@ TEST(compressed_tier, a_dropping_plan_is_held_as_bf16_with_two_bytes_per_element
     }
     EXPECT_GT(kept, 0u);
     EXPECT_EQ(view.stored_bytes(), kept * 64 * 2 * 2) << name;
-    EXPECT_EQ(view.held_bytes(), kept * 64 * 2 * 2 + kept * 4) << name;
+    EXPECT_EQ(view.held_bytes(), kept * 64 * 2 * 2 + test::view_position_bytes(view)) << name;
   }
 }
 

@@ -99,6 +99,8 @@ TEST(compressed_view_pieces, chunks_joined_back_decode_bit_for_bit_as_the_whole_
       const std::optional<CompressedView> prefix = whole.slice(0, 5 * 64, cut_why);
       ASSERT_TRUE(prefix.has_value()) << what << ": " << cut_why;
       expect_same_view(*joined, *prefix, what);
+      // Cutting, the bytes and joining keep heads' shared position lists shared.
+      EXPECT_EQ(joined->held_bytes(), prefix->held_bytes()) << what;
       EXPECT_EQ(joined->serialize(), prefix->serialize()) << what;
       // The prefix's rows are the whole view's first rows, bit for bit.
       for (size_t l = 0; l < 2; ++l)

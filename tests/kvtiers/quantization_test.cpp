@@ -20,6 +20,7 @@
 #include "kvtiers/compressors/factories.hpp"
 #include "kvtiers/compressors/hadamard.hpp"
 #include "kvtiers/compressors/uniform_quant.hpp"
+#include "tests/kvtiers/view_position_bytes.hpp"
 
 namespace vc {
 namespace {
@@ -318,10 +319,14 @@ Achieved achieve(const Compressor& c, const RatioCase& rc, double ratio) {
     }
   }
   EXPECT_EQ(view.stored_bytes(), again) << c.name();
-  // What the view holds is what the codec counts, plus the kept positions (and
-  // KVQuant's RoPE frequencies).
+  // What the view holds is what the codec counts, plus the kept positions (one
+  // list for heads keeping the same rows) and KVQuant's RoPE frequencies.
   const bool rope = std::string(c.name()).find("kvquant") != std::string::npos;
-  EXPECT_EQ(view.held_bytes(), again + kept * 4 + (rope ? d / 2 * 4 : 0)) << c.name();
+  EXPECT_EQ(view.held_bytes(), again + test::view_position_bytes(view) + (rope ? d / 2 * 4 : 0))
+      << c.name();
+  if (c.keeps_every_position()) {
+    EXPECT_EQ(test::view_position_bytes(view), view.count(0, 0) * 4) << c.name();
+  }
   EXPECT_GT(double(moved), 0.5 * double(kept * d)) << c.name() << ": values not quantized";
   return {double(view.full_bytes()) / double(view.stored_bytes()), plan.quant, view.stored_bytes()};
 }
