@@ -155,10 +155,12 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   const int threads =
       cfg.threads > 0 ? cfg.threads : (d > 1 ? std::max(1, default_thread_count() / cfg.tp) : 0);
   const DType kv = cfg.kv_dtype == "f32" ? DType::f32 : DType::bf16;
-  if (cfg.block_tokens < 1 || cfg.block_tokens > 4096)
-    throw Error("EngineConfig.block_tokens: expected 1-4096 positions, got " +
-                std::to_string(cfg.block_tokens));
-  const KvCacheConfig kvc = draft_shards[0]->kv_config(16, kv, cfg.block_tokens);  // every rank's layout
+  KvCacheConfig kvc;  // every rank's layout
+  try {
+    kvc = draft_shards[0]->kv_config(16, kv, cfg.block_tokens);
+  } catch (const std::exception& e) {
+    throw Error(std::string("EngineConfig.") + e.what());
+  }
   m.kv = kvc;
   const size_t per_token = 2 * kvc.num_layers * kvc.kv_heads * kvc.head_dim * dtype_size(kv);
   const size_t budget = cfg.fast_memory_bytes > 0 ? cfg.fast_memory_bytes : (size_t(1) << 16) * per_token;

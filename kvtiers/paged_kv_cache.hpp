@@ -19,6 +19,8 @@ namespace vc {
 /// a block's fixed attention work (softmax, merge into the running state) is paid
 /// four times less often (full attention 23-27% faster at 4K-16K on the 1B shape).
 inline constexpr size_t kDefaultBlockTokens = 64;
+/// The largest block a config may ask for.
+inline constexpr size_t kMaxBlockTokens = 4096;
 
 struct KvCacheConfig {
   size_t num_layers = 0;

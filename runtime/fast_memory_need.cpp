@@ -66,19 +66,18 @@ FastNeed fast_memory_need(const DraftSpec& spec, const KvCacheConfig& kv, size_t
     return size_t(std::ceil(stored + position_bytes * lists)) + 4096;
   };
   const size_t L = max_draft + 1;
+  // The tail's blocks without folding: [n, n + gen + L). Folds only release the
+  // tail's front, so this bounds a folding request's tail too.
+  const size_t unfolded_tail = blocks_between(n, n + gen + L, bt);
   if (spec.mode == DecodeMode::lossy) {
     need.view = view_bound(n);
     need.blocks = blocks_between(n, n + gen + 1, bt) * block;
   } else if (spec.fold_every > 0) {
     need.view = view_bound(n + gen);
-    // Folds only release the tail's front, so it also never leaves [n, n + gen + L):
-    // a request shorter than its fold interval reserves no more than without folding.
-    need.blocks = std::min(blocks_between(0, spec.fold_every + 2 * L, bt) + 1,
-                           blocks_between(n, n + gen + L, bt)) *
-                  block;
+    need.blocks = std::min(blocks_between(0, spec.fold_every + 2 * L, bt) + 1, unfolded_tail) * block;
   } else {
     need.view = view_bound(n);
-    need.blocks = blocks_between(n, n + gen + L, bt) * block;
+    need.blocks = unfolded_tail * block;
   }
   {
     if (prefill_stats_need_whole_layers(*c)) need.staging = whole_layer_staging(kv, n);

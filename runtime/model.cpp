@@ -1,6 +1,10 @@
 // Model loading and derived sizes.
 #include "runtime/model.hpp"
 
+#include <string>
+
+#include "kernels/error.hpp"
+
 namespace vc {
 
 Model::Model(std::filesystem::path dir, ModelConfig cfg, ModelWeights w)
@@ -36,6 +40,9 @@ size_t Model::weight_bytes_per_step() const {
 }
 
 KvCacheConfig Model::kv_config(size_t max_tokens, DType kv_dtype, size_t block_tokens) const {
+  if (block_tokens < 1 || block_tokens > kMaxBlockTokens)
+    throw Error("block_tokens: expected 1-" + std::to_string(kMaxBlockTokens) + " positions, got " +
+                std::to_string(block_tokens));
   KvCacheConfig c;
   c.num_layers = size_t(config_.num_layers);
   c.kv_heads = size_t(config_.num_kv_heads);

@@ -127,5 +127,21 @@ TEST(generator, rejects_a_request_longer_than_the_context_naming_the_limit) {
   EXPECT_THROW((void)g.generate(std::vector<int32_t>{}, o), Error);
 }
 
+TEST(generator, a_block_size_outside_1_to_4096_is_an_error_naming_it) {
+  for (const size_t bt : {size_t(0), size_t(4097)}) {
+    GeneratorConfig gc;
+    gc.block_tokens = bt;
+    try {
+      Generator g(test::tinycode(), test::tinycode_tokenizer(), gc);
+      ADD_FAILURE() << "block_tokens " << bt << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("block_tokens: expected 1-4096 positions, got " +
+                                           std::to_string(bt)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vc

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvtiers/paged_kv_cache.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/request_validation.hpp"
 
@@ -130,7 +131,7 @@ void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens) {
   cmd.add_option("--block-tokens", block_tokens,
                  "KV positions per paged block (prefix sharing and remote chunks go by whole "
                  "blocks; outputs are exact at any size, their bits belong to the size)")
-      ->capture_default_str()->check(integer_in(1, 4096));
+      ->capture_default_str()->check(integer_in(1, int64_t(kMaxBlockTokens)));
 }
 
 void check_remote_chunk(size_t chunk_tokens, size_t block_tokens) {
