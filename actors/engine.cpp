@@ -113,6 +113,15 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (cfg.verify_batch == 0 || cfg.verify_batch > 64)
     throw Error("EngineConfig.verify_batch: must be 1 to 64, got " + std::to_string(cfg.verify_batch));
   if (cfg.tp < 1) throw Error("EngineConfig.tp: must be at least 1, got " + std::to_string(cfg.tp));
+  Device device;
+  try {
+    device = parse_device(cfg.device);
+  } catch (const std::exception& e) {
+    throw Error(std::string("EngineConfig.") + e.what());
+  }
+  if (!device.is_cpu() && cfg.tp > 1)
+    throw Error("EngineConfig.device: " + device.str() +
+                " with tp > 1: tensor-parallel ranks run on the CPU only (for now)");
   if (cfg.placement != "none" && cfg.placement != "auto")
     throw Error("EngineConfig.placement: expected none or auto, got '" + cfg.placement + "'");
   // Used only while the actors bind their threads, at the end of the constructor.
@@ -121,8 +130,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (cfg.placement == "auto") {
     try {  // the plan first: a degree the machine cannot place fails before any actor
       topology = std::make_unique<HwlocTopology>();
-      // The ranks compute on the CPU (the engine has no GPU backend yet): plan CPU
-      // ranks, whatever GPUs the machine has.
+      // The ranks compute on the CPU (only a tp-1 engine's weight products can go to
+      // a GPU): plan CPU ranks, whatever GPUs the machine has.
       Topology cpu_ranks = topology->read();
       cpu_ranks.gpus.clear();
       cpu_ranks.links.clear();
@@ -133,6 +142,11 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   }
   const size_t d = size_t(cfg.tp);
   m.model = Model::load(cfg.model_dir);
+  try {
+    m.model = Model::on_device(std::move(m.model), device);
+  } catch (const std::exception& e) {
+    throw Error(std::string("EngineConfig.") + e.what());
+  }
   m.tokenizer = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(cfg.model_dir) / "tokenizer.json"));
   // Rank r's shard for the drafter and for the verifier (see Impl).

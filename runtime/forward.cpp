@@ -12,6 +12,7 @@
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/error.hpp"
+#include "runtime/linear_backend.hpp"
 #include "kvtiers/view_attention.hpp"
 
 namespace vc {
@@ -30,8 +31,9 @@ namespace {
 // core costs more than it saves on the small matrices of a decode step.
 constexpr size_t kParallelMinMacs = size_t(1) << 17;
 
-void linear(Workspace& ws, const float* x, size_t M, const Weight& w, const Weight& bias,
-            float* y) {
+void linear(const Model& model, Workspace& ws, const float* x, size_t M, const Weight& w,
+            const Weight& bias, float* y) {
+  if (LinearBackend* b = model.linear_backend()) return b->linear(x, M, w, bias, y);
   const float* bias_f = nullptr;
   if (bias.present()) {  // converted into the workspace: no allocation per call
     ws.bias.resize(bias.cols);
@@ -42,8 +44,8 @@ void linear(Workspace& ws, const float* x, size_t M, const Weight& w, const Weig
   cpu::matmul(x, M, w.cols, w.data, w.dtype, w.rows, bias_f, y, pool);
 }
 
-void linear(Workspace& ws, const float* x, size_t M, const Weight& w, float* y) {
-  linear(ws, x, M, w, Weight{}, y);
+void linear(const Model& model, Workspace& ws, const float* x, size_t M, const Weight& w, float* y) {
+  linear(model, ws, x, M, w, Weight{}, y);
 }
 
 void check_rows(std::span<const ForwardRow> rows, const PagedKvCache& cache) {
@@ -266,9 +268,9 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
                   ws.h.data());
     if (ws.stats != nullptr && ws.stats->needs_hidden())
       ws.stats->observe_hidden(l, rows, ws.h.data(), D);
-    linear(ws, ws.h.data(), M, L.wq, L.bq, ws.q.data());
-    linear(ws, ws.h.data(), M, L.wk, L.bk, ws.k.data());
-    linear(ws, ws.h.data(), M, L.wv, L.bv, ws.v.data());
+    linear(model, ws, ws.h.data(), M, L.wq, L.bq, ws.q.data());
+    linear(model, ws, ws.h.data(), M, L.wk, L.bk, ws.k.data());
+    linear(model, ws, ws.h.data(), M, L.wv, L.bv, ws.v.data());
     if (c.qk_norm) {
       cpu::rms_norm(ws.q.data(), M * nh, hd, L.q_norm.data, L.q_norm.dtype, c.rms_norm_eps,
                     ws.q.data());
@@ -299,16 +301,16 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
       }
     }
 
-    linear(ws, ws.attn.data(), M, L.wo, ws.h.data());
+    linear(model, ws, ws.attn.data(), M, L.wo, ws.h.data());
     reduce(ws.h.data());
     cpu::add_inplace(ws.x.data(), ws.h.data(), M * D);
 
     cpu::rms_norm(ws.x.data(), M, D, L.mlp_norm.data, L.mlp_norm.dtype, c.rms_norm_eps,
                   ws.h.data());
-    linear(ws, ws.h.data(), M, L.w_gate, ws.gate.data());
-    linear(ws, ws.h.data(), M, L.w_up, ws.up.data());
+    linear(model, ws, ws.h.data(), M, L.w_gate, ws.gate.data());
+    linear(model, ws, ws.h.data(), M, L.w_up, ws.up.data());
     cpu::swiglu(ws.gate.data(), ws.up.data(), ws.gate.data(), M * I);
-    linear(ws, ws.gate.data(), M, L.w_down, ws.h.data());
+    linear(model, ws, ws.gate.data(), M, L.w_down, ws.h.data());
     reduce(ws.h.data());
     cpu::add_inplace(ws.x.data(), ws.h.data(), M * D);
   }
@@ -323,7 +325,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
   cpu::rms_norm(ws.h.data(), n_out, D, W.final_norm.data, W.final_norm.dtype, c.rms_norm_eps,
                 ws.h.data());
   if (tp == nullptr) {
-    linear(ws, ws.h.data(), n_out, W.lm_head, logits.data());
+    linear(model, ws, ws.h.data(), n_out, W.lm_head, logits.data());
     return;
   }
   // Each rank's vocabulary slice ([n_out, slice], padded to the common size), gathered.
@@ -331,7 +333,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
   ws.gate.assign(n_out * slice, 0.0f);
   if (W.lm_head.rows > 0) {
     ws.up.resize(n_out * W.lm_head.rows);
-    linear(ws, ws.h.data(), n_out, W.lm_head, ws.up.data());
+    linear(model, ws, ws.h.data(), n_out, W.lm_head, ws.up.data());
     for (size_t m = 0; m < n_out; ++m)
       std::copy_n(ws.up.data() + m * W.lm_head.rows, W.lm_head.rows, ws.gate.data() + m * slice);
   }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/error.hpp"
+#include "runtime/linear_backend.hpp"
 
 namespace vc {
 
@@ -15,6 +16,26 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& dir) {
   ModelConfig cfg = load_model_config(dir / "config.json");
   ModelWeights w = load_weights(cfg, dir);
   return std::shared_ptr<const Model>(new Model(dir, std::move(cfg), std::move(w)));
+}
+
+std::shared_ptr<const Model> Model::on_device(std::shared_ptr<const Model> base, const Device& device) {
+  if (!base) throw Error("Model::on_device: no model");
+  if (device == base->device()) return base;
+  if (!base->device().is_cpu())
+    throw Error("device " + device.str() + ": the model is already on " + base->device().str());
+  if (base->tp() != nullptr)
+    throw Error("device " + device.str() + ": tensor-parallel shards run on the CPU only (for now)");
+  std::shared_ptr<Model> m(new Model(base->dir(), base->config(), base->weights()));
+  std::vector<Weight> mats, biases;
+  for (const LayerWeights& l : m->weights_.layers) {
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) mats.push_back(*w);
+    for (const Weight* b : {&l.bq, &l.bk, &l.bv}) biases.push_back(*b);
+  }
+  mats.push_back(m->weights_.lm_head);
+  m->linear_ = make_cuda_linear(mats, biases, device.index);
+  m->device_ = device;
+  m->base_ = std::move(base);
+  return m;
 }
 
 static size_t count(const Weight& w) { return w.present() ? w.rows * w.cols : 0; }

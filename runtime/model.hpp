@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kvtiers/paged_kv_cache.hpp"
+#include "runtime/device.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/weights.hpp"
 
@@ -13,6 +14,7 @@ namespace vc {
 
 class Communicator;
 class HeadShards;
+class LinearBackend;
 class Model;
 
 /// A sharded model's place in its tensor-parallel group (Model::shard). Its config
@@ -71,6 +73,18 @@ class Model {
   /// shard's degree; throws vc::Error naming what does not fit.
   [[nodiscard]] static std::shared_ptr<const Model> with_comm(std::shared_ptr<const Model> shard,
                                                               std::shared_ptr<Communicator> comm);
+  /// `base` with its weight products on `device` (runtime/linear_backend.hpp): for
+  /// cuda:N its matrices are copied to that GPU and forward() multiplies there; norms,
+  /// attention over the KV tiers and sampling stay on the CPU. cpu gives `base`.
+  /// Throws vc::Error naming the device when it cannot be used (no CUDA in this
+  /// build, no such device, weights that do not fit) or for a tensor-parallel shard
+  /// (not placed on GPUs yet).
+  [[nodiscard]] static std::shared_ptr<const Model> on_device(std::shared_ptr<const Model> base,
+                                                              const Device& device);
+  [[nodiscard]] const Device& device() const { return device_; }
+  /// Null on the CPU.
+  [[nodiscard]] LinearBackend* linear_backend() const { return linear_.get(); }
+
   /// Null for an unsharded model.
   [[nodiscard]] const TensorParallelRank* tp() const { return tp_ ? &*tp_ : nullptr; }
   /// The whole model's config: a shard's unsharded model's, else config().
@@ -88,6 +102,8 @@ class Model {
   std::shared_ptr<const Model> base_;
   std::vector<std::vector<std::byte>> owned_;
   std::optional<TensorParallelRank> tp_;
+  Device device_;
+  std::shared_ptr<LinearBackend> linear_;
 };
 
 }  // namespace vc

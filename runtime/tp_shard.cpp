@@ -83,6 +83,9 @@ std::shared_ptr<const Model> Model::shard(std::shared_ptr<const Model> base, int
                                           std::shared_ptr<Communicator> comm) {
   if (!base || !comm) throw Error("Model::shard: no model or no communicator");
   if (base->tp() != nullptr) throw Error("Model::shard: the model is already a shard");
+  if (!base->device().is_cpu())
+    throw Error("Model::shard: the model is on " + base->device().str() +
+                "; tensor-parallel shards run on the CPU only (for now)");
   const int degree = comm->degree();
   if (rank < 0 || rank >= degree)
     throw Error("Model::shard: rank " + std::to_string(rank) + " of a group of " + std::to_string(degree));

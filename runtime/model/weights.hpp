@@ -7,17 +7,9 @@
 #include "kernels/dtype.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/safetensors.hpp"
+#include "runtime/model/weight.hpp"
 
 namespace vc {
-
-/// A weight matrix [rows, cols] row-major (or a vector: rows = 1), not owned.
-struct Weight {
-  const void* data = nullptr;
-  DType dtype = DType::bf16;
-  size_t rows = 0;
-  size_t cols = 0;
-  [[nodiscard]] bool present() const { return data != nullptr; }
-};
 
 struct LayerWeights {
   Weight attn_norm;              // [hidden]

@@ -173,6 +173,22 @@ TEST(engine, a_block_size_outside_1_to_4096_is_a_clear_error) {
   }
 }
 
+TEST(engine, a_device_it_cannot_use_is_a_clear_error_naming_the_field) {
+  // A bad name; cuda with tensor parallelism (ranks run on the CPU); a GPU past the
+  // machine's (none here, or fewer than 100).
+  for (const auto& [device, tp] : {std::pair{"gpu", 1}, std::pair{"cuda:0", 2}, std::pair{"cuda:99", 1}}) {
+    EngineConfig cfg = config(1);
+    cfg.device = device;
+    cfg.tp = tp;
+    try {
+      Engine engine(cfg);
+      ADD_FAILURE() << "device " << device << " with tp " << tp << " accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("EngineConfig.device"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(engine, requests_sharing_a_prompt_prefix_share_its_blocks_and_match_full_decoding) {
   const auto cases = make_cases(8, 4242, 160);
   Engine engine(config(8));

@@ -54,6 +54,7 @@ struct BatchArgs {
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
   size_t block_tokens = kDefaultBlockTokens;
+  std::string device = "cpu";
   std::string row_costs;  // --row-costs FILE
   RequestInput line_defaults;  // --draft-hierarchy and the n-gram options
   RemoteArgs remote;
@@ -260,6 +261,7 @@ int run_batch(const BatchArgs& a) {
   vericache::EngineConfig cfg;
   cfg.model_dir = a.model_dir;
   cfg.threads = a.threads;
+  cfg.device = a.device;
   cfg.tp = a.tp;
   cfg.full_tier = a.full_tier;
   cfg.disk_dir = a.disk_dir;
@@ -384,6 +386,7 @@ void add_batch_command(CLI::App& app, Runner& run) {
                   "curve (the JSON of `vericache bench rows --json`)");
   add_draft_hierarchy_options(*cmd, a->line_defaults);
   add_block_tokens_option(*cmd, a->block_tokens);
+  add_device_option(*cmd, a->device);
   add_remote_options(*cmd, a->remote);
   cmd->add_option("--link-gbps", a->link_gbps,
                   "Modelled link bandwidth to the full tier in GB/s (0 = unthrottled)")

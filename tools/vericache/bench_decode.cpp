@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
 #include "runtime/forward.hpp"
+#include "runtime/linear_backend.hpp"
 #include "runtime/sampler.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
@@ -30,6 +31,7 @@ struct BenchDecodeArgs {
   size_t decode_tokens = 128;
   int repeats = 3;
   std::string kv_dtype = "bf16";
+  std::string device = "cpu";
   bool json = false;
 };
 
@@ -69,7 +71,10 @@ double time_decode(const Model& m, KvSequence& seq, PagedKvCache& cache, Workspa
 }
 
 int run_bench_decode(const BenchDecodeArgs& a) {
-  auto model = Model::load(a.model_dir);
+  const Device device = parse_device(a.device);
+  auto model = Model::on_device(Model::load(a.model_dir), device);
+  const std::string device_name =
+      device.is_cpu() ? std::string("cpu") : model->linear_backend()->description();
   const ModelConfig& c = model->config();
   const DType kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   const size_t max_ctx = *std::max_element(a.contexts.begin(), a.contexts.end());
@@ -121,6 +126,7 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"model", a.model_dir},
                         {"kv_dtype", a.kv_dtype},
+                        {"device", device_name},
                         {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))},
                         {"prefill_prompt_tokens", a.prefill_tokens},
                         {"decode_tokens", a.decode_tokens},
@@ -130,10 +136,10 @@ int run_bench_decode(const BenchDecodeArgs& a) {
     return 0;
   }
   std::cout << fmt::format(
-      "bench decode: {} ({} params, {} weights), KV {}, SIMD {}, median of {}\n"
+      "bench decode: {} ({} params, {} weights), KV {}, SIMD {}, weight products on {}, median of {}\n"
       "measured memory read bandwidth: {:.1f} GB/s\n\n",
       a.model_dir, model->parameter_count(), dtype_name(c.dtype), a.kv_dtype,
-      cpu::simd_path_name(cpu::active_simd_path()), a.repeats, bw / 1e9);
+      cpu::simd_path_name(cpu::active_simd_path()), device_name, a.repeats, bw / 1e9);
   std::cout << fmt::format("{:>7} {:>8} {:>14} {:>13} {:>14} {:>11} {:>8}\n", "threads",
                            "context", "prefill tok/s", "decode tok/s", "bytes/token", "GB/s read",
                            "% of bw");
@@ -169,6 +175,7 @@ void add_bench_decode_command(CLI::App& bench, Runner& run) {
       ->capture_default_str()->check(integer_in(1, 1000));
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
+  add_device_option(*cmd, a->device);
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_decode(*a); }; });
 }

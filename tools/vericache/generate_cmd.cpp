@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
 #include "runtime/generator.hpp"
+#include "runtime/linear_backend.hpp"
 #include "runtime/tp_generator.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/model/safetensors.hpp"
@@ -40,6 +41,7 @@ struct GenerateArgs {
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
   size_t block_tokens = kDefaultBlockTokens;
+  std::string device = "cpu";
   std::string row_costs;  // --row-costs FILE
   std::string remote;     // --remote redis://HOST:PORT
   size_t remote_chunk = 256;
@@ -92,7 +94,11 @@ int run_generate(const GenerateArgs& a) {
   const auto row_costs = a.row_costs.empty() ? std::vector<std::pair<double, double>>{}
                                              : load_row_costs(a.row_costs);
   spdlog::info("loading model from {}", a.model_dir);
-  auto model = Model::load(a.model_dir);
+  const Device device = parse_device(a.device);
+  if (!device.is_cpu() && a.tp > 1)
+    throw Error("--device " + a.device + ": --tp runs its ranks on the CPU only (for now)");
+  auto model = Model::on_device(Model::load(a.model_dir), device);
+  if (!device.is_cpu()) spdlog::info("weight products on {}", model->linear_backend()->description());
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
   const ValidRequest v = validated_request(a, prompt, *model, *tok);
@@ -147,6 +153,7 @@ int run_generate(const GenerateArgs& a) {
                   {"kv_dtype", a.kv_dtype},
                   {"threads", threads},
                   {"tensor_parallel", a.tp},
+                  {"device", device.str()},
                   {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))},
                   {"weights", weight_load() == WeightLoad::map ? "mapped" : "read"}};
     if (s.remote)
@@ -327,6 +334,7 @@ void add_generate_command(CLI::App& app, Runner& run) {
                   "KV positions per staged chunk of the full KV (0 = whole layers)")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 24));
   add_block_tokens_option(*cmd, a->block_tokens);
+  add_device_option(*cmd, a->device);
   cmd->add_option("--row-costs", a->row_costs,
                   "vericache --draft auto: weigh verify passes with this measured row-cost "
                   "curve (the JSON of `vericache bench rows --json`)");

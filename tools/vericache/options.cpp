@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvtiers/paged_kv_cache.hpp"
+#include "runtime/device.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/request_validation.hpp"
 
@@ -125,6 +126,23 @@ void check_ngram_sizes(const RequestInput& q) {
   if (q.ngram_max < q.ngram_min)
     throw Error("--ngram-max: expected at least --ngram-min (" + std::to_string(q.ngram_min) +
                 "), got " + std::to_string(q.ngram_max));
+}
+
+void add_device_option(CLI::App& cmd, std::string& device) {
+  cmd.add_option("--device", device,
+                 "Where the weight matrices are multiplied: cpu, or cuda[:N] (the model's "
+                 "matrices copied to GPU N; norms, attention over the KV tiers and sampling "
+                 "stay on the CPU)")
+      ->capture_default_str()
+      ->check([](const std::string& s) {
+        try {
+          (void)parse_device(s);
+          return std::string();
+        } catch (const std::exception& e) {
+          const std::string what = e.what();  // "device: expected ..."
+          return what.starts_with("device: ") ? what.substr(8) : what;
+        }
+      });
 }
 
 void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens) {

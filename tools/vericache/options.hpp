@@ -45,6 +45,9 @@ inline constexpr const char* kRemotePredraftHelp =
 inline constexpr const char* kRemoteRetryHelp =
     "After a store fault, skip the store this long: requests meanwhile prefill locally at "
     "once (0 = always try)";
+/// --device cpu|cuda[:N]: where the weight products run (Model::on_device);
+/// checked as it is parsed.
+void add_device_option(CLI::App& cmd, std::string& device);
 /// --block-tokens N (generate, batch, serve): KV positions per paged block.
 void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens);
 /// A remote chunk is whole KV blocks: vc::Error naming --remote-chunk and

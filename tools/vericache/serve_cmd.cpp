@@ -67,6 +67,7 @@ struct ServeArgs {
   std::string full_tier_budget = "0";
   std::string kv_dtype = "bf16";
   size_t block_tokens = kDefaultBlockTokens;
+  std::string device = "cpu";
   RemoteArgs remote;
 };
 
@@ -139,6 +140,7 @@ int run_serve(const ServeArgs& a) {
   vericache::EngineConfig cfg;
   cfg.model_dir = a.model_dir;
   cfg.threads = a.threads;
+  cfg.device = a.device;
   cfg.tp = a.tp;
   cfg.full_tier = a.full_tier;
   cfg.disk_dir = a.disk_dir;
@@ -283,6 +285,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
   add_block_tokens_option(*cmd, a->block_tokens);
+  add_device_option(*cmd, a->device);
   add_remote_options(*cmd, a->remote);
   cmd->callback([&run, a] { run = [a] { return run_serve(*a); }; });
 }

@@ -1,0 +1,23 @@
+// Where a model's weight matrices are multiplied: the CPU (the reference) or a CUDA
+// device. Parsed from `--device cpu|cuda[:N]` and EngineConfig::device.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace vc {
+
+struct Device {
+  enum class Kind { cpu, cuda };
+  Kind kind = Kind::cpu;
+  int index = 0;  // the CUDA device ordinal (cuda only)
+  /// "cpu" or "cuda:N".
+  [[nodiscard]] std::string str() const;
+  [[nodiscard]] bool is_cpu() const { return kind == Kind::cpu; }
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+/// "cpu", "cuda" (device 0) or "cuda:N" (N a non-negative integer); anything else
+/// throws vc::Error naming the text and what is accepted.
+[[nodiscard]] Device parse_device(std::string_view text);
+
+}  // namespace vc

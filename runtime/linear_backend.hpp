@@ -1,0 +1,38 @@
+// Where a forward pass multiplies by its weight matrices when not on the CPU: a
+// model placed on a device (Model::on_device) carries one, and forward() hands it
+// every matrix product (q/k/v/o, gate/up/down, the LM head). Everything else of the
+// pass (norms, RoPE, attention over the KV tiers, sampling) stays on the CPU, so the
+// KV cache, the compressed views and the full tier are the same objects whatever
+// the device.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "runtime/model/weight.hpp"
+
+namespace vc {
+
+class LinearBackend {
+ public:
+  virtual ~LinearBackend() = default;
+  /// The device in words ("cuda:0 (NVIDIA H100 80GB HBM3)").
+  [[nodiscard]] virtual const std::string& description() const = 0;
+  /// y[M, w.rows] = x[M, w.cols] · w^T (+ bias, [w.rows], when present); host
+  /// pointers. Batch invariant: row m of y depends on row m of x alone, bit for bit,
+  /// whatever M. Safe to call from several threads at once. Throws vc::Error for a
+  /// weight the backend does not hold or a device failure.
+  virtual void linear(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) = 0;
+};
+
+/// `matrices` copied to CUDA device `index` (bf16, f16 or f32, as held), and
+/// `biases` converted to f32 there; linear() then takes any of them (by data
+/// pointer; absent ones and repeats are skipped). Throws vc::Error naming the device
+/// when this build has no CUDA, the device does not exist or cannot be used (the
+/// CUDA error), or the matrices do not fit in its memory.
+[[nodiscard]] std::shared_ptr<LinearBackend> make_cuda_linear(std::span<const Weight> matrices,
+                                                              std::span<const Weight> biases,
+                                                              int index);
+
+}  // namespace vc

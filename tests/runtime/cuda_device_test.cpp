@@ -1,0 +1,141 @@
+// The model's weight products on a GPU (Model::on_device, --device cuda): against
+// the float64 reference within the f32 paths' tolerance, batch invariant bit for
+// bit, and vericache equal to full decoding bit for bit on the GPU, as on the CPU.
+// Skipped, saying why, where no GPU can be used.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "kernels/error.hpp"
+#include "kvtiers/compressor.hpp"
+#include "runtime/forward.hpp"
+#include "runtime/generator.hpp"
+#include "runtime/linear_backend.hpp"
+#include "runtime/tp_comm.hpp"
+#include "tests/runtime/test_support.hpp"
+
+namespace vc {
+namespace {
+
+/// The bundled model on cuda:0, or the reason it cannot be placed there.
+std::shared_ptr<const Model> on_gpu(std::string& why) {
+  try {
+    static auto m = Model::on_device(test::tinycode(), parse_device("cuda:0"));
+    return m;
+  } catch (const Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+#define VC_REQUIRE_GPU_MODEL(var)                                        \
+  std::string vc_why_;                                                   \
+  const auto var = on_gpu(vc_why_);                                      \
+  if (!var) GTEST_SKIP() << "no GPU to place the model on: " << vc_why_
+
+Generator make_generator(std::shared_ptr<const Model> m, DType kv = DType::bf16) {
+  GeneratorConfig gc;
+  gc.max_context = 2048;
+  gc.kv_dtype = kv;
+  return Generator(std::move(m), test::tinycode_tokenizer(), gc);
+}
+
+TEST(cuda_device, the_forward_pass_matches_the_float64_reference_within_the_f32_tolerance) {
+  VC_REQUIRE_GPU_MODEL(gpu);
+  std::printf("  weight products on %s\n", gpu->linear_backend()->description().c_str());
+  auto gen = make_generator(gpu, DType::f32);
+  const float tol = 1e-4f;  // the CPU's f32 paths' bound (golden_test.cpp)
+  for (const auto& c : test::golden()["cases"]) {
+    const std::string name = c["name"];
+    const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    const auto ref = c["first_logits"].get<std::vector<double>>();
+    const auto ref_ids = c["greedy_ids"].get<std::vector<int32_t>>();
+    const auto margins = c["top1_margins"].get<std::vector<double>>();
+    KvSequence seq;
+    const auto logits = prefill(gen.model(), prompt, seq, gen.cache(), gen.workspace());
+    gen.cache().free(seq);
+    ASSERT_EQ(logits.size(), ref.size()) << name;
+    float err = 0;
+    for (size_t i = 0; i < logits.size(); ++i) err = std::max(err, float(std::fabs(logits[i] - ref[i])));
+    EXPECT_LE(err, tol) << name;
+    std::printf("  %-28s max |logit err| %.2e\n", name.c_str(), double(err));
+    GenerateOptions o;
+    o.max_tokens = int(ref_ids.size());
+    o.stop_at_eos = false;
+    const auto r = gen.generate(prompt, o);
+    for (size_t i = 0; i < ref_ids.size(); ++i) {
+      ASSERT_EQ(r.output_ids[i], ref_ids[i]) << name << ": greedy token " << i;
+      if (margins[i] < 2.0 * tol) break;
+    }
+  }
+}
+
+TEST(cuda_device, a_row_gives_the_same_bits_alone_and_in_a_batch_of_other_sequences) {
+  VC_REQUIRE_GPU_MODEL(gpu);
+  auto gen = make_generator(gpu);
+  std::mt19937 rng(5);
+  const ModelConfig& c = gpu->config();
+  std::vector<KvSequence> seqs(3);
+  std::vector<std::vector<float>> alone(3);
+  std::vector<int32_t> next(3), pos(3);
+  for (size_t s = 0; s < 3; ++s) {
+    const auto ids = test::random_tokens(rng, 30 + 17 * s, c.vocab_size, c.bos_token_id);
+    (void)prefill(*gpu, ids, seqs[s], gen.cache(), gen.workspace());
+    next[s] = ids[s];
+    pos[s] = int32_t(seqs[s].length);
+    gen.cache().reserve(seqs[s], seqs[s].length + 1);
+    ForwardRow row{next[s], pos[s], &seqs[s], true};
+    forward(*gpu, std::span(&row, 1), gen.cache(), gen.workspace(), alone[s]);
+  }
+  // The same rows again (each position rewritten with the same K/V), in one pass.
+  std::vector<ForwardRow> rows;
+  for (size_t s = 0; s < 3; ++s) rows.push_back({next[s], pos[s], &seqs[s], true});
+  std::vector<float> batched;
+  forward(*gpu, rows, gen.cache(), gen.workspace(), batched);
+  const size_t V = size_t(c.vocab_size);
+  for (size_t s = 0; s < 3; ++s)
+    EXPECT_EQ(0, std::memcmp(alone[s].data(), batched.data() + s * V, V * sizeof(float)))
+        << "sequence " << s << ": its logits differ in some bit between a pass alone and the batch";
+  for (auto& s : seqs) gen.cache().free(s);
+}
+
+TEST(cuda_device, vericache_equals_full_decoding_bit_for_bit_for_every_compressor) {
+  VC_REQUIRE_GPU_MODEL(gpu);
+  auto gen = make_generator(gpu);
+  const auto prompt = test::golden()["cases"][0]["prompt_ids"].get<std::vector<int32_t>>();
+  std::vector<std::string> methods = compressor_names();
+  methods.push_back("snapkv+kivi");
+  for (const SamplingParams& sp : {SamplingParams{}, SamplingParams{0.9f, 50, 0.95f, 1234}}) {
+    GenerateOptions base;
+    base.max_tokens = 40;
+    base.sampling = sp;
+    base.stop_at_eos = false;
+    const auto full = gen.generate(prompt, base);
+    for (const auto& m : methods)
+      for (int draft : {1, 16, -1}) {
+        GenerateOptions o = base;
+        o.mode = DecodeMode::vericache;
+        o.compressor = m;
+        o.draft_auto = draft < 0;
+        o.draft_length = size_t(std::max(draft, 0));
+        const auto r = gen.generate(prompt, o);
+        const std::string what = m + " draft " + (draft < 0 ? "auto" : std::to_string(draft)) +
+                                 (sp.temperature > 0 ? " sampled" : " greedy");
+        ASSERT_EQ(full.output_ids, r.output_ids) << what;
+        ASSERT_EQ(full.output_logprobs.size(), r.output_logprobs.size()) << what;
+        EXPECT_EQ(0, std::memcmp(full.output_logprobs.data(), r.output_logprobs.data(),
+                                 full.output_logprobs.size() * sizeof(float)))
+            << what << ": logprobs differ in some bit";
+      }
+  }
+}
+
+TEST(cuda_device, a_model_on_a_gpu_is_not_sharded_for_tensor_parallelism) {
+  VC_REQUIRE_GPU_MODEL(gpu);
+  EXPECT_THROW((void)Model::shard(gpu, 0, std::make_shared<CpuCommunicator>(2)), Error);
+}
+
+}  // namespace
+}  // namespace vc
