@@ -1,5 +1,5 @@
 // --device cpu|cuda[:N] on the commands that run a model (generate, batch, serve,
-// bench decode): the CPU by default and reported, bad names and unusable GPUs
+// bench decode / rows / throughput): the CPU by default and reported, bad names and unusable GPUs
 // refused with an error naming them.
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ TEST(cli_device, the_cpu_is_the_default_and_the_json_says_where_the_products_ran
 
 TEST(cli_device, a_name_other_than_cpu_or_cuda_n_is_refused_by_every_command_naming_it) {
   for (const std::string cmd : {"generate --prompt x", "batch --input /dev/null", "serve",
-                                "bench decode --contexts 0"}) {
+                                "bench decode --contexts 0", "bench rows", "bench throughput"}) {
     const auto r = run_vericache(cmd + " --device gpu1", true);
     EXPECT_NE(r.code, 0) << cmd;
     EXPECT_NE(r.out.find("--device"), std::string::npos) << cmd << ": " << r.out;
@@ -46,6 +46,12 @@ TEST(cli_device, cuda_without_a_usable_gpu_is_an_error_naming_the_device) {
   const auto batch = run_vericache("batch --input /dev/null --output /dev/null --device cuda:0", true);
   EXPECT_EQ(batch.code, 1) << batch.out;
   EXPECT_NE(batch.out.find("cuda:0"), std::string::npos) << batch.out;
+  for (const std::string bench : {"bench decode --contexts 0 --repeats 1", "bench rows --rows 1 --repeats 1",
+                                  "bench throughput --contexts 256 --configs a --gen-tokens 4"}) {
+    const auto b = run_vericache(bench + " --device cuda:0", true);
+    EXPECT_EQ(b.code, 1) << bench << ": " << b.out;
+    EXPECT_NE(b.out.find("cuda:0"), std::string::npos) << bench << ": " << b.out;
+  }
 }
 
 }  // namespace

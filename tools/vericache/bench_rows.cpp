@@ -22,11 +22,12 @@ struct BenchRowsArgs {
   std::vector<size_t> rows = {1, 2, 4, 8, 16, 32, 64};
   int repeats = 5;
   int threads = 0;
+  std::string device = "cpu";
   bool json = false;
 };
 
 int run_bench_rows(const BenchRowsArgs& a) {
-  auto model = Model::load(a.model_dir);
+  auto model = Model::on_device(Model::load(a.model_dir), parse_device(a.device));
   const ModelConfig& c = model->config();
   const int threads = a.threads > 0 ? a.threads : default_thread_count();
   const std::vector<double> secs = measure_row_costs(*model, a.context, a.rows, a.repeats, threads);
@@ -45,6 +46,7 @@ int run_bench_rows(const BenchRowsArgs& a) {
                                 {"threads", threads},
                                 {"repeats", a.repeats},
                                 {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))},
+                                {"device", model->device().str()},
                                 {"rows", out}}
                      .dump(2)
               << "\n";
@@ -52,10 +54,10 @@ int run_bench_rows(const BenchRowsArgs& a) {
   }
   std::cout << fmt::format(
       "bench rows: {} ({} params, {} layers, hidden {}, {}/{} heads), context {}, KV bf16, "
-      "{} thread{}, SIMD {}, median of {}\n\n",
+      "{} thread{}, SIMD {}, weight products on {}, median of {}\n\n",
       a.model_dir, model->parameter_count(), c.num_layers, c.hidden_size, c.num_heads,
       c.num_kv_heads, a.context, threads, threads == 1 ? "" : "s",
-      cpu::simd_path_name(cpu::active_simd_path()), a.repeats);
+      cpu::simd_path_name(cpu::active_simd_path()), model->device().str(), a.repeats);
   std::cout << fmt::format("{:>5} {:>12} {:>11} {:>9}\n", "rows", "ms/pass", "ms/row",
                            fmt::format("x {}-row", a.rows[base]));
   for (const auto& r : out)
@@ -82,6 +84,7 @@ void add_bench_rows_command(CLI::App& bench, Runner& run) {
       ->capture_default_str()->check(integer_in(1, 1000));
   cmd->add_option("--threads", a->threads, "Threads (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
+  add_device_option(*cmd, a->device);
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_rows(*a); }; });
 }

@@ -69,6 +69,7 @@ struct ThroughputArgs {
   std::vector<size_t> verify_batches = {vericache::EngineConfig{}.verify_batch};
   int threads = 0;  // --threads: EngineConfig::threads (per compute actor, per rank)
   std::string placement = "none";  // --placement: EngineConfig::placement of every engine
+  std::string device = "cpu";      // --device: EngineConfig::device of every engine
 };
 
 struct Config {
@@ -113,6 +114,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   ec.tp = a.tp;
   ec.threads = a.threads;
   ec.placement = a.placement;
+  ec.device = a.device;
   ec.max_active = c.concurrency;
   ec.verify_batch = c.verify_batch;
   ec.max_queue = c.concurrency;
@@ -187,6 +189,10 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
 int run_throughput(const ThroughputArgs& a) {
   check_ngram_sizes(a.hierarchy);
   const auto model = Model::load(a.model_dir);
+  if (a.device != "cpu") {  // an unusable device fails before any work
+    if (a.tp > 1) throw Error("--device " + a.device + ": --tp runs its ranks on the CPU only (for now)");
+    (void)Model::on_device(model, parse_device(a.device));
+  }
   const ModelConfig& mc = model->config();
   const Tokenizer tok = Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json");
   if (a.prompt_kind != "random")  // a context too short for the prompt kind fails before any work
@@ -281,6 +287,7 @@ int run_throughput(const ThroughputArgs& a) {
       rows.push_back({{"context", ctx},
                       {"tensor_parallel", a.tp},
                       {"threads", a.threads},
+                      {"device", a.device},
                       {"config", c.label},
                       {"compressor", c.compressor},
                       {"concurrency", c.concurrency},
@@ -314,7 +321,7 @@ int run_throughput(const ThroughputArgs& a) {
     return 0;
   }
   std::cout << fmt::format(
-      "bench throughput: {} ({}x, draft {}, verify batch {}), {} tokens per request, {} prompts, {}equal fast-memory budget "
+      "bench throughput: {} ({}x, draft {}, verify batch {}), {} tokens per request, {} prompts, {}{}equal fast-memory budget "
       "= {} full-KV requests + staging, ENFORCED (blocks, views and staging buffers are charged "
       "to it; requests are admitted by memory)\nfast memory: this machine's RAM, {:.1f} GB/s read; link: "
       "SIMULATED at {:.2f} GB/s (RAM / {:.0f}, the ratio of {:.0f} GB/s HBM to {:.0f} GB/s "
@@ -322,6 +329,7 @@ int run_throughput(const ThroughputArgs& a) {
       fmt::join(a.compressors, "/"), a.ratio, a.draft, fmt::join(a.verify_batches, "/"), a.gen_tokens,
       a.prompt_kind == "random" ? std::string("random-token") : "code (" + a.prompt_kind + ")",
       a.tp > 1 ? fmt::format("{} tensor-parallel ranks, budget PER RANK: ", a.tp) : "",
+      a.device == "cpu" ? std::string() : "weight products on " + a.device + ", ",
       a.base_requests, ram_bps / 1e9,
       link_bps / 1e9, a.hbm_gbps / a.link_gbps, a.hbm_gbps, a.link_gbps);
   std::cout << fmt::format("{:>7} {:<36} {:>4} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13}  {}\n",
@@ -408,6 +416,7 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
                   "Worker threads per compute actor, per rank (0 = auto: the cores split "
                   "between the ranks)")
       ->capture_default_str()->check(integer_in(0, 1024));
+  add_device_option(*cmd, a->device);
   cmd->callback([&run, a] { run = [a] { return run_throughput(*a); }; });
 }
 
