@@ -2,7 +2,10 @@
 # Checks the CUDA path on a machine with a GPU (H200/H100, sm_90), in one go:
 #   tools/gpu-check.sh OUTDIR     build, run the CUDA tests and the kernel benchmark
 #   tools/gpu-check.sh --prepare  (on a machine with the Debian packages, before a GPU
-#                                 session) copy GoogleTest's sources into .gpu-deps/
+#                                 session) copy GoogleTest's sources into .gpu-deps/,
+#                                 and, when build/ holds a CUDA build, its test_runtime
+#                                 and vericache with the Debian libraries they load
+#                                 into .gpu-deps/prebuilt/ (bin/, lib/, commit)
 #
 # It builds only what the check needs -- the CPU and CUDA kernels, test_cuda and
 # vc_cuda_bench -- in a separate build directory (build-gpu/, VC_CUDA_ONLY=ON: no
@@ -12,12 +15,16 @@
 # /usr/src/googletest, else the system's package. Warnings are not errors there
 # (another compiler version); they are still in the build log.
 #
-# Steps: build; probe the GPU; the CUDA tests; the kernel benchmark; then, in the
-# time left, the CUDA tests again under compute-sanitizer memcheck (out-of-bounds and
-# misaligned accesses that a passing test can hide).
+# Steps: build; probe the GPU; the CUDA tests; the kernel benchmark; with
+# .gpu-deps/prebuilt, the runtime on the GPU (test_runtime's device.* and cuda_device.*:
+# the bundled model's weight products on the GPU against the float64 reference,
+# batch invariance, vericache equal to full decoding; then `bench decode --device
+# cuda` beside `--device cpu`), built here because the image lacks the packages; then,
+# in the time left, the CUDA tests again under compute-sanitizer memcheck
+# (out-of-bounds and misaligned accesses that a passing test can hide).
 # OUTDIR receives: build.log, tests.log, tests.json (GoogleTest's report),
-# bench.log (the table), bench.json, memcheck.log, summary.json (status, reason,
-# counts, times).
+# bench.log (the table), bench.json, runtime.log, memcheck.log, summary.json (status,
+# reason, counts, times).
 # Exit status: 0 all passed; 1 a test or check failed; 2 no usable GPU (after the
 # build, so the build is still checked); 3 the build failed; 4 bad usage.
 # Time: every step's timeout is cut to what is left of GPU_CHECK_SECONDS (default
@@ -33,7 +40,27 @@ if [ "${1:-}" = "--prepare" ]; then
   [ -f "$src/CMakeLists.txt" ] || { echo "gpu-check: $src not found (apt-get install libgtest-dev)" >&2; exit 4; }
   rm -rf "$root/.gpu-deps/googletest" && mkdir -p "$root/.gpu-deps" &&
     cp -r "$src" "$root/.gpu-deps/googletest" || exit 4
-  echo "gpu-check: GoogleTest sources in .gpu-deps/googletest; carry .gpu-deps to the GPU machine"
+  echo "gpu-check: GoogleTest sources in .gpu-deps/googletest"
+  # The runtime's GPU tests and the CLI, prebuilt: the GPU image lacks the packages
+  # to build them. Only a CUDA build's (it links libcudart); glibc, libstdc++ and
+  # cudart come from the GPU machine.
+  pre=$root/.gpu-deps/prebuilt
+  rm -rf "$pre"
+  bins=("$root/build/tests/test_runtime" "$root/build/tools/vericache")
+  if [ -x "${bins[0]}" ] && [ -x "${bins[1]}" ] && ldd "${bins[0]}" | grep -q libcudart; then
+    mkdir -p "$pre/bin" "$pre/lib" || exit 4
+    cp "${bins[@]}" "$pre/bin/" || exit 4
+    ldd "${bins[@]}" | awk '$3 ~ /^\// {print $3}' | sort -u |
+      grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart|ld-linux[^/]*)\.so' |
+      xargs -r cp -L -t "$pre/lib/" || exit 4
+    commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
+    echo "$commit" >"$pre/commit"
+    echo "gpu-check: test_runtime and vericache of $commit with $(ls "$pre/lib" | wc -l) libraries in $pre ($(du -sh "$pre" | cut -f1))"
+  else
+    echo "gpu-check: no CUDA build in build/ (tools/setup.sh with nvcc): the runtime step will be skipped"
+  fi
+  echo "gpu-check: carry .gpu-deps to the GPU machine"
   exit 0
 fi
 if [ $# -ne 1 ] || [ -z "$1" ] || [ "${1#-}" != "$1" ]; then
@@ -51,6 +78,7 @@ started=$(date +%s)
 deadline=$((started + ${GPU_CHECK_SECONDS:-460}))
 device=""
 tests_passed=0 tests_failed=0 tests_skipped=0 tests_rc=-1 bench_rc=-1 memcheck_rc=-1
+runtime_rc=-1 runtime_note="not run"
 
 say() { echo "gpu-check: $*" >&2; }
 # limit DEFAULT RESERVE: a step's timeout, DEFAULT seconds at most, leaving RESERVE
@@ -80,6 +108,7 @@ finish() {
   "cuda_arch": "$arch",
   "tests": {"exit": $tests_rc, "passed": $tests_passed, "failed": $tests_failed, "skipped": $tests_skipped},
   "bench_exit": $bench_rc,
+  "runtime": {"exit": $runtime_rc, "note": "$(json_str "$runtime_note")"},
   "memcheck_exit": $memcheck_rc,
   "seconds": $(( $(date +%s) - started ))
 }
@@ -143,6 +172,30 @@ timeout "$(limit 150 20)" "$bench_bin" ${BENCH_ARGS:-} --json "$out/bench.json" 
 bench_rc=$?
 cat "$out/bench.log"
 
+# --- the runtime on the GPU, prebuilt (--prepare) --------------------------------------
+pre=$root/.gpu-deps/prebuilt
+if [ ! -x "$pre/bin/test_runtime" ]; then
+  runtime_note="no .gpu-deps/prebuilt (tools/gpu-check.sh --prepare after a CUDA build, and carry .gpu-deps)"
+  echo "$runtime_note" >"$out/runtime.log"
+else
+  runtime_note="prebuilt at $(cat "$pre/commit" 2>/dev/null || echo unknown), checked tree at $commit"
+  cudalib=$(dirname "$(dirname "$nvcc")")
+  export LD_LIBRARY_PATH="$pre/lib:$cudalib/lib64:$cudalib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  {
+    echo "== $runtime_note"
+    echo "== test_runtime --gtest_filter='device.*:cuda_device.*'"
+    VC_TEST_MODEL_DIR="$root/models/tinycode" VC_TEST_DATA_DIR="$root/tests/data" \
+      timeout "$(limit 150 40)" "$pre/bin/test_runtime" --gtest_filter='device.*:cuda_device.*'
+  } >"$out/runtime.log" 2>&1
+  runtime_rc=$?
+  for dev in cuda cpu; do
+    echo "== vericache bench decode --device $dev" >>"$out/runtime.log"
+    timeout "$(limit 60 30)" "$pre/bin/vericache" bench decode --model "$root/models/tinycode" \
+      --device "$dev" --contexts 0 4096 --threads 2 --decode-tokens 64 --repeats 3 >>"$out/runtime.log" 2>&1
+  done
+  say "runtime on the GPU: exit $runtime_rc (runtime.log)"
+fi
+
 # --- memcheck, in the time left ------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || true)
 [ -z "$sanitizer" ] && [ -x "$(dirname "$nvcc")/compute-sanitizer" ] && sanitizer=$(dirname "$nvcc")/compute-sanitizer
@@ -162,6 +215,12 @@ if [ $tests_rc -ne 0 ] || [ "$tests_failed" -ne 0 ]; then
 fi
 if [ "$tests_skipped" -ne 0 ]; then
   finish failed 1 "CUDA tests skipped on a GPU machine (tests.log)"
+fi
+if [ $runtime_rc -eq 0 ] && grep -q '^\[  SKIPPED \] cuda_device\.' "$out/runtime.log"; then
+  finish failed 1 "the runtime's GPU tests skipped on a GPU machine (runtime.log says why)"
+fi
+if [ $runtime_rc -gt 0 ]; then
+  finish failed 1 "the runtime's GPU tests failed or could not run (exit $runtime_rc; runtime.log)"
 fi
 if [ $bench_rc -ne 0 ]; then
   finish failed 1 "the benchmark failed or a batch-invariance check failed (exit $bench_rc; bench.log)"

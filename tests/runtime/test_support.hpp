@@ -1,5 +1,6 @@
 // Shared helpers of the runtime tests: the bundled model, loaded once.
 #pragma once
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -13,14 +14,25 @@
 
 namespace vc::test {
 
+/// The bundled model's directory and the test data's: where the build put them, or
+/// VC_TEST_MODEL_DIR / VC_TEST_DATA_DIR (a prebuilt test binary run in another
+/// checkout: tools/gpu-check.sh).
+inline std::string model_dir() {
+  const char* e = std::getenv("VC_TEST_MODEL_DIR");
+  return e != nullptr && *e != '\0' ? e : VC_MODEL_DIR;
+}
+inline std::string data_dir() {
+  const char* e = std::getenv("VC_TEST_DATA_DIR");
+  return e != nullptr && *e != '\0' ? e : VC_TEST_DATA_DIR;
+}
+
 inline std::shared_ptr<const Model> tinycode() {
-  static std::shared_ptr<const Model> m = Model::load(VC_MODEL_DIR);
+  static std::shared_ptr<const Model> m = Model::load(model_dir());
   return m;
 }
 
 inline std::shared_ptr<const Tokenizer> tinycode_tokenizer() {
-  static auto t = std::make_shared<const Tokenizer>(
-      Tokenizer::from_file(std::string(VC_MODEL_DIR) + "/tokenizer.json"));
+  static auto t = std::make_shared<const Tokenizer>(Tokenizer::from_file(model_dir() + "/tokenizer.json"));
   return t;
 }
 
@@ -30,7 +42,7 @@ inline nlohmann::json read_json(const std::string& path) {
 }
 
 inline const nlohmann::json& golden() {
-  static nlohmann::json j = read_json(std::string(VC_TEST_DATA_DIR) + "/visible.json");
+  static nlohmann::json j = read_json(data_dir() + "/visible.json");
   return j;
 }
 
