@@ -4,7 +4,6 @@
 // Skipped, saying why, where no GPU can be used.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -14,7 +13,7 @@
 #include "runtime/generator.hpp"
 #include "runtime/linear_backend.hpp"
 #include "runtime/tp_comm.hpp"
-#include "tests/runtime/test_support.hpp"
+#include "tests/runtime/golden_check.hpp"
 
 namespace vc {
 namespace {
@@ -45,31 +44,7 @@ Generator make_generator(std::shared_ptr<const Model> m, DType kv = DType::bf16)
 TEST(cuda_device, the_forward_pass_matches_the_float64_reference_within_the_f32_tolerance) {
   VC_REQUIRE_GPU_MODEL(gpu);
   std::printf("  weight products on %s\n", gpu->linear_backend()->description().c_str());
-  auto gen = make_generator(gpu, DType::f32);
-  const float tol = 1e-4f;  // the CPU's f32 paths' bound (golden_test.cpp)
-  for (const auto& c : test::golden()["cases"]) {
-    const std::string name = c["name"];
-    const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    const auto ref = c["first_logits"].get<std::vector<double>>();
-    const auto ref_ids = c["greedy_ids"].get<std::vector<int32_t>>();
-    const auto margins = c["top1_margins"].get<std::vector<double>>();
-    KvSequence seq;
-    const auto logits = prefill(gen.model(), prompt, seq, gen.cache(), gen.workspace());
-    gen.cache().free(seq);
-    ASSERT_EQ(logits.size(), ref.size()) << name;
-    float err = 0;
-    for (size_t i = 0; i < logits.size(); ++i) err = std::max(err, float(std::fabs(logits[i] - ref[i])));
-    EXPECT_LE(err, tol) << name;
-    std::printf("  %-28s max |logit err| %.2e\n", name.c_str(), double(err));
-    GenerateOptions o;
-    o.max_tokens = int(ref_ids.size());
-    o.stop_at_eos = false;
-    const auto r = gen.generate(prompt, o);
-    for (size_t i = 0; i < ref_ids.size(); ++i) {
-      ASSERT_EQ(r.output_ids[i], ref_ids[i]) << name << ": greedy token " << i;
-      if (margins[i] < 2.0 * tol) break;
-    }
-  }
+  test::check_against_golden({DType::f32, 1e-4f}, gpu);  // the CPU's f32 paths' bound
 }
 
 TEST(cuda_device, a_row_gives_the_same_bits_alone_and_in_a_batch_of_other_sequences) {
