@@ -21,8 +21,8 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& dir) {
 std::shared_ptr<const Model> Model::on_device(std::shared_ptr<const Model> base, const Device& device) {
   if (!base) throw Error("Model::on_device: no model");
   if (device == base->device()) return base;
-  if (!base->device().is_cpu())
-    throw Error("device " + device.str() + ": the model is already on " + base->device().str());
+  if (!base->device().is_cpu()) return on_device(base->base_, device);  // from the CPU model
+  if (device.is_cpu()) return base;
   if (base->tp() != nullptr)
     throw Error("device " + device.str() + ": tensor-parallel shards run on the CPU only (for now)");
   std::shared_ptr<Model> m(new Model(base->dir(), base->config(), base->weights()));

@@ -75,7 +75,8 @@ class Model {
                                                               std::shared_ptr<Communicator> comm);
   /// `base` with its weight products on `device` (runtime/linear_backend.hpp): for
   /// cuda:N its matrices are copied to that GPU and forward() multiplies there; norms,
-  /// attention over the KV tiers and sampling stay on the CPU. cpu gives `base`.
+  /// attention over the KV tiers and sampling stay on the CPU. cpu gives the model on
+  /// the CPU (`base` itself, or the one it was placed from).
   /// Throws vc::Error naming the device when it cannot be used (no CUDA in this
   /// build, no such device, weights that do not fit) or for a tensor-parallel shard
   /// (not placed on GPUs yet).

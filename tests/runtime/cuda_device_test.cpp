@@ -107,6 +107,13 @@ TEST(cuda_device, vericache_equals_full_decoding_bit_for_bit_for_every_compresso
   }
 }
 
+TEST(cuda_device, placing_a_gpu_model_on_the_cpu_gives_the_model_it_was_placed_from) {
+  VC_REQUIRE_GPU_MODEL(gpu);
+  EXPECT_EQ(gpu->device().str(), "cuda:0");
+  EXPECT_EQ(Model::on_device(gpu, parse_device("cpu")), test::tinycode());
+  EXPECT_EQ(Model::on_device(gpu, parse_device("cuda:0")), gpu);
+}
+
 TEST(cuda_device, a_model_on_a_gpu_is_not_sharded_for_tensor_parallelism) {
   VC_REQUIRE_GPU_MODEL(gpu);
   EXPECT_THROW((void)Model::shard(gpu, 0, std::make_shared<CpuCommunicator>(2)), Error);
