@@ -13,6 +13,7 @@
 #include "runtime/generator.hpp"
 #include "runtime/linear_backend.hpp"
 #include "runtime/tp_comm.hpp"
+#include "tests/runtime/exactness_check.hpp"
 #include "tests/runtime/golden_check.hpp"
 
 namespace vc {
@@ -98,11 +99,7 @@ TEST(cuda_device, vericache_equals_full_decoding_bit_for_bit_for_every_compresso
         const auto r = gen.generate(prompt, o);
         const std::string what = m + " draft " + (draft < 0 ? "auto" : std::to_string(draft)) +
                                  (sp.temperature > 0 ? " sampled" : " greedy");
-        ASSERT_EQ(full.output_ids, r.output_ids) << what;
-        ASSERT_EQ(full.output_logprobs.size(), r.output_logprobs.size()) << what;
-        EXPECT_EQ(0, std::memcmp(full.output_logprobs.data(), r.output_logprobs.data(),
-                                 full.output_logprobs.size() * sizeof(float)))
-            << what << ": logprobs differ in some bit";
+        test::expect_identical(full, r, what);
       }
   }
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/generator.hpp"
+#include "tests/runtime/exactness_check.hpp"
 #include "tests/runtime/test_support.hpp"
 
 namespace vc {
@@ -35,13 +36,7 @@ GenerateOptions options(const SamplingParams& sampling, int max_tokens) {
   return o;
 }
 
-void expect_identical(const GenerateResult& full, const GenerateResult& r, const std::string& what) {
-  ASSERT_EQ(full.output_ids, r.output_ids) << what;
-  ASSERT_EQ(full.output_logprobs.size(), r.output_logprobs.size()) << what;
-  EXPECT_EQ(0, std::memcmp(full.output_logprobs.data(), r.output_logprobs.data(),
-                           full.output_logprobs.size() * sizeof(float)))
-      << what << ": logprobs differ in some bit";
-}
+using test::expect_identical;
 
 TEST(draft_hierarchy, ngram_level_leaves_the_output_bit_identical_to_full_decoding) {
   auto gen = make_generator();

@@ -14,6 +14,7 @@
 #include "runtime/compression.hpp"
 #include "runtime/tp_generator.hpp"
 #include "tests/error_naming.hpp"
+#include "tests/runtime/exactness_check.hpp"
 #include "tests/runtime/test_support.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 
@@ -189,13 +190,7 @@ std::vector<int32_t> prompt(size_t n, unsigned seed) {
   return test::random_tokens(rng, n, c.vocab_size, c.bos_token_id);
 }
 
-void expect_identical(const GenerateResult& a, const GenerateResult& b, const std::string& what) {
-  ASSERT_EQ(a.output_ids, b.output_ids) << what;
-  ASSERT_EQ(a.output_logprobs.size(), b.output_logprobs.size()) << what;
-  EXPECT_EQ(0, std::memcmp(a.output_logprobs.data(), b.output_logprobs.data(),
-                           a.output_logprobs.size() * sizeof(float)))
-      << what << ": logprobs differ in some bit";
-}
+using test::expect_identical;
 
 TEST(tensor_parallel, degree_one_equals_the_unsharded_generator_bit_for_bit) {
   Generator plain(test::tinycode(), test::tinycode_tokenizer(), config());

@@ -9,6 +9,7 @@
 
 #include "kvtiers/compressor.hpp"
 #include "runtime/generator.hpp"
+#include "tests/runtime/exactness_check.hpp"
 #include "tests/runtime/test_support.hpp"
 
 namespace vc {
@@ -37,14 +38,7 @@ GenerateOptions base_options(const Setting& s, int max_tokens) {
   return o;
 }
 
-void expect_identical(const GenerateResult& full, const GenerateResult& vc,
-                      const std::string& what) {
-  ASSERT_EQ(full.output_ids, vc.output_ids) << what;
-  ASSERT_EQ(full.output_logprobs.size(), vc.output_logprobs.size()) << what;
-  EXPECT_EQ(0, std::memcmp(full.output_logprobs.data(), vc.output_logprobs.data(),
-                           full.output_logprobs.size() * sizeof(float)))
-      << what << ": logprobs differ in some bit";
-}
+using test::expect_identical;
 
 std::vector<std::vector<int32_t>> prompts(size_t golden, size_t generated) {
   std::vector<std::vector<int32_t>> out;
