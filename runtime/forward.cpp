@@ -12,6 +12,7 @@
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/error.hpp"
+#include "runtime/attention_backend.hpp"
 #include "runtime/linear_backend.hpp"
 #include "kvtiers/view_attention.hpp"
 
@@ -114,16 +115,59 @@ void attend_run_tiled(const ModelConfig& c, const PagedKvCache& cache, size_t l,
   }
 }
 
+// The full-KV rows of a pass over the cache (those without a view) on the model's
+// device: each run of one sequence's consecutive rows stages its blocks once.
+void attend_cached_on_device(AttentionBackend& be, const ModelConfig& c, const PagedKvCache& cache,
+                             size_t l, std::span<const ForwardRow> rows, float scale, Workspace& ws) {
+  const size_t qd = size_t(c.num_heads) * size_t(c.head_dim);
+  const size_t bt = cache.config().block_tokens;
+  std::vector<size_t>& idx = ws.device_rows;
+  std::vector<int32_t>& n_ctx = ws.device_ctx;
+  idx.clear(), n_ctx.clear();
+  for (size_t m = 0; m < rows.size(); ++m)
+    if (rows[m].view == nullptr) idx.push_back(m), n_ctx.push_back(ws.positions[m] + 1);
+  if (idx.empty()) return;
+  // Runs of rows of one sequence: [r0, r1) of idx, each staging the blocks of its
+  // longest row.
+  std::vector<std::pair<size_t, size_t>> runs;
+  size_t max_blocks = 0;
+  for (size_t r0 = 0; r0 < idx.size();) {
+    size_t r1 = r0 + 1, longest = size_t(n_ctx[r0]);
+    while (r1 < idx.size() && rows[idx[r1]].seq == rows[idx[r0]].seq)
+      longest = std::max(longest, size_t(n_ctx[r1++]));
+    runs.emplace_back(r0, r1);
+    max_blocks += (longest + bt - 1) / bt;
+    r0 = r1;
+  }
+  ws.device_q.resize(idx.size() * qd);
+  ws.device_out.resize(idx.size() * qd);
+  for (size_t i = 0; i < idx.size(); ++i)
+    std::copy_n(ws.q.data() + idx[i] * qd, qd, ws.device_q.data() + i * qd);
+  auto pass = be.begin(size_t(c.num_heads), cache.view(l, *rows[idx[0]].seq), n_ctx, max_blocks, scale);
+  for (const auto& [r0, r1] : runs) {
+    size_t longest = 0;
+    for (size_t i = r0; i < r1; ++i) longest = std::max(longest, size_t(n_ctx[i]));
+    pass->add(r0, r1, cache.view(l, *rows[idx[r0]].seq), 0, (longest + bt - 1) / bt);
+  }
+  pass->run(ws.device_q.data(), ws.device_out.data());
+  for (size_t i = 0; i < idx.size(); ++i)
+    std::copy_n(ws.device_out.data() + i * qd, qd, ws.attn.data() + idx[i] * qd);
+}
+
 // Attention of every row over the cache (and the compressed views of draft rows):
 // runs of rows of one sequence without views go tile by tile (attend_run_tiled);
-// the other rows are independent, split across the pool.
+// the other rows are independent, split across the pool. With `device`, the rows
+// without views attend there instead (attend_cached_on_device), unless statistics
+// want each row's softmax maximum and sum, which the device does not return: the
+// CPU then attends too, for them, and the device's outputs replace the CPU's.
 void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
                    std::span<const ForwardRow> rows, float scale, Workspace& ws,
-                   float* max_sum) {
+                   float* max_sum, AttentionBackend* device) {
   const size_t M = rows.size();
   const size_t nh = size_t(c.num_heads), hd = size_t(c.head_dim);
   const size_t qd = nh * hd;
   const std::vector<int32_t>& pos = ws.positions;
+  const bool cpu_full = device == nullptr || max_sum != nullptr;
   thread_local std::vector<size_t> alone_rows;  // rows attended one by one
   std::vector<size_t>& alone = alone_rows;  // the pool's threads read the caller's
   alone.clear();
@@ -131,7 +175,9 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
     size_t e = m + 1;
     if (rows[m].view == nullptr)
       while (e < M && rows[e].view == nullptr && rows[e].seq == rows[m].seq) ++e;
-    if (e - m >= 2) {
+    if (rows[m].view == nullptr && !cpu_full) {
+      // on the device, below
+    } else if (e - m >= 2) {
       attend_run_tiled(c, cache, l, rows, m, e, scale, ws, max_sum);
     } else {
       alone.push_back(m);
@@ -159,19 +205,22 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
   };
   if (alone.size() > 1) ws.pool().parallel_for(alone.size(), 1, attend);
   else attend(0, alone.size());
+  if (device != nullptr) attend_cached_on_device(*device, c, cache, l, rows, scale, ws);
 }
 
 // Attention of rows [r0, r0 + rows.size()) of the pass over KV streamed in by
 // `provider`, chunk by chunk in position order, each chunk in tiles of blocks: each
 // row's state merges the blocks as attention_row would merge them, so the bits equal
-// a pass over a cache holding the same KV.
+// a pass over a cache holding the same KV. With `device`, each chunk is staged there
+// before it is released and the rows attend there once the last has come: the bits
+// of the device's pass over a cache (attend_cached_on_device). The CPU then attends
+// only when statistics want the rows' softmax maxima and sums.
 void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
-                     std::span<const ForwardRow> rows, size_t r0, float scale, Workspace& ws) {
+                     std::span<const ForwardRow> rows, size_t r0, float scale, Workspace& ws,
+                     AttentionBackend* device) {
   const size_t M = rows.size(), nh = size_t(c.num_heads), qd = nh * size_t(c.head_dim);
   const std::vector<int32_t>& pos = ws.positions;
   const cpu::PagedKv shape = provider.shape();
-  for (size_t m = r0; m < r0 + M; ++m)
-    ws.attn_states[m].begin(ws.q.data() + m * qd, nh, shape, size_t(pos[m]) + 1, scale);
   const size_t chunks = provider.chunks();
   // Statistics that read the layer's keys need it staged whole (and each row's
   // softmax maximum and sum, known once its attention is done); the others read
@@ -179,11 +228,27 @@ void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
   const bool stats_keys = ws.stats != nullptr && ws.stats->needs_keys();
   if (stats_keys && chunks != 1)
     throw Error("forward: these prefill statistics need whole layers staged");
+  const bool on_cpu = device == nullptr || stats_keys;
+  if (on_cpu)
+    for (size_t m = r0; m < r0 + M; ++m)
+      ws.attn_states[m].begin(ws.q.data() + m * qd, nh, shape, size_t(pos[m]) + 1, scale);
+  std::unique_ptr<AttentionBackend::Pass> pass;
+  if (device != nullptr) {
+    // Rows of one sequence at consecutive positions: the last reads the most blocks.
+    ws.device_ctx.resize(M);
+    for (size_t m = 0; m < M; ++m) ws.device_ctx[m] = pos[r0 + m] + 1;
+    const size_t longest = size_t(*std::max_element(ws.device_ctx.begin(), ws.device_ctx.end()));
+    pass = device->begin(nh, shape, ws.device_ctx,
+                         (longest + shape.block_tokens - 1) / shape.block_tokens, scale);
+  }
   for (size_t c = 0; c < chunks; ++c) {
     const KvChunk ch = provider.acquire(l, c);
     if (ws.stats != nullptr && !stats_keys && c == 0)
       ws.stats->observe(l, rows, ws.q.data(), nullptr, nullptr);
-    if (M == 1) {
+    if (pass) pass->add(0, M, ch.kv, ch.block_begin, ch.block_end);
+    if (!on_cpu) {
+      // on the device
+    } else if (M == 1) {
       ws.attn_states[r0].add(ch.kv, ch.block_begin, ch.block_end, &ws.pool());
     } else {
       attend_tiles(ch.kv, r0, M, ch.block_begin, ch.block_end, ws);
@@ -195,7 +260,9 @@ void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
     }
     provider.release(l, c);
   }
-  for (size_t m = r0; m < r0 + M; ++m) ws.attn_states[m].finish(ws.attn.data() + m * qd);
+  if (on_cpu)
+    for (size_t m = r0; m < r0 + M; ++m) ws.attn_states[m].finish(ws.attn.data() + m * qd);
+  if (pass) pass->run(ws.q.data() + r0 * qd, ws.attn.data() + r0 * qd);
 }
 
 // The providers' ranges must cover rows [0, M) in order.
@@ -285,7 +352,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
         for (size_t m = p.begin; m < p.end; ++m)
           p.provider->write(l, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
         attend_streamed(c, *p.provider, l, rows.subspan(p.begin, p.end - p.begin), p.begin,
-                        scale, ws);
+                        scale, ws, model.attention_backend());
       }
     } else {
       for (size_t m = 0; m < M; ++m)
@@ -293,7 +360,8 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
                     ws.v.data() + m * kvd);
       const bool stats_keys = ws.stats != nullptr && ws.stats->needs_keys();
       if (stats_keys) ws.attn_max_sum.resize(M * nh * 2);
-      attend_cached(c, cache, l, rows, scale, ws, stats_keys ? ws.attn_max_sum.data() : nullptr);
+      attend_cached(c, cache, l, rows, scale, ws, stats_keys ? ws.attn_max_sum.data() : nullptr,
+                    model.attention_backend());
       if (ws.stats != nullptr) {
         const cpu::PagedKv kv = cache.view(l, *rows[0].seq);
         ws.stats->observe(l, rows, ws.q.data(), stats_keys ? &kv : nullptr,

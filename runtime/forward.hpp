@@ -77,6 +77,11 @@ class Workspace {
   std::vector<int32_t> positions;
   std::vector<cpu::AttentionRowState> attn_states;  // per row, passes over a provider
   std::vector<float> attn_max_sum;  // per row and head, softmax (max, sum), for stats
+  // A model on a device: the rows it attends for, their context lengths, and their
+  // queries and outputs gathered.
+  std::vector<size_t> device_rows;
+  std::vector<int32_t> device_ctx;
+  std::vector<float> device_q, device_out;
   /// When set, forward() reports every layer's queries to it (prefill statistics).
   PrefillStatsCollector* stats = nullptr;
   /// When not empty, every row's KV goes to the provider of its range and attention

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/error.hpp"
+#include "runtime/attention_backend.hpp"
 #include "runtime/linear_backend.hpp"
 
 namespace vc {
@@ -25,17 +26,38 @@ std::shared_ptr<const Model> Model::on_device(std::shared_ptr<const Model> base,
   if (device.is_cpu()) return base;
   if (base->tp() != nullptr)
     throw Error("device " + device.str() + ": tensor-parallel shards run on the CPU only (for now)");
-  std::shared_ptr<Model> m(new Model(base->dir(), base->config(), base->weights()));
   std::vector<Weight> mats, biases;
-  for (const LayerWeights& l : m->weights_.layers) {
+  for (const LayerWeights& l : base->weights().layers) {
     for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) mats.push_back(*w);
     for (const Weight* b : {&l.bq, &l.bk, &l.bv}) biases.push_back(*b);
   }
-  mats.push_back(m->weights_.lm_head);
-  m->linear_ = make_cuda_linear(mats, biases, device.index);
+  mats.push_back(base->weights().lm_head);
+  auto linear = make_cuda_linear(mats, biases, device.index);
+  auto attention = make_cuda_attention(device.index);
+  std::shared_ptr<Model> m = placed(std::move(base), std::move(linear), std::move(attention));
   m->device_ = device;
+  return m;
+}
+
+std::shared_ptr<Model> Model::placed(std::shared_ptr<const Model> base,
+                                     std::shared_ptr<LinearBackend> linear,
+                                     std::shared_ptr<AttentionBackend> attention) {
+  std::shared_ptr<Model> m(new Model(base->dir(), base->config(), base->weights()));
+  m->linear_ = std::move(linear);
+  m->attention_ = std::move(attention);
   m->base_ = std::move(base);
   return m;
+}
+
+std::shared_ptr<const Model> Model::with_backends(std::shared_ptr<const Model> base,
+                                                  std::shared_ptr<LinearBackend> linear,
+                                                  std::shared_ptr<AttentionBackend> attention) {
+  if (!base) throw Error("Model::with_backends: no model");
+  if (!base->device().is_cpu() || base->linear_ || base->attention_)
+    throw Error("Model::with_backends: the model already runs on other backends");
+  if (base->tp() != nullptr)
+    throw Error("Model::with_backends: tensor-parallel shards run on the CPU only (for now)");
+  return placed(std::move(base), std::move(linear), std::move(attention));
 }
 
 static size_t count(const Weight& w) { return w.present() ? w.rows * w.cols : 0; }

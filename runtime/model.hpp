@@ -14,6 +14,7 @@ namespace vc {
 
 class Communicator;
 class HeadShards;
+class AttentionBackend;
 class LinearBackend;
 class Model;
 
@@ -73,18 +74,30 @@ class Model {
   /// shard's degree; throws vc::Error naming what does not fit.
   [[nodiscard]] static std::shared_ptr<const Model> with_comm(std::shared_ptr<const Model> shard,
                                                               std::shared_ptr<Communicator> comm);
-  /// `base` with its weight products on `device` (runtime/linear_backend.hpp): for
-  /// cuda:N its matrices are copied to that GPU and forward() multiplies there; norms,
-  /// attention over the KV tiers and sampling stay on the CPU. cpu gives the model on
-  /// the CPU (`base` itself, or the one it was placed from).
+  /// `base` with its weight products and full-KV attention on `device`
+  /// (runtime/linear_backend.hpp, runtime/attention_backend.hpp): for cuda:N its
+  /// matrices are copied to that GPU, and forward() multiplies there and attends
+  /// there over the KV blocks each pass reads; norms, RoPE, draft rows' attention
+  /// over compressed views and sampling stay on the CPU. cpu gives the model on the
+  /// CPU (`base` itself, or the one it was placed from).
   /// Throws vc::Error naming the device when it cannot be used (no CUDA in this
   /// build, no such device, weights that do not fit) or for a tensor-parallel shard
   /// (not placed on GPUs yet).
   [[nodiscard]] static std::shared_ptr<const Model> on_device(std::shared_ptr<const Model> base,
                                                               const Device& device);
+  /// `base` (on the CPU, unsharded) with its weight products and full-KV attention
+  /// handed to the given backends; either may be null (that part stays on the CPU).
+  /// What on_device does with a GPU's backends; an embedder may bring its own, and
+  /// the tests bring a host one to check forward()'s hand-off where no GPU is. The
+  /// result's device is the CPU's name (it is not a placement on_device knows).
+  [[nodiscard]] static std::shared_ptr<const Model> with_backends(
+      std::shared_ptr<const Model> base, std::shared_ptr<LinearBackend> linear,
+      std::shared_ptr<AttentionBackend> attention);
   [[nodiscard]] const Device& device() const { return device_; }
   /// Null on the CPU.
   [[nodiscard]] LinearBackend* linear_backend() const { return linear_.get(); }
+  /// Null on the CPU.
+  [[nodiscard]] AttentionBackend* attention_backend() const { return attention_.get(); }
 
   /// Null for an unsharded model.
   [[nodiscard]] const TensorParallelRank* tp() const { return tp_ ? &*tp_ : nullptr; }
@@ -93,6 +106,10 @@ class Model {
 
  private:
   Model(std::filesystem::path dir, ModelConfig cfg, ModelWeights w);
+  /// A copy of `base`'s config and weights (shared) using these backends.
+  static std::shared_ptr<Model> placed(std::shared_ptr<const Model> base,
+                                       std::shared_ptr<LinearBackend> linear,
+                                       std::shared_ptr<AttentionBackend> attention);
   std::filesystem::path dir_;
   ModelConfig config_;
   ModelWeights weights_;
@@ -105,6 +122,7 @@ class Model {
   std::optional<TensorParallelRank> tp_;
   Device device_;
   std::shared_ptr<LinearBackend> linear_;
+  std::shared_ptr<AttentionBackend> attention_;
 };
 
 }  // namespace vc

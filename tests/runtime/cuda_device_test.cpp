@@ -1,6 +1,8 @@
-// The model's weight products on a GPU (Model::on_device, --device cuda): against
-// the float64 reference within the f32 paths' tolerance, batch invariant bit for
-// bit, and vericache equal to full decoding bit for bit on the GPU, as on the CPU.
+// The model's weight products and full-KV attention on a GPU (Model::on_device,
+// --device cuda): against the float64 reference within the f32 paths' tolerance,
+// batch invariant bit for bit, and vericache (verify passes over the full KV staged
+// chunk by chunk from a full tier) equal to full decoding (attention over the paged
+// cache) bit for bit on the GPU, as on the CPU.
 // Skipped, saying why, where no GPU can be used.
 #include <gtest/gtest.h>
 
@@ -35,10 +37,8 @@ std::shared_ptr<const Model> on_gpu(std::string& why) {
   const auto var = on_gpu(vc_why_);                                      \
   if (!var) GTEST_SKIP() << "no GPU to place the model on: " << vc_why_
 
-Generator make_generator(std::shared_ptr<const Model> m, DType kv = DType::bf16) {
-  GeneratorConfig gc;
+Generator make_generator(std::shared_ptr<const Model> m, GeneratorConfig gc = {}) {
   gc.max_context = 2048;
-  gc.kv_dtype = kv;
   return Generator(std::move(m), test::tinycode_tokenizer(), gc);
 }
 
@@ -101,6 +101,30 @@ TEST(cuda_device, vericache_equals_full_decoding_bit_for_bit_for_every_compresso
                                  (sp.temperature > 0 ? " sampled" : " greedy");
         test::expect_identical(full, r, what);
       }
+  }
+}
+
+TEST(cuda_device, vericache_equals_full_decoding_with_the_full_kv_streamed_from_disk_a_block_at_a_time) {
+  VC_REQUIRE_GPU_MODEL(gpu);
+  GeneratorConfig gc;
+  gc.full_tier = "disk";
+  gc.stage_positions = 64;  // one block per chunk: a verify pass stages many chunks
+  for (const DType kv : {DType::bf16, DType::f32}) {
+    gc.kv_dtype = kv;
+    auto gen = make_generator(gpu, gc);  // a 257-token prompt: 5-6 chunks per verify pass
+    const auto prompt = test::golden()["cases"][3]["prompt_ids"].get<std::vector<int32_t>>();
+    GenerateOptions base;
+    base.max_tokens = 40;
+    base.stop_at_eos = false;
+    const auto full = gen.generate(prompt, base);
+    for (const char* m : {"snapkv", "kivi"}) {
+      GenerateOptions o = base;
+      o.mode = DecodeMode::vericache;
+      o.compressor = m;
+      o.draft_length = 8;
+      test::expect_identical(full, gen.generate(prompt, o),
+                             std::string(m) + (kv == DType::f32 ? " f32 KV" : " bf16 KV"));
+    }
   }
 }
 

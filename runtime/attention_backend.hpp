@@ -1,0 +1,53 @@
+// Where a forward pass runs the attention of its full-KV rows when not on the CPU:
+// a model placed on a device (Model::on_device) carries one, and forward() hands it
+// every row that attends over the full KV (prefill chunks, decode steps, verify
+// passes, over the paged cache or over chunks streamed in from a full tier). Draft
+// rows over a compressed view stay on the CPU: their tokens are proposals, checked
+// by a verify pass, so where they run cannot change the output.
+//
+// The KV stays where the tiers keep it (host memory): a pass copies the blocks its
+// rows read to the device, layer by layer, and attends there. Every full-KV row of a
+// model on a device goes through the same kernel with the same split by absolute
+// position, whether its KV came from the cache or a full tier, so full decoding and
+// verification see the same bits (the exactness contract), as on the CPU.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "kernels/cpu/attention.hpp"
+
+namespace vc {
+
+class AttentionBackend {
+ public:
+  /// One layer's attention of the rows of one pass, built up block by block.
+  class Pass {
+   public:
+    virtual ~Pass() = default;
+    /// Rows [r0, r1) of the pass read logical blocks [b_begin, b_end) of `kv`
+    /// (through kv.block_table). The blocks are on the device when this returns:
+    /// the caller may release or overwrite `kv`'s memory.
+    virtual void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end) = 0;
+    /// out[m, h, :] = softmax(scale * q[m, h] · K[0, n_ctx[m])) · V[0, n_ctx[m]) for
+    /// every row m of the pass (host pointers, [M, n_heads, head_dim] f32). Throws
+    /// vc::Error when a row's blocks were not all added, or for a device failure.
+    virtual void run(const float* q, float* out) = 0;
+  };
+  virtual ~AttentionBackend() = default;
+  /// A pass of n_ctx.size() rows over KV shaped like `shape` (its data is not
+  /// read), `n_heads` query heads; at most `max_blocks` blocks will be added in all.
+  /// Batch invariant: a row's output depends on its query and its first n_ctx
+  /// positions only, bit for bit. Safe to use from several threads at once (a pass
+  /// per thread).
+  [[nodiscard]] virtual std::unique_ptr<Pass> begin(size_t n_heads, const cpu::PagedKv& shape,
+                                                    std::span<const int32_t> n_ctx,
+                                                    size_t max_blocks, float scale) = 0;
+};
+
+/// Attention on CUDA device `index`. Throws vc::Error naming the device when this
+/// build has no CUDA or the device cannot be used.
+[[nodiscard]] std::shared_ptr<AttentionBackend> make_cuda_attention(int index);
+
+}  // namespace vc

@@ -1,0 +1,261 @@
+// The CUDA AttentionBackend: a pass copies the KV blocks its rows read into a
+// device pool of its own (runs of consecutive blocks in one copy each), builds the
+// rows' block tables over that pool, and runs the batch-invariant paged attention
+// kernel (kernels/cuda/attention.cuh) on a stream of the calling thread's own
+// context; queries go up and outputs come back with every run.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/dtype.hpp"
+#include "kernels/error.hpp"
+#include "runtime/attention_backend.hpp"
+
+namespace vc {
+namespace {
+
+std::string cuda_error(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+/// Device memory that only grows, freed with its owner.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p_ != nullptr) cudaFree(p_);
+  }
+  [[nodiscard]] void* get() const { return p_; }
+  /// At least `bytes` (contents not kept); returns the error of the allocation.
+  cudaError_t reserve(size_t bytes) {
+    if (bytes <= bytes_) return cudaSuccess;
+    if (p_ != nullptr) cudaFree(p_);
+    p_ = nullptr, bytes_ = 0;
+    const cudaError_t e = cudaMalloc(&p_, bytes);
+    if (e == cudaSuccess) bytes_ = bytes;
+    return e;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// One caller's stream and buffers: the staged K and V blocks, queries, outputs,
+/// block tables, context lengths and the kernel's workspace.
+struct PassContext {
+  cudaStream_t stream = nullptr;
+  DeviceBuffer k, v, q, out, tables, n_ctx, workspace;
+  ~PassContext() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+class CudaAttention;
+
+class CudaPass final : public AttentionBackend::Pass {
+ public:
+  CudaPass(CudaAttention& owner, std::unique_ptr<PassContext> ctx, size_t n_heads,
+           const cpu::PagedKv& shape, std::span<const int32_t> n_ctx, size_t max_blocks,
+           float scale);
+  ~CudaPass() override;
+  void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end) override;
+  void run(const float* q, float* out) override;
+
+ private:
+  void check(cudaError_t e, const char* what) const;
+
+  CudaAttention& owner_;
+  std::unique_ptr<PassContext> ctx_;
+  size_t n_heads_;
+  cpu::PagedKv shape_;
+  std::vector<int32_t> n_ctx_;
+  size_t max_blocks_;
+  float scale_;
+  size_t block_bytes_;   // one block of one layer's K (or V)
+  size_t stride_ = 0;    // table entries per row: blocks of the longest row
+  size_t max_ctx_ = 0;
+  size_t used_ = 0;      // blocks staged so far
+  std::vector<int32_t> tables_;  // [M, stride_]: logical block -> staged slot, -1 unset
+};
+
+class CudaAttention final : public AttentionBackend {
+ public:
+  explicit CudaAttention(int index) : index_(index) {
+    const std::string dev = "device cuda:" + std::to_string(index);
+    int count = 0;  // left unwritten by some failures
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) throw Error(dev + ": no usable CUDA device (" + cuda_error(e) + ")");
+    if (index < 0 || index >= count)
+      throw Error(dev + ": this machine has " + std::to_string(count) + " CUDA device(s)");
+    name_ = "cuda:" + std::to_string(index);
+  }
+
+  std::unique_ptr<Pass> begin(size_t n_heads, const cpu::PagedKv& shape,
+                              std::span<const int32_t> n_ctx, size_t max_blocks,
+                              float scale) override {
+    std::unique_ptr<PassContext> ctx;
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        ctx = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (!ctx) ctx = std::make_unique<PassContext>();
+    return std::make_unique<CudaPass>(*this, std::move(ctx), n_heads, shape, n_ctx, max_blocks,
+                                      scale);
+  }
+
+  void give_back(std::unique_ptr<PassContext> ctx) {
+    std::lock_guard lock(mu_);
+    free_.push_back(std::move(ctx));
+  }
+  [[nodiscard]] int index() const { return index_; }
+  [[nodiscard]] const std::string& name() const { return name_; }
+
+ private:
+  int index_;
+  std::string name_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<PassContext>> free_;
+};
+
+CudaPass::CudaPass(CudaAttention& owner, std::unique_ptr<PassContext> ctx, size_t n_heads,
+                   const cpu::PagedKv& shape, std::span<const int32_t> n_ctx, size_t max_blocks,
+                   float scale)
+    : owner_(owner), ctx_(std::move(ctx)), n_heads_(n_heads), shape_(shape),
+      n_ctx_(n_ctx.begin(), n_ctx.end()), max_blocks_(max_blocks), scale_(scale),
+      block_bytes_(shape.kv_heads * shape.block_tokens * shape.head_dim * dtype_size(shape.dtype)) {
+  if (shape.block_tokens == 0 || shape.kv_heads == 0 || shape.head_dim == 0)
+    throw Error("device " + owner_.name() + ": attention over KV of an empty shape");
+  for (const int32_t n : n_ctx_) {
+    if (n < 0) throw Error("device " + owner_.name() + ": a row attends to a negative context");
+    max_ctx_ = std::max(max_ctx_, size_t(n));
+  }
+  stride_ = std::max<size_t>(1, (max_ctx_ + shape.block_tokens - 1) / shape.block_tokens);
+  tables_.assign(n_ctx_.size() * stride_, -1);
+  // The current device is the calling thread's: set it for every pass.
+  check(cudaSetDevice(owner_.index()), "cudaSetDevice");
+  if (ctx_->stream == nullptr)
+    check(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  const size_t pool = std::max<size_t>(1, max_blocks_) * block_bytes_;
+  check(ctx_->k.reserve(pool), "allocating staged K blocks");
+  check(ctx_->v.reserve(pool), "allocating staged V blocks");
+}
+
+CudaPass::~CudaPass() {
+  if (ctx_->stream != nullptr) cudaStreamSynchronize(ctx_->stream);
+  owner_.give_back(std::move(ctx_));
+}
+
+void CudaPass::check(cudaError_t e, const char* what) const {
+  if (e != cudaSuccess) throw Error("device " + owner_.name() + ": " + what + ": " + cuda_error(e));
+}
+
+void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end) {
+  if (r1 > n_ctx_.size() || r0 > r1)
+    throw Error("device " + owner_.name() + ": rows [" + std::to_string(r0) + ", " +
+                std::to_string(r1) + ") of a pass of " + std::to_string(n_ctx_.size()));
+  if (kv.dtype != shape_.dtype || kv.block_tokens != shape_.block_tokens ||
+      kv.kv_heads != shape_.kv_heads || kv.head_dim != shape_.head_dim)
+    throw Error("device " + owner_.name() + ": KV blocks of another shape than the pass's");
+  b_end = std::min(b_end, stride_);  // blocks past every row's context: nobody reads them
+  if (b_end <= b_begin) return;
+  if (used_ + (b_end - b_begin) > max_blocks_)
+    throw Error("device " + owner_.name() + ": more KV blocks added than the pass was sized for (" +
+                std::to_string(max_blocks_) + ")");
+  auto* dk = static_cast<std::byte*>(ctx_->k.get());
+  auto* dv = static_cast<std::byte*>(ctx_->v.get());
+  const auto* hk = static_cast<const std::byte*>(kv.k);
+  const auto* hv = static_cast<const std::byte*>(kv.v);
+  // Runs of consecutive physical blocks go in one copy each (a sequence's blocks
+  // are mostly allocated in order).
+  for (size_t j = b_begin; j < b_end;) {
+    const int32_t p0 = kv.block_table[j];
+    if (p0 < 0)
+      throw Error("device " + owner_.name() + ": logical KV block " + std::to_string(j) +
+                  " has been released");
+    size_t e = j + 1;
+    while (e < b_end && kv.block_table[e] == p0 + int32_t(e - j)) ++e;
+    const size_t n = e - j, bytes = n * block_bytes_;
+    check(cudaMemcpyAsync(dk + used_ * block_bytes_, hk + size_t(p0) * block_bytes_, bytes,
+                          cudaMemcpyHostToDevice, ctx_->stream),
+          "copying K blocks");
+    check(cudaMemcpyAsync(dv + used_ * block_bytes_, hv + size_t(p0) * block_bytes_, bytes,
+                          cudaMemcpyHostToDevice, ctx_->stream),
+          "copying V blocks");
+    for (size_t b = j; b < e; ++b)
+      for (size_t r = r0; r < r1; ++r) tables_[r * stride_ + b] = int32_t(used_ + (b - j));
+    used_ += n;
+    j = e;
+  }
+  // The caller may reuse the host blocks once this returns.
+  check(cudaStreamSynchronize(ctx_->stream), "the attention's copy stream");
+}
+
+void CudaPass::run(const float* q, float* out) {
+  const size_t M = n_ctx_.size();
+  if (M == 0) return;
+  const size_t bt = shape_.block_tokens;
+  for (size_t m = 0; m < M; ++m) {
+    const size_t need = (size_t(n_ctx_[m]) + bt - 1) / bt;
+    for (size_t b = 0; b < need; ++b)
+      if (tables_[m * stride_ + b] < 0)
+        throw Error("device " + owner_.name() + ": row " + std::to_string(m) +
+                    " of the pass attends to KV block " + std::to_string(b) +
+                    ", which was not staged");
+  }
+  const size_t hd = shape_.head_dim;
+  if (max_ctx_ == 0) {  // no row attends to anything: zeros, as the kernel gives them
+    std::fill_n(out, M * n_heads_ * hd, 0.0f);
+    return;
+  }
+  const size_t qb = M * n_heads_ * hd * sizeof(float);
+  const size_t ws = cuda::attention_workspace_floats(M, n_heads_, hd, bt, max_ctx_);
+  check(ctx_->q.reserve(qb), "allocating queries");
+  check(ctx_->out.reserve(qb), "allocating outputs");
+  check(ctx_->tables.reserve(tables_.size() * sizeof(int32_t)), "allocating block tables");
+  check(ctx_->n_ctx.reserve(M * sizeof(int32_t)), "allocating context lengths");
+  check(ctx_->workspace.reserve(std::max<size_t>(1, ws) * sizeof(float)), "allocating the workspace");
+  cudaStream_t s = ctx_->stream;
+  check(cudaMemcpyAsync(ctx_->q.get(), q, qb, cudaMemcpyHostToDevice, s), "copying queries");
+  check(cudaMemcpyAsync(ctx_->tables.get(), tables_.data(), tables_.size() * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, s),
+        "copying block tables");
+  check(cudaMemcpyAsync(ctx_->n_ctx.get(), n_ctx_.data(), M * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, s),
+        "copying context lengths");
+  cuda::PagedKvRows rows;
+  rows.k = ctx_->k.get();
+  rows.v = ctx_->v.get();
+  rows.dtype = shape_.dtype;
+  rows.block_tokens = bt;
+  rows.kv_heads = shape_.kv_heads;
+  rows.head_dim = hd;
+  rows.block_tables = static_cast<const int32_t*>(ctx_->tables.get());
+  rows.table_stride = stride_;
+  rows.n_ctx = static_cast<const int32_t*>(ctx_->n_ctx.get());
+  rows.max_ctx = max_ctx_;
+  check(cuda::launch_attention_rows(static_cast<const float*>(ctx_->q.get()), M, n_heads_, rows,
+                                    scale_, static_cast<float*>(ctx_->out.get()),
+                                    static_cast<float*>(ctx_->workspace.get()), ws, s),
+        "attention");
+  check(cudaMemcpyAsync(out, ctx_->out.get(), qb, cudaMemcpyDeviceToHost, s), "copying outputs");
+  check(cudaStreamSynchronize(s), "the attention's stream");
+}
+
+}  // namespace
+
+std::shared_ptr<AttentionBackend> make_cuda_attention(int index) {
+  return std::make_shared<CudaAttention>(index);
+}
+
+}  // namespace vc

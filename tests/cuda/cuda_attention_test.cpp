@@ -1,0 +1,171 @@
+// The CUDA AttentionBackend (runtime/cuda/cuda_attention.cpp, what `--device cuda`
+// runs full-KV attention with): host KV blocks staged per pass, within the kernel's
+// tolerance of the CPU's attention_row, bit for bit the same whether a row runs alone
+// or among others, whether its blocks come in one add or in chunks (the full tier's
+// streaming), and from several threads at once; clear errors for blocks never
+// staged or a pass sized too small. Skipped without a device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/attention.hpp"
+#include "kernels/error.hpp"
+#include "runtime/attention_backend.hpp"
+#include "tests/cuda/cuda_test_support.hpp"
+
+namespace vc {
+namespace {
+
+constexpr size_t kBlocks = 40, kKvHeads = 2, kTokens = 16, kHeadDim = 64, kHeads = 6;
+
+// Host KV of one layer, [kBlocks, kKvHeads, kTokens, kHeadDim] bf16, and two
+// sequences' block tables over it in a shuffled order.
+struct HostKv {
+  std::vector<uint8_t> k, v;
+  std::vector<int32_t> table_a, table_b;  // 24 and 16 blocks
+  explicit HostKv(std::mt19937& rng) {
+    const size_t n = kBlocks * kKvHeads * kTokens * kHeadDim;
+    k = cuda::test::random_typed(rng, n, DType::bf16, -1.f, 1.f);
+    v = cuda::test::random_typed(rng, n, DType::bf16, -1.f, 1.f);
+    std::vector<int32_t> order(kBlocks);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    // Sequence a holds a run of consecutive blocks in the middle (one copy).
+    table_a.assign(order.begin(), order.begin() + 24);
+    std::iota(table_a.begin() + 8, table_a.begin() + 14, int32_t(0));
+    table_b.assign(order.begin() + 24, order.end());
+    for (int32_t& b : table_b)
+      if (b < 6) b = 39 - b;  // keep a's consecutive run 0..5 its own
+  }
+  [[nodiscard]] cpu::PagedKv view(const std::vector<int32_t>& table) const {
+    return cpu::PagedKv{k.data(), v.data(), DType::bf16, kTokens, kKvHeads, kHeadDim, table.data()};
+  }
+};
+
+size_t blocks_for(int32_t n_ctx) { return (size_t(n_ctx) + kTokens - 1) / kTokens; }
+
+// Rows [0, na) over sequence a, the rest over b, each sequence's blocks in one add.
+std::vector<float> run_pass(AttentionBackend& be, const HostKv& kv, const std::vector<float>& q,
+                            const std::vector<int32_t>& n_ctx, size_t na) {
+  int32_t ma = 0, mb = 0;
+  for (size_t m = 0; m < n_ctx.size(); ++m) (m < na ? ma : mb) = std::max(m < na ? ma : mb, n_ctx[m]);
+  auto pass = be.begin(kHeads, kv.view(kv.table_a), n_ctx, blocks_for(ma) + blocks_for(mb), 0.125f);
+  if (na > 0) pass->add(0, na, kv.view(kv.table_a), 0, blocks_for(ma));
+  if (na < n_ctx.size()) pass->add(na, n_ctx.size(), kv.view(kv.table_b), 0, blocks_for(mb));
+  std::vector<float> out(n_ctx.size() * kHeads * kHeadDim);
+  pass->run(q.data(), out.data());
+  return out;
+}
+
+std::vector<float> row_of(const std::vector<float>& a, size_t m) {
+  const size_t d = kHeads * kHeadDim;
+  return {a.begin() + long(m * d), a.begin() + long((m + 1) * d)};
+}
+
+TEST(cuda_attention_backend, a_pass_over_staged_blocks_gives_the_cpu_attention_within_the_kernels_tolerance) {
+  VC_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(7);
+  const HostKv kv(rng);
+  const auto be = make_cuda_attention(0);
+  // Three verify rows of a (around a block edge, past the consecutive run), one of b.
+  const std::vector<int32_t> n_ctx{319, 320, 321, 77};
+  const auto q = cuda::test::random_floats(rng, n_ctx.size() * kHeads * kHeadDim, -1.f, 1.f);
+  const auto got = run_pass(*be, kv, q, n_ctx, 3);
+  for (size_t m = 0; m < n_ctx.size(); ++m) {
+    std::vector<float> ref(kHeads * kHeadDim);
+    cpu::attention_row(q.data() + m * kHeads * kHeadDim, kHeads, kv.view(m < 3 ? kv.table_a : kv.table_b),
+                       size_t(n_ctx[m]), 0.125f, ref.data());
+    for (size_t i = 0; i < ref.size(); ++i)
+      ASSERT_NEAR(got[m * ref.size() + i], ref[i], 2e-5 + 2e-5 * std::fabs(ref[i])) << "row " << m << " i " << i;
+  }
+}
+
+TEST(cuda_attention_backend, a_row_gives_the_same_bits_alone_among_other_rows_and_with_its_blocks_added_in_chunks) {
+  VC_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(8);
+  const HostKv kv(rng);
+  const auto be = make_cuda_attention(0);
+  const std::vector<int32_t> n_ctx{300, 301, 302, 200};
+  const auto q = cuda::test::random_floats(rng, n_ctx.size() * kHeads * kHeadDim, -1.f, 1.f);
+  const auto batch = run_pass(*be, kv, q, n_ctx, 3);
+  for (size_t m = 0; m < n_ctx.size(); ++m) {
+    const std::vector<float> qm = row_of(q, m);
+    const auto alone = run_pass(*be, kv, qm, {n_ctx[m]}, m < 3 ? 1 : 0);
+    EXPECT_TRUE(cuda::test::same_bits(alone, row_of(batch, m))) << "row " << m;
+  }
+  // Sequence a's rows with their blocks in three chunks, as a full tier streams them.
+  const std::vector<int32_t> ctx_a(n_ctx.begin(), n_ctx.begin() + 3);
+  const size_t blocks = blocks_for(302);
+  auto pass = be->begin(kHeads, kv.view(kv.table_a), ctx_a, blocks, 0.125f);
+  pass->add(0, 3, kv.view(kv.table_a), 0, 5);
+  pass->add(0, 3, kv.view(kv.table_a), 5, 12);
+  pass->add(0, 3, kv.view(kv.table_a), 12, blocks);
+  std::vector<float> chunked(3 * kHeads * kHeadDim);
+  pass->run(q.data(), chunked.data());
+  const std::vector<float> first3(batch.begin(), batch.begin() + long(chunked.size()));
+  EXPECT_TRUE(cuda::test::same_bits(chunked, first3));
+}
+
+TEST(cuda_attention_backend, threads_running_passes_at_once_get_the_bits_of_passes_one_by_one) {
+  VC_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(9);
+  const HostKv kv(rng);
+  const auto be = make_cuda_attention(0);
+  std::vector<std::vector<float>> qs, want(4), got(4);
+  std::vector<std::vector<int32_t>> ctx(4);
+  for (int t = 0; t < 4; ++t) {
+    ctx[t] = {int32_t(100 + 50 * t), int32_t(60 + 7 * t)};
+    qs.push_back(cuda::test::random_floats(rng, 2 * kHeads * kHeadDim, -1.f, 1.f));
+    want[t] = run_pass(*be, kv, qs[t], ctx[t], 1);
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) got[t] = run_pass(*be, kv, qs[t], ctx[t], 1);
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_TRUE(cuda::test::same_bits(want[t], got[t])) << "thread " << t;
+}
+
+TEST(cuda_attention_backend, a_row_whose_blocks_were_not_staged_or_a_pass_sized_too_small_is_a_clear_error) {
+  VC_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(10);
+  const HostKv kv(rng);
+  const auto be = make_cuda_attention(0);
+  const std::vector<int32_t> n_ctx{100};
+  const auto q = cuda::test::random_floats(rng, kHeads * kHeadDim, -1.f, 1.f);
+  std::vector<float> out(kHeads * kHeadDim);
+  auto pass = be->begin(kHeads, kv.view(kv.table_a), n_ctx, 7, 0.125f);
+  pass->add(0, 1, kv.view(kv.table_a), 0, 3);  // 7 blocks needed, 3 staged
+  try {
+    pass->run(q.data(), out.data());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not staged"), std::string::npos) << e.what();
+  }
+  auto small = be->begin(kHeads, kv.view(kv.table_a), n_ctx, 2, 0.125f);
+  try {
+    small->add(0, 1, kv.view(kv.table_a), 0, 7);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sized for"), std::string::npos) << e.what();
+  }
+}
+
+TEST(cuda_attention_backend, a_device_past_the_machines_gpus_is_an_error_naming_it) {
+  VC_REQUIRE_CUDA_DEVICE();
+  try {
+    (void)make_cuda_attention(4096);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:4096"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace vc

@@ -1,0 +1,190 @@
+// forward()'s hand-off to an AttentionBackend (runtime/attention_backend.hpp), the
+// seam `--device cuda` attends through, checked where no GPU is: a backend on the
+// host that stages the blocks each pass adds into a pool of its own and attends
+// there with the CPU's attention_row. Its bits are the CPU's, so a model that
+// attends through it must give exactly the CPU model's output -- full decoding over
+// the paged cache, and vericache verifying over the full KV streamed in chunks,
+// with draft rows over views kept on the CPU -- and the backend must have seen both
+// kinds of pass. The CUDA backend itself is tested in tests/cuda and cuda_device.
+#include "runtime/attention_backend.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+
+#include "kernels/dtype.hpp"
+#include "kernels/error.hpp"
+#include "kvtiers/compressor.hpp"
+#include "kvtiers/full_tier.hpp"
+#include "runtime/generator.hpp"
+#include "runtime/layer_streamer.hpp"
+#include "runtime/streamed_prefill.hpp"
+#include "runtime/verifier.hpp"
+#include "tests/runtime/exactness_check.hpp"
+#include "tests/runtime/test_support.hpp"
+
+namespace vc {
+namespace {
+
+class HostStagingAttention final : public AttentionBackend {
+ public:
+  std::atomic<size_t> passes{0}, chunked_passes{0}, rows{0};
+
+  class HostPass final : public Pass {
+   public:
+    HostPass(HostStagingAttention& o, size_t n_heads, const cpu::PagedKv& shape,
+             std::span<const int32_t> n_ctx, size_t max_blocks, float scale)
+        : owner_(o), n_heads_(n_heads), shape_(shape), n_ctx_(n_ctx.begin(), n_ctx.end()),
+          max_blocks_(max_blocks), scale_(scale),
+          block_bytes_(shape.kv_heads * shape.block_tokens * shape.head_dim * dtype_size(shape.dtype)) {
+      for (const int32_t n : n_ctx_) stride_ = std::max(stride_, (size_t(n) + shape.block_tokens - 1) / shape.block_tokens);
+      tables_.assign(n_ctx_.size() * std::max<size_t>(stride_, 1), -1);
+    }
+    void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end) override {
+      ++adds_;
+      b_end = std::min(b_end, stride_);
+      for (size_t j = b_begin; j < b_end; ++j) {
+        if (used_ == max_blocks_) throw Error("more blocks than the pass was sized for");
+        const int32_t p = kv.block_table[j];
+        if (p < 0) throw Error("a released block");
+        const auto* hk = static_cast<const std::byte*>(kv.k) + size_t(p) * block_bytes_;
+        const auto* hv = static_cast<const std::byte*>(kv.v) + size_t(p) * block_bytes_;
+        k_.insert(k_.end(), hk, hk + block_bytes_);
+        v_.insert(v_.end(), hv, hv + block_bytes_);
+        for (size_t r = r0; r < r1; ++r) tables_[r * stride_ + j] = int32_t(used_);
+        ++used_;
+      }
+    }
+    void run(const float* q, float* out) override {
+      ++owner_.passes;
+      if (adds_ > 1) ++owner_.chunked_passes;
+      owner_.rows += n_ctx_.size();
+      const size_t d = n_heads_ * shape_.head_dim;
+      for (size_t m = 0; m < n_ctx_.size(); ++m) {
+        cpu::PagedKv kv = shape_;
+        kv.k = k_.data(), kv.v = v_.data(), kv.block_table = tables_.data() + m * stride_;
+        for (size_t b = 0; b < (size_t(n_ctx_[m]) + shape_.block_tokens - 1) / shape_.block_tokens; ++b)
+          if (kv.block_table[b] < 0) throw Error("a block that was not staged");
+        cpu::attention_row(q + m * d, n_heads_, kv, size_t(n_ctx_[m]), scale_, out + m * d);
+      }
+    }
+
+   private:
+    HostStagingAttention& owner_;
+    size_t n_heads_;
+    cpu::PagedKv shape_;
+    std::vector<int32_t> n_ctx_;
+    size_t max_blocks_;
+    float scale_;
+    size_t block_bytes_, stride_ = 0, used_ = 0, adds_ = 0;
+    std::vector<std::byte> k_, v_;
+    std::vector<int32_t> tables_;
+  };
+
+  std::unique_ptr<Pass> begin(size_t n_heads, const cpu::PagedKv& shape,
+                              std::span<const int32_t> n_ctx, size_t max_blocks,
+                              float scale) override {
+    return std::make_unique<HostPass>(*this, n_heads, shape, n_ctx, max_blocks, scale);
+  }
+};
+
+Generator make_generator(std::shared_ptr<const Model> m, size_t stage_positions) {
+  GeneratorConfig gc;
+  gc.max_context = 2048;
+  gc.stage_positions = stage_positions;  // 64: a verify pass stages its KV a block at a time
+  return Generator(std::move(m), test::tinycode_tokenizer(), gc);
+}
+
+TEST(attention_backend, a_model_attending_through_a_backend_gives_the_cpu_models_output_bit_for_bit) {
+  auto backend = std::make_shared<HostStagingAttention>();
+  const auto staged = Model::with_backends(test::tinycode(), nullptr, backend);
+  auto cpu_gen = make_generator(test::tinycode(), 64);
+  auto staged_gen = make_generator(staged, 64);
+  const auto prompt = test::golden()["cases"][3]["prompt_ids"].get<std::vector<int32_t>>();
+  std::vector<std::string> methods = compressor_names();  // kvzip's statistics included
+  for (const SamplingParams& sp : {SamplingParams{}, SamplingParams{0.9f, 50, 0.95f, 1234}}) {
+    GenerateOptions base;
+    base.max_tokens = 24;
+    base.sampling = sp;
+    base.stop_at_eos = false;
+    const auto want = cpu_gen.generate(prompt, base);
+    test::expect_identical(want, staged_gen.generate(prompt, base), "full");
+    for (const auto& m : methods) {
+      GenerateOptions o = base;
+      o.mode = DecodeMode::vericache;
+      o.compressor = m;
+      o.draft_length = 8;
+      const std::string what = m + (sp.temperature > 0 ? " sampled" : " greedy");
+      const auto cpu_r = cpu_gen.generate(prompt, o);
+      const auto staged_r = staged_gen.generate(prompt, o);
+      test::expect_identical(cpu_r, staged_r, what + " (against the CPU model's vericache)");
+      test::expect_identical(want, staged_r, what + " (against full decoding)");
+    }
+  }
+  // Prefill chunks and decode steps over the cache, verify passes over streamed
+  // chunks: every kind went through the backend, many chunks per verify pass.
+  EXPECT_GT(backend->passes.load(), 0u);
+  EXPECT_GT(backend->chunked_passes.load(), 0u);
+}
+
+TEST(attention_backend, a_batched_verify_pass_through_a_backend_gives_each_request_its_cpu_pass_alone) {
+  // Several requests' rows in one forward, each over its own streamed full KV: the
+  // backend's passes start at the request's first row of the pass.
+  const auto cpu_model = test::tinycode();
+  auto backend = std::make_shared<HostStagingAttention>();
+  const auto staged = Model::with_backends(cpu_model, nullptr, backend);
+  HostFullTier tier(cpu_model->kv_config(16, DType::bf16));
+  std::vector<VerifyJob> jobs;
+  std::mt19937 rng(21);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    const auto prompt = test::random_tokens(rng, 90 + 130 * id, cpu_model->config().vocab_size,
+                                            cpu_model->config().bos_token_id);
+    PagedKvCache scratch(cpu_model->kv_config(16, DType::bf16));
+    LayerStreamer stream(tier, 256);
+    Workspace ws(1);
+    tier.create(id);
+    (void)prefill_to_tier(*cpu_model, prompt, id, tier, stream, scratch, ws, 256);
+    VerifyJob j;
+    j.id = id;
+    j.t0 = int32_t(id) + 40;
+    j.p0 = prompt.size();
+    for (size_t d = 0; d < 2 + 3 * id; ++d) j.drafts.push_back(int32_t(rng() % 500) + 3);
+    jobs.push_back(j);
+  }
+  Verifier cpu_verifier(cpu_model, 2), staged_verifier(staged, 2);
+  std::vector<std::unique_ptr<LayerStreamer>> owned;
+  std::vector<LayerStreamer*> streams;
+  for (const VerifyJob& j : jobs) {
+    owned.push_back(std::make_unique<LayerStreamer>(tier, 128));  // several chunks each
+    owned.back()->start(j.id, j.p0, j.drafts.size() + 1);
+    streams.push_back(owned.back().get());
+  }
+  const std::vector<VerifyOutcome> got = staged_verifier.run_batch(jobs, streams);
+  ASSERT_EQ(got.size(), jobs.size());
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    LayerStreamer s(tier, 256);
+    s.start(jobs[k].id, jobs[k].p0, jobs[k].drafts.size() + 1);
+    const VerifyOutcome want = cpu_verifier.run(jobs[k], s);
+    const std::string what = "request " + std::to_string(jobs[k].id);
+    EXPECT_EQ(got[k].tokens, want.tokens) << what;
+    ASSERT_EQ(got[k].logprobs.size(), want.logprobs.size()) << what;
+    EXPECT_EQ(0, std::memcmp(got[k].logprobs.data(), want.logprobs.data(),
+                             want.logprobs.size() * sizeof(float))) << what;
+    ASSERT_EQ(got[k].rows_k.size(), want.rows_k.size()) << what;
+    EXPECT_EQ(0, std::memcmp(got[k].rows_k.data(), want.rows_k.data(),
+                             want.rows_k.size() * sizeof(float))) << what;
+  }
+  EXPECT_GT(backend->chunked_passes.load(), 0u);
+}
+
+TEST(attention_backend, with_backends_refuses_a_model_already_placed) {
+  auto backend = std::make_shared<HostStagingAttention>();
+  const auto staged = Model::with_backends(test::tinycode(), nullptr, backend);
+  EXPECT_THROW((void)Model::with_backends(staged, nullptr, backend), Error);
+  EXPECT_THROW((void)Model::with_backends(nullptr, nullptr, backend), Error);
+}
+
+}  // namespace
+}  // namespace vc
