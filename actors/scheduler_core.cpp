@@ -499,6 +499,9 @@ void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::
                         held_for_draft_.end());
   held_for_verify_.erase(std::remove(held_for_verify_.begin(), held_for_verify_.end(), c.id),
                          held_for_verify_.end());
+  // The gauges before the result: whoever holds the result and reads them then
+  // (a client asking /metrics) finds the request gone (admit() publishes again).
+  publish_sizes();
   if (c.remote_publishing) c.result_pending = true;  // its publish stats come first
   else keep->promise.set_value(std::move(c.result));
   admit();
