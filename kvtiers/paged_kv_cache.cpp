@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -11,7 +12,13 @@
 
 namespace vc {
 
-PagedKvCache::PagedKvCache(const KvCacheConfig& cfg) : cfg_(cfg), pool_(cfg.num_blocks) {
+namespace {
+std::atomic<uint64_t> next_cache_id{1};
+}  // namespace
+
+PagedKvCache::PagedKvCache(const KvCacheConfig& cfg)
+    : cfg_(cfg), pool_(cfg.num_blocks), id_(next_cache_id.fetch_add(1)),
+      writes_(cfg.num_layers * cfg.num_blocks, 0) {
   if (cfg.num_layers == 0 || cfg.kv_heads == 0 || cfg.head_dim == 0 || cfg.block_tokens == 0 ||
       cfg.num_blocks == 0)
     throw Error("KvCacheConfig: every size must be positive");
@@ -62,6 +69,7 @@ void PagedKvCache::write(size_t layer, KvSequence& seq, size_t pos, const float*
     from_f32(cfg_.dtype, k_row + h * cfg_.head_dim, k + off, cfg_.head_dim);
     from_f32(cfg_.dtype, v_row + h * cfg_.head_dim, v + off, cfg_.head_dim);
   }
+  ++writes_[layer * cfg_.num_blocks + size_t(seq.blocks[pos / cfg_.block_tokens])];
   if (seq.length < pos + 1) seq.length = pos + 1;
 }
 

@@ -89,6 +89,17 @@ class PagedKvCache {
   /// Raw view of one layer for the attention kernel (valid until the table changes).
   [[nodiscard]] cpu::PagedKv view(size_t layer, const KvSequence& seq) const;
 
+  /// Copies of the cache elsewhere (a GPU's memory: runtime/kv_mirror.hpp) keep
+  /// themselves current by these. A number no other cache of this process has.
+  [[nodiscard]] uint64_t id() const { return id_; }
+  /// Per physical block, how many writes layer `layer` has taken: a block whose
+  /// count moved since a copy was taken has changed (write() is the only writer).
+  [[nodiscard]] std::span<const uint32_t> write_counts(size_t layer) const {
+    return {writes_.data() + layer * cfg_.num_blocks, cfg_.num_blocks};
+  }
+  /// Expires when the cache is destroyed.
+  [[nodiscard]] std::weak_ptr<const void> lifetime() const { return alive_; }
+
   /// Bytes of K+V per token over all layers.
   [[nodiscard]] size_t bytes_per_token() const;
   /// Bytes of K+V held by `seq` (its written positions).
@@ -113,6 +124,9 @@ class PagedKvCache {
   size_t layer_bytes_ = 0;  // bytes of K (or V) for one layer
   std::byte* storage_ = nullptr;  // [num_layers][2 (K, V)][layer_bytes_]
   size_t storage_bytes_ = 0;
+  uint64_t id_;
+  std::vector<uint32_t> writes_;  // [num_layers][num_blocks]: write() calls per block
+  std::shared_ptr<const void> alive_ = std::make_shared<int>(0);
 };
 
 }  // namespace vc

@@ -5,11 +5,14 @@
 // rows over a compressed view stay on the CPU: their tokens are proposals, checked
 // by a verify pass, so where they run cannot change the output.
 //
-// The KV stays where the tiers keep it (host memory): a pass copies the blocks its
-// rows read to the device, layer by layer, and attends there. Every full-KV row of a
-// model on a device goes through the same kernel with the same split by absolute
-// position, whether its KV came from the cache or a full tier, so full decoding and
-// verification see the same bits (the exactness contract), as on the CPU.
+// The KV stays where the tiers keep it (host memory). Rows over the paged cache
+// attend over the backend's copy of the cache (attend_cached), which refreshes only
+// the blocks written since it last copied them (kvtiers/kv_mirror.hpp); rows over a
+// full tier's streamed chunks attend over a pass that stages each chunk as it comes
+// (begin / Pass). Every full-KV row of a model on a device goes through the same
+// kernel with the same split by absolute position, whether its KV came from the
+// cache or a full tier, so full decoding and verification see the same bits (the
+// exactness contract), as on the CPU.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +20,7 @@
 #include <span>
 
 #include "kernels/cpu/attention.hpp"
+#include "kvtiers/paged_kv_cache.hpp"
 
 namespace vc {
 
@@ -36,6 +40,16 @@ class AttentionBackend {
     virtual void run(const float* q, float* out) = 0;
   };
   virtual ~AttentionBackend() = default;
+  /// One layer's attention of rows over `cache`: row m reads positions
+  /// [0, n_ctx[m]) through seqs[m]'s block table; q, out: host [M, n_heads,
+  /// head_dim] f32. The backend may keep the cache's blocks between calls (a copy
+  /// dropped once the cache is gone), refreshing those written since. Batch
+  /// invariant as a Pass; the bits of a Pass over the same KV. Safe from several
+  /// threads at once for different caches.
+  virtual void attend_cached(const PagedKvCache& cache, size_t layer, size_t n_heads,
+                             std::span<const KvSequence* const> seqs,
+                             std::span<const int32_t> n_ctx, float scale, const float* q,
+                             float* out) = 0;
   /// A pass of n_ctx.size() rows over KV shaped like `shape` (its data is not
   /// read), `n_heads` query heads; at most `max_blocks` blocks will be added in all.
   /// Batch invariant: a row's output depends on its query and its first n_ctx

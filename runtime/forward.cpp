@@ -116,40 +116,24 @@ void attend_run_tiled(const ModelConfig& c, const PagedKvCache& cache, size_t l,
 }
 
 // The full-KV rows of a pass over the cache (those without a view) on the model's
-// device: each run of one sequence's consecutive rows stages its blocks once.
+// device, over its copy of the cache.
 void attend_cached_on_device(AttentionBackend& be, const ModelConfig& c, const PagedKvCache& cache,
                              size_t l, std::span<const ForwardRow> rows, float scale, Workspace& ws) {
   const size_t qd = size_t(c.num_heads) * size_t(c.head_dim);
-  const size_t bt = cache.config().block_tokens;
   std::vector<size_t>& idx = ws.device_rows;
   std::vector<int32_t>& n_ctx = ws.device_ctx;
-  idx.clear(), n_ctx.clear();
+  std::vector<const KvSequence*>& seqs = ws.device_seqs;
+  idx.clear(), n_ctx.clear(), seqs.clear();
   for (size_t m = 0; m < rows.size(); ++m)
-    if (rows[m].view == nullptr) idx.push_back(m), n_ctx.push_back(ws.positions[m] + 1);
+    if (rows[m].view == nullptr)
+      idx.push_back(m), n_ctx.push_back(ws.positions[m] + 1), seqs.push_back(rows[m].seq);
   if (idx.empty()) return;
-  // Runs of rows of one sequence: [r0, r1) of idx, each staging the blocks of its
-  // longest row.
-  std::vector<std::pair<size_t, size_t>> runs;
-  size_t max_blocks = 0;
-  for (size_t r0 = 0; r0 < idx.size();) {
-    size_t r1 = r0 + 1, longest = size_t(n_ctx[r0]);
-    while (r1 < idx.size() && rows[idx[r1]].seq == rows[idx[r0]].seq)
-      longest = std::max(longest, size_t(n_ctx[r1++]));
-    runs.emplace_back(r0, r1);
-    max_blocks += (longest + bt - 1) / bt;
-    r0 = r1;
-  }
   ws.device_q.resize(idx.size() * qd);
   ws.device_out.resize(idx.size() * qd);
   for (size_t i = 0; i < idx.size(); ++i)
     std::copy_n(ws.q.data() + idx[i] * qd, qd, ws.device_q.data() + i * qd);
-  auto pass = be.begin(size_t(c.num_heads), cache.view(l, *rows[idx[0]].seq), n_ctx, max_blocks, scale);
-  for (const auto& [r0, r1] : runs) {
-    size_t longest = 0;
-    for (size_t i = r0; i < r1; ++i) longest = std::max(longest, size_t(n_ctx[i]));
-    pass->add(r0, r1, cache.view(l, *rows[idx[r0]].seq), 0, (longest + bt - 1) / bt);
-  }
-  pass->run(ws.device_q.data(), ws.device_out.data());
+  be.attend_cached(cache, l, size_t(c.num_heads), seqs, n_ctx, scale, ws.device_q.data(),
+                   ws.device_out.data());
   for (size_t i = 0; i < idx.size(); ++i)
     std::copy_n(ws.device_out.data() + i * qd, qd, ws.attn.data() + idx[i] * qd);
 }
@@ -213,8 +197,8 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
 // row's state merges the blocks as attention_row would merge them, so the bits equal
 // a pass over a cache holding the same KV. With `device`, each chunk is staged there
 // before it is released and the rows attend there once the last has come: the bits
-// of the device's pass over a cache (attend_cached_on_device). The CPU then attends
-// only when statistics want the rows' softmax maxima and sums.
+// of the device over a cache holding the same KV (attend_cached_on_device). The CPU
+// then attends only when statistics want the rows' softmax maxima and sums.
 void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
                      std::span<const ForwardRow> rows, size_t r0, float scale, Workspace& ws,
                      AttentionBackend* device) {

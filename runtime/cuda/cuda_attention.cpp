@@ -1,19 +1,24 @@
-// The CUDA AttentionBackend: a pass copies the KV blocks its rows read into a
-// device pool of its own (runs of consecutive blocks in one copy each), builds the
-// rows' block tables over that pool, and runs the batch-invariant paged attention
-// kernel (kernels/cuda/attention.cuh) on a stream of the calling thread's own
-// context; queries go up and outputs come back with every run.
+// The CUDA AttentionBackend. Rows over the paged cache attend over a copy of the
+// cache in device memory, one per cache, kept current block by block (KvMirror:
+// only blocks written since their last copy go up again). Rows over a full tier's
+// streamed chunks attend over a pass that copies the blocks its rows read into a
+// device pool of its own (runs of consecutive blocks in one copy each). Both launch
+// the batch-invariant paged attention kernel (kernels/cuda/attention.cuh) on a
+// stream of the calling thread's own context; queries go up and outputs come back
+// with every launch.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
+#include "kvtiers/kv_mirror.hpp"
 #include "runtime/attention_backend.hpp"
 
 namespace vc {
@@ -58,6 +63,56 @@ struct PassContext {
   }
 };
 
+/// Rows over device KV at `k`/`v` (layout of `shape`) through host block tables
+/// [M, stride]: queries up, the kernel, outputs back, on ctx's stream; waits.
+void launch_rows(PassContext& ctx, const std::string& dev, const void* k, const void* v,
+                 const cpu::PagedKv& shape, std::span<const int32_t> tables, size_t stride,
+                 std::span<const int32_t> n_ctx, size_t n_heads, float scale, const float* q,
+                 float* out) {
+  auto check = [&](cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw Error("device " + dev + ": " + what + ": " + cuda_error(e));
+  };
+  const size_t M = n_ctx.size(), hd = shape.head_dim, bt = shape.block_tokens;
+  size_t max_ctx = 0;
+  for (const int32_t n : n_ctx) max_ctx = std::max(max_ctx, size_t(n));
+  if (max_ctx == 0) {  // no row attends to anything: zeros, as the kernel gives them
+    std::fill_n(out, M * n_heads * hd, 0.0f);
+    return;
+  }
+  const size_t qb = M * n_heads * hd * sizeof(float);
+  const size_t ws = cuda::attention_workspace_floats(M, n_heads, hd, bt, max_ctx);
+  check(ctx.q.reserve(qb), "allocating queries");
+  check(ctx.out.reserve(qb), "allocating outputs");
+  check(ctx.tables.reserve(tables.size() * sizeof(int32_t)), "allocating block tables");
+  check(ctx.n_ctx.reserve(M * sizeof(int32_t)), "allocating context lengths");
+  check(ctx.workspace.reserve(std::max<size_t>(1, ws) * sizeof(float)), "allocating the workspace");
+  cudaStream_t s = ctx.stream;
+  check(cudaMemcpyAsync(ctx.q.get(), q, qb, cudaMemcpyHostToDevice, s), "copying queries");
+  check(cudaMemcpyAsync(ctx.tables.get(), tables.data(), tables.size() * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, s),
+        "copying block tables");
+  check(cudaMemcpyAsync(ctx.n_ctx.get(), n_ctx.data(), M * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, s),
+        "copying context lengths");
+  cuda::PagedKvRows rows;
+  rows.k = k;
+  rows.v = v;
+  rows.dtype = shape.dtype;
+  rows.block_tokens = bt;
+  rows.kv_heads = shape.kv_heads;
+  rows.head_dim = hd;
+  rows.block_tables = static_cast<const int32_t*>(ctx.tables.get());
+  rows.table_stride = stride;
+  rows.n_ctx = static_cast<const int32_t*>(ctx.n_ctx.get());
+  rows.max_ctx = max_ctx;
+  check(cuda::launch_attention_rows(static_cast<const float*>(ctx.q.get()), M, n_heads, rows,
+                                    scale, static_cast<float*>(ctx.out.get()),
+                                    static_cast<float*>(ctx.workspace.get()), ws, s),
+        "attention");
+  check(cudaMemcpyAsync(out, ctx.out.get(), qb, cudaMemcpyDeviceToHost, s), "copying outputs");
+  check(cudaStreamSynchronize(s), "the attention's stream");
+}
+
 class CudaAttention;
 
 class CudaPass final : public AttentionBackend::Pass {
@@ -101,17 +156,75 @@ class CudaAttention final : public AttentionBackend {
   std::unique_ptr<Pass> begin(size_t n_heads, const cpu::PagedKv& shape,
                               std::span<const int32_t> n_ctx, size_t max_blocks,
                               float scale) override {
-    std::unique_ptr<PassContext> ctx;
-    {
-      std::lock_guard lock(mu_);
-      if (!free_.empty()) {
-        ctx = std::move(free_.back());
-        free_.pop_back();
+    return std::make_unique<CudaPass>(*this, take_context(), n_heads, shape, n_ctx, max_blocks,
+                                      scale);
+  }
+
+  void attend_cached(const PagedKvCache& cache, size_t layer, size_t n_heads,
+                     std::span<const KvSequence* const> seqs, std::span<const int32_t> n_ctx,
+                     float scale, const float* q, float* out) override {
+    const size_t M = seqs.size();
+    if (n_ctx.size() != M)
+      throw Error("device " + name_ + ": " + std::to_string(M) + " sequences for " +
+                  std::to_string(n_ctx.size()) + " context lengths");
+    if (M == 0) return;
+    const KvCacheConfig& cfg = cache.config();
+    const size_t bt = cfg.block_tokens;
+    // The rows' block tables, and the blocks they read.
+    size_t stride = 1;
+    for (size_t m = 0; m < M; ++m) stride = std::max(stride, (size_t(n_ctx[m]) + bt - 1) / bt);
+    std::vector<int32_t> tables(M * stride, 0), needed;
+    for (size_t m = 0; m < M; ++m) {
+      const size_t need = (size_t(n_ctx[m]) + bt - 1) / bt;
+      if (n_ctx[m] < 0 || need > seqs[m]->blocks.size())
+        throw Error("device " + name_ + ": row " + std::to_string(m) + " reads " +
+                    std::to_string(n_ctx[m]) + " positions its sequence does not hold");
+      for (size_t j = 0; j < need; ++j) {
+        const int32_t b = seqs[m]->blocks[j];
+        if (b < 0)
+          throw Error("device " + name_ + ": row " + std::to_string(m) + " reads KV block " +
+                      std::to_string(j) + ", which has been released");
+        tables[m * stride + j] = b;
+        needed.push_back(b);
       }
     }
-    if (!ctx) ctx = std::make_unique<PassContext>();
-    return std::make_unique<CudaPass>(*this, std::move(ctx), n_heads, shape, n_ctx, max_blocks,
-                                      scale);
+    const std::shared_ptr<Mirror> mirror = mirror_of(cache);
+    std::lock_guard hold(mirror->mu);
+    std::unique_ptr<PassContext> ctx = take_context();
+    try {
+      if (cudaSetDevice(index_) != cudaSuccess || (ctx->stream == nullptr &&
+          cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking) != cudaSuccess))
+        throw Error("device " + name_ + ": cannot set up a stream: " + cuda_error(cudaGetLastError()));
+      const cpu::PagedKv host = cache.view(layer, *seqs[0]);
+      const size_t block_bytes = cfg.kv_heads * bt * cfg.head_dim * dtype_size(cfg.dtype);
+      auto* dk = static_cast<std::byte*>(mirror->storage.get()) + layer * 2 * mirror->layer_bytes;
+      auto* dv = dk + mirror->layer_bytes;
+      const auto* hk = static_cast<const std::byte*>(host.k);
+      const auto* hv = static_cast<const std::byte*>(host.v);
+      for (const auto& [first, count] : mirror->blocks->stale(layer, needed)) {
+        const size_t off = size_t(first) * block_bytes, bytes = size_t(count) * block_bytes;
+        for (const auto& [to, from] : {std::pair{dk, hk}, std::pair{dv, hv}}) {
+          const cudaError_t e = cudaMemcpyAsync(to + off, from + off, bytes,
+                                                cudaMemcpyHostToDevice, ctx->stream);
+          if (e != cudaSuccess)
+            throw Error("device " + name_ + ": copying KV blocks to the cache's copy: " + cuda_error(e));
+        }
+      }
+      launch_rows(*ctx, name_, dk, dv, host, tables, stride, n_ctx, n_heads, scale, q, out);
+    } catch (...) {
+      forget(cache.id());  // its copy may be part-written: rebuilt on the next call
+      give_back(std::move(ctx));
+      throw;
+    }
+    give_back(std::move(ctx));
+  }
+
+  std::unique_ptr<PassContext> take_context() {
+    std::lock_guard lock(mu_);
+    if (free_.empty()) return std::make_unique<PassContext>();
+    std::unique_ptr<PassContext> ctx = std::move(free_.back());
+    free_.pop_back();
+    return ctx;
   }
 
   void give_back(std::unique_ptr<PassContext> ctx) {
@@ -122,10 +235,52 @@ class CudaAttention final : public AttentionBackend {
   [[nodiscard]] const std::string& name() const { return name_; }
 
  private:
+  /// A cache's copy in device memory: all its layers' K and V, as the host lays
+  /// them out ([layers][K, V][num_blocks * block bytes]), and what is current.
+  struct Mirror {
+    std::mutex mu;  // one pass at a time over a copy
+    std::unique_ptr<KvMirror> blocks;
+    DeviceBuffer storage;
+    size_t layer_bytes = 0;
+  };
+
+  /// The copy of `cache`, made (empty) on first use; copies of caches that are
+  /// gone are freed here.
+  std::shared_ptr<Mirror> mirror_of(const PagedKvCache& cache) {
+    std::lock_guard lock(mu_);
+    for (auto it = mirrors_.begin(); it != mirrors_.end();)
+      it = it->second->blocks->expired() ? mirrors_.erase(it) : std::next(it);
+    std::shared_ptr<Mirror>& m = mirrors_[cache.id()];
+    if (!m) {
+      const KvCacheConfig& cfg = cache.config();
+      auto fresh = std::make_shared<Mirror>();
+      fresh->layer_bytes = cfg.num_blocks * cfg.kv_heads * cfg.block_tokens * cfg.head_dim *
+                           dtype_size(cfg.dtype);
+      const size_t bytes = fresh->layer_bytes * 2 * cfg.num_layers;
+      if (cudaSetDevice(index_) != cudaSuccess)
+        throw Error("device " + name_ + ": cudaSetDevice: " + cuda_error(cudaGetLastError()));
+      const cudaError_t e = fresh->storage.reserve(bytes);
+      if (e != cudaSuccess) {
+        mirrors_.erase(cache.id());
+        throw Error("device " + name_ + ": the KV cache (" + std::to_string(bytes >> 20) +
+                    " MiB) does not fit in its memory: " + cuda_error(e));
+      }
+      fresh->blocks = std::make_unique<KvMirror>(cache);
+      m = std::move(fresh);
+    }
+    return m;
+  }
+
+  void forget(uint64_t cache_id) {
+    std::lock_guard lock(mu_);
+    mirrors_.erase(cache_id);
+  }
+
   int index_;
   std::string name_;
   std::mutex mu_;
   std::vector<std::unique_ptr<PassContext>> free_;
+  std::unordered_map<uint64_t, std::shared_ptr<Mirror>> mirrors_;  // by cache id
 };
 
 CudaPass::CudaPass(CudaAttention& owner, std::unique_ptr<PassContext> ctx, size_t n_heads,
@@ -213,43 +368,8 @@ void CudaPass::run(const float* q, float* out) {
                     " of the pass attends to KV block " + std::to_string(b) +
                     ", which was not staged");
   }
-  const size_t hd = shape_.head_dim;
-  if (max_ctx_ == 0) {  // no row attends to anything: zeros, as the kernel gives them
-    std::fill_n(out, M * n_heads_ * hd, 0.0f);
-    return;
-  }
-  const size_t qb = M * n_heads_ * hd * sizeof(float);
-  const size_t ws = cuda::attention_workspace_floats(M, n_heads_, hd, bt, max_ctx_);
-  check(ctx_->q.reserve(qb), "allocating queries");
-  check(ctx_->out.reserve(qb), "allocating outputs");
-  check(ctx_->tables.reserve(tables_.size() * sizeof(int32_t)), "allocating block tables");
-  check(ctx_->n_ctx.reserve(M * sizeof(int32_t)), "allocating context lengths");
-  check(ctx_->workspace.reserve(std::max<size_t>(1, ws) * sizeof(float)), "allocating the workspace");
-  cudaStream_t s = ctx_->stream;
-  check(cudaMemcpyAsync(ctx_->q.get(), q, qb, cudaMemcpyHostToDevice, s), "copying queries");
-  check(cudaMemcpyAsync(ctx_->tables.get(), tables_.data(), tables_.size() * sizeof(int32_t),
-                        cudaMemcpyHostToDevice, s),
-        "copying block tables");
-  check(cudaMemcpyAsync(ctx_->n_ctx.get(), n_ctx_.data(), M * sizeof(int32_t),
-                        cudaMemcpyHostToDevice, s),
-        "copying context lengths");
-  cuda::PagedKvRows rows;
-  rows.k = ctx_->k.get();
-  rows.v = ctx_->v.get();
-  rows.dtype = shape_.dtype;
-  rows.block_tokens = bt;
-  rows.kv_heads = shape_.kv_heads;
-  rows.head_dim = hd;
-  rows.block_tables = static_cast<const int32_t*>(ctx_->tables.get());
-  rows.table_stride = stride_;
-  rows.n_ctx = static_cast<const int32_t*>(ctx_->n_ctx.get());
-  rows.max_ctx = max_ctx_;
-  check(cuda::launch_attention_rows(static_cast<const float*>(ctx_->q.get()), M, n_heads_, rows,
-                                    scale_, static_cast<float*>(ctx_->out.get()),
-                                    static_cast<float*>(ctx_->workspace.get()), ws, s),
-        "attention");
-  check(cudaMemcpyAsync(out, ctx_->out.get(), qb, cudaMemcpyDeviceToHost, s), "copying outputs");
-  check(cudaStreamSynchronize(s), "the attention's stream");
+  launch_rows(*ctx_, owner_.name(), ctx_->k.get(), ctx_->v.get(), shape_, tables_, stride_,
+              n_ctx_, n_heads_, scale_, q, out);
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // runs full-KV attention with): host KV blocks staged per pass, within the kernel's
 // tolerance of the CPU's attention_row, bit for bit the same whether a row runs alone
 // or among others, whether its blocks come in one add or in chunks (the full tier's
-// streaming), and from several threads at once; clear errors for blocks never
-// staged or a pass sized too small. Skipped without a device.
+// streaming), and from several threads at once; rows over a paged cache, through the
+// backend's device copy of it, get a staged pass's bits and see every new write;
+// clear errors for blocks never staged or a pass sized too small. Skipped without a
+// device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/error.hpp"
+#include "kvtiers/paged_kv_cache.hpp"
 #include "runtime/attention_backend.hpp"
 #include "tests/cuda/cuda_test_support.hpp"
 
@@ -130,6 +133,44 @@ TEST(cuda_attention_backend, threads_running_passes_at_once_get_the_bits_of_pass
     });
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_TRUE(cuda::test::same_bits(want[t], got[t])) << "thread " << t;
+}
+
+TEST(cuda_attention_backend, rows_over_a_cache_get_the_bits_of_a_staged_pass_and_see_each_new_write) {
+  VC_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(11);
+  KvCacheConfig cfg;
+  cfg.num_layers = 2, cfg.kv_heads = kKvHeads, cfg.head_dim = kHeadDim, cfg.block_tokens = kTokens;
+  cfg.num_blocks = 64;
+  PagedKvCache cache(cfg);
+  KvSequence seq;
+  auto write = [&](size_t from, size_t to) {
+    cache.reserve(seq, to);
+    for (size_t p = from; p < to; ++p)
+      for (size_t l = 0; l < 2; ++l) {
+        const auto k = cuda::test::random_floats(rng, kKvHeads * kHeadDim, -1.f, 1.f);
+        const auto v = cuda::test::random_floats(rng, kKvHeads * kHeadDim, -1.f, 1.f);
+        cache.write(l, seq, p, k.data(), v.data());
+      }
+  };
+  const auto be = make_cuda_attention(0);
+  auto compare = [&](const std::vector<int32_t>& n_ctx, const char* what) {
+    const auto q = cuda::test::random_floats(rng, n_ctx.size() * kHeads * kHeadDim, -1.f, 1.f);
+    const std::vector<const KvSequence*> seqs(n_ctx.size(), &seq);
+    std::vector<float> cached(q.size()), staged(q.size());
+    be->attend_cached(cache, 1, kHeads, seqs, n_ctx, 0.125f, q.data(), cached.data());
+    const size_t blocks = blocks_for(*std::max_element(n_ctx.begin(), n_ctx.end()));
+    auto pass = be->begin(kHeads, cache.view(1, seq), n_ctx, blocks, 0.125f);
+    pass->add(0, n_ctx.size(), cache.view(1, seq), 0, blocks);
+    pass->run(q.data(), staged.data());
+    EXPECT_TRUE(cuda::test::same_bits(cached, staged)) << what;
+  };
+  write(0, 300);
+  compare({298, 299, 300}, "after the prefill");
+  write(300, 301);  // a decode step: the newest block changes
+  compare({301}, "after a decode step");
+  cache.truncate(seq, 290);
+  write(290, 296);  // a rollback, then other KV at the same positions
+  compare({293, 296}, "after a rollback and rewrite");
 }
 
 TEST(cuda_attention_backend, a_row_whose_blocks_were_not_staged_or_a_pass_sized_too_small_is_a_clear_error) {
