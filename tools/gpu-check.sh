@@ -17,9 +17,10 @@
 #
 # Steps: build; probe the GPU; the CUDA tests; the kernel benchmark; with
 # .gpu-deps/prebuilt, the runtime on the GPU (test_runtime's device.* and cuda_device.*:
-# the bundled model's weight products on the GPU against the float64 reference,
-# batch invariance, vericache equal to full decoding; then `bench decode --device
-# cuda` beside `--device cpu`), built here because the image lacks the packages; then,
+# the bundled model's weight products and full-KV attention on the GPU against the
+# float64 reference, batch invariance, vericache equal to full decoding; then `bench
+# decode --device cuda` beside `--device cpu`, `bench rows` and `bench throughput`
+# (a)/(b)/(e) with --device cuda), built here because the image lacks the packages; then,
 # in the time left, the CUDA tests again under compute-sanitizer memcheck
 # (out-of-bounds and misaligned accesses that a passing test can hide).
 # OUTDIR receives: build.log, tests.log, tests.json (GoogleTest's report),
@@ -193,6 +194,15 @@ else
     timeout "$(limit 60 30)" "$pre/bin/vericache" bench decode --model "$root/models/tinycode" \
       --device "$dev" --contexts 0 4096 --threads 2 --decode-tokens 64 --repeats 3 >>"$out/runtime.log" 2>&1
   done
+  # A verify pass's cost by row count, and the engine's rows (a), (b), (e) under one
+  # budget, on the GPU (bundled model; the link simulated).
+  echo "== vericache bench rows --device cuda" >>"$out/runtime.log"
+  timeout "$(limit 45 20)" "$pre/bin/vericache" bench rows --model "$root/models/tinycode" \
+    --device cuda --context 4096 --rows 1 4 16 33 64 --repeats 3 >>"$out/runtime.log" 2>&1
+  echo "== vericache bench throughput --device cuda" >>"$out/runtime.log"
+  timeout "$(limit 90 30)" "$pre/bin/vericache" bench throughput --model "$root/models/tinycode" \
+    --device cuda --contexts 2048 --base-requests 2 --gen-tokens 32 --no-disk --configs a b e \
+    >>"$out/runtime.log" 2>&1
   say "runtime on the GPU: exit $runtime_rc (runtime.log)"
 fi
 
