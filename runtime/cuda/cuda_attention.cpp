@@ -20,38 +20,13 @@
 #include "kernels/error.hpp"
 #include "kvtiers/kv_mirror.hpp"
 #include "runtime/attention_backend.hpp"
+#include "runtime/cuda/device_buffer.hpp"
 
 namespace vc {
 namespace {
 
-std::string cuda_error(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-}
-
-/// Device memory that only grows, freed with its owner.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
-  [[nodiscard]] void* get() const { return p_; }
-  /// At least `bytes` (contents not kept); returns the error of the allocation.
-  cudaError_t reserve(size_t bytes) {
-    if (bytes <= bytes_) return cudaSuccess;
-    if (p_ != nullptr) cudaFree(p_);
-    p_ = nullptr, bytes_ = 0;
-    const cudaError_t e = cudaMalloc(&p_, bytes);
-    if (e == cudaSuccess) bytes_ = bytes;
-    return e;
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
+using cuda_backend::cuda_error;
+using cuda_backend::DeviceBuffer;
 
 /// One caller's stream and buffers: the staged K and V blocks, queries, outputs,
 /// block tables, context lengths and the kernel's workspace.

@@ -12,41 +12,14 @@
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
+#include "runtime/cuda/device_buffer.hpp"
 #include "runtime/linear_backend.hpp"
 
 namespace vc {
 namespace {
 
-std::string cuda_error(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-}
-
-/// Device memory, freed with its owner.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr, o.bytes_ = 0; }
-  ~DeviceBuffer() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
-  [[nodiscard]] void* get() const { return p_; }
-  [[nodiscard]] size_t bytes() const { return bytes_; }
-  /// At least `bytes` (contents not kept); returns the error of the allocation.
-  cudaError_t reserve(size_t bytes) {
-    if (bytes <= bytes_) return cudaSuccess;
-    if (p_ != nullptr) cudaFree(p_);
-    p_ = nullptr, bytes_ = 0;
-    const cudaError_t e = cudaMalloc(&p_, bytes);
-    if (e == cudaSuccess) bytes_ = bytes;
-    return e;
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
+using cuda_backend::cuda_error;
+using cuda_backend::DeviceBuffer;
 
 /// One caller's stream and buffers for rows in and results out.
 struct CallContext {

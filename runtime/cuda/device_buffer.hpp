@@ -1,0 +1,42 @@
+// What the CUDA backends (cuda_linear.cpp, cuda_attention.cpp) share: device memory
+// that grows on demand and is freed with its owner, and CUDA errors in words.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+namespace vc::cuda_backend {
+
+inline std::string cuda_error(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+/// Device memory that only grows, freed with its owner.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr, o.bytes_ = 0; }
+  ~DeviceBuffer() {
+    if (p_ != nullptr) cudaFree(p_);
+  }
+  [[nodiscard]] void* get() const { return p_; }
+  [[nodiscard]] size_t bytes() const { return bytes_; }
+  /// At least `bytes` (contents not kept); returns the error of the allocation.
+  cudaError_t reserve(size_t bytes) {
+    if (bytes <= bytes_) return cudaSuccess;
+    if (p_ != nullptr) cudaFree(p_);
+    p_ = nullptr, bytes_ = 0;
+    const cudaError_t e = cudaMalloc(&p_, bytes);
+    if (e == cudaSuccess) bytes_ = bytes;
+    return e;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace vc::cuda_backend
