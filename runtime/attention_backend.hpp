@@ -1,9 +1,10 @@
 // Where a forward pass runs the attention of its full-KV rows when not on the CPU:
 // a model placed on a device (Model::on_device) carries one, and forward() hands it
 // every row that attends over the full KV (prefill chunks, decode steps, verify
-// passes, over the paged cache or over chunks streamed in from a full tier). Draft
-// rows over a compressed view stay on the CPU: their tokens are proposals, checked
-// by a verify pass, so where they run cannot change the output.
+// passes, over the paged cache or over chunks streamed in from a full tier), and
+// the draft rows over compressed views held as plain rows (attend_views; quantized
+// or transformed views stay on the CPU): their tokens are proposals, checked by a verify pass, so where they run
+// cannot change the output.
 //
 // The KV stays where the tiers keep it (host memory). Rows over the paged cache
 // attend over the backend's copy of the cache (attend_cached), which refreshes only
@@ -21,6 +22,7 @@
 
 #include "kernels/cpu/attention.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
+#include "runtime/view_rows_plan.hpp"
 
 namespace vc {
 
@@ -50,6 +52,13 @@ class AttentionBackend {
                              std::span<const KvSequence* const> seqs,
                              std::span<const int32_t> n_ctx, float scale, const float* q,
                              float* out) = 0;
+  /// One layer's attention of draft rows laid out by plan_view_rows: row m over
+  /// its views' kept rows, then positions [plan.tail_begin[m], n_ctx[m]) of its
+  /// sequence in `cache` (its tail). Drafts are proposals, so this need not give the
+  /// CPU's bits.
+  virtual void attend_views(const PagedKvCache& cache, size_t layer, size_t n_heads,
+                            const ViewRowsPlan& plan, std::span<const int32_t> n_ctx, float scale,
+                            const float* q, float* out) = 0;
   /// A pass of n_ctx.size() rows over KV shaped like `shape` (its data is not
   /// read), `n_heads` query heads; at most `max_blocks` blocks will be added in all.
   /// Batch invariant: a row's output depends on its query and its first n_ctx

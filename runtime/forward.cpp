@@ -3,6 +3,7 @@
 #include "runtime/forward.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/error.hpp"
 #include "runtime/attention_backend.hpp"
+#include "runtime/view_rows_plan.hpp"
 #include "runtime/linear_backend.hpp"
 #include "kvtiers/view_attention.hpp"
 
@@ -138,10 +140,41 @@ void attend_cached_on_device(AttentionBackend& be, const ModelConfig& c, const P
     std::copy_n(ws.device_out.data() + i * qd, qd, ws.attn.data() + idx[i] * qd);
 }
 
+// The draft rows of a pass (those over a view) on the model's device, when their
+// views hold plain rows (plan_view_rows): true when the device took them all (or
+// there are none), false when they stay on the CPU.
+bool attend_views_on_device(AttentionBackend& be, const ModelConfig& c, const PagedKvCache& cache,
+                            size_t l, std::span<const ForwardRow> rows, float scale, Workspace& ws) {
+  const size_t qd = size_t(c.num_heads) * size_t(c.head_dim);
+  std::vector<size_t>& idx = ws.device_rows;
+  std::vector<int32_t>& n_ctx = ws.device_ctx;
+  std::vector<const KvSequence*>& seqs = ws.device_seqs;
+  std::vector<const CompressedView*>& views = ws.device_views;
+  idx.clear(), n_ctx.clear(), seqs.clear(), views.clear();
+  for (size_t m = 0; m < rows.size(); ++m)
+    if (rows[m].view != nullptr) {
+      idx.push_back(m), n_ctx.push_back(ws.positions[m] + 1), seqs.push_back(rows[m].seq);
+      views.push_back(rows[m].view);
+    }
+  if (idx.empty()) return true;
+  const std::optional<ViewRowsPlan> plan = plan_view_rows(cache, l, views, seqs, n_ctx);
+  if (!plan) return false;
+  ws.device_q.resize(idx.size() * qd);
+  ws.device_out.resize(idx.size() * qd);
+  for (size_t i = 0; i < idx.size(); ++i)
+    std::copy_n(ws.q.data() + idx[i] * qd, qd, ws.device_q.data() + i * qd);
+  be.attend_views(cache, l, size_t(c.num_heads), *plan, n_ctx, scale, ws.device_q.data(),
+                  ws.device_out.data());
+  for (size_t i = 0; i < idx.size(); ++i)
+    std::copy_n(ws.device_out.data() + i * qd, qd, ws.attn.data() + idx[i] * qd);
+  return true;
+}
+
 // Attention of every row over the cache (and the compressed views of draft rows):
 // runs of rows of one sequence without views go tile by tile (attend_run_tiled);
 // the other rows are independent, split across the pool. With `device`, the rows
-// without views attend there instead (attend_cached_on_device), unless statistics
+// without views attend there instead (attend_cached_on_device), and the draft rows
+// too when their views hold plain rows (attend_views_on_device), unless statistics
 // want each row's softmax maximum and sum, which the device does not return: the
 // CPU then attends too, for them, and the device's outputs replace the CPU's.
 void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
@@ -152,6 +185,8 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
   const size_t qd = nh * hd;
   const std::vector<int32_t>& pos = ws.positions;
   const bool cpu_full = device == nullptr || max_sum != nullptr;
+  const bool views_on_device =
+      !cpu_full && attend_views_on_device(*device, c, cache, l, rows, scale, ws);
   thread_local std::vector<size_t> alone_rows;  // rows attended one by one
   std::vector<size_t>& alone = alone_rows;  // the pool's threads read the caller's
   alone.clear();
@@ -159,8 +194,8 @@ void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,
     size_t e = m + 1;
     if (rows[m].view == nullptr)
       while (e < M && rows[e].view == nullptr && rows[e].seq == rows[m].seq) ++e;
-    if (rows[m].view == nullptr && !cpu_full) {
-      // on the device, below
+    if (rows[m].view == nullptr ? !cpu_full : views_on_device) {
+      // on the device (the full-KV rows below, the draft rows above)
     } else if (e - m >= 2) {
       attend_run_tiled(c, cache, l, rows, m, e, scale, ws, max_sum);
     } else {

@@ -82,6 +82,7 @@ class Workspace {
   std::vector<size_t> device_rows;
   std::vector<int32_t> device_ctx;
   std::vector<const KvSequence*> device_seqs;
+  std::vector<const CompressedView*> device_views;
   std::vector<float> device_q, device_out;
   /// When set, forward() reports every layer's queries to it (prefill statistics).
   PrefillStatsCollector* stats = nullptr;

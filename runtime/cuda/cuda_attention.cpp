@@ -16,11 +16,13 @@
 #include <vector>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_mixed.cuh"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 #include "kvtiers/kv_mirror.hpp"
 #include "runtime/attention_backend.hpp"
 #include "runtime/cuda/device_buffer.hpp"
+#include "runtime/view_rows_plan.hpp"
 
 namespace vc {
 namespace {
@@ -33,6 +35,7 @@ using cuda_backend::DeviceBuffer;
 struct PassContext {
   cudaStream_t stream = nullptr;
   DeviceBuffer k, v, q, out, tables, n_ctx, workspace;
+  DeviceBuffer ptrs, counts, tail_begin;  // the drafter's rows: kept rows per (row, head)
   ~PassContext() {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -163,6 +166,103 @@ class CudaAttention final : public AttentionBackend {
         needed.push_back(b);
       }
     }
+    with_cache_copy(cache, layer, needed, [&](PassContext& ctx, const void* dk, const void* dv) {
+      launch_rows(ctx, name_, dk, dv, cache.view(layer, *seqs[0]), tables, stride, n_ctx, n_heads,
+                  scale, q, out);
+    });
+  }
+
+  void attend_views(const PagedKvCache& cache, size_t layer, size_t n_heads,
+                    const ViewRowsPlan& plan_ref, std::span<const int32_t> n_ctx, float scale,
+                    const float* q, float* out) override {
+    const size_t M = n_ctx.size();
+    if (M == 0) return;
+    const ViewRowsPlan* plan = &plan_ref;
+    if (plan->tail_begin.size() != M)
+      throw Error("device " + name_ + ": a plan of " + std::to_string(plan->tail_begin.size()) +
+                  " draft rows for " + std::to_string(M) + " context lengths");
+    const KvCacheConfig& cfg = cache.config();
+    const size_t nkv = cfg.kv_heads, hd = cfg.head_dim, row_bytes = hd * dtype_size(cfg.dtype);
+    with_cache_copy(cache, layer, plan->tail_blocks, [&](PassContext& ctx, const void* dk, const void* dv) {
+      auto check = [&](cudaError_t e, const char* what) {
+        if (e != cudaSuccess) throw Error("device " + name_ + ": " + what + ": " + cuda_error(e));
+      };
+      cudaStream_t s = ctx.stream;
+      // The kept rows, each distinct (view, head) once, into the pass's pools.
+      size_t rows = 0;
+      for (const ViewRowsPlan::Prefix& p : plan->prefixes) rows += p.rows;
+      check(ctx.k.reserve(std::max<size_t>(1, rows) * row_bytes), "allocating kept K rows");
+      check(ctx.v.reserve(std::max<size_t>(1, rows) * row_bytes), "allocating kept V rows");
+      std::vector<const void*> at_k(plan->prefixes.size(), nullptr), at_v(plan->prefixes.size(), nullptr);
+      size_t offset = 0;
+      for (size_t i = 0; i < plan->prefixes.size(); ++i) {
+        const ViewRowsPlan::Prefix& p = plan->prefixes[i];
+        if (p.rows == 0) continue;
+        auto* k = static_cast<std::byte*>(ctx.k.get()) + offset * row_bytes;
+        auto* v = static_cast<std::byte*>(ctx.v.get()) + offset * row_bytes;
+        check(cudaMemcpyAsync(k, p.k, p.rows * row_bytes, cudaMemcpyHostToDevice, s), "copying kept K rows");
+        check(cudaMemcpyAsync(v, p.v, p.rows * row_bytes, cudaMemcpyHostToDevice, s), "copying kept V rows");
+        at_k[i] = k, at_v[i] = v;
+        offset += p.rows;
+      }
+      // Per (row, head): where its kept rows are and how many.
+      std::vector<const void*> ptr_k(M * nkv), ptr_v(M * nkv);
+      std::vector<int32_t> counts(M * nkv);
+      for (size_t i = 0; i < M * nkv; ++i) {
+        const size_t p = size_t(plan->prefix_of[i]);
+        ptr_k[i] = at_k[p], ptr_v[i] = at_v[p], counts[i] = int32_t(plan->prefixes[p].rows);
+      }
+      const size_t qb = M * n_heads * hd * sizeof(float);
+      const size_t ws = cuda::attention_mixed_workspace_floats(M, n_heads, hd, plan->max_entries);
+      check(ctx.ptrs.reserve(2 * M * nkv * sizeof(void*)), "allocating row pointers");
+      check(ctx.counts.reserve(M * nkv * sizeof(int32_t)), "allocating row counts");
+      check(ctx.tail_begin.reserve(M * sizeof(int32_t)), "allocating tail starts");
+      check(ctx.n_ctx.reserve(M * sizeof(int32_t)), "allocating context lengths");
+      check(ctx.tables.reserve(plan->tables.size() * sizeof(int32_t)), "allocating block tables");
+      check(ctx.q.reserve(qb), "allocating queries");
+      check(ctx.out.reserve(qb), "allocating outputs");
+      check(ctx.workspace.reserve(std::max<size_t>(1, ws) * sizeof(float)), "allocating the workspace");
+      auto* dptr = static_cast<const void**>(ctx.ptrs.get());
+      auto up = [&](void* to, const void* from, size_t bytes, const char* what) {
+        check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, s), what);
+      };
+      up(dptr, ptr_k.data(), M * nkv * sizeof(void*), "copying row pointers");
+      up(dptr + M * nkv, ptr_v.data(), M * nkv * sizeof(void*), "copying row pointers");
+      up(ctx.counts.get(), counts.data(), M * nkv * sizeof(int32_t), "copying row counts");
+      up(ctx.tail_begin.get(), plan->tail_begin.data(), M * sizeof(int32_t), "copying tail starts");
+      up(ctx.n_ctx.get(), n_ctx.data(), M * sizeof(int32_t), "copying context lengths");
+      up(ctx.tables.get(), plan->tables.data(), plan->tables.size() * sizeof(int32_t), "copying block tables");
+      up(ctx.q.get(), q, qb, "copying queries");
+      cuda::MixedKvRows r;
+      r.prefix_k = dptr;
+      r.prefix_v = dptr + M * nkv;
+      r.prefix_count = static_cast<const int32_t*>(ctx.counts.get());
+      r.k = dk;
+      r.v = dv;
+      r.dtype = cfg.dtype;
+      r.block_tokens = cfg.block_tokens;
+      r.kv_heads = nkv;
+      r.head_dim = hd;
+      r.block_tables = static_cast<const int32_t*>(ctx.tables.get());
+      r.table_stride = plan->table_stride;
+      r.tail_begin = static_cast<const int32_t*>(ctx.tail_begin.get());
+      r.n_ctx = static_cast<const int32_t*>(ctx.n_ctx.get());
+      r.max_entries = plan->max_entries;
+      check(cuda::launch_attention_rows_mixed(static_cast<const float*>(ctx.q.get()), M, n_heads, r,
+                                              scale, static_cast<float*>(ctx.out.get()),
+                                              static_cast<float*>(ctx.workspace.get()), ws, s),
+            "the drafter's attention");
+      check(cudaMemcpyAsync(out, ctx.out.get(), qb, cudaMemcpyDeviceToHost, s), "copying outputs");
+      check(cudaStreamSynchronize(s), "the attention's stream");
+    });
+  }
+
+  /// Runs fn(ctx, K, V) -- K and V: layer `layer` of the cache's device copy --
+  /// once the blocks in `needed` are current there, holding the copy meanwhile.
+  template <class Fn>
+  void with_cache_copy(const PagedKvCache& cache, size_t layer, std::span<const int32_t> needed,
+                       Fn&& fn) {
+    const KvCacheConfig& cfg = cache.config();
     const std::shared_ptr<Mirror> mirror = mirror_of(cache);
     std::lock_guard hold(mirror->mu);
     std::unique_ptr<PassContext> ctx = take_context();
@@ -170,8 +270,9 @@ class CudaAttention final : public AttentionBackend {
       if (cudaSetDevice(index_) != cudaSuccess || (ctx->stream == nullptr &&
           cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking) != cudaSuccess))
         throw Error("device " + name_ + ": cannot set up a stream: " + cuda_error(cudaGetLastError()));
-      const cpu::PagedKv host = cache.view(layer, *seqs[0]);
-      const size_t block_bytes = cfg.kv_heads * bt * cfg.head_dim * dtype_size(cfg.dtype);
+      KvSequence none;  // the layer's base pointers only
+      const cpu::PagedKv host = cache.view(layer, none);
+      const size_t block_bytes = cfg.kv_heads * cfg.block_tokens * cfg.head_dim * dtype_size(cfg.dtype);
       auto* dk = static_cast<std::byte*>(mirror->storage.get()) + layer * 2 * mirror->layer_bytes;
       auto* dv = dk + mirror->layer_bytes;
       const auto* hk = static_cast<const std::byte*>(host.k);
@@ -185,7 +286,7 @@ class CudaAttention final : public AttentionBackend {
             throw Error("device " + name_ + ": copying KV blocks to the cache's copy: " + cuda_error(e));
         }
       }
-      launch_rows(*ctx, name_, dk, dv, host, tables, stride, n_ctx, n_heads, scale, q, out);
+      fn(*ctx, static_cast<const void*>(dk), static_cast<const void*>(dv));
     } catch (...) {
       forget(cache.id());  // its copy may be part-written: rebuilt on the next call
       give_back(std::move(ctx));

@@ -1,11 +1,12 @@
 // forward()'s hand-off to an AttentionBackend (runtime/attention_backend.hpp), the
 // seam `--device cuda` attends through, checked where no GPU is: a backend on the
-// host that stages the blocks each pass adds into a pool of its own and attends
-// there with the CPU's attention_row. Its bits are the CPU's, so a model that
+// host that keeps its own copies (the cache's, refreshed through KvMirror; verify
+// chunks and views' kept rows copied per pass) and attends over them with the CPU's
+// attention_row / attention_row_mixed. Its bits are the CPU's, so a model that
 // attends through it must give exactly the CPU model's output -- full decoding over
-// the paged cache, and vericache verifying over the full KV streamed in chunks,
-// with draft rows over views kept on the CPU -- and the backend must have seen both
-// kinds of pass. The CUDA backend itself is tested in tests/cuda and cuda_device.
+// the paged cache, vericache verifying over the full KV streamed in chunks, drafts
+// over token-dropping views (same rounds) -- and the backend must have seen every
+// kind of pass. The CUDA backend itself is tested in tests/cuda and cuda_device.
 #include "runtime/attention_backend.hpp"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "kernels/error.hpp"
 #include "kvtiers/compressor.hpp"
 #include "kvtiers/full_tier.hpp"
+#include "kernels/cpu/attention_mixed.hpp"
 #include "kvtiers/kv_mirror.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/layer_streamer.hpp"
@@ -33,8 +35,8 @@ namespace {
 
 class HostStagingAttention final : public AttentionBackend {
  public:
-  std::atomic<size_t> passes{0}, chunked_passes{0}, rows{0}, cached_rows{0}, blocks_read{0},
-      blocks_copied{0};
+  std::atomic<size_t> passes{0}, chunked_passes{0}, rows{0}, cached_rows{0}, view_rows{0},
+      blocks_read{0}, blocks_copied{0};
 
   // Rows over a cache read this backend's copy of it, refreshed through KvMirror
   // as the CUDA backend refreshes its device copy: a block the mirror fails to name
@@ -43,34 +45,49 @@ class HostStagingAttention final : public AttentionBackend {
                      std::span<const KvSequence* const> seqs, std::span<const int32_t> n_ctx,
                      float scale, const float* q, float* out) override {
     std::lock_guard lock(mu_);
-    for (auto it = copies_.begin(); it != copies_.end();)
-      it = it->second.mirror.expired() ? copies_.erase(it) : std::next(it);
-    const KvCacheConfig& cfg = cache.config();
-    const size_t bt = cfg.block_tokens;
-    const size_t bb = cfg.kv_heads * bt * cfg.head_dim * dtype_size(cfg.dtype);
-    auto it = copies_.find(cache.id());
-    if (it == copies_.end()) it = copies_.emplace(cache.id(), Copy(cache)).first;
-    Copy& copy = it->second;
+    const size_t bt = cache.config().block_tokens;
     std::vector<int32_t> needed;
     for (size_t m = 0; m < seqs.size(); ++m)
       for (size_t j = 0; j < (size_t(n_ctx[m]) + bt - 1) / bt; ++j) needed.push_back(seqs[m]->blocks[j]);
     blocks_read += needed.size();
-    const cpu::PagedKv host = cache.view(layer, *seqs[0]);
-    std::vector<std::byte>& k = copy.k[layer];
-    std::vector<std::byte>& v = copy.v[layer];
-    for (const auto& [first, count] : copy.mirror.stale(layer, needed)) {
-      const size_t off = size_t(first) * bb, bytes = size_t(count) * bb;
-      std::memcpy(k.data() + off, static_cast<const std::byte*>(host.k) + off, bytes);
-      std::memcpy(v.data() + off, static_cast<const std::byte*>(host.v) + off, bytes);
-      blocks_copied += size_t(count);
-    }
-    const size_t d = n_heads * cfg.head_dim;
+    const cpu::PagedKv copy = refreshed(cache, layer, needed);
+    const size_t d = n_heads * cache.config().head_dim;
     for (size_t m = 0; m < seqs.size(); ++m) {
-      cpu::PagedKv kv = host;
-      kv.k = k.data(), kv.v = v.data(), kv.block_table = seqs[m]->blocks.data();
+      cpu::PagedKv kv = copy;
+      kv.block_table = seqs[m]->blocks.data();
       cpu::attention_row(q + m * d, n_heads, kv, size_t(n_ctx[m]), scale, out + m * d);
     }
     cached_rows += seqs.size();
+  }
+
+  // Draft rows: the kept rows copied out as a device would take them, the tails
+  // read through the same copy of the cache, attention_row_mixed as the CPU runs it.
+  void attend_views(const PagedKvCache& cache, size_t layer, size_t n_heads, const ViewRowsPlan& plan,
+                    std::span<const int32_t> n_ctx, float scale, const float* q, float* out) override {
+    std::lock_guard lock(mu_);
+    const KvCacheConfig& cfg = cache.config();
+    const size_t nkv = cfg.kv_heads, row_bytes = cfg.head_dim * dtype_size(cfg.dtype);
+    const cpu::PagedKv copy = refreshed(cache, layer, plan.tail_blocks);
+    std::vector<std::vector<std::byte>> kept_k, kept_v;
+    for (const ViewRowsPlan::Prefix& p : plan.prefixes) {
+      const auto* k = static_cast<const std::byte*>(p.k);
+      const auto* v = static_cast<const std::byte*>(p.v);
+      kept_k.emplace_back(k, k + (p.rows ? p.rows * row_bytes : 0));
+      kept_v.emplace_back(v, v + (p.rows ? p.rows * row_bytes : 0));
+    }
+    const size_t d = n_heads * cfg.head_dim;
+    std::vector<cpu::DenseKvHead> prefix(nkv);
+    for (size_t m = 0; m < n_ctx.size(); ++m) {
+      for (size_t g = 0; g < nkv; ++g) {
+        const size_t p = size_t(plan.prefix_of[m * nkv + g]);
+        prefix[g] = {kept_k[p].data(), kept_v[p].data(), plan.prefixes[p].rows, cfg.dtype};
+      }
+      cpu::PagedKv tail = copy;
+      tail.block_table = plan.tables.data() + m * plan.table_stride;
+      cpu::attention_row_mixed(q + m * d, n_heads, prefix.data(), tail, size_t(plan.tail_begin[m]),
+                               size_t(n_ctx[m]), scale, out + m * d);
+    }
+    view_rows += n_ctx.size();
   }
 
   class HostPass final : public Pass {
@@ -141,6 +158,32 @@ class HostStagingAttention final : public AttentionBackend {
     KvMirror mirror;
     std::vector<std::vector<std::byte>> k, v;  // per layer, the cache's layout
   };
+  // Layer `layer` of this backend's copy of `cache` (block_table unset) with the
+  // blocks in `needed` current, through KvMirror as the CUDA backend refreshes its
+  // device copy: a block the mirror failed to name would be read stale.
+  cpu::PagedKv refreshed(const PagedKvCache& cache, size_t layer, std::span<const int32_t> needed) {
+    for (auto it = copies_.begin(); it != copies_.end();)
+      it = it->second.mirror.expired() ? copies_.erase(it) : std::next(it);
+    const KvCacheConfig& cfg = cache.config();
+    const size_t bb = cfg.kv_heads * cfg.block_tokens * cfg.head_dim * dtype_size(cfg.dtype);
+    auto it = copies_.find(cache.id());
+    if (it == copies_.end()) it = copies_.emplace(cache.id(), Copy(cache)).first;
+    Copy& copy = it->second;
+    KvSequence none;
+    const cpu::PagedKv host = cache.view(layer, none);
+    std::vector<std::byte>& k = copy.k[layer];
+    std::vector<std::byte>& v = copy.v[layer];
+    for (const auto& [first, count] : copy.mirror.stale(layer, needed)) {
+      const size_t off = size_t(first) * bb, bytes = size_t(count) * bb;
+      std::memcpy(k.data() + off, static_cast<const std::byte*>(host.k) + off, bytes);
+      std::memcpy(v.data() + off, static_cast<const std::byte*>(host.v) + off, bytes);
+      blocks_copied += size_t(count);
+    }
+    cpu::PagedKv out = host;
+    out.k = k.data(), out.v = v.data(), out.block_table = nullptr;
+    return out;
+  }
+
   std::mutex mu_;
   std::unordered_map<uint64_t, Copy> copies_;
 };
@@ -175,6 +218,9 @@ TEST(attention_backend, a_model_attending_through_a_backend_gives_the_cpu_models
       const auto cpu_r = cpu_gen.generate(prompt, o);
       const auto staged_r = staged_gen.generate(prompt, o);
       test::expect_identical(cpu_r, staged_r, what + " (against the CPU model's vericache)");
+      // Draft rows through the backend give the CPU's drafts: the same rounds.
+      EXPECT_EQ(cpu_r.stats.drafted, staged_r.stats.drafted) << what;
+      EXPECT_EQ(cpu_r.stats.accepted, staged_r.stats.accepted) << what;
       test::expect_identical(want, staged_r, what + " (against full decoding)");
     }
   }
@@ -185,6 +231,7 @@ TEST(attention_backend, a_model_attending_through_a_backend_gives_the_cpu_models
   EXPECT_GT(backend->passes.load(), 0u);
   EXPECT_GT(backend->chunked_passes.load(), 0u);
   EXPECT_GT(backend->cached_rows.load(), 0u);
+  EXPECT_GT(backend->view_rows.load(), 0u);  // token-dropping views: their draft rows
   EXPECT_GT(backend->blocks_copied.load(), 0u);
   EXPECT_LT(backend->blocks_copied.load() * 3, backend->blocks_read.load());
 }
