@@ -3,8 +3,8 @@
 #include "runtime/forward.hpp"
 
 #include <algorithm>
-#include <optional>
 #include <cmath>
+#include <optional>
 #include <thread>
 
 #include "kernels/cpu/attention.hpp"
@@ -14,8 +14,8 @@
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/error.hpp"
 #include "runtime/attention_backend.hpp"
-#include "runtime/view_rows_plan.hpp"
 #include "runtime/linear_backend.hpp"
+#include "runtime/view_rows_plan.hpp"
 #include "kvtiers/view_attention.hpp"
 
 namespace vc {

@@ -326,25 +326,20 @@ class CudaAttention final : public AttentionBackend {
     std::lock_guard lock(mu_);
     for (auto it = mirrors_.begin(); it != mirrors_.end();)
       it = it->second->blocks->expired() ? mirrors_.erase(it) : std::next(it);
-    std::shared_ptr<Mirror>& m = mirrors_[cache.id()];
-    if (!m) {
-      const KvCacheConfig& cfg = cache.config();
-      auto fresh = std::make_shared<Mirror>();
-      fresh->layer_bytes = cfg.num_blocks * cfg.kv_heads * cfg.block_tokens * cfg.head_dim *
-                           dtype_size(cfg.dtype);
-      const size_t bytes = fresh->layer_bytes * 2 * cfg.num_layers;
-      if (cudaSetDevice(index_) != cudaSuccess)
-        throw Error("device " + name_ + ": cudaSetDevice: " + cuda_error(cudaGetLastError()));
-      const cudaError_t e = fresh->storage.reserve(bytes);
-      if (e != cudaSuccess) {
-        mirrors_.erase(cache.id());
-        throw Error("device " + name_ + ": the KV cache (" + std::to_string(bytes >> 20) +
-                    " MiB) does not fit in its memory: " + cuda_error(e));
-      }
-      fresh->blocks = std::make_unique<KvMirror>(cache);
-      m = std::move(fresh);
-    }
-    return m;
+    if (const auto it = mirrors_.find(cache.id()); it != mirrors_.end()) return it->second;
+    const KvCacheConfig& cfg = cache.config();
+    auto fresh = std::make_shared<Mirror>();
+    fresh->layer_bytes = cfg.num_blocks * cfg.kv_heads * cfg.block_tokens * cfg.head_dim *
+                         dtype_size(cfg.dtype);
+    const size_t bytes = fresh->layer_bytes * 2 * cfg.num_layers;
+    if (const cudaError_t e = cudaSetDevice(index_); e != cudaSuccess)
+      throw Error("device " + name_ + ": cudaSetDevice: " + cuda_error(e));
+    if (const cudaError_t e = fresh->storage.reserve(bytes); e != cudaSuccess)
+      throw Error("device " + name_ + ": the KV cache's copy (" + std::to_string(bytes >> 20) +
+                  " MiB) does not fit in its memory: " + cuda_error(e));
+    fresh->blocks = std::make_unique<KvMirror>(cache);
+    mirrors_.emplace(cache.id(), fresh);
+    return fresh;
   }
 
   void forget(uint64_t cache_id) {

@@ -132,7 +132,7 @@ void add_device_option(CLI::App& cmd, std::string& device) {
   cmd.add_option("--device", device,
                  "Where the weight matrices are multiplied and full-KV attention runs: cpu, "
                  "or cuda[:N] (the model's matrices copied to GPU N, the KV blocks each pass "
-                 "reads copied up; norms, draft rows over compressed views and sampling stay "
+                 "reads copied up; norms, draft rows over quantized views and sampling stay "
                  "on the CPU)")
       ->capture_default_str()
       ->check([](const std::string& s) {
