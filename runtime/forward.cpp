@@ -117,6 +117,19 @@ void attend_run_tiled(const ModelConfig& c, const PagedKvCache& cache, size_t l,
   }
 }
 
+// Rows `idx` of the pass on a device: their queries gathered into one batch,
+// attend(q, out) run over it, its outputs scattered back to the rows' places.
+template <class Attend>
+void attend_gathered(std::span<const size_t> idx, size_t qd, Workspace& ws, Attend&& attend) {
+  ws.device_q.resize(idx.size() * qd);
+  ws.device_out.resize(idx.size() * qd);
+  for (size_t i = 0; i < idx.size(); ++i)
+    std::copy_n(ws.q.data() + idx[i] * qd, qd, ws.device_q.data() + i * qd);
+  attend(ws.device_q.data(), ws.device_out.data());
+  for (size_t i = 0; i < idx.size(); ++i)
+    std::copy_n(ws.device_out.data() + i * qd, qd, ws.attn.data() + idx[i] * qd);
+}
+
 // The full-KV rows of a pass over the cache (those without a view) on the model's
 // device, over its copy of the cache.
 void attend_cached_on_device(AttentionBackend& be, const ModelConfig& c, const PagedKvCache& cache,
@@ -130,14 +143,9 @@ void attend_cached_on_device(AttentionBackend& be, const ModelConfig& c, const P
     if (rows[m].view == nullptr)
       idx.push_back(m), n_ctx.push_back(ws.positions[m] + 1), seqs.push_back(rows[m].seq);
   if (idx.empty()) return;
-  ws.device_q.resize(idx.size() * qd);
-  ws.device_out.resize(idx.size() * qd);
-  for (size_t i = 0; i < idx.size(); ++i)
-    std::copy_n(ws.q.data() + idx[i] * qd, qd, ws.device_q.data() + i * qd);
-  be.attend_cached(cache, l, size_t(c.num_heads), seqs, n_ctx, scale, ws.device_q.data(),
-                   ws.device_out.data());
-  for (size_t i = 0; i < idx.size(); ++i)
-    std::copy_n(ws.device_out.data() + i * qd, qd, ws.attn.data() + idx[i] * qd);
+  attend_gathered(idx, qd, ws, [&](const float* q, float* out) {
+    be.attend_cached(cache, l, size_t(c.num_heads), seqs, n_ctx, scale, q, out);
+  });
 }
 
 // The draft rows of a pass (those over a view) on the model's device, when their
@@ -159,14 +167,9 @@ bool attend_views_on_device(AttentionBackend& be, const ModelConfig& c, const Pa
   if (idx.empty()) return true;
   const std::optional<ViewRowsPlan> plan = plan_view_rows(cache, l, views, seqs, n_ctx);
   if (!plan) return false;
-  ws.device_q.resize(idx.size() * qd);
-  ws.device_out.resize(idx.size() * qd);
-  for (size_t i = 0; i < idx.size(); ++i)
-    std::copy_n(ws.q.data() + idx[i] * qd, qd, ws.device_q.data() + i * qd);
-  be.attend_views(cache, l, size_t(c.num_heads), *plan, n_ctx, scale, ws.device_q.data(),
-                  ws.device_out.data());
-  for (size_t i = 0; i < idx.size(); ++i)
-    std::copy_n(ws.device_out.data() + i * qd, qd, ws.attn.data() + idx[i] * qd);
+  attend_gathered(idx, qd, ws, [&](const float* q, float* out) {
+    be.attend_views(cache, l, size_t(c.num_heads), *plan, n_ctx, scale, q, out);
+  });
   return true;
 }
 

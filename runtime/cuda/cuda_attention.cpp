@@ -29,6 +29,7 @@ namespace {
 
 using cuda_backend::cuda_error;
 using cuda_backend::DeviceBuffer;
+using cuda_backend::require_device;
 
 /// One caller's stream and buffers: the staged K and V blocks, queries, outputs,
 /// block tables, context lengths and the kernel's workspace.
@@ -122,12 +123,7 @@ class CudaPass final : public AttentionBackend::Pass {
 class CudaAttention final : public AttentionBackend {
  public:
   explicit CudaAttention(int index) : index_(index) {
-    const std::string dev = "device cuda:" + std::to_string(index);
-    int count = 0;  // left unwritten by some failures
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) throw Error(dev + ": no usable CUDA device (" + cuda_error(e) + ")");
-    if (index < 0 || index >= count)
-      throw Error(dev + ": this machine has " + std::to_string(count) + " CUDA device(s)");
+    require_device(index);
     name_ = "cuda:" + std::to_string(index);
   }
 

@@ -20,6 +20,7 @@ namespace {
 
 using cuda_backend::cuda_error;
 using cuda_backend::DeviceBuffer;
+using cuda_backend::require_device;
 
 /// One caller's stream and buffers for rows in and results out.
 struct CallContext {
@@ -34,11 +35,7 @@ class CudaLinear final : public LinearBackend {
  public:
   CudaLinear(std::span<const Weight> mats, std::span<const Weight> biases, int index) : index_(index) {
     const std::string dev = "device cuda:" + std::to_string(index);
-    int count = 0;  // left unwritten by some failures
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) throw Error(dev + ": no usable CUDA device (" + cuda_error(e) + ")");
-    if (index < 0 || index >= count)
-      throw Error(dev + ": this machine has " + std::to_string(count) + " CUDA device(s)");
+    require_device(index);
     check(cudaSetDevice(index_), "cudaSetDevice");
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, index_), "cudaGetDeviceProperties");

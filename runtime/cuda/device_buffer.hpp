@@ -1,15 +1,28 @@
-// What the CUDA backends (cuda_linear.cpp, cuda_attention.cpp) share: device memory
-// that grows on demand and is freed with its owner, and CUDA errors in words.
+// What the CUDA backends (cuda_linear.cpp, cuda_attention.cpp) share: the check that
+// a device index names a usable device, device memory that grows on demand and is
+// freed with its owner, and CUDA errors in words.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <string>
 
+#include "kernels/error.hpp"
+
 namespace vc::cuda_backend {
 
 inline std::string cuda_error(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+/// Throws vc::Error naming `cuda:index` when this machine has no such usable device.
+inline void require_device(int index) {
+  const std::string dev = "device cuda:" + std::to_string(index);
+  int count = 0;  // left unwritten by some failures
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) throw Error(dev + ": no usable CUDA device (" + cuda_error(e) + ")");
+  if (index < 0 || index >= count)
+    throw Error(dev + ": this machine has " + std::to_string(count) + " CUDA device(s)");
 }
 
 /// Device memory that only grows, freed with its owner.
