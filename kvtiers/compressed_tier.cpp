@@ -221,6 +221,12 @@ CompressedView::QuantSides CompressedView::quant_sides_rotated(size_t l, size_t 
   return {head.packed.k.quant_rows_view(n, true), head.packed.v.quant_rows_view(n, true)};
 }
 
+CompressedView::Stored CompressedView::stored(size_t l, size_t g) const {
+  const Head& head = heads_[l * kv_heads_ + g];
+  const int32_t* pos = head.abs_positions.empty() ? head.positions.data() : head.abs_positions.data();
+  return {&head.packed, pos, rope_inv_freq_.size() * 2 == head_dim_ ? rope_inv_freq_.data() : nullptr};
+}
+
 std::optional<CompressedView::Rows> CompressedView::rows_in_place(size_t l, size_t g) const {
   const Head& head = heads_[l * kv_heads_ + g];
   const size_t n = head.positions.size();

@@ -111,6 +111,17 @@ class CompressedView {
   /// quant_sides() of a hadamard_basis() head: its codes give the rotated rows.
   [[nodiscard]] QuantSides quant_sides_rotated(size_t l, size_t g) const;
 
+  /// Layer l, KV head g's sides as stored (see PackedSide), with what decoding
+  /// them reads: each kept row's absolute position and, when a side is stored
+  /// before RoPE, the head_dim / 2 RoPE frequencies (else null). A device backend
+  /// copies these and dequantizes them as PackedSide::decode does.
+  struct Stored {
+    const PackedHead* head;
+    const int32_t* positions;
+    const float* rope_inv_freq;
+  };
+  [[nodiscard]] Stored stored(size_t l, size_t g) const;
+
   /// Bytes stored at the plan's precision.
   [[nodiscard]] size_t stored_bytes() const { return stored_bytes_; }
   /// Bytes this view holds for its KV: packed codes, scales and zeros,

@@ -2,9 +2,9 @@
 // a model placed on a device (Model::on_device) carries one, and forward() hands it
 // every row that attends over the full KV (prefill chunks, decode steps, verify
 // passes, over the paged cache or over chunks streamed in from a full tier), and
-// the draft rows over compressed views held as plain rows (attend_views; quantized
-// or transformed views stay on the CPU): their tokens are proposals, checked by a verify pass, so where they run
-// cannot change the output.
+// the draft rows over compressed views (attend_views: kept rows plain or packed;
+// only an undescribed codec's fp32 views stay on the CPU): their tokens are
+// proposals, checked by a verify pass, so where they run cannot change the output.
 //
 // The KV stays where the tiers keep it (host memory). Rows over the paged cache
 // attend over the backend's copy of the cache (attend_cached), which refreshes only

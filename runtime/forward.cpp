@@ -149,7 +149,7 @@ void attend_cached_on_device(AttentionBackend& be, const ModelConfig& c, const P
 }
 
 // The draft rows of a pass (those over a view) on the model's device, when their
-// views hold plain rows (plan_view_rows): true when the device took them all (or
+// views are in a form it reads (plan_view_rows): true when the device took them all (or
 // there are none), false when they stay on the CPU.
 bool attend_views_on_device(AttentionBackend& be, const ModelConfig& c, const PagedKvCache& cache,
                             size_t l, std::span<const ForwardRow> rows, float scale, Workspace& ws) {
@@ -177,7 +177,7 @@ bool attend_views_on_device(AttentionBackend& be, const ModelConfig& c, const Pa
 // runs of rows of one sequence without views go tile by tile (attend_run_tiled);
 // the other rows are independent, split across the pool. With `device`, the rows
 // without views attend there instead (attend_cached_on_device), and the draft rows
-// too when their views hold plain rows (attend_views_on_device), unless statistics
+// too when their views are in a form it reads (attend_views_on_device), unless statistics
 // want each row's softmax maximum and sum, which the device does not return: the
 // CPU then attends too, for them, and the device's outputs replace the CPU's.
 void attend_cached(const ModelConfig& c, const PagedKvCache& cache, size_t l,

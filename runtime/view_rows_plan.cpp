@@ -9,6 +9,34 @@
 #include "kvtiers/compressed_tier.hpp"
 
 namespace vc {
+namespace {
+
+// True when a backend can dequantize `side` (n rows of d values) as
+// PackedSide::decode does; false for forms it does not take. Throws when the side's
+// arrays do not hold what its rows need (the backend would read past them).
+bool side_readable(const PackedSide& side, size_t n, size_t d, const float* rope_inv_freq) {
+  if (!side.raw.empty()) return false;  // an undescribed codec's fp32 values
+  if (side.transform == PackedTransform::hadamard && (d & (d - 1)) != 0) return false;
+  if (side.transform == PackedTransform::rope && rope_inv_freq == nullptr) return false;
+  const size_t q = std::min(side.quant_rows, n);
+  bool ok = side.full.size() == (n - q) * d && side.outlier_value.size() == side.outlier_index.size();
+  if (q > 0) {
+    const size_t br = std::max<size_t>(side.block.rows, 1), bc = std::max<size_t>(side.block.cols, 1);
+    const size_t blocks = (q + br - 1) / br * ((d + bc - 1) / bc);
+    ok = ok && side.bits >= 1 && side.bits <= 16 && side.codes.size() * 8 >= q * d * size_t(side.bits) &&
+         side.zero.size() >= blocks && side.scale.size() >= blocks;
+  }
+  bool ascending = true;  // the device finds a row's outliers by binary search
+  for (size_t i = 0; i < side.outlier_index.size(); ++i) {
+    ok = ok && side.outlier_index[i] < n * d;
+    ascending = ascending && (i == 0 || side.outlier_index[i - 1] < side.outlier_index[i]);
+  }
+  if (!ok) throw Error("plan_view_rows: a compressed view's packed side does not hold its " +
+                       std::to_string(n) + " rows");
+  return ascending;
+}
+
+}  // namespace
 
 std::optional<ViewRowsPlan> plan_view_rows(const PagedKvCache& cache, size_t layer,
                                            std::span<const CompressedView* const> views,
@@ -35,8 +63,22 @@ std::optional<ViewRowsPlan> plan_view_rows(const PagedKvCache& cache, size_t lay
         p.rows = view.count(layer, g);
         if (p.rows > 0) {
           const auto rows = view.rows_in_place(layer, g);
-          if (!rows || rows->dtype != cfg.dtype) return std::nullopt;
-          p.k = rows->k, p.v = rows->v;
+          if (rows && rows->dtype == cfg.dtype) {
+            p.k = rows->k, p.v = rows->v;
+          } else {
+            const CompressedView::Stored st = view.stored(layer, g);
+            for (const PackedSide* side : {&st.head->k, &st.head->v})
+              if (!side_readable(*side, p.rows, cfg.head_dim, st.rope_inv_freq)) return std::nullopt;
+            p.k_side = &st.head->k, p.v_side = &st.head->v;
+            p.positions = st.positions, p.rope_inv_freq = st.rope_inv_freq;
+            if (st.head->k.transform == PackedTransform::rope || st.head->v.transform == PackedTransform::rope) {
+              if (plan.rope_inv_freq == nullptr) plan.rope_inv_freq = st.rope_inv_freq;
+              if (!std::equal(st.rope_inv_freq, st.rope_inv_freq + cfg.head_dim / 2, plan.rope_inv_freq))
+                return std::nullopt;  // one table per pass
+              plan.max_rope_position = std::max(plan.max_rope_position,
+                                                *std::max_element(p.positions, p.positions + p.rows));
+            }
+          }
         }
         plan.prefixes.push_back(p);
       }

@@ -5,21 +5,29 @@
 // device pool of its own (runs of consecutive blocks in one copy each). Both launch
 // the batch-invariant paged attention kernel (kernels/cuda/attention.cuh) on a
 // stream of the calling thread's own context; queries go up and outputs come back
-// with every launch.
+// with every launch. Draft rows over compressed views (attend_views) read their
+// tails from the cache's copy and their kept rows copied up with the pass: plain
+// rows as they are, packed ones (KIVI, KVQuant, RotateKV) as codes, scales, zeros,
+// bf16 rows and outliers that the drafter's kernel dequantizes (with the RoPE table
+// or the Hadamard transform their decode applies; kernels/cuda/attention_mixed.cuh).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/row_transforms.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_mixed.cuh"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 #include "kvtiers/kv_mirror.hpp"
+#include "kvtiers/packed_kv.hpp"
 #include "runtime/attention_backend.hpp"
 #include "runtime/cuda/device_buffer.hpp"
 #include "runtime/view_rows_plan.hpp"
@@ -37,10 +45,64 @@ struct PassContext {
   cudaStream_t stream = nullptr;
   DeviceBuffer k, v, q, out, tables, n_ctx, workspace;
   DeviceBuffer ptrs, counts, tail_begin;  // the drafter's rows: kept rows per (row, head)
+  DeviceBuffer packed, quant;              // packed prefixes' arrays; their descriptors
+  std::vector<std::byte> stage;            // the packed arrays gathered on the host
+  DeviceBuffer rope;                       // RoPE table: [rope_rows][cos h][sin h]
+  std::vector<float> rope_freq;            // the frequencies it was made for
+  size_t rope_rows = 0;
   ~PassContext() {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
+
+/// Where one packed side's arrays (PackedSide) sit in a pass's staging buffer.
+struct StagedSide {
+  const PackedSide* side = nullptr;
+  size_t codes = 0, zero = 0, scale = 0, full = 0, outliers = 0, values = 0;
+};
+
+/// Appends `bytes` at a 16-byte boundary; returns where they start.
+size_t put(std::vector<std::byte>& st, const void* p, size_t bytes) {
+  const size_t at = (st.size() + 15) / 16 * 16;
+  st.resize(at + bytes);
+  if (bytes > 0) std::memcpy(st.data() + at, p, bytes);
+  return at;
+}
+
+StagedSide stage_side(std::vector<std::byte>& st, const PackedSide& s) {
+  StagedSide o;
+  o.side = &s;
+  o.codes = put(st, s.codes.data(), s.codes.size());
+  o.zero = put(st, s.zero.data(), s.zero.size() * sizeof(uint16_t));
+  o.scale = put(st, s.scale.data(), s.scale.size() * sizeof(uint16_t));
+  o.full = put(st, s.full.data(), s.full.size() * sizeof(uint16_t));
+  o.outliers = put(st, s.outlier_index.data(), s.outlier_index.size() * sizeof(uint32_t));
+  o.values = put(st, s.outlier_value.data(), s.outlier_value.size() * sizeof(uint16_t));
+  return o;
+}
+
+/// The kernel's descriptor of a staged side of n rows, its arrays copied to `base`.
+/// Codes are never null (a side without quantized rows has rows = 0): that marks the
+/// (row, head) as packed for the kernel.
+cuda::QuantPrefixSide describe(const StagedSide& o, size_t n, const std::byte* base,
+                               const int32_t* positions, const float* rope_table) {
+  const PackedSide& s = *o.side;
+  cuda::QuantPrefixSide d;
+  d.codes = reinterpret_cast<const uint8_t*>(base + o.codes);
+  d.codes_bytes = s.codes.size();
+  d.bits = s.bits;
+  d.rows = std::min(s.quant_rows, n);
+  d.block_rows = std::max<size_t>(s.block.rows, 1), d.block_cols = std::max<size_t>(s.block.cols, 1);
+  d.zero = reinterpret_cast<const uint16_t*>(base + o.zero);
+  d.scale = reinterpret_cast<const uint16_t*>(base + o.scale);
+  d.full = reinterpret_cast<const uint16_t*>(base + o.full);
+  d.outliers = reinterpret_cast<const uint32_t*>(base + o.outliers);
+  d.outlier_values = reinterpret_cast<const uint16_t*>(base + o.values);
+  d.n_outliers = s.outlier_index.size();
+  if (s.transform == PackedTransform::rope) d.positions = positions, d.rope_table = rope_table;
+  d.hadamard = s.transform == PackedTransform::hadamard;
+  return d;
+}
 
 /// Rows over device KV at `k`/`v` (layout of `shape`) through host block tables
 /// [M, stride]: queries up, the kernel, outputs back, on ctx's stream; waits.
@@ -201,6 +263,36 @@ class CudaAttention final : public AttentionBackend {
         at_k[i] = k, at_v[i] = v;
         offset += p.rows;
       }
+      // Packed prefixes (quantized, transformed): their arrays gathered on the host,
+      // one copy up, descriptors pointing into it.
+      std::vector<cuda::QuantPrefixSide> packed_k(plan->prefixes.size()), packed_v(plan->prefixes.size());
+      const bool any_packed = std::any_of(plan->prefixes.begin(), plan->prefixes.end(),
+                                          [](const ViewRowsPlan::Prefix& p) { return p.packed(); });
+      if (any_packed) {
+        const float* rope = plan->max_rope_position >= 0
+                                ? rope_table(ctx, plan->rope_inv_freq, hd, plan->max_rope_position)
+                                : nullptr;
+        ctx.stage.clear();
+        std::vector<std::array<StagedSide, 2>> staged(plan->prefixes.size());
+        std::vector<size_t> at_pos(plan->prefixes.size(), 0);
+        for (size_t i = 0; i < plan->prefixes.size(); ++i) {
+          const ViewRowsPlan::Prefix& p = plan->prefixes[i];
+          if (!p.packed()) continue;
+          staged[i] = {stage_side(ctx.stage, *p.k_side), stage_side(ctx.stage, *p.v_side)};
+          at_pos[i] = put(ctx.stage, p.positions, p.rows * sizeof(int32_t));
+        }
+        check(ctx.packed.reserve(std::max<size_t>(1, ctx.stage.size())), "allocating packed prefixes");
+        check(cudaMemcpyAsync(ctx.packed.get(), ctx.stage.data(), ctx.stage.size(),
+                              cudaMemcpyHostToDevice, s), "copying packed prefixes");
+        const auto* base = static_cast<const std::byte*>(ctx.packed.get());
+        for (size_t i = 0; i < plan->prefixes.size(); ++i) {
+          const ViewRowsPlan::Prefix& p = plan->prefixes[i];
+          if (!p.packed()) continue;
+          const auto* pos = reinterpret_cast<const int32_t*>(base + at_pos[i]);
+          packed_k[i] = describe(staged[i][0], p.rows, base, pos, rope);
+          packed_v[i] = describe(staged[i][1], p.rows, base, pos, rope);
+        }
+      }
       // Per (row, head): where its kept rows are and how many.
       std::vector<const void*> ptr_k(M * nkv), ptr_v(M * nkv);
       std::vector<int32_t> counts(M * nkv);
@@ -244,6 +336,18 @@ class CudaAttention final : public AttentionBackend {
       r.tail_begin = static_cast<const int32_t*>(ctx.tail_begin.get());
       r.n_ctx = static_cast<const int32_t*>(ctx.n_ctx.get());
       r.max_entries = plan->max_entries;
+      if (any_packed) {  // per (row, head): a packed prefix's descriptors, else none (codes null)
+        std::vector<cuda::QuantPrefixSide> quant(2 * M * nkv);
+        for (size_t i = 0; i < M * nkv; ++i) {
+          const size_t p = size_t(plan->prefix_of[i]);
+          if (plan->prefixes[p].packed()) quant[i] = packed_k[p], quant[M * nkv + i] = packed_v[p];
+        }
+        check(ctx.quant.reserve(quant.size() * sizeof(cuda::QuantPrefixSide)), "allocating prefix descriptors");
+        up(ctx.quant.get(), quant.data(), quant.size() * sizeof(cuda::QuantPrefixSide),
+           "copying prefix descriptors");
+        r.prefix_quant_k = static_cast<const cuda::QuantPrefixSide*>(ctx.quant.get());
+        r.prefix_quant_v = r.prefix_quant_k + M * nkv;
+      }
       check(cuda::launch_attention_rows_mixed(static_cast<const float*>(ctx.q.get()), M, n_heads, r,
                                               scale, static_cast<float*>(ctx.out.get()),
                                               static_cast<float*>(ctx.workspace.get()), ws, s),
@@ -251,6 +355,24 @@ class CudaAttention final : public AttentionBackend {
       check(cudaMemcpyAsync(out, ctx.out.get(), qb, cudaMemcpyDeviceToHost, s), "copying outputs");
       check(cudaStreamSynchronize(s), "the attention's stream");
     });
+  }
+
+  /// The RoPE table (cpu::rope_table's rows) for `inv_freq` up to position
+  /// max_pos on ctx's device, made or grown (in steps of 4096 rows) as needed.
+  const float* rope_table(PassContext& ctx, const float* inv_freq, size_t hd, int32_t max_pos) {
+    const size_t h = hd / 2, rows = (size_t(max_pos) / 4096 + 1) * 4096;
+    if (ctx.rope_rows < size_t(max_pos) + 1 || !std::equal(inv_freq, inv_freq + h, ctx.rope_freq.begin(),
+                                                          ctx.rope_freq.end())) {
+      const float* host = cpu::rope_table(inv_freq, h, rows - 1);
+      ctx.rope_rows = 0;
+      cudaError_t e = ctx.rope.reserve(rows * hd * sizeof(float));
+      if (e == cudaSuccess)
+        e = cudaMemcpyAsync(ctx.rope.get(), host, rows * hd * sizeof(float), cudaMemcpyHostToDevice, ctx.stream);
+      if (e != cudaSuccess) throw Error("device " + name_ + ": the RoPE table: " + cuda_error(e));
+      ctx.rope_freq.assign(inv_freq, inv_freq + h);
+      ctx.rope_rows = rows;
+    }
+    return static_cast<const float*>(ctx.rope.get());
   }
 
   /// Runs fn(ctx, K, V) -- K and V: layer `layer` of the cache's device copy --

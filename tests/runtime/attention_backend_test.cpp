@@ -23,6 +23,7 @@
 #include "kvtiers/full_tier.hpp"
 #include "kernels/cpu/attention_mixed.hpp"
 #include "kvtiers/kv_mirror.hpp"
+#include "kvtiers/packed_kv.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/layer_streamer.hpp"
 #include "runtime/streamed_prefill.hpp"
@@ -36,7 +37,7 @@ namespace {
 class HostStagingAttention final : public AttentionBackend {
  public:
   std::atomic<size_t> passes{0}, chunked_passes{0}, rows{0}, cached_rows{0}, view_rows{0},
-      blocks_read{0}, blocks_copied{0};
+      packed_prefixes{0}, blocks_read{0}, blocks_copied{0}, tail_blocks_copied{0};
 
   // Rows over a cache read this backend's copy of it, refreshed through KvMirror
   // as the CUDA backend refreshes its device copy: a block the mirror fails to name
@@ -50,7 +51,7 @@ class HostStagingAttention final : public AttentionBackend {
     for (size_t m = 0; m < seqs.size(); ++m)
       for (size_t j = 0; j < (size_t(n_ctx[m]) + bt - 1) / bt; ++j) needed.push_back(seqs[m]->blocks[j]);
     blocks_read += needed.size();
-    const cpu::PagedKv copy = refreshed(cache, layer, needed);
+    const cpu::PagedKv copy = refreshed(cache, layer, needed, blocks_copied);
     const size_t d = n_heads * cache.config().head_dim;
     for (size_t m = 0; m < seqs.size(); ++m) {
       cpu::PagedKv kv = copy;
@@ -67,20 +68,34 @@ class HostStagingAttention final : public AttentionBackend {
     std::lock_guard lock(mu_);
     const KvCacheConfig& cfg = cache.config();
     const size_t nkv = cfg.kv_heads, row_bytes = cfg.head_dim * dtype_size(cfg.dtype);
-    const cpu::PagedKv copy = refreshed(cache, layer, plan.tail_blocks);
+    const cpu::PagedKv copy = refreshed(cache, layer, plan.tail_blocks, tail_blocks_copied);
+    const size_t hd = cfg.head_dim;
     std::vector<std::vector<std::byte>> kept_k, kept_v;
     for (const ViewRowsPlan::Prefix& p : plan.prefixes) {
+      if (p.packed()) {  // dequantized and transformed as the compressed tier decodes it
+        ++packed_prefixes;
+        std::vector<std::byte> k(p.rows * hd * sizeof(float)), v(k.size());
+        for (const int32_t pos : std::span(p.positions, p.rows))
+          if (pos > plan.max_rope_position && (p.k_side->transform == PackedTransform::rope ||
+                                               p.v_side->transform == PackedTransform::rope))
+            throw Error("a RoPE side reads past the plan's largest position");
+        p.k_side->decode(reinterpret_cast<float*>(k.data()), p.rows, hd, p.positions, plan.rope_inv_freq);
+        p.v_side->decode(reinterpret_cast<float*>(v.data()), p.rows, hd, p.positions, plan.rope_inv_freq);
+        kept_k.push_back(std::move(k)), kept_v.push_back(std::move(v));
+        continue;
+      }
       const auto* k = static_cast<const std::byte*>(p.k);
       const auto* v = static_cast<const std::byte*>(p.v);
       kept_k.emplace_back(k, k + (p.rows ? p.rows * row_bytes : 0));
       kept_v.emplace_back(v, v + (p.rows ? p.rows * row_bytes : 0));
     }
-    const size_t d = n_heads * cfg.head_dim;
+    const size_t d = n_heads * hd;
     std::vector<cpu::DenseKvHead> prefix(nkv);
     for (size_t m = 0; m < n_ctx.size(); ++m) {
       for (size_t g = 0; g < nkv; ++g) {
         const size_t p = size_t(plan.prefix_of[m * nkv + g]);
-        prefix[g] = {kept_k[p].data(), kept_v[p].data(), plan.prefixes[p].rows, cfg.dtype};
+        const ViewRowsPlan::Prefix& pre = plan.prefixes[p];
+        prefix[g] = {kept_k[p].data(), kept_v[p].data(), pre.rows, pre.packed() ? DType::f32 : cfg.dtype};
       }
       cpu::PagedKv tail = copy;
       tail.block_table = plan.tables.data() + m * plan.table_stride;
@@ -161,7 +176,9 @@ class HostStagingAttention final : public AttentionBackend {
   // Layer `layer` of this backend's copy of `cache` (block_table unset) with the
   // blocks in `needed` current, through KvMirror as the CUDA backend refreshes its
   // device copy: a block the mirror failed to name would be read stale.
-  cpu::PagedKv refreshed(const PagedKvCache& cache, size_t layer, std::span<const int32_t> needed) {
+  // Counts the blocks it copies in `copied`.
+  cpu::PagedKv refreshed(const PagedKvCache& cache, size_t layer, std::span<const int32_t> needed,
+                         std::atomic<size_t>& copied) {
     for (auto it = copies_.begin(); it != copies_.end();)
       it = it->second.mirror.expired() ? copies_.erase(it) : std::next(it);
     const KvCacheConfig& cfg = cache.config();
@@ -177,7 +194,7 @@ class HostStagingAttention final : public AttentionBackend {
       const size_t off = size_t(first) * bb, bytes = size_t(count) * bb;
       std::memcpy(k.data() + off, static_cast<const std::byte*>(host.k) + off, bytes);
       std::memcpy(v.data() + off, static_cast<const std::byte*>(host.v) + off, bytes);
-      blocks_copied += size_t(count);
+      copied += size_t(count);
     }
     cpu::PagedKv out = host;
     out.k = k.data(), out.v = v.data(), out.block_table = nullptr;
@@ -231,7 +248,8 @@ TEST(attention_backend, a_model_attending_through_a_backend_gives_the_cpu_models
   EXPECT_GT(backend->passes.load(), 0u);
   EXPECT_GT(backend->chunked_passes.load(), 0u);
   EXPECT_GT(backend->cached_rows.load(), 0u);
-  EXPECT_GT(backend->view_rows.load(), 0u);  // token-dropping views: their draft rows
+  EXPECT_GT(backend->view_rows.load(), 0u);  // draft rows over views
+  EXPECT_GT(backend->packed_prefixes.load(), 0u);  // quantized views' sides among them
   EXPECT_GT(backend->blocks_copied.load(), 0u);
   EXPECT_LT(backend->blocks_copied.load() * 3, backend->blocks_read.load());
 }

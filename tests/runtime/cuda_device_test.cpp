@@ -104,6 +104,30 @@ TEST(cuda_device, vericache_equals_full_decoding_bit_for_bit_for_every_compresso
   }
 }
 
+TEST(cuda_device, drafts_over_quantized_views_on_the_gpu_are_accepted_about_as_often_as_the_cpus) {
+  // The drafter's kernel dequantizes KIVI / KVQuant (keys RoPE'd from their
+  // positions) / RotateKV (Hadamard) codes itself: a wrong table, transform or
+  // offset would draft noise, which verification rejects (output still exact) but
+  // which shows here as far fewer accepted tokens than the CPU drafter's.
+  VC_REQUIRE_GPU_MODEL(gpu);
+  auto gpu_gen = make_generator(gpu);
+  auto cpu_gen = make_generator(test::tinycode());
+  const auto prompt = test::golden()["cases"][0]["prompt_ids"].get<std::vector<int32_t>>();
+  for (const char* m : {"kivi", "kvquant", "rotate_kv", "snapkv+kivi"}) {
+    GenerateOptions o;
+    o.max_tokens = 64;
+    o.stop_at_eos = false;
+    o.mode = DecodeMode::vericache;
+    o.compressor = m;
+    o.draft_length = 8;
+    const auto on_cpu = cpu_gen.generate(prompt, o);
+    const auto on_gpu = gpu_gen.generate(prompt, o);
+    EXPECT_GE(double(on_gpu.stats.accepted), 0.8 * double(on_cpu.stats.accepted))
+        << m << ": " << on_gpu.stats.accepted << " accepted on the GPU, " << on_cpu.stats.accepted
+        << " on the CPU";
+  }
+}
+
 TEST(cuda_device, vericache_equals_full_decoding_with_the_full_kv_streamed_from_disk_a_block_at_a_time) {
   VC_REQUIRE_GPU_MODEL(gpu);
   GeneratorConfig gc;
