@@ -87,6 +87,7 @@ CompressedView::CompressedView(const KvShape& shape, QuantSpec quant)
 
 void CompressedView::add_heads(const LayerKv& kv, const std::vector<std::vector<int32_t>>& keep,
                                const Compressor& codec, const ModelFacts& model) {
+  version_.renew();  // a device's copy of the rows so far is stale
   const size_t next = built_heads_;
   if (kv_heads_ == 0 || next >= layers_ * kv_heads_ || kv.layer != next / kv_heads_ ||
       kv.first_head != next % kv_heads_ || kv.kv_heads > kv_heads_ - kv.first_head)

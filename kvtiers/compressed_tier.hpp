@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "kernels/dtype.hpp"
 #include "kvtiers/compressor.hpp"
+#include "kvtiers/content_version.hpp"
 #include "kvtiers/position_list.hpp"
 
 namespace vc {
@@ -122,6 +124,12 @@ class CompressedView {
   };
   [[nodiscard]] Stored stored(size_t l, size_t g) const;
 
+  /// Names this view's contents for copies kept elsewhere (a device's copy of its
+  /// kept rows): a new id once the view is built up, appended to or copied;
+  /// lifetime() expires when the view is gone or changed.
+  [[nodiscard]] uint64_t id() const { return version_.id(); }
+  [[nodiscard]] std::weak_ptr<const void> lifetime() const { return version_.lifetime(); }
+
   /// Bytes stored at the plan's precision.
   [[nodiscard]] size_t stored_bytes() const { return stored_bytes_; }
   /// Bytes this view holds for its KV: packed codes, scales and zeros,
@@ -146,6 +154,7 @@ class CompressedView {
   QuantSpec quant_;
   std::vector<float> rope_inv_freq_;  // held only when a side is stored pre-RoPE
   std::vector<Head> heads_;  // [layers * kv_heads]
+  ContentVersion version_;
 };
 
 }  // namespace vc

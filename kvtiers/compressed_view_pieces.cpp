@@ -313,6 +313,7 @@ bool CompressedView::append(const CompressedView& next, std::string& why) {
   covered_ = next.covered_;
   stored_bytes_ = stored;
   if (rope_inv_freq_.empty()) rope_inv_freq_ = next.rope_inv_freq_;
+  version_.renew();  // a device's copy of the rows before is stale
   return true;
 }
 

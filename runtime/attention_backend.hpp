@@ -55,7 +55,8 @@ class AttentionBackend {
   /// One layer's attention of draft rows laid out by plan_view_rows: row m over
   /// its views' kept rows, then positions [plan.tail_begin[m], n_ctx[m]) of its
   /// sequence in `cache` (its tail). Drafts are proposals, so this need not give the
-  /// CPU's bits.
+  /// CPU's bits. The backend may keep a view's kept rows between calls, named by
+  /// CompressedView::id() and dropped once its lifetime() expires.
   virtual void attend_views(const PagedKvCache& cache, size_t layer, size_t n_heads,
                             const ViewRowsPlan& plan, std::span<const int32_t> n_ctx, float scale,
                             const float* q, float* out) = 0;

@@ -49,6 +49,7 @@ std::optional<ViewRowsPlan> plan_view_rows(const PagedKvCache& cache, size_t lay
   const KvCacheConfig& cfg = cache.config();
   const size_t nkv = cfg.kv_heads, bt = cfg.block_tokens;
   ViewRowsPlan plan;
+  plan.layer = layer;
   plan.prefix_of.resize(M * nkv);
   plan.tail_begin.resize(M);
   std::map<std::pair<const CompressedView*, size_t>, int32_t> seen;  // (view, head) -> prefix
@@ -60,6 +61,7 @@ std::optional<ViewRowsPlan> plan_view_rows(const PagedKvCache& cache, size_t lay
       auto [it, fresh] = seen.emplace(std::pair{&view, g}, int32_t(plan.prefixes.size()));
       if (fresh) {
         ViewRowsPlan::Prefix p;
+        p.view = &view, p.head = g;
         p.rows = view.count(layer, g);
         if (p.rows > 0) {
           const auto rows = view.rows_in_place(layer, g);

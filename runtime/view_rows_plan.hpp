@@ -24,6 +24,8 @@ struct ViewRowsPlan {
   /// One (view, KV head)'s kept rows of the layer, as the view holds them (host):
   /// k, v: [rows, head_dim] in the cache's dtype; null when it kept none.
   struct Prefix {
+    const CompressedView* view = nullptr;  // whose kept rows these are (its id() names them)
+    size_t head = 0;                       // which KV head of plan.layer
     const void* k = nullptr;
     const void* v = nullptr;
     size_t rows = 0;
@@ -36,6 +38,7 @@ struct ViewRowsPlan {
     const float* rope_inv_freq = nullptr;
     [[nodiscard]] bool packed() const { return k_side != nullptr; }
   };
+  size_t layer = 0;
   std::vector<Prefix> prefixes;      // distinct (view, KV head) pairs
   std::vector<int32_t> prefix_of;    // [M * kv_heads]: index into prefixes
   std::vector<int32_t> tail_begin;   // [M]: the row's view.covered()

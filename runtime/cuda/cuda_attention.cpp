@@ -6,14 +6,17 @@
 // the batch-invariant paged attention kernel (kernels/cuda/attention.cuh) on a
 // stream of the calling thread's own context; queries go up and outputs come back
 // with every launch. Draft rows over compressed views (attend_views) read their
-// tails from the cache's copy and their kept rows copied up with the pass: plain
-// rows as they are, packed ones (KIVI, KVQuant, RotateKV) as codes, scales, zeros,
-// bf16 rows and outliers that the drafter's kernel dequantizes (with the RoPE table
-// or the Hadamard transform their decode applies; kernels/cuda/attention_mixed.cuh).
+// tails from the cache's copy and their kept rows from the view's own copy on the
+// device, one per (view, layer), made on its first pass and dropped once the view
+// is gone or changed (CompressedView::id / lifetime): plain rows as they are, packed
+// ones (KIVI, KVQuant, RotateKV) as codes, scales, zeros, bf16 rows and outliers
+// that the drafter's kernel dequantizes (with the RoPE table or the Hadamard
+// transform their decode applies; kernels/cuda/attention_mixed.cuh).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -26,6 +29,7 @@
 #include "kernels/cuda/attention_mixed.cuh"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
+#include "kvtiers/compressed_tier.hpp"
 #include "kvtiers/kv_mirror.hpp"
 #include "kvtiers/packed_kv.hpp"
 #include "runtime/attention_backend.hpp"
@@ -45,8 +49,8 @@ struct PassContext {
   cudaStream_t stream = nullptr;
   DeviceBuffer k, v, q, out, tables, n_ctx, workspace;
   DeviceBuffer ptrs, counts, tail_begin;  // the drafter's rows: kept rows per (row, head)
-  DeviceBuffer packed, quant;              // packed prefixes' arrays; their descriptors
-  std::vector<std::byte> stage;            // the packed arrays gathered on the host
+  DeviceBuffer quant;                      // packed prefixes' descriptors per (row, head)
+  std::vector<std::byte> stage;            // a view's kept rows gathered on the host
   DeviceBuffer rope;                       // RoPE table: [rope_rows][cos h][sin h]
   std::vector<float> rope_freq;            // the frequencies it was made for
   size_t rope_rows = 0;
@@ -246,51 +250,27 @@ class CudaAttention final : public AttentionBackend {
         if (e != cudaSuccess) throw Error("device " + name_ + ": " + what + ": " + cuda_error(e));
       };
       cudaStream_t s = ctx.stream;
-      // The kept rows, each distinct (view, head) once, into the pass's pools.
-      size_t rows = 0;
-      for (const ViewRowsPlan::Prefix& p : plan->prefixes) rows += p.rows;
-      check(ctx.k.reserve(std::max<size_t>(1, rows) * row_bytes), "allocating kept K rows");
-      check(ctx.v.reserve(std::max<size_t>(1, rows) * row_bytes), "allocating kept V rows");
+      // The kept rows of each distinct (view, head): the view's copy of this layer
+      // on the device, made on its first pass (kept until the view is gone or changed).
       std::vector<const void*> at_k(plan->prefixes.size(), nullptr), at_v(plan->prefixes.size(), nullptr);
-      size_t offset = 0;
+      std::vector<cuda::QuantPrefixSide> packed_k(plan->prefixes.size()), packed_v(plan->prefixes.size());
+      bool any_packed = false;
+      const float* rope = plan->max_rope_position >= 0
+                              ? rope_table(ctx, plan->rope_inv_freq, hd, plan->max_rope_position)
+                              : nullptr;
+      std::vector<std::shared_ptr<ViewLayerCopy>> held;  // alive until the pass is done
       for (size_t i = 0; i < plan->prefixes.size(); ++i) {
         const ViewRowsPlan::Prefix& p = plan->prefixes[i];
-        if (p.rows == 0) continue;
-        auto* k = static_cast<std::byte*>(ctx.k.get()) + offset * row_bytes;
-        auto* v = static_cast<std::byte*>(ctx.v.get()) + offset * row_bytes;
-        check(cudaMemcpyAsync(k, p.k, p.rows * row_bytes, cudaMemcpyHostToDevice, s), "copying kept K rows");
-        check(cudaMemcpyAsync(v, p.v, p.rows * row_bytes, cudaMemcpyHostToDevice, s), "copying kept V rows");
-        at_k[i] = k, at_v[i] = v;
-        offset += p.rows;
-      }
-      // Packed prefixes (quantized, transformed): their arrays gathered on the host,
-      // one copy up, descriptors pointing into it.
-      std::vector<cuda::QuantPrefixSide> packed_k(plan->prefixes.size()), packed_v(plan->prefixes.size());
-      const bool any_packed = std::any_of(plan->prefixes.begin(), plan->prefixes.end(),
-                                          [](const ViewRowsPlan::Prefix& p) { return p.packed(); });
-      if (any_packed) {
-        const float* rope = plan->max_rope_position >= 0
-                                ? rope_table(ctx, plan->rope_inv_freq, hd, plan->max_rope_position)
-                                : nullptr;
-        ctx.stage.clear();
-        std::vector<std::array<StagedSide, 2>> staged(plan->prefixes.size());
-        std::vector<size_t> at_pos(plan->prefixes.size(), 0);
-        for (size_t i = 0; i < plan->prefixes.size(); ++i) {
-          const ViewRowsPlan::Prefix& p = plan->prefixes[i];
-          if (!p.packed()) continue;
-          staged[i] = {stage_side(ctx.stage, *p.k_side), stage_side(ctx.stage, *p.v_side)};
-          at_pos[i] = put(ctx.stage, p.positions, p.rows * sizeof(int32_t));
-        }
-        check(ctx.packed.reserve(std::max<size_t>(1, ctx.stage.size())), "allocating packed prefixes");
-        check(cudaMemcpyAsync(ctx.packed.get(), ctx.stage.data(), ctx.stage.size(),
-                              cudaMemcpyHostToDevice, s), "copying packed prefixes");
-        const auto* base = static_cast<const std::byte*>(ctx.packed.get());
-        for (size_t i = 0; i < plan->prefixes.size(); ++i) {
-          const ViewRowsPlan::Prefix& p = plan->prefixes[i];
-          if (!p.packed()) continue;
-          const auto* pos = reinterpret_cast<const int32_t*>(base + at_pos[i]);
-          packed_k[i] = describe(staged[i][0], p.rows, base, pos, rope);
-          packed_v[i] = describe(staged[i][1], p.rows, base, pos, rope);
+        if (held.empty() || held.back()->view_id != p.view->id() || p.view->id() == 0)
+          held.push_back(view_copy(ctx, *plan, i, row_bytes));
+        const ViewLayerCopy& vc = *held.back();
+        const ViewLayerCopy::Head& h = vc.heads.at(p.head);
+        at_k[i] = h.k, at_v[i] = h.v;
+        if (p.packed()) {
+          any_packed = true;
+          packed_k[i] = h.qk, packed_v[i] = h.qv;
+          if (packed_k[i].positions != nullptr) packed_k[i].rope_table = rope;
+          if (packed_v[i].positions != nullptr) packed_v[i].rope_table = rope;
         }
       }
       // Per (row, head): where its kept rows are and how many.
@@ -438,6 +418,89 @@ class CudaAttention final : public AttentionBackend {
     size_t layer_bytes = 0;
   };
 
+  /// A view's kept rows of one layer on the device, every KV head's in one buffer
+  /// copied up once: plain rows as stored, or a packed side's arrays with the
+  /// kernel's descriptors (their rope_table set per pass).
+  struct ViewLayerCopy {
+    struct Head {
+      const void* k = nullptr;
+      const void* v = nullptr;
+      cuda::QuantPrefixSide qk, qv;  // packed heads; positions set when a side is RoPE'd
+    };
+    uint64_t view_id = 0;
+    std::weak_ptr<const void> alive;
+    std::mutex mu;
+    bool ready = false;
+    DeviceBuffer storage;
+    std::vector<Head> heads;
+  };
+
+  /// The device copy of plan.prefixes[first]'s view at the plan's layer, made from
+  /// the plan's prefixes of that view (every KV head: consecutive from `first`) on
+  /// its first use. A view without an id (moved from) gets a copy of its own.
+  std::shared_ptr<ViewLayerCopy> view_copy(PassContext& ctx, const ViewRowsPlan& plan, size_t first,
+                                           size_t row_bytes) {
+    const CompressedView& view = *plan.prefixes[first].view;
+    std::shared_ptr<ViewLayerCopy> copy;
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = view_copies_.begin(); it != view_copies_.end();)
+        it = it->second->alive.expired() ? view_copies_.erase(it) : std::next(it);
+      const auto key = std::pair{view.id(), plan.layer};
+      if (const auto it = view_copies_.find(key); view.id() != 0 && it != view_copies_.end()) {
+        copy = it->second;
+      } else {
+        copy = std::make_shared<ViewLayerCopy>();
+        copy->view_id = view.id();
+        copy->alive = view.lifetime();
+        if (view.id() != 0) view_copies_.emplace(key, copy);
+      }
+    }
+    std::lock_guard hold(copy->mu);
+    if (copy->ready) return copy;
+    std::vector<size_t> of_head(view.kv_heads(), plan.prefixes.size());
+    for (size_t i = first; i < plan.prefixes.size() && plan.prefixes[i].view == &view; ++i)
+      of_head.at(plan.prefixes[i].head) = i;
+    std::vector<std::byte>& st = ctx.stage;
+    st.clear();
+    struct At {
+      size_t k = 0, v = 0, pos = 0;
+      StagedSide sk, sv;
+    };
+    std::vector<At> at(view.kv_heads());
+    for (size_t g = 0; g < view.kv_heads(); ++g) {
+      if (of_head[g] == plan.prefixes.size())
+        throw Error("device " + name_ + ": a plan lists only some KV heads of a view");
+      const ViewRowsPlan::Prefix& p = plan.prefixes[of_head[g]];
+      if (p.packed()) {
+        at[g].sk = stage_side(st, *p.k_side), at[g].sv = stage_side(st, *p.v_side);
+        at[g].pos = put(st, p.positions, p.rows * sizeof(int32_t));
+      } else if (p.rows > 0) {
+        at[g].k = put(st, p.k, p.rows * row_bytes), at[g].v = put(st, p.v, p.rows * row_bytes);
+      }
+    }
+    cudaError_t e = copy->storage.reserve(std::max<size_t>(1, st.size()));
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(copy->storage.get(), st.data(), st.size(), cudaMemcpyHostToDevice, ctx.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(ctx.stream);  // other streams read it next
+    if (e != cudaSuccess) throw Error("device " + name_ + ": copying a view's kept rows: " + cuda_error(e));
+    const auto* base = static_cast<const std::byte*>(copy->storage.get());
+    copy->heads.assign(view.kv_heads(), {});
+    for (size_t g = 0; g < view.kv_heads(); ++g) {
+      const ViewRowsPlan::Prefix& p = plan.prefixes[of_head[g]];
+      ViewLayerCopy::Head& h = copy->heads[g];
+      if (p.packed()) {
+        const auto* pos = reinterpret_cast<const int32_t*>(base + at[g].pos);
+        h.qk = describe(at[g].sk, p.rows, base, pos, nullptr);
+        h.qv = describe(at[g].sv, p.rows, base, pos, nullptr);
+      } else if (p.rows > 0) {
+        h.k = base + at[g].k, h.v = base + at[g].v;
+      }
+    }
+    copy->ready = true;
+    return copy;
+  }
+
   /// The copy of `cache`, made (empty) on first use; copies of caches that are
   /// gone are freed here.
   std::shared_ptr<Mirror> mirror_of(const PagedKvCache& cache) {
@@ -469,7 +532,8 @@ class CudaAttention final : public AttentionBackend {
   std::string name_;
   std::mutex mu_;
   std::vector<std::unique_ptr<PassContext>> free_;
-  std::unordered_map<uint64_t, std::shared_ptr<Mirror>> mirrors_;  // by cache id
+  std::unordered_map<uint64_t, std::shared_ptr<Mirror>> mirrors_;
+  std::map<std::pair<uint64_t, size_t>, std::shared_ptr<ViewLayerCopy>> view_copies_;  // (view id, layer)  // by cache id
 };
 
 CudaPass::CudaPass(CudaAttention& owner, std::unique_ptr<PassContext> ctx, size_t n_heads,

@@ -152,6 +152,34 @@ TEST(compressed_view_pieces, a_piece_that_does_not_follow_or_differs_in_precisio
   EXPECT_EQ(first.covered(), 128u);
 }
 
+TEST(compressed_view_pieces, a_views_id_names_its_contents_and_its_lifetime_ends_with_them) {
+  // A device keeps a copy of a view's kept rows under its id (CompressedView::id):
+  // a copy or a change must not answer to the old id, a move carries it over.
+  const Case cs(1, 2, 128, 64, 5);
+  auto drop = make_compressor("streaming_llm");
+  const CompressedView a =
+      CompressedView::build(cs.kv, plan_snapshot(*drop, cs.kv, {}, cs.model, 2.0), *drop, cs.model);
+  EXPECT_NE(a.id(), 0u);
+  const CompressedView copy = a;
+  EXPECT_NE(copy.id(), a.id());
+  std::string why;
+  CompressedView first = *a.slice(0, 64, why);
+  const uint64_t before = first.id();
+  const std::weak_ptr<const void> alive = first.lifetime();
+  CompressedView moved = std::move(first);
+  EXPECT_EQ(moved.id(), before);
+  EXPECT_EQ(first.id(), 0u);  // NOLINT(bugprone-use-after-move): what a moved-from view answers
+  EXPECT_FALSE(alive.expired());
+  EXPECT_FALSE(moved.append(*a.slice(0, 64, why), why));  // refused: unchanged, same id
+  EXPECT_EQ(moved.id(), before);
+  ASSERT_TRUE(moved.append(*a.slice(64, 128, why), why)) << why;
+  EXPECT_NE(moved.id(), before);
+  EXPECT_TRUE(alive.expired()) << "a copy of the rows before the append must be dropped";
+  const std::weak_ptr<const void> now = moved.lifetime();
+  { const CompressedView gone = std::move(moved); }
+  EXPECT_TRUE(now.expired());
+}
+
 TEST(compressed_view_pieces, damaged_bytes_are_refused_instead_of_read) {
   const Case cs(1, 2, 128, 64, 9);
   auto c = make_compressor("kivi");

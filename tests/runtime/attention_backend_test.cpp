@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -37,7 +38,7 @@ namespace {
 class HostStagingAttention final : public AttentionBackend {
  public:
   std::atomic<size_t> passes{0}, chunked_passes{0}, rows{0}, cached_rows{0}, view_rows{0},
-      packed_prefixes{0}, blocks_read{0}, blocks_copied{0}, tail_blocks_copied{0};
+      packed_prefixes{0}, view_passes{0}, view_layer_copies{0}, blocks_read{0}, blocks_copied{0}, tail_blocks_copied{0};
 
   // Rows over a cache read this backend's copy of it, refreshed through KvMirror
   // as the CUDA backend refreshes its device copy: a block the mirror fails to name
@@ -70,24 +71,39 @@ class HostStagingAttention final : public AttentionBackend {
     const size_t nkv = cfg.kv_heads, row_bytes = cfg.head_dim * dtype_size(cfg.dtype);
     const cpu::PagedKv copy = refreshed(cache, layer, plan.tail_blocks, tail_blocks_copied);
     const size_t hd = cfg.head_dim;
-    std::vector<std::vector<std::byte>> kept_k, kept_v;
+    // Each (view, head)'s kept rows from this backend's copy of the view's layer,
+    // made on first use and kept while the view lives unchanged, as the CUDA
+    // backend keeps its device copies: a view changed under the same id would be
+    // read stale here.
+    for (auto it = view_copies_.begin(); it != view_copies_.end();)
+      it = it->second.alive.expired() ? view_copies_.erase(it) : std::next(it);
+    std::vector<const std::vector<std::byte>*> kept_k, kept_v;
     for (const ViewRowsPlan::Prefix& p : plan.prefixes) {
-      if (p.packed()) {  // dequantized and transformed as the compressed tier decodes it
-        ++packed_prefixes;
-        std::vector<std::byte> k(p.rows * hd * sizeof(float)), v(k.size());
-        for (const int32_t pos : std::span(p.positions, p.rows))
-          if (pos > plan.max_rope_position && (p.k_side->transform == PackedTransform::rope ||
-                                               p.v_side->transform == PackedTransform::rope))
-            throw Error("a RoPE side reads past the plan's largest position");
-        p.k_side->decode(reinterpret_cast<float*>(k.data()), p.rows, hd, p.positions, plan.rope_inv_freq);
-        p.v_side->decode(reinterpret_cast<float*>(v.data()), p.rows, hd, p.positions, plan.rope_inv_freq);
-        kept_k.push_back(std::move(k)), kept_v.push_back(std::move(v));
-        continue;
+      ViewCopy& vc = view_copies_[{p.view->id(), plan.layer}];
+      if (vc.k.empty()) {
+        vc.alive = p.view->lifetime();
+        vc.k.resize(p.view->kv_heads()), vc.v.resize(p.view->kv_heads());
+        ++view_layer_copies;
       }
-      const auto* k = static_cast<const std::byte*>(p.k);
-      const auto* v = static_cast<const std::byte*>(p.v);
-      kept_k.emplace_back(k, k + (p.rows ? p.rows * row_bytes : 0));
-      kept_v.emplace_back(v, v + (p.rows ? p.rows * row_bytes : 0));
+      std::vector<std::byte>& k = vc.k.at(p.head);
+      std::vector<std::byte>& v = vc.v.at(p.head);
+      if (k.empty() && p.rows > 0) {
+        if (p.packed()) {  // dequantized and transformed as the compressed tier decodes it
+          ++packed_prefixes;
+          k.resize(p.rows * hd * sizeof(float)), v.resize(k.size());
+          for (const int32_t pos : std::span(p.positions, p.rows))
+            if (pos > plan.max_rope_position && (p.k_side->transform == PackedTransform::rope ||
+                                                 p.v_side->transform == PackedTransform::rope))
+              throw Error("a RoPE side reads past the plan's largest position");
+          p.k_side->decode(reinterpret_cast<float*>(k.data()), p.rows, hd, p.positions, plan.rope_inv_freq);
+          p.v_side->decode(reinterpret_cast<float*>(v.data()), p.rows, hd, p.positions, plan.rope_inv_freq);
+        } else {
+          const auto* hk = static_cast<const std::byte*>(p.k);
+          const auto* hv = static_cast<const std::byte*>(p.v);
+          k.assign(hk, hk + p.rows * row_bytes), v.assign(hv, hv + p.rows * row_bytes);
+        }
+      }
+      kept_k.push_back(&k), kept_v.push_back(&v);
     }
     const size_t d = n_heads * hd;
     std::vector<cpu::DenseKvHead> prefix(nkv);
@@ -95,7 +111,7 @@ class HostStagingAttention final : public AttentionBackend {
       for (size_t g = 0; g < nkv; ++g) {
         const size_t p = size_t(plan.prefix_of[m * nkv + g]);
         const ViewRowsPlan::Prefix& pre = plan.prefixes[p];
-        prefix[g] = {kept_k[p].data(), kept_v[p].data(), pre.rows, pre.packed() ? DType::f32 : cfg.dtype};
+        prefix[g] = {kept_k[p]->data(), kept_v[p]->data(), pre.rows, pre.packed() ? DType::f32 : cfg.dtype};
       }
       cpu::PagedKv tail = copy;
       tail.block_table = plan.tables.data() + m * plan.table_stride;
@@ -103,6 +119,7 @@ class HostStagingAttention final : public AttentionBackend {
                                size_t(n_ctx[m]), scale, out + m * d);
     }
     view_rows += n_ctx.size();
+    ++view_passes;
   }
 
   class HostPass final : public Pass {
@@ -201,8 +218,14 @@ class HostStagingAttention final : public AttentionBackend {
     return out;
   }
 
+  struct ViewCopy {
+    std::weak_ptr<const void> alive;
+    std::vector<std::vector<std::byte>> k, v;  // per KV head, as the pass reads them
+  };
+
   std::mutex mu_;
   std::unordered_map<uint64_t, Copy> copies_;
+  std::map<std::pair<uint64_t, size_t>, ViewCopy> view_copies_;  // (view id, layer)
 };
 
 Generator make_generator(std::shared_ptr<const Model> m, size_t stage_positions) {
@@ -250,6 +273,8 @@ TEST(attention_backend, a_model_attending_through_a_backend_gives_the_cpu_models
   EXPECT_GT(backend->cached_rows.load(), 0u);
   EXPECT_GT(backend->view_rows.load(), 0u);  // draft rows over views
   EXPECT_GT(backend->packed_prefixes.load(), 0u);  // quantized views' sides among them
+  // A view's kept rows went to the backend once per layer, not with every pass.
+  EXPECT_LT(backend->view_layer_copies.load() * 8, backend->view_passes.load());
   EXPECT_GT(backend->blocks_copied.load(), 0u);
   EXPECT_LT(backend->blocks_copied.load() * 3, backend->blocks_read.load());
 }
