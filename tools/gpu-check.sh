@@ -3,8 +3,8 @@
 #   tools/gpu-check.sh OUTDIR     build, run the CUDA tests and the kernel benchmark
 #   tools/gpu-check.sh --prepare  (on a machine with the Debian packages, before a GPU
 #                                 session) copy GoogleTest's sources into .gpu-deps/,
-#                                 and, when build/ holds a CUDA build, its test_runtime
-#                                 and vericache with the Debian libraries they load
+#                                 and, when build/ holds a CUDA build, its test_runtime,
+#                                 test_actors and vericache with the libraries they load
 #                                 into .gpu-deps/prebuilt/ (bin/, lib/, commit)
 #
 # It builds only what the check needs -- the CPU and CUDA kernels, test_cuda and
@@ -16,7 +16,7 @@
 # (another compiler version); they are still in the build log.
 #
 # Steps: build; probe the GPU; the CUDA tests; the kernel benchmark; with
-# .gpu-deps/prebuilt, the runtime on the GPU (test_runtime's device.* and cuda_device.*:
+# .gpu-deps/prebuilt, the runtime on the GPU (test_runtime's device.* and cuda_device.*, test_actors' cuda_engine.*:
 # the bundled model's weight products and full-KV attention on the GPU against the
 # float64 reference, batch invariance, vericache equal to full decoding; then `bench
 # decode --device cuda` beside `--device cpu`, `bench rows` and `bench throughput`
@@ -47,8 +47,8 @@ if [ "${1:-}" = "--prepare" ]; then
   # cudart come from the GPU machine.
   pre=$root/.gpu-deps/prebuilt
   rm -rf "$pre"
-  bins=("$root/build/tests/test_runtime" "$root/build/tools/vericache")
-  if [ -x "${bins[0]}" ] && [ -x "${bins[1]}" ] && ldd "${bins[0]}" | grep -q libcudart; then
+  bins=("$root/build/tests/test_runtime" "$root/build/tools/vericache" "$root/build/tests/test_actors")
+  if [ -x "${bins[0]}" ] && [ -x "${bins[1]}" ] && [ -x "${bins[2]}" ] && ldd "${bins[0]}" | grep -q libcudart; then
     mkdir -p "$pre/bin" "$pre/lib" || exit 4
     cp "${bins[@]}" "$pre/bin/" || exit 4
     ldd "${bins[@]}" | awk '$3 ~ /^\// {print $3}' | sort -u |
@@ -57,7 +57,7 @@ if [ "${1:-}" = "--prepare" ]; then
     commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
     git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
     echo "$commit" >"$pre/commit"
-    echo "gpu-check: test_runtime and vericache of $commit with $(ls "$pre/lib" | wc -l) libraries in $pre ($(du -sh "$pre" | cut -f1))"
+    echo "gpu-check: test_runtime, test_actors and vericache of $commit with $(ls "$pre/lib" | wc -l) libraries in $pre ($(du -sh "$pre" | cut -f1))"
   else
     echo "gpu-check: no CUDA build in build/ (tools/setup.sh with nvcc): the runtime step will be skipped"
   fi
@@ -182,12 +182,21 @@ else
   runtime_note="prebuilt at $(cat "$pre/commit" 2>/dev/null || echo unknown), checked tree at $commit"
   cudalib=$(dirname "$(dirname "$nvcc")")
   export LD_LIBRARY_PATH="$pre/lib:$cudalib/lib64:$cudalib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  {
+  (
     echo "== $runtime_note"
     echo "== test_runtime --gtest_filter='device.*:cuda_device.*'"
     VC_TEST_MODEL_DIR="$root/models/tinycode" VC_TEST_DATA_DIR="$root/tests/data" \
       timeout "$(limit 150 40)" "$pre/bin/test_runtime" --gtest_filter='device.*:cuda_device.*'
-  } >"$out/runtime.log" 2>&1
+    rc=$?
+    if [ -x "$pre/bin/test_actors" ]; then
+      echo "== test_actors --gtest_filter='cuda_engine.*'"
+      VC_TEST_MODEL_DIR="$root/models/tinycode" VC_TEST_DATA_DIR="$root/tests/data" \
+        timeout "$(limit 90 30)" "$pre/bin/test_actors" --gtest_filter='cuda_engine.*'
+      rc2=$?
+      [ $rc -eq 0 ] && rc=$rc2
+    fi
+    exit $rc
+  ) >"$out/runtime.log" 2>&1
   runtime_rc=$?
   for dev in cuda cpu; do
     echo "== vericache bench decode --device $dev" >>"$out/runtime.log"
@@ -226,7 +235,7 @@ fi
 if [ "$tests_skipped" -ne 0 ]; then
   finish failed 1 "CUDA tests skipped on a GPU machine (tests.log)"
 fi
-if [ $runtime_rc -eq 0 ] && grep -q '^\[  SKIPPED \] cuda_device\.' "$out/runtime.log"; then
+if [ $runtime_rc -eq 0 ] && grep -Eq '^\[  SKIPPED \] cuda_(device|engine)\.' "$out/runtime.log"; then
   finish failed 1 "the runtime's GPU tests skipped on a GPU machine (runtime.log says why)"
 fi
 if [ $runtime_rc -gt 0 ]; then

@@ -1,0 +1,82 @@
+// The actor engine on a GPU (EngineConfig::device = "cuda:0"): requests served at
+// once -- every compressor, ratios 2x-8x, draft lengths 1 to auto, greedy and
+// seeded, some in full mode -- each give, bit for bit, the output of full decoding
+// of that request alone on the same GPU: the exactness matrix's concurrency axis on
+// the GPU backend (its rows batched with other requests' in one forward, drafts over
+// views in HBM, verify passes staged from the full tier). Skipped, saying why, where
+// no GPU can be used.
+#include <gtest/gtest.h>
+
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+#include <vericache/engine.hpp>
+
+#include "kernels/error.hpp"
+#include "runtime/device.hpp"
+#include "runtime/generator.hpp"
+#include "tests/runtime/test_support.hpp"
+
+namespace {
+
+/// The bundled model on cuda:0, or the reason it cannot be placed there.
+std::shared_ptr<const vc::Model> on_gpu(std::string& why) {
+  try {
+    static auto m = vc::Model::on_device(vc::test::tinycode(), vc::parse_device("cuda:0"));
+    return m;
+  } catch (const vc::Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+TEST(cuda_engine, requests_served_at_once_on_the_gpu_match_their_full_decoding_alone_bit_for_bit) {
+  std::string why;
+  const auto gpu = on_gpu(why);
+  if (!gpu) GTEST_SKIP() << "no GPU to place the model on: " << why;
+  vc::GeneratorConfig gc;
+  gc.max_context = 2048;
+  vc::Generator alone(gpu, vc::test::tinycode_tokenizer(), gc);
+  const char* methods[] = {"streaming_llm", "snapkv", "h2o", "expected_attention", "kvzip",
+                           "laprox", "kivi", "kvquant", "rotate_kv", "snapkv+kivi", "kvzap"};
+  const char* drafts[] = {"1", "4", "16", "30", "auto"};
+  std::mt19937 rng(2026);
+  const auto& cfg = gpu->config();
+  std::vector<vericache::Request> reqs(12);
+  std::vector<vc::GenerateResult> want;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    vericache::Request& r = reqs[i];
+    r.prompt_ids = vc::test::random_tokens(rng, 20 + rng() % 300, cfg.vocab_size, cfg.bos_token_id);
+    r.max_tokens = 16 + int(rng() % 40);
+    r.mode = i % 6 == 5 ? "full" : "vericache";
+    r.compressor = methods[i % std::size(methods)];
+    r.ratio = double(2 << (rng() % 3));
+    r.draft = drafts[rng() % std::size(drafts)];
+    r.ignore_eos = true;
+    if (i % 2 == 1) r.temperature = 0.8f, r.top_k = 50, r.seed = rng();
+    vc::GenerateOptions o;
+    o.max_tokens = r.max_tokens;
+    o.stop_at_eos = false;
+    o.sampling = {r.temperature, r.top_k, r.top_p, r.seed};
+    want.push_back(alone.generate(r.prompt_ids, o));
+  }
+  vericache::EngineConfig ec;
+  ec.model_dir = vc::test::model_dir();  // VC_TEST_MODEL_DIR where the binary was built elsewhere
+  ec.device = "cuda:0";
+  ec.max_active = reqs.size();
+  vericache::Engine engine(ec);
+  std::vector<vericache::Engine::Submission> subs;
+  for (const auto& r : reqs) subs.push_back(engine.submit(r));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto got = subs[i].result.get();
+    const std::string what = "request " + std::to_string(i) + " (" + reqs[i].mode + " " +
+                             reqs[i].compressor + " " + std::to_string(reqs[i].ratio) + "x draft " +
+                             reqs[i].draft + ")";
+    ASSERT_TRUE(got.ok) << what << ": " << got.error;
+    EXPECT_EQ(got.output_ids, want[i].output_ids) << what;
+    EXPECT_EQ(got.output_logprobs, want[i].output_logprobs) << what;
+  }
+}
+
+}  // namespace
