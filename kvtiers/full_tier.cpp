@@ -49,6 +49,8 @@ void KvStaging::reserve(size_t n_pos) {
   }
   k_.reset(static_cast<std::byte*>(k));
   v_.reset(static_cast<std::byte*>(v));
+  pin_host(k, bytes);
+  pin_host(v, bytes);
   table_.resize(blocks);
   std::iota(table_.begin(), table_.end(), 0);
   capacity_ = blocks * cfg_.block_tokens;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.hpp"
+#include "kvtiers/host_pinning.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
 #include "kvtiers/tier_stats.hpp"
 
@@ -25,6 +26,8 @@ inline constexpr size_t kTierAlign = 4096;
 /// Page-aligned staging for one layer read back from a full tier: K and V, each
 /// [n_blocks, kv_heads, block_tokens, head_dim] in the tier's dtype, and the
 /// identity block table 0, 1, 2, ... that lets cpu::attention_row read them.
+/// Offered to the installed host pinner (kvtiers/host_pinning.hpp): a device copies
+/// verify chunks from here.
 class KvStaging {
  public:
   explicit KvStaging(const KvCacheConfig& cfg) : cfg_(cfg) {}
@@ -38,7 +41,10 @@ class KvStaging {
 
  private:
   struct Free {
-    void operator()(void* p) const { std::free(p); }
+    void operator()(void* p) const {
+      unpin_host(p);
+      std::free(p);
+    }
   };
   KvCacheConfig cfg_;
   size_t capacity_ = 0;

@@ -16,12 +16,13 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kernels/cpu/row_transforms.hpp"
@@ -30,6 +31,7 @@
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 #include "kvtiers/compressed_tier.hpp"
+#include "kvtiers/host_pinning.hpp"
 #include "kvtiers/kv_mirror.hpp"
 #include "kvtiers/packed_kv.hpp"
 #include "runtime/attention_backend.hpp"
@@ -57,6 +59,36 @@ struct PassContext {
   ~PassContext() {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
+};
+
+/// Pins host buffers the tiers offer (kvtiers/host_pinning.hpp) with
+/// cudaHostRegister, for every device (portable); a refusal leaves them pageable.
+class CudaHostPinner final : public HostPinner {
+ public:
+  void pin(void* p, size_t bytes) noexcept override {
+    if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+      (void)cudaGetLastError();  // pageable, as before
+      return;
+    }
+    try {
+      std::lock_guard lock(mu_);
+      pinned_.insert(p);
+    } catch (...) {
+      cudaHostUnregister(p);
+    }
+  }
+  void unpin(void* p) noexcept override {
+    bool had = false;
+    {
+      std::lock_guard lock(mu_);
+      had = pinned_.erase(p) > 0;
+    }
+    if (had) (void)cudaHostUnregister(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<void*> pinned_;
 };
 
 /// Where one packed side's arrays (PackedSide) sit in a pass's staging buffer.
@@ -628,7 +660,10 @@ void CudaPass::run(const float* q, float* out) {
 }  // namespace
 
 std::shared_ptr<AttentionBackend> make_cuda_attention(int index) {
-  return std::make_shared<CudaAttention>(index);
+  auto backend = std::make_shared<CudaAttention>(index);
+  // Staging buffers allocated from now on are pinned, so verify chunks go up by DMA.
+  if (host_pinner() == nullptr) install_host_pinner(std::make_shared<CudaHostPinner>());
+  return backend;
 }
 
 }  // namespace vc
