@@ -403,6 +403,9 @@ class CudaAttention final : public AttentionBackend {
       KvSequence none;  // the layer's base pointers only
       const cpu::PagedKv host = cache.view(layer, none);
       const size_t block_bytes = cfg.kv_heads * cfg.block_tokens * cfg.head_dim * dtype_size(cfg.dtype);
+      int32_t top = -1;
+      for (const int32_t b : needed) top = std::max(top, b);
+      grow(*mirror, cfg, size_t(top + 1), ctx->stream);
       auto* dk = static_cast<std::byte*>(mirror->storage.get()) + layer * 2 * mirror->layer_bytes;
       auto* dv = dk + mirror->layer_bytes;
       const auto* hk = static_cast<const std::byte*>(host.k);
@@ -442,13 +445,41 @@ class CudaAttention final : public AttentionBackend {
 
  private:
   /// A cache's copy in device memory: all its layers' K and V, as the host lays
-  /// them out ([layers][K, V][num_blocks * block bytes]), and what is current.
+  /// them out ([layers][K, V][held * block bytes]), for blocks [0, held), and what
+  /// is current. It grows with the highest block a pass reads (the pool hands out
+  /// low ids first and reuses freed ones first), so it holds about the blocks in use,
+  /// not the cache's whole capacity.
   struct Mirror {
     std::mutex mu;  // one pass at a time over a copy
     std::unique_ptr<KvMirror> blocks;
     DeviceBuffer storage;
-    size_t layer_bytes = 0;
+    size_t held = 0;         // blocks the copy has room for
+    size_t layer_bytes = 0;  // held * block bytes
   };
+
+  /// Makes room in `m` for blocks [0, need) (at least doubling, at most the cache's
+  /// capacity), keeping what it holds: a new buffer, each layer's K and V copied
+  /// over on the device.
+  void grow(Mirror& m, const KvCacheConfig& cfg, size_t need, cudaStream_t stream) {
+    if (need <= m.held) return;
+    const size_t block_bytes = cfg.kv_heads * cfg.block_tokens * cfg.head_dim * dtype_size(cfg.dtype);
+    const size_t held = std::min(cfg.num_blocks, std::max({need, 2 * m.held, size_t(64)}));
+    const size_t layer_bytes = held * block_bytes, bytes = layer_bytes * 2 * cfg.num_layers;
+    DeviceBuffer bigger;
+    if (const cudaError_t e = bigger.reserve(bytes); e != cudaSuccess)
+      throw Error("device " + name_ + ": the KV cache's copy (" + std::to_string(held) + " blocks, " +
+                  std::to_string(bytes >> 20) + " MiB) does not fit in its memory: " + cuda_error(e));
+    for (size_t i = 0; i < 2 * cfg.num_layers && m.held > 0; ++i) {  // [layer][K, V] regions
+      const cudaError_t e = cudaMemcpyAsync(static_cast<std::byte*>(bigger.get()) + i * layer_bytes,
+                                            static_cast<const std::byte*>(m.storage.get()) + i * m.layer_bytes,
+                                            m.layer_bytes, cudaMemcpyDeviceToDevice, stream);
+      if (e != cudaSuccess) throw Error("device " + name_ + ": growing the KV cache's copy: " + cuda_error(e));
+    }
+    if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
+      throw Error("device " + name_ + ": growing the KV cache's copy: " + cuda_error(e));
+    m.storage = std::move(bigger);
+    m.held = held, m.layer_bytes = layer_bytes;
+  }
 
   /// A view's kept rows of one layer on the device, every KV head's in one buffer
   /// copied up once: plain rows as stored, or a packed side's arrays with the
@@ -540,16 +571,7 @@ class CudaAttention final : public AttentionBackend {
     for (auto it = mirrors_.begin(); it != mirrors_.end();)
       it = it->second->blocks->expired() ? mirrors_.erase(it) : std::next(it);
     if (const auto it = mirrors_.find(cache.id()); it != mirrors_.end()) return it->second;
-    const KvCacheConfig& cfg = cache.config();
-    auto fresh = std::make_shared<Mirror>();
-    fresh->layer_bytes = cfg.num_blocks * cfg.kv_heads * cfg.block_tokens * cfg.head_dim *
-                         dtype_size(cfg.dtype);
-    const size_t bytes = fresh->layer_bytes * 2 * cfg.num_layers;
-    if (const cudaError_t e = cudaSetDevice(index_); e != cudaSuccess)
-      throw Error("device " + name_ + ": cudaSetDevice: " + cuda_error(e));
-    if (const cudaError_t e = fresh->storage.reserve(bytes); e != cudaSuccess)
-      throw Error("device " + name_ + ": the KV cache's copy (" + std::to_string(bytes >> 20) +
-                  " MiB) does not fit in its memory: " + cuda_error(e));
+    auto fresh = std::make_shared<Mirror>();  // empty: grown by the passes that read it
     fresh->blocks = std::make_unique<KvMirror>(cache);
     mirrors_.emplace(cache.id(), fresh);
     return fresh;
@@ -564,8 +586,8 @@ class CudaAttention final : public AttentionBackend {
   std::string name_;
   std::mutex mu_;
   std::vector<std::unique_ptr<PassContext>> free_;
-  std::unordered_map<uint64_t, std::shared_ptr<Mirror>> mirrors_;
-  std::map<std::pair<uint64_t, size_t>, std::shared_ptr<ViewLayerCopy>> view_copies_;  // (view id, layer)  // by cache id
+  std::unordered_map<uint64_t, std::shared_ptr<Mirror>> mirrors_;  // by cache id
+  std::map<std::pair<uint64_t, size_t>, std::shared_ptr<ViewLayerCopy>> view_copies_;  // (view id, layer)
 };
 
 CudaPass::CudaPass(CudaAttention& owner, std::unique_ptr<PassContext> ctx, size_t n_heads,

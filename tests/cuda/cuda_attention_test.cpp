@@ -140,30 +140,32 @@ TEST(cuda_attention_backend, rows_over_a_cache_get_the_bits_of_a_staged_pass_and
   std::mt19937 rng(11);
   KvCacheConfig cfg;
   cfg.num_layers = 2, cfg.kv_heads = kKvHeads, cfg.head_dim = kHeadDim, cfg.block_tokens = kTokens;
-  cfg.num_blocks = 64;
+  cfg.num_blocks = 256;
   PagedKvCache cache(cfg);
-  KvSequence seq;
-  auto write = [&](size_t from, size_t to) {
-    cache.reserve(seq, to);
+  KvSequence seq, other;
+  auto write_to = [&](KvSequence& s, size_t from, size_t to) {
+    cache.reserve(s, to);
     for (size_t p = from; p < to; ++p)
       for (size_t l = 0; l < 2; ++l) {
         const auto k = cuda::test::random_floats(rng, kKvHeads * kHeadDim, -1.f, 1.f);
         const auto v = cuda::test::random_floats(rng, kKvHeads * kHeadDim, -1.f, 1.f);
-        cache.write(l, seq, p, k.data(), v.data());
+        cache.write(l, s, p, k.data(), v.data());
       }
   };
+  auto write = [&](size_t from, size_t to) { write_to(seq, from, to); };
   const auto be = make_cuda_attention(0);
-  auto compare = [&](const std::vector<int32_t>& n_ctx, const char* what) {
+  auto compare_on = [&](const KvSequence& s, const std::vector<int32_t>& n_ctx, const char* what) {
     const auto q = cuda::test::random_floats(rng, n_ctx.size() * kHeads * kHeadDim, -1.f, 1.f);
-    const std::vector<const KvSequence*> seqs(n_ctx.size(), &seq);
+    const std::vector<const KvSequence*> seqs(n_ctx.size(), &s);
     std::vector<float> cached(q.size()), staged(q.size());
     be->attend_cached(cache, 1, kHeads, seqs, n_ctx, 0.125f, q.data(), cached.data());
     const size_t blocks = blocks_for(*std::max_element(n_ctx.begin(), n_ctx.end()));
-    auto pass = be->begin(kHeads, cache.view(1, seq), n_ctx, blocks, 0.125f);
-    pass->add(0, n_ctx.size(), cache.view(1, seq), 0, blocks);
+    auto pass = be->begin(kHeads, cache.view(1, s), n_ctx, blocks, 0.125f);
+    pass->add(0, n_ctx.size(), cache.view(1, s), 0, blocks);
     pass->run(q.data(), staged.data());
     EXPECT_TRUE(cuda::test::same_bits(cached, staged)) << what;
   };
+  auto compare = [&](const std::vector<int32_t>& n_ctx, const char* what) { compare_on(seq, n_ctx, what); };
   write(0, 300);
   compare({298, 299, 300}, "after the prefill");
   write(300, 301);  // a decode step: the newest block changes
@@ -171,6 +173,11 @@ TEST(cuda_attention_backend, rows_over_a_cache_get_the_bits_of_a_staged_pass_and
   cache.truncate(seq, 290);
   write(290, 296);  // a rollback, then other KV at the same positions
   compare({293, 296}, "after a rollback and rewrite");
+  // The copy holds the blocks read so far (it grows with the highest one): another
+  // sequence's 150 blocks make it grow, and what it held must come along.
+  write_to(other, 0, 150 * kTokens);
+  compare_on(other, {int32_t(150 * kTokens)}, "a sequence past the copy's first size");
+  compare({296}, "the first sequence again, after the copy grew");
 }
 
 TEST(cuda_attention_backend, a_row_whose_blocks_were_not_staged_or_a_pass_sized_too_small_is_a_clear_error) {
