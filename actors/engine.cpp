@@ -438,6 +438,7 @@ EngineStats Engine::stats() {
   s.full_tier_bytes_read_refold =
       s.full_tier_bytes_read > streamed ? s.full_tier_bytes_read - streamed : 0;
   s.fast_memory_budget = m.fast[0]->capacity();  // fast memory: per rank, the fullest
+  s.device_bytes = m.model->device_bytes();
   for (const auto& f : m.fast) {
     s.fast_memory_used = std::max(s.fast_memory_used, f->used());
     s.fast_memory_peak = std::max(s.fast_memory_peak, f->peak());

@@ -68,6 +68,10 @@ class AttentionBackend {
   [[nodiscard]] virtual std::unique_ptr<Pass> begin(size_t n_heads, const cpu::PagedKv& shape,
                                                     std::span<const int32_t> n_ctx,
                                                     size_t max_blocks, float scale) = 0;
+  /// Bytes of device memory held now: the caches' and views' copies, the passes'
+  /// buffers (copies of caches and views that are gone count until the next call
+  /// drops them).
+  [[nodiscard]] virtual size_t device_bytes() const { return 0; }
 };
 
 /// Attention on CUDA device `index`. Throws vc::Error naming the device when this

@@ -24,6 +24,8 @@ class LinearBackend {
   /// whatever M. Safe to call from several threads at once. Throws vc::Error for a
   /// weight the backend does not hold or a device failure.
   virtual void linear(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) = 0;
+  /// Bytes of device memory held now (the matrices, the callers' buffers).
+  [[nodiscard]] virtual size_t device_bytes() const { return 0; }
 };
 
 /// `matrices` copied to CUDA device `index` (bf16, f16 or f32, as held), and

@@ -49,6 +49,10 @@ std::shared_ptr<Model> Model::placed(std::shared_ptr<const Model> base,
   return m;
 }
 
+size_t Model::device_bytes() const {
+  return (linear_ ? linear_->device_bytes() : 0) + (attention_ ? attention_->device_bytes() : 0);
+}
+
 std::shared_ptr<const Model> Model::with_backends(std::shared_ptr<const Model> base,
                                                   std::shared_ptr<LinearBackend> linear,
                                                   std::shared_ptr<AttentionBackend> attention) {

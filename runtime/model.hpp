@@ -98,6 +98,9 @@ class Model {
   [[nodiscard]] LinearBackend* linear_backend() const { return linear_.get(); }
   /// Null on the CPU.
   [[nodiscard]] AttentionBackend* attention_backend() const { return attention_.get(); }
+  /// Device memory its backends hold now (0 on the CPU): the matrices, the KV
+  /// caches' and views' copies, the buffers.
+  [[nodiscard]] size_t device_bytes() const;
 
   /// Null for an unsharded model.
   [[nodiscard]] const TensorParallelRank* tp() const { return tp_ ? &*tp_ : nullptr; }

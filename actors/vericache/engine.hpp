@@ -231,6 +231,7 @@ struct EngineStats {
   /// Fast memory: per rank at tp > 1 (the budget of each; used and peak of the
   /// fullest rank), as admission reserves it.
   size_t fast_memory_budget = 0;               ///< bytes (EngineConfig::fast_memory_bytes)
+  size_t device_bytes = 0;  ///< device memory the model's backends hold (0 on the CPU): matrices, KV copies
   size_t fast_memory_used = 0, fast_memory_peak = 0;  ///< bytes charged now, and at most
   size_t fast_memory_reserved = 0;             ///< needs of the requests running now
   /// Remote prefix cache: net_fetchers (EngineConfig::remote_fetchers; 0 without a

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -443,6 +444,18 @@ class CudaAttention final : public AttentionBackend {
   [[nodiscard]] int index() const { return index_; }
   [[nodiscard]] const std::string& name() const { return name_; }
 
+  [[nodiscard]] size_t device_bytes() const override {
+    std::lock_guard lock(mu_);
+    size_t bytes = 0;
+    for (const auto& [id, m] : mirrors_) bytes += m->bytes.load();
+    for (const auto& [key, c] : view_copies_) bytes += c->bytes.load();
+    for (const auto& c : free_)  // passes' buffers not in use
+      for (const DeviceBuffer* b : {&c->k, &c->v, &c->q, &c->out, &c->tables, &c->n_ctx, &c->workspace,
+                                    &c->ptrs, &c->counts, &c->tail_begin, &c->quant, &c->rope})
+        bytes += b->bytes();
+    return bytes;
+  }
+
  private:
   /// A cache's copy in device memory: all its layers' K and V, as the host lays
   /// them out ([layers][K, V][held * block bytes]), for blocks [0, held), and what
@@ -455,6 +468,7 @@ class CudaAttention final : public AttentionBackend {
     DeviceBuffer storage;
     size_t held = 0;         // blocks the copy has room for
     size_t layer_bytes = 0;  // held * block bytes
+    std::atomic<size_t> bytes{0};  // storage's, for device_bytes() without `mu`
   };
 
   /// Makes room in `m` for blocks [0, need) (at least doubling, at most the cache's
@@ -479,6 +493,7 @@ class CudaAttention final : public AttentionBackend {
       throw Error("device " + name_ + ": growing the KV cache's copy: " + cuda_error(e));
     m.storage = std::move(bigger);
     m.held = held, m.layer_bytes = layer_bytes;
+    m.bytes = m.storage.bytes();
   }
 
   /// A view's kept rows of one layer on the device, every KV head's in one buffer
@@ -496,6 +511,7 @@ class CudaAttention final : public AttentionBackend {
     bool ready = false;
     DeviceBuffer storage;
     std::vector<Head> heads;
+    std::atomic<size_t> bytes{0};  // storage's once ready, for device_bytes() without `mu`
   };
 
   /// The device copy of plan.prefixes[first]'s view at the plan's layer, made from
@@ -561,6 +577,7 @@ class CudaAttention final : public AttentionBackend {
       }
     }
     copy->ready = true;
+    copy->bytes = copy->storage.bytes();
     return copy;
   }
 
@@ -584,7 +601,7 @@ class CudaAttention final : public AttentionBackend {
 
   int index_;
   std::string name_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<std::unique_ptr<PassContext>> free_;
   std::unordered_map<uint64_t, std::shared_ptr<Mirror>> mirrors_;  // by cache id
   std::map<std::pair<uint64_t, size_t>, std::shared_ptr<ViewLayerCopy>> view_copies_;  // (view id, layer)

@@ -70,6 +70,14 @@ class CudaLinear final : public LinearBackend {
 
   [[nodiscard]] const std::string& description() const override { return description_; }
 
+  [[nodiscard]] size_t device_bytes() const override {
+    size_t bytes = 0;
+    for (const auto& [host, d] : held_) bytes += d.bytes();
+    std::lock_guard lock(mu_);
+    for (const auto& c : free_) bytes += c->x.bytes() + c->y.bytes();  // callers' buffers not in use
+    return bytes;
+  }
+
   void linear(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) override {
     if (M == 0) return;
     const void* dw = find(w, "weight");
@@ -131,7 +139,7 @@ class CudaLinear final : public LinearBackend {
   int index_;
   std::string description_;
   std::unordered_map<const void*, DeviceBuffer> held_;  // host data -> device copy
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<std::unique_ptr<CallContext>> free_;
 };
 

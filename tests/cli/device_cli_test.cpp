@@ -24,6 +24,7 @@ TEST(cli_device, the_cpu_is_the_default_and_the_json_says_where_the_products_ran
   const auto a = nlohmann::json::parse(dflt.out), b = nlohmann::json::parse(cpu.out);
   EXPECT_EQ(a["stats"]["device"], "cpu");
   EXPECT_EQ(b["stats"]["device"], "cpu");
+  EXPECT_EQ(b["stats"]["device_bytes"], 0) << "no device memory held on the CPU";
   EXPECT_EQ(a["output_ids"], b["output_ids"]);
   EXPECT_EQ(a["output_logprobs"].dump(), b["output_logprobs"].dump());
 }

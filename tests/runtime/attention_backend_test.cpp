@@ -173,6 +173,17 @@ class HostStagingAttention final : public AttentionBackend {
     std::vector<int32_t> tables_;
   };
 
+  // Its copies, as a device's memory: what Model::device_bytes() reports.
+  size_t device_bytes() const override {
+    std::lock_guard lock(mu_);
+    size_t bytes = 0;
+    for (const auto& [id, c] : copies_)
+      for (size_t l = 0; l < c.k.size(); ++l) bytes += c.k[l].size() + c.v[l].size();
+    for (const auto& [key, vc] : view_copies_)
+      for (size_t g = 0; g < vc.k.size(); ++g) bytes += vc.k[g].size() + vc.v[g].size();
+    return bytes;
+  }
+
   std::unique_ptr<Pass> begin(size_t n_heads, const cpu::PagedKv& shape,
                               std::span<const int32_t> n_ctx, size_t max_blocks,
                               float scale) override {
@@ -223,7 +234,7 @@ class HostStagingAttention final : public AttentionBackend {
     std::vector<std::vector<std::byte>> k, v;  // per KV head, as the pass reads them
   };
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<uint64_t, Copy> copies_;
   std::map<std::pair<uint64_t, size_t>, ViewCopy> view_copies_;  // (view id, layer)
 };
@@ -277,6 +288,10 @@ TEST(attention_backend, a_model_attending_through_a_backend_gives_the_cpu_models
   EXPECT_LT(backend->view_layer_copies.load() * 8, backend->view_passes.load());
   EXPECT_GT(backend->blocks_copied.load(), 0u);
   EXPECT_LT(backend->blocks_copied.load() * 3, backend->blocks_read.load());
+  // What the backend holds is what the model reports as device memory; on the CPU, none.
+  EXPECT_GT(staged->device_bytes(), 0u);
+  EXPECT_EQ(staged->device_bytes(), backend->device_bytes());
+  EXPECT_EQ(test::tinycode()->device_bytes(), 0u);
 }
 
 TEST(attention_backend, a_batched_verify_pass_through_a_backend_gives_each_request_its_cpu_pass_alone) {

@@ -93,6 +93,7 @@ struct Outcome {
   bool all_ok = true;
   std::string error;  // the first failed request's error ("" when all_ok)
   size_t fast_peak = 0;
+  size_t device_bytes = 0;  // held by the model's device backends at the end (0 on the CPU)
 };
 
 std::vector<int32_t> prompt_of(size_t n, int vocab, int bos, uint32_t seed) {
@@ -181,6 +182,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   o.busy = es.busy_fraction;
   o.busy_decode = engine.busy_fraction(start, end);
   o.fast_peak = es.fast_memory_peak;
+  o.device_bytes = es.device_bytes;
   o.tokens_per_round = rounds ? double(emitted) / double(rounds) : 0;
   o.requests_per_pass = rounds ? double(pass_requests) / double(rounds) : 0;
   return o;
@@ -294,6 +296,7 @@ int run_throughput(const ThroughputArgs& a) {
                       {"verify_batch", c.mode == "vericache" ? c.verify_batch : size_t(0)},
                       {"fast_budget_bytes", budget},
                       {"fast_peak_bytes", o.fast_peak},
+                      {"device_bytes", o.device_bytes},
                       {"tokens_per_second", o.tokens_per_second},
                       {"vs_a", base > 0 ? o.tokens_per_second / base : 0.0},
                       {"tokens_per_round", o.tokens_per_round},
@@ -354,6 +357,13 @@ int run_throughput(const ThroughputArgs& a) {
                              r["disk_tier"].get<bool>() ? "disk (real)"
                              : r["simulated_link"].get<bool>() ? "simulated"
                                                                : "-");
+  }
+  if (a.device != "cpu") {  // what HBM held beside the budget: weights, copies of the KV
+    std::cout << "\ndevice memory held at the end of each row (weights, the KV cache's and views' copies, buffers):";
+    for (const auto& r : rows)
+      std::cout << fmt::format(" {} {:.1f} MB;", r["config"].get<std::string>(),
+                               double(r["device_bytes"].get<size_t>()) / 1e6);
+    std::cout << "\n";
   }
   for (const auto& r : rows)
     if (!r["all_ok"].get<bool>())

@@ -154,6 +154,7 @@ int run_generate(const GenerateArgs& a) {
                   {"threads", threads},
                   {"tensor_parallel", a.tp},
                   {"device", device.str()},
+                  {"device_bytes", model->device_bytes()},
                   {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))},
                   {"weights", weight_load() == WeightLoad::map ? "mapped" : "read"}};
     if (s.remote)
