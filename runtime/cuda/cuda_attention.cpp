@@ -15,15 +15,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "kernels/cpu/row_transforms.hpp"
@@ -36,7 +32,10 @@
 #include "kvtiers/kv_mirror.hpp"
 #include "kvtiers/packed_kv.hpp"
 #include "runtime/attention_backend.hpp"
+#include "runtime/cuda/cuda_host_pinner.hpp"
 #include "runtime/cuda/device_buffer.hpp"
+#include "runtime/cuda/packed_side_staging.hpp"
+#include "runtime/cuda/view_copies.hpp"
 #include "runtime/view_rows_plan.hpp"
 
 namespace vc {
@@ -44,7 +43,14 @@ namespace {
 
 using cuda_backend::cuda_error;
 using cuda_backend::DeviceBuffer;
+using cuda_backend::CudaHostPinner;
+using cuda_backend::describe;
+using cuda_backend::put;
 using cuda_backend::require_device;
+using cuda_backend::stage_side;
+using cuda_backend::StagedSide;
+using cuda_backend::ViewCopies;
+using cuda_backend::ViewLayerCopy;
 
 /// One caller's stream and buffers: the staged K and V blocks, queries, outputs,
 /// block tables, context lengths and the kernel's workspace.
@@ -61,85 +67,6 @@ struct PassContext {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
-
-/// Pins host buffers the tiers offer (kvtiers/host_pinning.hpp) with
-/// cudaHostRegister, for every device (portable); a refusal leaves them pageable.
-class CudaHostPinner final : public HostPinner {
- public:
-  void pin(void* p, size_t bytes) noexcept override {
-    if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
-      (void)cudaGetLastError();  // pageable, as before
-      return;
-    }
-    try {
-      std::lock_guard lock(mu_);
-      pinned_.insert(p);
-    } catch (...) {
-      cudaHostUnregister(p);
-    }
-  }
-  void unpin(void* p) noexcept override {
-    bool had = false;
-    {
-      std::lock_guard lock(mu_);
-      had = pinned_.erase(p) > 0;
-    }
-    if (had) (void)cudaHostUnregister(p);
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_set<void*> pinned_;
-};
-
-/// Where one packed side's arrays (PackedSide) sit in a pass's staging buffer.
-struct StagedSide {
-  const PackedSide* side = nullptr;
-  size_t codes = 0, zero = 0, scale = 0, full = 0, outliers = 0, values = 0;
-};
-
-/// Appends `bytes` at a 16-byte boundary; returns where they start.
-size_t put(std::vector<std::byte>& st, const void* p, size_t bytes) {
-  const size_t at = (st.size() + 15) / 16 * 16;
-  st.resize(at + bytes);
-  if (bytes > 0) std::memcpy(st.data() + at, p, bytes);
-  return at;
-}
-
-StagedSide stage_side(std::vector<std::byte>& st, const PackedSide& s) {
-  StagedSide o;
-  o.side = &s;
-  o.codes = put(st, s.codes.data(), s.codes.size());
-  o.zero = put(st, s.zero.data(), s.zero.size() * sizeof(uint16_t));
-  o.scale = put(st, s.scale.data(), s.scale.size() * sizeof(uint16_t));
-  o.full = put(st, s.full.data(), s.full.size() * sizeof(uint16_t));
-  o.outliers = put(st, s.outlier_index.data(), s.outlier_index.size() * sizeof(uint32_t));
-  o.values = put(st, s.outlier_value.data(), s.outlier_value.size() * sizeof(uint16_t));
-  return o;
-}
-
-/// The kernel's descriptor of a staged side of n rows, its arrays copied to `base`.
-/// Codes are never null (a side without quantized rows has rows = 0): that marks the
-/// (row, head) as packed for the kernel.
-cuda::QuantPrefixSide describe(const StagedSide& o, size_t n, const std::byte* base,
-                               const int32_t* positions, const float* rope_table) {
-  const PackedSide& s = *o.side;
-  cuda::QuantPrefixSide d;
-  d.codes = reinterpret_cast<const uint8_t*>(base + o.codes);
-  d.codes_bytes = s.codes.size();
-  d.bits = s.bits;
-  d.rows = std::min(s.quant_rows, n);
-  d.block_rows = std::max<size_t>(s.block.rows, 1), d.block_cols = std::max<size_t>(s.block.cols, 1);
-  d.zero = reinterpret_cast<const uint16_t*>(base + o.zero);
-  d.scale = reinterpret_cast<const uint16_t*>(base + o.scale);
-  d.full = reinterpret_cast<const uint16_t*>(base + o.full);
-  d.outliers = reinterpret_cast<const uint32_t*>(base + o.outliers);
-  d.outlier_values = reinterpret_cast<const uint16_t*>(base + o.values);
-  d.n_outliers = s.outlier_index.size();
-  if (s.transform == PackedTransform::rope) d.positions = positions, d.rope_table = rope_table;
-  d.hadamard = s.transform == PackedTransform::hadamard;
-  return d;
-}
 
 /// Rows over device KV at `k`/`v` (layout of `shape`) through host block tables
 /// [M, stride]: queries up, the kernel, outputs back, on ctx's stream; waits.
@@ -295,7 +222,7 @@ class CudaAttention final : public AttentionBackend {
       for (size_t i = 0; i < plan->prefixes.size(); ++i) {
         const ViewRowsPlan::Prefix& p = plan->prefixes[i];
         if (held.empty() || held.back()->view_id != p.view->id() || p.view->id() == 0)
-          held.push_back(view_copy(ctx, *plan, i, row_bytes));
+          held.push_back(view_copies_.get(name_, ctx.stage, ctx.stream, *plan, i, row_bytes));
         const ViewLayerCopy& vc = *held.back();
         const ViewLayerCopy::Head& h = vc.heads.at(p.head);
         at_k[i] = h.k, at_v[i] = h.v;
@@ -448,7 +375,7 @@ class CudaAttention final : public AttentionBackend {
     std::lock_guard lock(mu_);
     size_t bytes = 0;
     for (const auto& [id, m] : mirrors_) bytes += m->bytes.load();
-    for (const auto& [key, c] : view_copies_) bytes += c->bytes.load();
+    bytes += view_copies_.bytes();
     for (const auto& c : free_)  // passes' buffers not in use
       for (const DeviceBuffer* b : {&c->k, &c->v, &c->q, &c->out, &c->tables, &c->n_ctx, &c->workspace,
                                     &c->ptrs, &c->counts, &c->tail_begin, &c->quant, &c->rope})
@@ -496,91 +423,6 @@ class CudaAttention final : public AttentionBackend {
     m.bytes = m.storage.bytes();
   }
 
-  /// A view's kept rows of one layer on the device, every KV head's in one buffer
-  /// copied up once: plain rows as stored, or a packed side's arrays with the
-  /// kernel's descriptors (their rope_table set per pass).
-  struct ViewLayerCopy {
-    struct Head {
-      const void* k = nullptr;
-      const void* v = nullptr;
-      cuda::QuantPrefixSide qk, qv;  // packed heads; positions set when a side is RoPE'd
-    };
-    uint64_t view_id = 0;
-    std::weak_ptr<const void> alive;
-    std::mutex mu;
-    bool ready = false;
-    DeviceBuffer storage;
-    std::vector<Head> heads;
-    std::atomic<size_t> bytes{0};  // storage's once ready, for device_bytes() without `mu`
-  };
-
-  /// The device copy of plan.prefixes[first]'s view at the plan's layer, made from
-  /// the plan's prefixes of that view (every KV head: consecutive from `first`) on
-  /// its first use. A view without an id (moved from) gets a copy of its own.
-  std::shared_ptr<ViewLayerCopy> view_copy(PassContext& ctx, const ViewRowsPlan& plan, size_t first,
-                                           size_t row_bytes) {
-    const CompressedView& view = *plan.prefixes[first].view;
-    std::shared_ptr<ViewLayerCopy> copy;
-    {
-      std::lock_guard lock(mu_);
-      for (auto it = view_copies_.begin(); it != view_copies_.end();)
-        it = it->second->alive.expired() ? view_copies_.erase(it) : std::next(it);
-      const auto key = std::pair{view.id(), plan.layer};
-      if (const auto it = view_copies_.find(key); view.id() != 0 && it != view_copies_.end()) {
-        copy = it->second;
-      } else {
-        copy = std::make_shared<ViewLayerCopy>();
-        copy->view_id = view.id();
-        copy->alive = view.lifetime();
-        if (view.id() != 0) view_copies_.emplace(key, copy);
-      }
-    }
-    std::lock_guard hold(copy->mu);
-    if (copy->ready) return copy;
-    std::vector<size_t> of_head(view.kv_heads(), plan.prefixes.size());
-    for (size_t i = first; i < plan.prefixes.size() && plan.prefixes[i].view == &view; ++i)
-      of_head.at(plan.prefixes[i].head) = i;
-    std::vector<std::byte>& st = ctx.stage;
-    st.clear();
-    struct At {
-      size_t k = 0, v = 0, pos = 0;
-      StagedSide sk, sv;
-    };
-    std::vector<At> at(view.kv_heads());
-    for (size_t g = 0; g < view.kv_heads(); ++g) {
-      if (of_head[g] == plan.prefixes.size())
-        throw Error("device " + name_ + ": a plan lists only some KV heads of a view");
-      const ViewRowsPlan::Prefix& p = plan.prefixes[of_head[g]];
-      if (p.packed()) {
-        at[g].sk = stage_side(st, *p.k_side), at[g].sv = stage_side(st, *p.v_side);
-        at[g].pos = put(st, p.positions, p.rows * sizeof(int32_t));
-      } else if (p.rows > 0) {
-        at[g].k = put(st, p.k, p.rows * row_bytes), at[g].v = put(st, p.v, p.rows * row_bytes);
-      }
-    }
-    cudaError_t e = copy->storage.reserve(std::max<size_t>(1, st.size()));
-    if (e == cudaSuccess)
-      e = cudaMemcpyAsync(copy->storage.get(), st.data(), st.size(), cudaMemcpyHostToDevice, ctx.stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(ctx.stream);  // other streams read it next
-    if (e != cudaSuccess) throw Error("device " + name_ + ": copying a view's kept rows: " + cuda_error(e));
-    const auto* base = static_cast<const std::byte*>(copy->storage.get());
-    copy->heads.assign(view.kv_heads(), {});
-    for (size_t g = 0; g < view.kv_heads(); ++g) {
-      const ViewRowsPlan::Prefix& p = plan.prefixes[of_head[g]];
-      ViewLayerCopy::Head& h = copy->heads[g];
-      if (p.packed()) {
-        const auto* pos = reinterpret_cast<const int32_t*>(base + at[g].pos);
-        h.qk = describe(at[g].sk, p.rows, base, pos, nullptr);
-        h.qv = describe(at[g].sv, p.rows, base, pos, nullptr);
-      } else if (p.rows > 0) {
-        h.k = base + at[g].k, h.v = base + at[g].v;
-      }
-    }
-    copy->ready = true;
-    copy->bytes = copy->storage.bytes();
-    return copy;
-  }
-
   /// The copy of `cache`, made (empty) on first use; copies of caches that are
   /// gone are freed here.
   std::shared_ptr<Mirror> mirror_of(const PagedKvCache& cache) {
@@ -604,7 +446,7 @@ class CudaAttention final : public AttentionBackend {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<PassContext>> free_;
   std::unordered_map<uint64_t, std::shared_ptr<Mirror>> mirrors_;  // by cache id
-  std::map<std::pair<uint64_t, size_t>, std::shared_ptr<ViewLayerCopy>> view_copies_;  // (view id, layer)
+  ViewCopies view_copies_;
 };
 
 CudaPass::CudaPass(CudaAttention& owner, std::unique_ptr<PassContext> ctx, size_t n_heads,
