@@ -17,6 +17,7 @@
 #include "kvtiers/full_tier.hpp"
 #include "runtime/fast_memory_need.hpp"
 #include "runtime/forward.hpp"
+#include "runtime/layer_streamer.hpp"
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/remote_prefix.hpp"
@@ -189,7 +190,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
     if (cfg.full_tier == "disk")
       m.tiers.push_back(std::make_unique<DiskFullTier>(kvc, cfg.disk_dir));  // private dir under it
     else
-      m.tiers.push_back(std::make_unique<HostFullTier>(kvc));
+      m.tiers.push_back(std::make_unique<HostFullTier>(
+          kvc, LayerStreamer::host_tier_chunk_blocks(cfg.stage_positions, kvc.block_tokens)));
     m.tiers.back()->set_capacity_bytes(cfg.full_tier_bytes);
   }
   if (!cfg.remote_url.empty()) {

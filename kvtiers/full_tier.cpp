@@ -16,18 +16,23 @@ namespace {
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 // The one place host KV memory is allocated (and host_free the one place it is
-// freed): page-aligned, so that it can later be pinned in place for DMA to the GPU
-// (cudaHostRegister) and bound to the GPU's NUMA node (mbind) without a copy.
-// Zeroed so that contents never depend on what the allocator handed back.
+// freed): page-aligned and offered to the installed pinner (kvtiers/host_pinning.hpp),
+// so that a device copies lent blocks from it by DMA (cudaHostRegister pins it in
+// place); zeroed, so that contents never depend on what the allocator handed back,
+// before it is pinned (pinning commits every page anyway).
 std::byte* host_alloc(size_t bytes) {
   void* p = nullptr;
   if (posix_memalign(&p, kTierAlign, bytes) != 0)
     throw Error("HostFullTier: cannot allocate " + std::to_string(bytes) + " bytes of host memory");
   std::memset(p, 0, bytes);
+  pin_host(p, bytes);
   return static_cast<std::byte*>(p);
 }
 
-void host_free(std::byte* p) { std::free(p); }
+void host_free(std::byte* p) {
+  unpin_host(p);
+  std::free(p);
+}
 
 }  // namespace
 
@@ -232,6 +237,18 @@ void FullTier::read_blocks(uint64_t id, size_t layer, size_t first_block, size_t
   read_ += (std::min(held, (first_block + n_blocks) * cfg_.block_tokens) - first_pos) * 2 * row_bytes_;
 }
 
+std::optional<FullTier::LentBlocks> FullTier::lend_blocks(uint64_t id, size_t layer,
+                                                          size_t first_block, size_t n_blocks) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Slot& s = slot(id, "lend_blocks");
+  check_layer(id, layer, "lend_blocks");
+  const size_t end = (first_block + n_blocks) * cfg_.block_tokens;
+  if (n_blocks == 0 || end > s.layer_length[layer]) return std::nullopt;
+  std::optional<LentBlocks> run = lent_run(s, layer, first_block, n_blocks);
+  if (run) read_ += n_blocks * cfg_.block_tokens * 2 * row_bytes_;
+  return run;
+}
+
 void FullTier::read_layer(uint64_t id, size_t layer, size_t n_pos, KvStaging& staging) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   staging.reserve(n_pos);
@@ -311,10 +328,8 @@ void FullTier::close_all() {
 // ---- HostFullTier ---------------------------------------------------------------
 
 struct HostFullTier::HostSlot : Slot {
-  struct Free {
-    void operator()(std::byte* p) const { host_free(p); }
-  };
-  std::vector<std::unique_ptr<std::byte, Free>> chunks;
+  // Shared: a pass holding lent blocks keeps their chunk after a truncate or release.
+  std::vector<std::shared_ptr<std::byte>> chunks;
 };
 
 HostFullTier::HostFullTier(const KvCacheConfig& cfg, size_t chunk_blocks)
@@ -333,7 +348,7 @@ std::unique_ptr<FullTier::Slot> HostFullTier::open_slot(uint64_t id, size_t capa
 void HostFullTier::ensure_blocks(uint64_t /*id*/, Slot& s, size_t n_blocks) {
   auto& h = static_cast<HostSlot&>(s);
   while (h.chunks.size() * chunk_blocks_ < n_blocks) {
-    h.chunks.emplace_back(host_alloc(chunk_bytes()));
+    h.chunks.emplace_back(host_alloc(chunk_bytes()), host_free);
     allocated_ += chunk_bytes();
   }
 }
@@ -358,6 +373,15 @@ void HostFullTier::read_blocks(uint64_t /*id*/, Slot& s, size_t layer, size_t fi
     std::memcpy(v + (j - first_block) * bb, src + region_bytes(), nb * bb);
     j += nb;
   }
+}
+
+std::optional<FullTier::LentBlocks> HostFullTier::lent_run(Slot& s, size_t layer,
+                                                           size_t first_block, size_t n_blocks) {
+  auto& h = static_cast<HostSlot&>(s);
+  const size_t c = first_block / chunk_blocks_, in = first_block % chunk_blocks_;
+  if (in + n_blocks > chunk_blocks_ || c >= h.chunks.size()) return std::nullopt;
+  const std::byte* k = h.chunks[c].get() + 2 * layer * region_bytes() + in * block_bytes();
+  return LentBlocks{k, k + region_bytes(), h.chunks[c]};
 }
 
 void HostFullTier::on_truncate(Slot& s, size_t length) {

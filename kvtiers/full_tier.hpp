@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -121,6 +122,26 @@ class FullTier {
   void read_blocks(uint64_t id, size_t layer, size_t first_block, size_t n_blocks, void* k_out,
                    void* v_out);
 
+  /// Blocks a tier lends in place (lend_blocks): K of the run's first block at `k`,
+  /// V at `v`, the run's other blocks following each contiguously. `keep` holds the
+  /// memory: it stays valid while the lender lives, even after the request is
+  /// truncated or released.
+  struct LentBlocks {
+    const std::byte* k = nullptr;
+    const std::byte* v = nullptr;
+    std::shared_ptr<const void> keep;
+  };
+  /// Blocks [first_block, first_block + n_blocks) of layer `layer`, every one of
+  /// them fully written, lent in place instead of copied (read_blocks' bytes with
+  /// no copy): the verify and prefill passes attend over them directly, and a
+  /// device copies them from there (the host tier's memory is offered to the
+  /// installed pinner, kvtiers/host_pinning.hpp). Empty when the tier cannot: the
+  /// disk tier, a run across two of the host tier's chunks, a block not fully
+  /// written. The caller must not read positions the request later rewrites (only
+  /// a truncation below them could). Counts the positions as read_blocks does.
+  [[nodiscard]] std::optional<LentBlocks> lend_blocks(uint64_t id, size_t layer, size_t first_block,
+                                                      size_t n_blocks);
+
   /// Appends whole blocks of layer `layer` from raw bytes in the tier's dtype and
   /// block layout (k, v: block j at j * block bytes, as read_blocks writes them):
   /// the layer must hold exactly first_block * block_tokens positions, and holds
@@ -185,6 +206,13 @@ class FullTier {
   /// v (block j at (j - first_block) * block bytes).
   virtual void read_blocks(uint64_t id, Slot& s, size_t layer, size_t first_block,
                            size_t n_blocks, std::byte* k, std::byte* v) = 0;
+  /// The run lend_blocks describes, when this tier holds it contiguously in memory
+  /// (the blocks are in range and fully written); empty by default.
+  [[nodiscard]] virtual std::optional<LentBlocks> lent_run(Slot& s, size_t layer,
+                                                           size_t first_block, size_t n_blocks) {
+    (void)s, (void)layer, (void)first_block, (void)n_blocks;
+    return std::nullopt;
+  }
   /// Called after the lengths of `s` dropped to `length`.
   virtual void on_truncate(Slot& s, size_t length) {
     (void)s;
@@ -222,7 +250,9 @@ class FullTier {
 };
 
 /// Full tier in host memory: per request, chunks of `chunk_blocks` blocks, each one
-/// page-aligned allocation laid out [layers][K, V][chunk_blocks * block bytes].
+/// page-aligned allocation laid out [layers][K, V][chunk_blocks * block bytes],
+/// offered to the installed host pinner (so a device copies lent blocks by DMA), and
+/// shared with the passes it lends blocks to (lend_blocks: a run within one chunk).
 class HostFullTier final : public FullTier {
  public:
   explicit HostFullTier(const KvCacheConfig& cfg, size_t chunk_blocks = 16);
@@ -238,6 +268,8 @@ class HostFullTier final : public FullTier {
   BlockRef block_for_write(uint64_t id, Slot& s, size_t layer, size_t block) override;
   void read_blocks(uint64_t id, Slot& s, size_t layer, size_t first_block, size_t n_blocks,
                    std::byte* k, std::byte* v) override;
+  std::optional<LentBlocks> lent_run(Slot& s, size_t layer, size_t first_block,
+                                     size_t n_blocks) override;
   void on_truncate(Slot& s, size_t length) override;
   void close_slot(uint64_t id, Slot& s) override;
   [[nodiscard]] size_t chunk_bytes() const { return 2 * cfg_.num_layers * region_bytes(); }

@@ -1,14 +1,16 @@
-// Host memory the tiers hand to a GPU's copy engine -- the staging buffers a full
-// tier's chunks are read into for a verify pass (KvStaging: the host tier's copies
-// and the disk tier's reads) -- can be pinned in place, so that its copies to the
-// device are DMA at the link's rate instead of going through the driver's bounce
-// buffers. (The paged cache's storage is not offered: it is committed lazily, page
-// by page, and pinning would commit all of it.) A device backend installs a pinner (the CUDA one registers the
-// range with cudaHostRegister); each such buffer is offered to it right after it is
-// allocated and taken back right before it is freed. Buffers allocated while no
-// pinner is installed stay pageable; taking back one that was never pinned is a
-// no-op. Pinning is best effort: a refusal leaves the buffer pageable, never fails
-// the allocation.
+// Host memory the tiers hand to a GPU's copy engine -- the host full tier's own
+// chunks (whose blocks verify and prefill passes borrow in place, FullTier::
+// lend_blocks) and the staging buffers other chunks are read into (KvStaging: the
+// disk tier's reads, runs the host tier cannot lend) -- can be pinned in place, so
+// that its copies to the device are DMA at the link's rate instead of going through
+// the driver's bounce buffers. (The paged cache's storage is not offered: it is
+// committed lazily, page by page, and pinning would commit all of it.) A device
+// backend installs a pinner (the CUDA one registers the range with
+// cudaHostRegister); each such buffer is offered to it right after it is allocated
+// and taken back right before it is freed. Buffers allocated while no pinner is
+// installed stay pageable; taking back one that was never pinned is a no-op.
+// Pinning is best effort: a refusal leaves the buffer pageable, never fails the
+// allocation.
 #pragma once
 #include <cstddef>
 #include <memory>

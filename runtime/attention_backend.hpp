@@ -33,9 +33,13 @@ class AttentionBackend {
    public:
     virtual ~Pass() = default;
     /// Rows [r0, r1) of the pass read logical blocks [b_begin, b_end) of `kv`
-    /// (through kv.block_table). The blocks are on the device when this returns:
-    /// the caller may release or overwrite `kv`'s memory.
-    virtual void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end) = 0;
+    /// (through kv.block_table). Without `keep` the blocks are on the device when
+    /// this returns: the caller may release or overwrite `kv`'s memory. With it,
+    /// the memory stays valid and unchanged while `keep` is held (blocks a full
+    /// tier lends in place, KvChunk::keep), so the pass may hold `keep` and let the
+    /// copies run on while the caller goes on to the next chunk.
+    virtual void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
+                     std::shared_ptr<const void> keep) = 0;
     /// out[m, h, :] = softmax(scale * q[m, h] · K[0, n_ctx[m])) · V[0, n_ctx[m]) for
     /// every row m of the pass (host pointers, [M, n_heads, head_dim] f32). Throws
     /// vc::Error when a row's blocks were not all added, or for a device failure.

@@ -267,7 +267,7 @@ void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
     const KvChunk ch = provider.acquire(l, c);
     if (ws.stats != nullptr && !stats_keys && c == 0)
       ws.stats->observe(l, rows, ws.q.data(), nullptr, nullptr);
-    if (pass) pass->add(0, M, ch.kv, ch.block_begin, ch.block_end);
+    if (pass) pass->add(0, M, ch.kv, ch.block_begin, ch.block_end, ch.keep);
     if (!on_cpu) {
       // on the device
     } else if (M == 1) {

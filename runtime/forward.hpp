@@ -22,6 +22,10 @@ class PrefillStatsCollector;
 struct KvChunk {
   cpu::PagedKv kv;
   size_t block_begin = 0, block_end = 0;
+  /// Set when kv's blocks are the tier's own memory (borrowed in place, not staged):
+  /// they stay valid and unchanged while this is held, after release() too, so a
+  /// device may copy them asynchronously (AttentionBackend::Pass::add).
+  std::shared_ptr<const void> keep;
 };
 
 /// Where a pass's KV lives when it is not a PagedKvCache: a verify (or streamed

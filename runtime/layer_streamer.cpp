@@ -1,6 +1,7 @@
 // Double-buffered, chunked streaming from a full tier on one worker thread. Steps
-// (layer * chunks + chunk) are read in order into buffer step % 2 once the pass has
-// released what that buffer held; the pass acquires them in the same order.
+// (layer * chunks + chunk) are read in order into buffer step % 2 (or borrowed from
+// the tier, the buffer then holding the loan) once the pass has released what that
+// buffer held; the pass acquires them in the same order.
 #include "runtime/layer_streamer.hpp"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ using steady = std::chrono::steady_clock;
 
 LayerStreamer::LayerStreamer(FullTier& tier, size_t chunk_positions)
     : tier_(tier), cfg_(tier.config()), chunk_positions_(chunk_positions),
-      buf_{Buffer{KvStaging(cfg_), {}, -1, true}, Buffer{KvStaging(cfg_), {}, -1, true}},
+      buf_{Buffer{KvStaging(cfg_), {}, -1, true, std::nullopt}, Buffer{KvStaging(cfg_), {}, -1, true, std::nullopt}},
       row_floats_(cfg_.kv_heads * cfg_.head_dim), thread_([this] { worker(); }) {}
 
 LayerStreamer::~LayerStreamer() {
@@ -60,6 +61,7 @@ void LayerStreamer::start(uint64_t id, size_t n_full, size_t n_rows, bool whole_
     b.table.assign(n_blocks_, -1);
     b.step = -1;
     b.consumed = true;
+    b.lent.reset();
     bytes += 2 * tier_.staging_bytes(b.staging.capacity());
   }
   if (bytes != staging_bytes_) {
@@ -94,6 +96,7 @@ void LayerStreamer::free_buffers() {
     b.table.clear();
     b.step = -1;
     b.consumed = true;
+    b.lent.reset();
   }
   staging_charge_.resize(0, "");
   staging_bytes_ = 0;
@@ -132,9 +135,12 @@ void LayerStreamer::worker() {
     std::string err;
     const auto t0 = steady::now();
     size_t bytes = 0;
+    std::optional<FullTier::LentBlocks> lent;
     try {
       if (read_end > bb) {
-        tier_.read_blocks(id, layer, bb, read_end - bb, buf.staging.k(), buf.staging.v());
+        // Whole blocks below the pass's rows: nothing to overlay, so borrowable.
+        if (be * cfg_.block_tokens <= n_full) lent = tier_.lend_blocks(id, layer, bb, be - bb);
+        if (!lent) tier_.read_blocks(id, layer, bb, read_end - bb, buf.staging.k(), buf.staging.v());
         const size_t positions = std::min(n_full, read_end * cfg_.block_tokens) - bb * cfg_.block_tokens;
         bytes = positions * tier_.bytes_per_token() / cfg_.num_layers;
       }
@@ -149,6 +155,8 @@ void LayerStreamer::worker() {
     std::fill(buf.table.begin(), buf.table.end(), -1);
     for (size_t j = bb; j < be; ++j) buf.table[j] = int32_t(j - bb);
     bytes_streamed_ += bytes;
+    if (lent) chunks_lent_.fetch_add(1, std::memory_order_relaxed);
+    buf.lent = std::move(lent);
     if (!err.empty()) error_ = err;
     buf.step = step;
     buf.consumed = false;
@@ -185,11 +193,16 @@ KvChunk LayerStreamer::acquire(size_t layer, size_t c) {
   wait_seconds_ += std::chrono::duration<double>(steady::now() - t0).count();
   if (!error_.empty()) throw Error("verify: reading the full KV failed: " + error_);
   lock.unlock();
-  overlay_rows(b, layer, c);
   const auto [bb, be] = chunk_blocks(c);
   cpu::PagedKv kv = b.staging.view();
+  if (b.lent) {
+    kv.k = b.lent->k;
+    kv.v = b.lent->v;
+  } else {
+    overlay_rows(b, layer, c);
+  }
   kv.block_table = b.table.data();
-  return KvChunk{kv, bb, be};
+  return KvChunk{kv, bb, be, b.lent ? b.lent->keep : nullptr};
 }
 
 void LayerStreamer::release(size_t layer, size_t c) {
@@ -197,7 +210,10 @@ void LayerStreamer::release(size_t layer, size_t c) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     Buffer& b = buf_[step % 2];
-    if (b.step == step) b.consumed = true;
+    if (b.step == step) {
+      b.consumed = true;
+      b.lent.reset();  // the tier may drop the chunk now
+    }
   }
   cv_.notify_all();
 }

@@ -3,9 +3,13 @@
 // blocks: while a pass computes one chunk, a worker thread reads the next (the next
 // layer's first chunk after a layer's last). Staging memory is two chunks whatever
 // the context; attention merges the chunks in position order (AttentionRowState),
-// so a chunked pass gives the bits of a pass over whole layers. This is the PCIe
+// so a chunked pass gives the bits of a pass over whole layers. A chunk the tier
+// holds in memory and the pass's rows do not touch is borrowed in place instead
+// (FullTier::lend_blocks: the host tier's chunks), with no copy: the CPU attends
+// over it there and a device copies it from there (pinned). This is the PCIe
 // pattern of the GPU path; on a CPU-only machine the "link" is host memory or the
-// disk, optionally throttled to a modelled bandwidth.
+// disk, optionally throttled to a modelled bandwidth (which borrowed chunks still
+// take their turn on).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -15,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +41,13 @@ class LayerStreamer final : public LayerKvProvider {
   LayerStreamer& operator=(const LayerStreamer&) = delete;
 
   static constexpr size_t kDefaultChunkPositions = 1024;
+  /// Blocks per chunk of a host full tier (HostFullTier's chunk_blocks) that a
+  /// streamer staging `chunk_positions` at a time borrows every whole chunk from:
+  /// one of its chunks per allocation (whole layers, 0: the tier's default).
+  [[nodiscard]] static size_t host_tier_chunk_blocks(size_t chunk_positions, size_t block_tokens) {
+    return chunk_positions == 0 || block_tokens == 0 ? 16
+                                                     : (chunk_positions + block_tokens - 1) / block_tokens;
+  }
 
   /// Models a slower link of its own: each chunk read takes at least bytes /
   /// bytes_per_second (0 = as fast as the tier delivers).
@@ -81,9 +93,10 @@ class LayerStreamer final : public LayerKvProvider {
   [[nodiscard]] const float* row_v(size_t layer, size_t r) const;
 
   /// Seconds passes spent waiting for chunks to land, and bytes read, since
-  /// construction.
+  /// construction; chunks_lent: those borrowed from the tier in place.
   [[nodiscard]] double wait_seconds() const { return wait_seconds_; }
   [[nodiscard]] size_t bytes_streamed() const { return bytes_streamed_.load(std::memory_order_relaxed); }
+  [[nodiscard]] size_t chunks_lent() const { return chunks_lent_.load(std::memory_order_relaxed); }
   /// Bytes of the two staging buffers now (K and V of both).
   [[nodiscard]] size_t staging_bytes() const { return staging_bytes_; }
   /// Bytes the two staging buffers of one pass need for a context of `n_pos`
@@ -98,6 +111,7 @@ class LayerStreamer final : public LayerKvProvider {
     std::vector<int32_t> table;  // absolute block j -> slot j - first (else -1)
     long step = -1;              // (layer * n_chunks + chunk) staged here, -1: none
     bool consumed = true;        // the pass released `step`: the buffer may be refilled
+    std::optional<FullTier::LentBlocks> lent;  // `step` borrowed from the tier, not staged
   };
   void worker();
   [[nodiscard]] std::pair<size_t, size_t> chunk_blocks(size_t c) const;  // [begin, end)
@@ -115,6 +129,7 @@ class LayerStreamer final : public LayerKvProvider {
   LayerObserver observer_;
   double wait_seconds_ = 0;
   std::atomic<size_t> bytes_streamed_{0};  // read by stats from other threads
+  std::atomic<size_t> chunks_lent_{0};
   size_t staging_bytes_ = 0;
   FastCharge staging_charge_;
 

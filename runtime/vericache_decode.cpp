@@ -37,7 +37,8 @@ namespace {
 std::unique_ptr<FullTier> make_full_tier(const GeneratorConfig& cfg, const KvCacheConfig& kv) {
   // A private directory per tier under disk_dir ("" = the temp dir).
   if (cfg.full_tier == "disk") return std::make_unique<DiskFullTier>(kv, cfg.disk_dir);
-  return std::make_unique<HostFullTier>(kv);
+  return std::make_unique<HostFullTier>(
+      kv, LayerStreamer::host_tier_chunk_blocks(cfg.stage_positions, kv.block_tokens));
 }
 
 // Rank 0's two timings on every rank of `tp`'s group (as floats, on rank 0 too, so

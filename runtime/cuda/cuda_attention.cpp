@@ -2,7 +2,9 @@
 // cache in device memory, one per cache, kept current block by block (KvMirror:
 // only blocks written since their last copy go up again). Rows over a full tier's
 // streamed chunks attend over a pass that copies the blocks its rows read into a
-// device pool of its own (runs of consecutive blocks in one copy each). Both launch
+// device pool of its own (runs of consecutive blocks in one copy each; blocks a
+// host tier lends in place, pinned, are copied without waiting, the stream
+// synchronized once before the kernel, staged ones before their buffer is reused). Both launch
 // the batch-invariant paged attention kernel (kernels/cuda/attention.cuh) on a
 // stream of the calling thread's own context; queries go up and outputs come back
 // with every launch. Draft rows over compressed views (attend_views) read their
@@ -126,7 +128,8 @@ class CudaPass final : public AttentionBackend::Pass {
            const cpu::PagedKv& shape, std::span<const int32_t> n_ctx, size_t max_blocks,
            float scale);
   ~CudaPass() override;
-  void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end) override;
+  void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
+           std::shared_ptr<const void> keep) override;
   void run(const float* q, float* out) override;
 
  private:
@@ -144,6 +147,9 @@ class CudaPass final : public AttentionBackend::Pass {
   size_t max_ctx_ = 0;
   size_t used_ = 0;      // blocks staged so far
   std::vector<int32_t> tables_;  // [M, stride_]: logical block -> staged slot, -1 unset
+  // Host memory of copies that may still be in flight (lent blocks): dropped after
+  // the stream is synchronized (run, or the destructor's sync, which runs first).
+  std::vector<std::shared_ptr<const void>> keeps_;
 };
 
 class CudaAttention final : public AttentionBackend {
@@ -481,7 +487,8 @@ void CudaPass::check(cudaError_t e, const char* what) const {
   if (e != cudaSuccess) throw Error("device " + owner_.name() + ": " + what + ": " + cuda_error(e));
 }
 
-void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end) {
+void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
+                   std::shared_ptr<const void> keep) {
   if (r1 > n_ctx_.size() || r0 > r1)
     throw Error("device " + owner_.name() + ": rows [" + std::to_string(r0) + ", " +
                 std::to_string(r1) + ") of a pass of " + std::to_string(n_ctx_.size()));
@@ -518,6 +525,10 @@ void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin,
     used_ += n;
     j = e;
   }
+  if (keep != nullptr) {  // lent blocks stay put: their copies run on behind the next chunk's
+    keeps_.push_back(std::move(keep));
+    return;
+  }
   // The caller may reuse the host blocks once this returns.
   check(cudaStreamSynchronize(ctx_->stream), "the attention's copy stream");
 }
@@ -536,6 +547,10 @@ void CudaPass::run(const float* q, float* out) {
   }
   launch_rows(*ctx_, owner_.name(), ctx_->k.get(), ctx_->v.get(), shape_, tables_, stride_,
               n_ctx_, n_heads_, scale_, q, out);
+  if (!keeps_.empty()) {  // (launch_rows has synchronized, unless no row attends to anything)
+    check(cudaStreamSynchronize(ctx_->stream), "the attention's copy stream");
+    keeps_.clear();
+  }
 }
 
 }  // namespace

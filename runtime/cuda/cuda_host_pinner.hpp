@@ -1,5 +1,7 @@
-// The CUDA backend's host pinner (kvtiers/host_pinning.hpp): the staging buffers the
-// tiers offer are registered with cudaHostRegister, so verify chunks go up by DMA.
+// The CUDA backend's host pinner (kvtiers/host_pinning.hpp): the host memory the
+// tiers offer (the host tier's chunks, which verify passes borrow in place, and the
+// staging buffers of the rest) is registered with cudaHostRegister, so verify
+// chunks go up by DMA.
 #pragma once
 #include <cuda_runtime_api.h>
 

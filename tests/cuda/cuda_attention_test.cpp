@@ -58,8 +58,8 @@ std::vector<float> run_pass(AttentionBackend& be, const HostKv& kv, const std::v
   int32_t ma = 0, mb = 0;
   for (size_t m = 0; m < n_ctx.size(); ++m) (m < na ? ma : mb) = std::max(m < na ? ma : mb, n_ctx[m]);
   auto pass = be.begin(kHeads, kv.view(kv.table_a), n_ctx, blocks_for(ma) + blocks_for(mb), 0.125f);
-  if (na > 0) pass->add(0, na, kv.view(kv.table_a), 0, blocks_for(ma));
-  if (na < n_ctx.size()) pass->add(na, n_ctx.size(), kv.view(kv.table_b), 0, blocks_for(mb));
+  if (na > 0) pass->add(0, na, kv.view(kv.table_a), 0, blocks_for(ma), nullptr);
+  if (na < n_ctx.size()) pass->add(na, n_ctx.size(), kv.view(kv.table_b), 0, blocks_for(mb), nullptr);
   std::vector<float> out(n_ctx.size() * kHeads * kHeadDim);
   pass->run(q.data(), out.data());
   return out;
@@ -105,13 +105,25 @@ TEST(cuda_attention_backend, a_row_gives_the_same_bits_alone_among_other_rows_an
   const std::vector<int32_t> ctx_a(n_ctx.begin(), n_ctx.begin() + 3);
   const size_t blocks = blocks_for(302);
   auto pass = be->begin(kHeads, kv.view(kv.table_a), ctx_a, blocks, 0.125f);
-  pass->add(0, 3, kv.view(kv.table_a), 0, 5);
-  pass->add(0, 3, kv.view(kv.table_a), 5, 12);
-  pass->add(0, 3, kv.view(kv.table_a), 12, blocks);
+  pass->add(0, 3, kv.view(kv.table_a), 0, 5, nullptr);
+  pass->add(0, 3, kv.view(kv.table_a), 5, 12, nullptr);
+  pass->add(0, 3, kv.view(kv.table_a), 12, blocks, nullptr);
   std::vector<float> chunked(3 * kHeads * kHeadDim);
   pass->run(q.data(), chunked.data());
   const std::vector<float> first3(batch.begin(), batch.begin() + long(chunked.size()));
   EXPECT_TRUE(cuda::test::same_bits(chunked, first3));
+  // The same chunks as a host tier lends them (keep set: copied without waiting,
+  // the stream synchronized before the kernel), the keeps dropped once run returns.
+  auto held = std::make_shared<int>(0);
+  auto lent = be->begin(kHeads, kv.view(kv.table_a), ctx_a, blocks, 0.125f);
+  lent->add(0, 3, kv.view(kv.table_a), 0, 5, held);
+  lent->add(0, 3, kv.view(kv.table_a), 5, 12, held);
+  lent->add(0, 3, kv.view(kv.table_a), 12, blocks, held);
+  EXPECT_EQ(held.use_count(), 4) << "the pass holds a lent chunk's memory until its copies land";
+  std::vector<float> async(chunked.size());
+  lent->run(q.data(), async.data());
+  EXPECT_EQ(held.use_count(), 1);
+  EXPECT_TRUE(cuda::test::same_bits(async, first3));
 }
 
 TEST(cuda_attention_backend, threads_running_passes_at_once_get_the_bits_of_passes_one_by_one) {
@@ -161,7 +173,7 @@ TEST(cuda_attention_backend, rows_over_a_cache_get_the_bits_of_a_staged_pass_and
     be->attend_cached(cache, 1, kHeads, seqs, n_ctx, 0.125f, q.data(), cached.data());
     const size_t blocks = blocks_for(*std::max_element(n_ctx.begin(), n_ctx.end()));
     auto pass = be->begin(kHeads, cache.view(1, s), n_ctx, blocks, 0.125f);
-    pass->add(0, n_ctx.size(), cache.view(1, s), 0, blocks);
+    pass->add(0, n_ctx.size(), cache.view(1, s), 0, blocks, nullptr);
     pass->run(q.data(), staged.data());
     EXPECT_TRUE(cuda::test::same_bits(cached, staged)) << what;
   };
@@ -189,7 +201,7 @@ TEST(cuda_attention_backend, a_row_whose_blocks_were_not_staged_or_a_pass_sized_
   const auto q = cuda::test::random_floats(rng, kHeads * kHeadDim, -1.f, 1.f);
   std::vector<float> out(kHeads * kHeadDim);
   auto pass = be->begin(kHeads, kv.view(kv.table_a), n_ctx, 7, 0.125f);
-  pass->add(0, 1, kv.view(kv.table_a), 0, 3);  // 7 blocks needed, 3 staged
+  pass->add(0, 1, kv.view(kv.table_a), 0, 3, nullptr);  // 7 blocks needed, 3 staged
   try {
     pass->run(q.data(), out.data());
     FAIL() << "expected an error";
@@ -198,7 +210,7 @@ TEST(cuda_attention_backend, a_row_whose_blocks_were_not_staged_or_a_pass_sized_
   }
   auto small = be->begin(kHeads, kv.view(kv.table_a), n_ctx, 2, 0.125f);
   try {
-    small->add(0, 1, kv.view(kv.table_a), 0, 7);
+    small->add(0, 1, kv.view(kv.table_a), 0, 7, nullptr);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("sized for"), std::string::npos) << e.what();

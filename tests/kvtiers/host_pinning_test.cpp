@@ -1,7 +1,9 @@
 // kvtiers/host_pinning.hpp: the staging buffers verify passes read full-tier chunks
-// into are offered to the installed pinner when allocated (grown, replaced) and
-// taken back before they are freed, each by the pinner that took it; with none
-// installed nothing is offered, and the tiers work the same either way.
+// into, and the host tier's own chunks (which it lends to passes in place), are
+// offered to the installed pinner when allocated (grown, replaced) and taken back
+// before they are freed, each by the pinner that took it -- a lent chunk only once
+// its last loan is returned; with none installed nothing is offered, and the tiers
+// work the same either way.
 #include "kvtiers/host_pinning.hpp"
 
 #include <gtest/gtest.h>
@@ -114,6 +116,29 @@ TEST(host_pinning, a_full_tier_reads_the_same_bytes_into_pinned_staging) {
     return bytes;
   };
   EXPECT_EQ(read_back(true), read_back(false));
+}
+
+TEST(host_pinning, the_host_tiers_chunks_are_pinned_while_held_or_lent_and_unpinned_before_their_free) {
+  auto pinner = std::make_shared<RecordingPinner>();
+  Installed scope(pinner);
+  const KvCacheConfig c = config();  // 16 positions per block
+  HostFullTier tier(c, /*chunk_blocks=*/2);
+  tier.create(5);
+  std::vector<float> k(2 * 16, 1.f), v(2 * 16, -1.f);
+  for (size_t pos = 0; pos < 64; ++pos)  // 4 blocks: 2 chunks
+    for (size_t l = 0; l < 2; ++l) tier.write(5, l, pos, k.data(), v.data());
+  EXPECT_EQ(pinner->live.size(), 2u) << "one pin per chunk";
+  for (const auto& [p, bytes] : pinner->live) EXPECT_EQ(bytes, tier.bytes_allocated() / 2);
+  {
+    ASSERT_TRUE(tier.lend_blocks(5, 1, 2, 2).has_value());
+    const FullTier::LentBlocks lent = tier.lend_blocks(5, 1, 2, 2).value();  // the second chunk
+    tier.release(5);
+    EXPECT_EQ(pinner->live.size(), 1u) << "the lent chunk stays pinned while lent";
+    EXPECT_NE(lent.k, nullptr);
+  }
+  EXPECT_TRUE(pinner->live.empty());
+  EXPECT_EQ(pinner->pins, 2u);
+  EXPECT_EQ(pinner->unknown_unpins, 0u);
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ namespace {
 class HostStagingAttention final : public AttentionBackend {
  public:
   std::atomic<size_t> passes{0}, chunked_passes{0}, rows{0}, cached_rows{0}, view_rows{0},
-      packed_prefixes{0}, view_passes{0}, view_layer_copies{0}, blocks_read{0}, blocks_copied{0}, tail_blocks_copied{0};
+      packed_prefixes{0}, view_passes{0}, view_layer_copies{0}, blocks_read{0}, blocks_copied{0}, tail_blocks_copied{0},
+      deferred_adds{0};
 
   // Rows over a cache read this backend's copy of it, refreshed through KvMirror
   // as the CUDA backend refreshes its device copy: a block the mirror fails to name
@@ -132,8 +133,13 @@ class HostStagingAttention final : public AttentionBackend {
       for (const int32_t n : n_ctx_) stride_ = std::max(stride_, (size_t(n) + shape.block_tokens - 1) / shape.block_tokens);
       tables_.assign(n_ctx_.size() * std::max<size_t>(stride_, 1), -1);
     }
-    void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end) override {
+    // Block tables are read at once (the caller's, reused after release), the
+    // bytes of lent blocks (keep set) only in run(), as a device's copies land
+    // after add returns: lent memory freed or rewritten meanwhile would show.
+    void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
+             std::shared_ptr<const void> keep) override {
       ++adds_;
+      if (keep != nullptr) ++owner_.deferred_adds;
       b_end = std::min(b_end, stride_);
       for (size_t j = b_begin; j < b_end; ++j) {
         if (used_ == max_blocks_) throw Error("more blocks than the pass was sized for");
@@ -141,13 +147,25 @@ class HostStagingAttention final : public AttentionBackend {
         if (p < 0) throw Error("a released block");
         const auto* hk = static_cast<const std::byte*>(kv.k) + size_t(p) * block_bytes_;
         const auto* hv = static_cast<const std::byte*>(kv.v) + size_t(p) * block_bytes_;
-        k_.insert(k_.end(), hk, hk + block_bytes_);
-        v_.insert(v_.end(), hv, hv + block_bytes_);
+        k_.resize(k_.size() + block_bytes_), v_.resize(v_.size() + block_bytes_);
+        if (keep != nullptr) {
+          deferred_.push_back({used_, hk, hv});
+        } else {
+          std::memcpy(k_.data() + used_ * block_bytes_, hk, block_bytes_);
+          std::memcpy(v_.data() + used_ * block_bytes_, hv, block_bytes_);
+        }
         for (size_t r = r0; r < r1; ++r) tables_[r * stride_ + j] = int32_t(used_);
         ++used_;
       }
+      if (keep != nullptr) keeps_.push_back(std::move(keep));
     }
     void run(const float* q, float* out) override {
+      for (const Deferred& d : deferred_) {
+        std::memcpy(k_.data() + d.slot * block_bytes_, d.k, block_bytes_);
+        std::memcpy(v_.data() + d.slot * block_bytes_, d.v, block_bytes_);
+      }
+      deferred_.clear();
+      keeps_.clear();
       ++owner_.passes;
       if (adds_ > 1) ++owner_.chunked_passes;
       owner_.rows += n_ctx_.size();
@@ -171,6 +189,12 @@ class HostStagingAttention final : public AttentionBackend {
     size_t block_bytes_, stride_ = 0, used_ = 0, adds_ = 0;
     std::vector<std::byte> k_, v_;
     std::vector<int32_t> tables_;
+    struct Deferred {
+      size_t slot;
+      const std::byte *k, *v;
+    };
+    std::vector<Deferred> deferred_;
+    std::vector<std::shared_ptr<const void>> keeps_;
   };
 
   // Its copies, as a device's memory: what Model::device_bytes() reports.
@@ -281,6 +305,7 @@ TEST(attention_backend, a_model_attending_through_a_backend_gives_the_cpu_models
   // row read it (decode steps read every block, and write one).
   EXPECT_GT(backend->passes.load(), 0u);
   EXPECT_GT(backend->chunked_passes.load(), 0u);
+  EXPECT_GT(backend->deferred_adds.load(), 0u);  // lent chunks, copied after add() returned
   EXPECT_GT(backend->cached_rows.load(), 0u);
   EXPECT_GT(backend->view_rows.load(), 0u);  // draft rows over views
   EXPECT_GT(backend->packed_prefixes.load(), 0u);  // quantized views' sides among them
@@ -342,6 +367,9 @@ TEST(attention_backend, a_batched_verify_pass_through_a_backend_gives_each_reque
                              want.rows_k.size() * sizeof(float))) << what;
   }
   EXPECT_GT(backend->chunked_passes.load(), 0u);
+  // Chunks the host tier lent in place were copied after add() returned, as a
+  // device copies them, and still held the bytes the CPU pass read.
+  EXPECT_GT(backend->deferred_adds.load(), 0u);
 }
 
 TEST(attention_backend, with_backends_refuses_a_model_already_placed) {
