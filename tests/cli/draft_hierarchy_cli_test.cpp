@@ -1,6 +1,7 @@
 // `vericache generate` with the n-gram drafting level and with threshold
 // selection, as a user runs it: same ids and logprobs as full mode, the per-level
-// and achieved-ratio figures in --json, one-line errors for bad values.
+// and achieved-ratio figures in --json, one-line errors for bad values; and `bench
+// acceptance --thresholds`, each threshold beside ratio rows at its achieved ratio.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -75,6 +76,37 @@ TEST(cli_threshold, threshold_selection_stays_exact_and_reports_the_achieved_rat
   EXPECT_EQ(full["output_logprobs"].dump(), j["output_logprobs"].dump());
   EXPECT_EQ(j["stats"]["compression"]["selection"], "threshold");
   EXPECT_GE(j["stats"]["compression"]["achieved_ratio"].get<double>(), 1.0);
+}
+
+TEST(cli_threshold, bench_acceptance_puts_each_threshold_beside_ratio_rows_at_the_ratio_it_achieved) {
+  const std::string base =
+      "bench acceptance --compressor snapkv --thresholds 0.2 1 --keep-recent 32 --drafts 8 "
+      "--steps 16 --max-prompt-tokens 400 --json";
+  const auto r = run_vericache(base, false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["outputs_differing_from_full"], 0);
+  const auto& rows = j["rows"];
+  ASSERT_EQ(rows.size(), 4u) << "no fixed-ratio rows without --ratios: " << rows.dump();
+  double last = 0;
+  for (size_t i = 0; i < 4; i += 2) {
+    const std::string tau = i == 0 ? "0.2" : "1";
+    EXPECT_EQ(rows[i]["selection"], "threshold " + tau);
+    EXPECT_EQ(rows[i + 1]["selection"], "ratio as " + tau);
+    const double by_threshold = rows[i]["achieved_ratio"].get<double>();
+    const double by_ratio = rows[i + 1]["achieved_ratio"].get<double>();
+    EXPECT_GT(by_threshold, 1.0) << tau;
+    EXPECT_NEAR(by_ratio, by_threshold, 0.1 * by_threshold) << "matched per prompt, threshold " << tau;
+    EXPECT_GT(by_threshold, last) << "a higher threshold drops more";
+    last = by_threshold;
+  }
+  const auto with_ratio = run_vericache(base + " --ratios 4", false);
+  ASSERT_EQ(with_ratio.code, 0) << with_ratio.out;
+  const auto j2 = nlohmann::json::parse(with_ratio.out);
+  const auto& rows2 = j2["rows"];
+  ASSERT_EQ(rows2.size(), 5u);
+  EXPECT_EQ(rows2[0]["selection"], "ratio 4");
+  EXPECT_NEAR(rows2[0]["achieved_ratio"].get<double>(), 4.0, 0.4);
 }
 
 TEST(cli_threshold, a_method_without_scores_or_a_bad_threshold_is_a_one_line_error) {
