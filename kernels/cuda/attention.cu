@@ -18,6 +18,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/dtype_load.cuh"
 #include "kernels/cuda/exp_approx.cuh"
+#include "kernels/cuda/smem_limit.cuh"
 #include "kernels/cuda/warp_scores.cuh"
 
 namespace vc::cuda {
@@ -179,11 +180,9 @@ namespace {
 
 template <DType T>
 cudaError_t launch_chunks(const ChunkArgs& a, size_t M, size_t smem, cudaStream_t stream) {
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        attention_chunk_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-  }
+  const cudaError_t e =
+      raise_dynamic_smem_limit(reinterpret_cast<const void*>(attention_chunk_kernel<T>), smem);
+  if (e != cudaSuccess) return e;
   const dim3 grid{unsigned(M), unsigned(a.kv.kv_heads), unsigned(a.n_chunks)};
   attention_chunk_kernel<T><<<grid, kThreads, smem, stream>>>(a);
   return cudaGetLastError();
@@ -229,8 +228,10 @@ cudaError_t launch_attention_rows(const float* q, size_t M, size_t n_heads, cons
   }
   const dim3 grid{unsigned(M), unsigned(n_heads)};
   const unsigned threads = D >= 128 ? 128u : unsigned((D + 31) / 32 * 32);
-  attention_merge_kernel<<<grid, threads, 0, stream>>>(kv.n_ctx, n_heads, D, chunk, n_chunks,
-                                                       part_o, part_ml, out);
+  // With no chunk written (max_ctx 0), rows merge none: zeros, whatever their n_ctx.
+  attention_merge_kernel<<<grid, threads, 0, stream>>>(kv.n_ctx, n_heads, D, chunk,
+                                                       kv.max_ctx > 0 ? n_chunks : 0, part_o,
+                                                       part_ml, out);
   return cudaGetLastError();
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention_mixed.cuh"
 #include "kernels/cuda/dtype_load.cuh"
 #include "kernels/cuda/exp_approx.cuh"
+#include "kernels/cuda/smem_limit.cuh"
 #include "kernels/cuda/warp_scores.cuh"
 
 namespace vc::cuda {
@@ -367,11 +368,8 @@ cudaError_t launch_attention_rows_mixed(const float* q, size_t M, size_t n_heads
     const MixedArgs a{q, n_heads, kv, scale, n_chunks, part_o, part_ml};
     const dim3 grid{unsigned(M), unsigned(kv.kv_heads), unsigned(n_chunks)};
     auto launch = [&](auto kernel) {
-      if (smem > 48 * 1024) {
-        const cudaError_t e =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        if (e != cudaSuccess) return e;
-      }
+      const cudaError_t e = raise_dynamic_smem_limit(reinterpret_cast<const void*>(kernel), smem);
+      if (e != cudaSuccess) return e;
       kernel<<<grid, kThreads, smem, stream>>>(a);
       return cudaGetLastError();
     };
@@ -394,8 +392,10 @@ cudaError_t launch_attention_rows_mixed(const float* q, size_t M, size_t n_heads
   }
   const dim3 grid{unsigned(M), unsigned(n_heads)};
   const unsigned threads = D >= 128 ? 128u : unsigned((D + 31) / 32 * 32);
-  attention_mixed_merge_kernel<<<grid, threads, 0, stream>>>(kv, n_heads, n_chunks, part_o, part_ml,
-                                                             out);
+  // With no chunk written (max_entries 0), rows merge none: zeros.
+  attention_mixed_merge_kernel<<<grid, threads, 0, stream>>>(kv, n_heads,
+                                                             kv.max_entries > 0 ? n_chunks : 0,
+                                                             part_o, part_ml, out);
   return cudaGetLastError();
 }
 

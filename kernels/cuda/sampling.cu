@@ -61,6 +61,8 @@ static __global__ void __launch_bounds__(kThreads)
     // Rounded product, then the difference (no FMA): the CPU's expression.
     const double score =
         greedy ? v : __dsub_rn(__dmul_rn(v, inv_t), log(-log(gumbel_uniform(sd, pos, int32_t(i)))));
+    // A sampled score of -inf never wins (the CPU's strict >: no candidate, -1).
+    if (!greedy && score == -INFINITY) continue;
     if (beats(score, int32_t(i), best, best_id)) best = score, best_id = int32_t(i);
   }
   s_score[threadIdx.x] = best;

@@ -18,7 +18,8 @@ namespace vc::cuda {
 
 /// Launches one thread block per row on `stream` (asynchronous). Device arrays:
 /// logits[M, vocab]; temperature[M] (<= 0: greedy), seed[M], position[M] (the
-/// position the token will occupy); tokens[M] out (-1 when no logit is a number);
+/// position the token will occupy); tokens[M] out (-1 when no logit is a number,
+/// or, sampling, none gives a finite score: where the CPU sampler throws);
 /// logprobs[M] out (may be nullptr). Returns the launch status (cudaSuccess for
 /// M == 0; cudaErrorInvalidValue for vocab == 0 or above 2^31).
 cudaError_t launch_sample_rows(const float* logits, size_t M, size_t vocab,
