@@ -35,6 +35,14 @@
 #   machine set it and GPU_CHECK_SECONDS higher), GPU_CHECK_SECONDS=460
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The sources the prebuilt binaries are built from, as one hash (the GPU machine's
+# copy of the tree may not be a git checkout): --prepare records it, the check
+# compares, so binaries older than the tree are not run as if they were its own.
+source_hash() {
+  (cd "$root" && find actors kernels kvtiers runtime topology tests tools -type f \
+    \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt \) |
+    LC_ALL=C sort | xargs sha1sum | sha1sum | cut -c1-16)
+}
 
 if [ "${1:-}" = "--prepare" ]; then
   src=/usr/src/googletest
@@ -57,6 +65,7 @@ if [ "${1:-}" = "--prepare" ]; then
     commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
     git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
     echo "$commit" >"$pre/commit"
+    source_hash >"$pre/sources"
     echo "gpu-check: test_runtime, test_actors and vericache of $commit with $(ls "$pre/lib" | wc -l) libraries in $pre ($(du -sh "$pre" | cut -f1))"
   else
     echo "gpu-check: no CUDA build in build/ (tools/setup.sh with nvcc): the runtime step will be skipped"
@@ -151,7 +160,7 @@ test_bin=$build/tests/test_cuda
 bench_bin=$build/tools/cuda_bench/vc_cuda_bench
 
 # --- is there a GPU? -------------------------------------------------------------
-probe=$("$bench_bin" --probe 2>&1)
+probe=$(timeout 60 "$bench_bin" --probe 2>&1)
 probe_rc=$?
 if [ $probe_rc -ne 0 ]; then
   finish no_gpu 2 "no GPU: ${probe#no GPU: }"
@@ -177,6 +186,9 @@ cat "$out/bench.log"
 pre=$root/.gpu-deps/prebuilt
 if [ ! -x "$pre/bin/test_runtime" ]; then
   runtime_note="no .gpu-deps/prebuilt (tools/gpu-check.sh --prepare after a CUDA build, and carry .gpu-deps)"
+  echo "$runtime_note" >"$out/runtime.log"
+elif [ "$(cat "$pre/sources" 2>/dev/null)" != "$(source_hash)" ]; then
+  runtime_note="skipped: .gpu-deps/prebuilt ($(cat "$pre/commit" 2>/dev/null || echo unknown)) was built from other sources than this tree's (rebuild build/, then tools/gpu-check.sh --prepare)"
   echo "$runtime_note" >"$out/runtime.log"
 else
   runtime_note="prebuilt at $(cat "$pre/commit" 2>/dev/null || echo unknown), checked tree at $commit"

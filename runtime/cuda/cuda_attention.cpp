@@ -225,10 +225,13 @@ class CudaAttention final : public AttentionBackend {
                               ? rope_table(ctx, plan->rope_inv_freq, hd, plan->max_rope_position)
                               : nullptr;
       std::vector<std::shared_ptr<ViewLayerCopy>> held;  // alive until the pass is done
+      const CompressedView* held_view = nullptr;  // held.back()'s (a view's heads are consecutive)
       for (size_t i = 0; i < plan->prefixes.size(); ++i) {
         const ViewRowsPlan::Prefix& p = plan->prefixes[i];
-        if (held.empty() || held.back()->view_id != p.view->id() || p.view->id() == 0)
+        if (held.empty() || p.view != held_view) {  // (by object: a moved-from view has id 0)
           held.push_back(view_copies_.get(name_, ctx.stage, ctx.stream, *plan, i, row_bytes));
+          held_view = p.view;
+        }
         const ViewLayerCopy& vc = *held.back();
         const ViewLayerCopy::Head& h = vc.heads.at(p.head);
         at_k[i] = h.k, at_v[i] = h.v;
@@ -355,7 +358,13 @@ class CudaAttention final : public AttentionBackend {
       }
       fn(*ctx, static_cast<const void*>(dk), static_cast<const void*>(dv));
     } catch (...) {
-      forget(cache.id());  // its copy may be part-written: rebuilt on the next call
+      // The copy may be part-written, and its blocks already count as current: a
+      // thread waiting on `hold` with this mirror would read them. Settle the
+      // stream, mark every block stale, and drop the mirror (rebuilt on next use).
+      if (ctx->stream != nullptr) (void)cudaStreamSynchronize(ctx->stream);
+      (void)cudaGetLastError();
+      mirror->blocks = std::make_unique<KvMirror>(cache);
+      forget(cache.id());
       give_back(std::move(ctx));
       throw;
     }
@@ -479,6 +488,7 @@ CudaPass::CudaPass(CudaAttention& owner, std::unique_ptr<PassContext> ctx, size_
 }
 
 CudaPass::~CudaPass() {
+  (void)cudaSetDevice(owner_.index());  // the calling thread's current device may be another
   if (ctx_->stream != nullptr) cudaStreamSynchronize(ctx_->stream);
   owner_.give_back(std::move(ctx_));
 }
@@ -495,11 +505,15 @@ void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin,
   if (kv.dtype != shape_.dtype || kv.block_tokens != shape_.block_tokens ||
       kv.kv_heads != shape_.kv_heads || kv.head_dim != shape_.head_dim)
     throw Error("device " + owner_.name() + ": KV blocks of another shape than the pass's");
+  check(cudaSetDevice(owner_.index()), "cudaSetDevice");  // per call: another thread may add
   b_end = std::min(b_end, stride_);  // blocks past every row's context: nobody reads them
   if (b_end <= b_begin) return;
   if (used_ + (b_end - b_begin) > max_blocks_)
     throw Error("device " + owner_.name() + ": more KV blocks added than the pass was sized for (" +
                 std::to_string(max_blocks_) + ")");
+  // Held from before the first copy: a throw below leaves copies in flight.
+  const bool lent = keep != nullptr;
+  if (lent) keeps_.push_back(std::move(keep));
   auto* dk = static_cast<std::byte*>(ctx_->k.get());
   auto* dv = static_cast<std::byte*>(ctx_->v.get());
   const auto* hk = static_cast<const std::byte*>(kv.k);
@@ -525,10 +539,7 @@ void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin,
     used_ += n;
     j = e;
   }
-  if (keep != nullptr) {  // lent blocks stay put: their copies run on behind the next chunk's
-    keeps_.push_back(std::move(keep));
-    return;
-  }
+  if (lent) return;  // lent blocks stay put: their copies run on behind the next chunk's
   // The caller may reuse the host blocks once this returns.
   check(cudaStreamSynchronize(ctx_->stream), "the attention's copy stream");
 }
@@ -536,6 +547,7 @@ void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin,
 void CudaPass::run(const float* q, float* out) {
   const size_t M = n_ctx_.size();
   if (M == 0) return;
+  check(cudaSetDevice(owner_.index()), "cudaSetDevice");
   const size_t bt = shape_.block_tokens;
   for (size_t m = 0; m < M; ++m) {
     const size_t need = (size_t(n_ctx_[m]) + bt - 1) / bt;

@@ -11,7 +11,12 @@
 
 namespace vc::cuda_backend {
 
+/// `e` in words. Every failure the backends handle (and throw for) is named here,
+/// so this also clears the calling thread's last-error slot: a handled failure
+/// (an allocation too big for one request) must not come back as the error of the
+/// thread's next kernel launch, whose launcher returns cudaGetLastError().
 inline std::string cuda_error(cudaError_t e) {
+  (void)cudaGetLastError();
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 

@@ -114,6 +114,10 @@ TEST(cuda_attention_backend, a_row_gives_the_same_bits_alone_among_other_rows_an
   EXPECT_TRUE(cuda::test::same_bits(chunked, first3));
   // The same chunks as a host tier lends them (keep set: copied without waiting,
   // the stream synchronized before the kernel), the keeps dropped once run returns.
+  // Pinned, as the host tier's chunks are, so the copies really are asynchronous.
+  for (const auto* buf : {&kv.k, &kv.v})
+    ASSERT_EQ(cudaHostRegister(const_cast<uint8_t*>(buf->data()), buf->size(), cudaHostRegisterPortable),
+              cudaSuccess);
   auto held = std::make_shared<int>(0);
   auto lent = be->begin(kHeads, kv.view(kv.table_a), ctx_a, blocks, 0.125f);
   lent->add(0, 3, kv.view(kv.table_a), 0, 5, held);
@@ -124,6 +128,7 @@ TEST(cuda_attention_backend, a_row_gives_the_same_bits_alone_among_other_rows_an
   lent->run(q.data(), async.data());
   EXPECT_EQ(held.use_count(), 1);
   EXPECT_TRUE(cuda::test::same_bits(async, first3));
+  for (const auto* buf : {&kv.k, &kv.v}) EXPECT_EQ(cudaHostUnregister(const_cast<uint8_t*>(buf->data())), cudaSuccess);
 }
 
 TEST(cuda_attention_backend, threads_running_passes_at_once_get_the_bits_of_passes_one_by_one) {
