@@ -345,6 +345,7 @@ void SchedulerCore::on_drafted(DraftBlock& b) {
     s.drafter_passes += b.levels.drafter_passes;
     s.ngram_proposed += b.levels.ngram_proposed;
     s.ngram_confirmed += b.levels.ngram_confirmed;
+    s.ngram_seconds += b.levels.ngram_seconds;
   }
   if (c->cf_predrafting) {  // compressed first: drafted from the guess; held for now
     if (c->predraft.empty()) {  // the block from the guess: its verify needs

@@ -258,7 +258,12 @@ std::vector<DraftBlock> DraftBatcher::step() {
     if (r.want == 0) continue;
     const CompressedView* view = r.view ? &*r.view : nullptr;
     std::vector<int32_t> g;
-    if (!r.block.final) g = next_proposal(r.spec.draft_hierarchy, r.spec.ngram, r.context, r.want);
+    if (!r.block.final && r.spec.draft_hierarchy != DraftHierarchy::none) {  // (none: no lookup)
+      const auto t_lookup = std::chrono::steady_clock::now();
+      g = next_proposal(r.spec.draft_hierarchy, r.spec.ngram, r.context, r.want);
+      r.block.levels.ngram_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_lookup).count();
+    }
     first_row.push_back(rows.size());
     const std::vector<int32_t> toks = draft_pass_rows(r.cur, g);
     for (size_t i = 0; i < toks.size(); ++i)

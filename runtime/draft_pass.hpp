@@ -39,6 +39,7 @@ struct DraftLevelStats {
   size_t ngram_accepted = 0;   ///< of those, accepted by the verifier
   size_t drafter_passes = 0;   ///< forward passes of the compressed-KV drafter
   size_t drafter_own = 0;      ///< drafts the drafter drew itself (not proposals)
+  double ngram_seconds = 0;    ///< the n-gram level's cost: its context lookups
 
   DraftLevelStats& operator+=(const DraftLevelStats& o) {
     ngram_proposed += o.ngram_proposed;
@@ -46,6 +47,7 @@ struct DraftLevelStats {
     ngram_accepted += o.ngram_accepted;
     drafter_passes += o.drafter_passes;
     drafter_own += o.drafter_own;
+    ngram_seconds += o.ngram_seconds;
     return *this;
   }
 };

@@ -127,8 +127,13 @@ void Generator::decode_verified(Request& rq) {
     }
     while (drafts.size() < L) {
       const size_t at = p0 + drafts.size();  // tok's position
-      const std::vector<int32_t> g =
-          next_proposal(opt.draft_hierarchy, opt.ngram, context, L - drafts.size());
+      std::vector<int32_t> g;
+      if (opt.draft_hierarchy != DraftHierarchy::none) {  // (none: no lookup)
+        const auto t_lookup = std::chrono::steady_clock::now();
+        g = next_proposal(opt.draft_hierarchy, opt.ngram, context, L - drafts.size());
+        st.levels.ngram_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_lookup).count();
+      }
       const std::vector<int32_t> toks = draft_pass_rows(tok, g);
       rows.clear();
       for (size_t i = 0; i < toks.size(); ++i)

@@ -163,6 +163,7 @@ struct RequestStats {
   /// compressed-KV drafter kept, those the verifier then accepted; the drafter's
   /// forward passes (without the n-gram level: one per draft).
   size_t ngram_proposed = 0, ngram_confirmed = 0, ngram_accepted = 0, drafter_passes = 0;
+  double ngram_seconds = 0;  ///< the n-gram level's cost: its context lookups
   /// verify_seconds: its share of each verify pass (a pass shared by n requests
   /// counts 1/n of its time for each).
   double queue_seconds = 0, prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;

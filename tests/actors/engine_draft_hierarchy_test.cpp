@@ -75,6 +75,9 @@ TEST(engine_draft_hierarchy, concurrent_ngram_requests_match_full_decoding_bit_f
     EXPECT_LE(r.stats.ngram_confirmed, r.stats.ngram_proposed);
     if (reqs[i].draft_hierarchy == "none") {
       EXPECT_EQ(r.stats.ngram_proposed, 0u);
+      EXPECT_EQ(r.stats.ngram_seconds, 0.0) << "no level, no lookups";
+    } else if (r.stats.ngram_proposed > 0) {
+      EXPECT_GT(r.stats.ngram_seconds, 0.0) << "the level's cost: its lookups took time";
     }
     ngram_accepted += r.stats.ngram_accepted;
   }

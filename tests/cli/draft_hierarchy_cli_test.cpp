@@ -39,6 +39,8 @@ TEST(cli_draft_hierarchy, ngram_level_prints_the_ids_of_full_mode_and_stats_per_
     EXPECT_GT(l["ngram"]["proposed"].get<int>(), 0) << l.dump();
     EXPECT_GE(l["ngram"]["proposed"].get<int>(), l["ngram"]["kept_by_drafter"].get<int>());
     EXPECT_GE(l["ngram"]["kept_by_drafter"].get<int>(), l["ngram"]["accepted_by_verifier"].get<int>());
+    EXPECT_GT(l["ngram"]["seconds"].get<double>(), 0.0) << "the level's cost: its lookups took time";
+    EXPECT_LT(l["ngram"]["seconds"].get<double>(), l["drafter"]["seconds"].get<double>()) << l.dump();
     EXPECT_EQ(l["verifier"]["accepted"], v["accepted_tokens"]);
   }
 }

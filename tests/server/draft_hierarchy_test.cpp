@@ -50,6 +50,7 @@ TEST(serve_draft_hierarchy, ngram_requests_give_generates_text_and_report_the_le
   EXPECT_LE(v["ngram_confirmed"].get<size_t>(), v["ngram_proposed"].get<size_t>());
   EXPECT_LE(v["ngram_accepted"].get<size_t>(), v["ngram_confirmed"].get<size_t>());
   EXPECT_GT(v["drafter_passes"].get<size_t>(), 0u);
+  EXPECT_GT(v["ngram_seconds"].get<double>(), 0.0) << v;
   // Without the level: generate's text too, and no n-gram figures.
   const json none = complete(server, body(json::object()));
   EXPECT_EQ(none["choices"][0]["text"], generate_json(kGenerate)["text"]);

@@ -80,6 +80,7 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
       j["ngram_proposed"] = s.ngram_proposed;
       j["ngram_confirmed"] = s.ngram_confirmed;
       j["ngram_accepted"] = s.ngram_accepted;
+      j["ngram_seconds"] = s.ngram_seconds;
       j["drafter_passes"] = s.drafter_passes;
     }
   }

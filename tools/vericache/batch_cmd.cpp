@@ -164,7 +164,8 @@ json stats_json(const vericache::Request& q, const vericache::RequestStats& s,
         {"draft_hierarchy", q.draft_hierarchy},
         {"levels", {{"ngram", {{"proposed", s.ngram_proposed},
                                {"kept_by_drafter", s.ngram_confirmed},
-                               {"accepted_by_verifier", s.ngram_accepted}}},
+                               {"accepted_by_verifier", s.ngram_accepted},
+                               {"seconds", s.ngram_seconds}}},
                     {"drafter", {{"passes", s.drafter_passes}}}}}};
   }
   if (s.remote) {

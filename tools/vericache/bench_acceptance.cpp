@@ -137,6 +137,7 @@ int run_acceptance(const AcceptanceArgs& a) {
                     {"ngram_proposed", levels.ngram_proposed},
                     {"ngram_kept_by_drafter", levels.ngram_confirmed},
                     {"ngram_accepted_by_verifier", levels.ngram_accepted},
+                    {"ngram_seconds", levels.ngram_seconds},
                     {"tokens_per_round", double(emitted) / double(rounds)},
                     {"accepted_per_round", double(accepted) / double(rounds)},
                     {"acceptance_rate", drafted ? double(accepted) / double(drafted) : 0.0},
