@@ -59,8 +59,9 @@ class DeviceMem {
 /// and bf16 values (so timings are not those of zeros).
 void fill_device(void* p, size_t bytes);
 
-/// Mean seconds per call of `launch(i)` for i = 0 .. reps-1 on the default stream,
-/// after `warmup` untimed calls; `launch` returns the launcher's cudaError_t.
+/// Mean seconds per call of `launch(i)` for i = warmup .. warmup+reps-1 on the default
+/// stream, after `warmup` untimed calls (i = 0 .. warmup-1); `launch` returns the
+/// launcher's cudaError_t.
 template <class F>
 double time_calls(F&& launch, int warmup, int reps);
 

@@ -88,7 +88,8 @@ void bench_attention(Report& r, bool quick) {
                                      out.as<float>(), work.as<float>(), ws, nullptr);
       };
       const double sec = time_calls(call, 2, quick ? 10 : 30);
-      const double bytes = 2.0 * double(ctx) * kKvHeads * kHeadDim * 2;  // K + V, read once
+      // K + V read once, the queries read and the outputs written (f32).
+      const double bytes = 2.0 * double(ctx) * kKvHeads * kHeadDim * 2 + 2.0 * double(M * kHeads * kHeadDim * 4);
       const std::string name = "ctx " + std::to_string(ctx) + (M == 1 ? " decode" : " verify");
       r.rows.push_back({"attention", name, M, bytes, sec, bytes / (r.d2d_gbps * 1e9)});
 

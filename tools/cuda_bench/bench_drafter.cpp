@@ -3,8 +3,9 @@
 // kept per KV head, bf16), and quantized 4x (every position as KIVI's 4-bit codes:
 // keys per channel in groups of 32 tokens, values per token, fp16 zeros and scales,
 // dequantized in the kernel), plus a 64-position tail, for batches of draft rows of
-// different requests. The roofline counts the prefix's bytes as held and the tail
-// once per row.
+// different requests. The roofline counts the prefix's bytes as held, the tail once
+// per row, and the queries and outputs. Each case's data is held in several copies,
+// rotated call by call, so that the timed calls read HBM, not L2 (50-60 MB).
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -20,6 +21,11 @@ namespace {
 constexpr size_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlockTokens = 16, kTail = 64;
 constexpr size_t kRatio = 4;
 
+// Copies of a case's `bytes` so that the rotation covers at least 256 MiB.
+size_t copies_for(size_t bytes) {
+  return std::clamp<size_t>((size_t(256) << 20) / std::max<size_t>(bytes, 1) + 1, 1, 64);
+}
+
 }  // namespace
 
 void bench_drafter(Report& r, bool quick) {
@@ -34,16 +40,19 @@ void bench_drafter(Report& r, bool quick) {
       const size_t prefix_bytes = M * kKvHeads * kept * row_bytes;
       const size_t tail_blocks = kTail / kBlockTokens;
       const size_t tail_bytes = M * tail_blocks * kKvHeads * kBlockTokens * row_bytes;
-      DeviceMem pk(prefix_bytes), pv(prefix_bytes), k(tail_bytes), v(tail_bytes);
-      fill_device(pk.get(), prefix_bytes);
-      fill_device(pv.get(), prefix_bytes);
-      fill_device(k.get(), tail_bytes);
-      fill_device(v.get(), tail_bytes);
-      std::vector<const void*> kp, vp;
-      for (size_t i = 0; i < M * kKvHeads; ++i) {
-        kp.push_back(pk.as<char>() + i * kept * row_bytes);
-        vp.push_back(pv.as<char>() + i * kept * row_bytes);
-      }
+      const size_t copies = copies_for(2 * (prefix_bytes + tail_bytes));
+      DeviceMem pk(copies * prefix_bytes), pv(copies * prefix_bytes), k(copies * tail_bytes),
+          v(copies * tail_bytes);
+      fill_device(pk.get(), copies * prefix_bytes);
+      fill_device(pv.get(), copies * prefix_bytes);
+      fill_device(k.get(), copies * tail_bytes);
+      fill_device(v.get(), copies * tail_bytes);
+      std::vector<const void*> kp, vp;  // [copies][M * kv_heads]
+      for (size_t c = 0; c < copies; ++c)
+        for (size_t i = 0; i < M * kKvHeads; ++i) {
+          kp.push_back(pk.as<char>() + c * prefix_bytes + i * kept * row_bytes);
+          vp.push_back(pv.as<char>() + c * prefix_bytes + i * kept * row_bytes);
+        }
       // Logical blocks below ctx are never read (the view covers them): map all to 0.
       const size_t stride = (ctx + kTail + kBlockTokens - 1) / kBlockTokens;
       std::vector<int32_t> tables(M * stride, 0), counts(M * kKvHeads, int32_t(kept));
@@ -83,12 +92,23 @@ void bench_drafter(Report& r, bool quick) {
       kv.max_entries = kept + kTail;
       const size_t ws = attention_mixed_workspace_floats(M, kHeads, kHeadDim, kv.max_entries);
       DeviceMem work(ws * 4);
-      auto call = [&](int) {
-        return launch_attention_rows_mixed(q.as<float>(), M, kHeads, kv, 0.08838835f,
-                                           out.as<float>(), work.as<float>(), ws, nullptr);
+      const size_t heads = M * kKvHeads;
+      auto kv_for = [&](size_t c) {  // copy c of the case's data
+        MixedKvRows x = kv;
+        x.prefix_k = static_cast<const void* const*>(dkp.get()) + c * heads;
+        x.prefix_v = static_cast<const void* const*>(dvp.get()) + c * heads;
+        x.k = k.as<char>() + c * tail_bytes;
+        x.v = v.as<char>() + c * tail_bytes;
+        return x;
+      };
+      auto call = [&](int i) {
+        return launch_attention_rows_mixed(q.as<float>(), M, kHeads, kv_for(size_t(i) % copies),
+                                           0.08838835f, out.as<float>(), work.as<float>(), ws,
+                                           nullptr);
       };
       const double sec = time_calls(call, 2, quick ? 10 : 30);
-      const double bytes = 2.0 * double(prefix_bytes + tail_bytes);
+      const double q_out = 2.0 * double(M * kHeads * kHeadDim * 4);
+      const double bytes = 2.0 * double(prefix_bytes + tail_bytes) + q_out;
       r.rows.push_back({"drafter", "ctx " + std::to_string(ctx) + " kept 1/4 + tail 64", M, bytes,
                         sec, bytes / (r.d2d_gbps * 1e9)});
 
@@ -97,10 +117,11 @@ void bench_drafter(Report& r, bool quick) {
       const size_t code_bytes = ctx * kHeadDim / 2;
       const size_t k_params = (ctx + 31) / 32 * kHeadDim, v_params = ctx;  // fp16 each
       const size_t side_bytes = code_bytes + 2 * 2 * std::max(k_params, v_params);
-      DeviceMem qbuf(2 * M * kKvHeads * side_bytes);
-      fill_device(qbuf.get(), 2 * M * kKvHeads * side_bytes);
-      std::vector<QuantPrefixSide> qk, qvs;
-      for (size_t i = 0; i < M * kKvHeads; ++i) {
+      const size_t qcopies = copies_for(2 * heads * side_bytes + 2 * tail_bytes);
+      DeviceMem qbuf(qcopies * 2 * heads * side_bytes);
+      fill_device(qbuf.get(), qcopies * 2 * heads * side_bytes);
+      std::vector<QuantPrefixSide> qk, qvs;  // [qcopies][M * kv_heads]
+      for (size_t i = 0; i < qcopies * heads; ++i) {
         for (int side = 0; side < 2; ++side) {
           const char* base = qbuf.as<char>() + (2 * i + size_t(side)) * side_bytes;
           QuantPrefixSide s;
@@ -131,14 +152,19 @@ void bench_drafter(Report& r, bool quick) {
       kq.max_entries = ctx + kTail;
       const size_t wq = attention_mixed_workspace_floats(M, kHeads, kHeadDim, kq.max_entries);
       DeviceMem qwork(wq * 4);
-      auto qcall = [&](int) {
-        return launch_attention_rows_mixed(q.as<float>(), M, kHeads, kq, 0.08838835f,
+      auto qcall = [&](int i) {
+        MixedKvRows x = kq;
+        x.prefix_quant_k = dqk.as<QuantPrefixSide>() + (size_t(i) % qcopies) * heads;
+        x.prefix_quant_v = dqv.as<QuantPrefixSide>() + (size_t(i) % qcopies) * heads;
+        x.k = k.as<char>() + (size_t(i) % copies) * tail_bytes;
+        x.v = v.as<char>() + (size_t(i) % copies) * tail_bytes;
+        return launch_attention_rows_mixed(q.as<float>(), M, kHeads, x, 0.08838835f,
                                            out.as<float>(), qwork.as<float>(), wq, nullptr);
       };
       const double qsec = time_calls(qcall, 2, quick ? 10 : 30);
       const double held = double(M * kKvHeads) * 2.0 * double(code_bytes) +
                           double(M * kKvHeads) * 2.0 * 2.0 * double(k_params + v_params);
-      const double qbytes = held + 2.0 * double(tail_bytes);
+      const double qbytes = held + 2.0 * double(tail_bytes) + q_out;
       r.rows.push_back({"drafter", "ctx " + std::to_string(ctx) + " KIVI 4-bit codes + tail 64", M,
                         qbytes, qsec, qbytes / (r.d2d_gbps * 1e9)});
     }

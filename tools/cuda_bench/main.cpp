@@ -107,10 +107,20 @@ int run(int argc, char** argv) {
   }
   std::printf("GPU: %s\n", r.device.c_str());
   if (probe_only) return 0;
-  bench_copies(r, quick);
-  bench_gemm(r, quick);
-  bench_attention(r, quick);
-  bench_drafter(r, quick);
+  bench_copies(r, quick);  // the roofline the others are held against: a failure here ends the run
+  // A failing group (a CUDA error, out of memory at a large case) is a failed check;
+  // the groups after it still run, and the table and JSON keep what was measured.
+  const std::pair<const char*, void (*)(Report&, bool)> groups[] = {
+      {"gemm", bench_gemm}, {"attention", bench_attention}, {"drafter", bench_drafter}};
+  for (const auto& [name, fn] : groups) {
+    try {
+      fn(r, quick);
+    } catch (const std::exception& e) {
+      (void)cudaGetLastError();
+      r.checks.push_back({std::string(name) + " group ran to the end", false, e.what()});
+      std::fprintf(stderr, "vc_cuda_bench: %s: %s\n", name, e.what());
+    }
+  }
   print_table(r);
   if (!json.empty()) write_json(r, json);
   for (const Check& c : r.checks)
