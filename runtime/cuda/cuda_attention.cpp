@@ -440,20 +440,33 @@ class CudaAttention final : public AttentionBackend {
 
   /// The copy of `cache`, made (empty) on first use; copies of caches that are
   /// gone are freed here.
+  // Copies of caches that are gone are freed after `mu_` is let go: cudaFree waits
+  // for the whole device, and other threads' passes need `mu_` meanwhile.
   std::shared_ptr<Mirror> mirror_of(const PagedKvCache& cache) {
+    std::vector<std::shared_ptr<Mirror>> dropped;
     std::lock_guard lock(mu_);
-    for (auto it = mirrors_.begin(); it != mirrors_.end();)
-      it = it->second->blocks->expired() ? mirrors_.erase(it) : std::next(it);
+    for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+      if (!it->second->blocks->expired()) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(std::move(it->second));
+      it = mirrors_.erase(it);
+    }
     if (const auto it = mirrors_.find(cache.id()); it != mirrors_.end()) return it->second;
     auto fresh = std::make_shared<Mirror>();  // empty: grown by the passes that read it
     fresh->blocks = std::make_unique<KvMirror>(cache);
     mirrors_.emplace(cache.id(), fresh);
     return fresh;
-  }
+  }  // (`lock` is released before `dropped` is destroyed: declared after it)
 
   void forget(uint64_t cache_id) {
+    std::shared_ptr<Mirror> dropped;  // freed once `mu_` is let go
     std::lock_guard lock(mu_);
-    mirrors_.erase(cache_id);
+    if (const auto it = mirrors_.find(cache_id); it != mirrors_.end()) {
+      dropped = std::move(it->second);
+      mirrors_.erase(it);
+    }
   }
 
   int index_;

@@ -56,9 +56,18 @@ class ViewCopies {
     const CompressedView& view = *plan.prefixes[first].view;
     std::shared_ptr<ViewLayerCopy> copy;
     {
+      // Copies of views that are gone are freed once `mu_` is let go (cudaFree waits
+      // for the whole device): `dropped` is destroyed after `lock`.
+      std::vector<std::shared_ptr<ViewLayerCopy>> dropped;
       std::lock_guard lock(mu_);
-      for (auto it = copies_.begin(); it != copies_.end();)
-        it = it->second->alive.expired() ? copies_.erase(it) : std::next(it);
+      for (auto it = copies_.begin(); it != copies_.end();) {
+        if (!it->second->alive.expired()) {
+          ++it;
+          continue;
+        }
+        dropped.push_back(std::move(it->second));
+        it = copies_.erase(it);
+      }
       const auto key = std::pair{view.id(), plan.layer};
       if (const auto it = copies_.find(key); view.id() != 0 && it != copies_.end()) {
         copy = it->second;
