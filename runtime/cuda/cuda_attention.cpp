@@ -1,10 +1,10 @@
 // The CUDA AttentionBackend. Rows over the paged cache attend over a copy of the
-// cache in device memory, one per cache, kept current block by block (KvMirror:
-// only blocks written since their last copy go up again). Rows over a full tier's
-// streamed chunks attend over a pass that copies the blocks its rows read into a
-// device pool of its own (runs of consecutive blocks in one copy each; blocks a
-// host tier lends in place, pinned, are copied without waiting, the stream
-// synchronized once before the kernel, staged ones before their buffer is reused). Both launch
+// cache in device memory, one per cache, kept current block by block (cache_copies.hpp).
+// Rows over a full tier's streamed chunks attend over a pass that copies the blocks
+// its rows read into a device pool of its own (runs of consecutive blocks in one
+// copy each; blocks a host tier lends in place, pinned, are copied without waiting,
+// the stream synchronized once before the kernel; staged ones before their buffer
+// is reused). Both launch
 // the batch-invariant paged attention kernel (kernels/cuda/attention.cuh) on a
 // stream of the calling thread's own context; queries go up and outputs come back
 // with every launch. Draft rows over compressed views (attend_views) read their
@@ -21,7 +21,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/row_transforms.hpp"
@@ -34,6 +33,7 @@
 #include "kvtiers/kv_mirror.hpp"
 #include "kvtiers/packed_kv.hpp"
 #include "runtime/attention_backend.hpp"
+#include "runtime/cuda/cache_copies.hpp"
 #include "runtime/cuda/cuda_host_pinner.hpp"
 #include "runtime/cuda/device_buffer.hpp"
 #include "runtime/cuda/packed_side_staging.hpp"
@@ -43,6 +43,8 @@
 namespace vc {
 namespace {
 
+using cuda_backend::CacheCopies;
+using cuda_backend::CacheCopy;
 using cuda_backend::cuda_error;
 using cuda_backend::DeviceBuffer;
 using cuda_backend::CudaHostPinner;
@@ -330,7 +332,7 @@ class CudaAttention final : public AttentionBackend {
   void with_cache_copy(const PagedKvCache& cache, size_t layer, std::span<const int32_t> needed,
                        Fn&& fn) {
     const KvCacheConfig& cfg = cache.config();
-    const std::shared_ptr<Mirror> mirror = mirror_of(cache);
+    const std::shared_ptr<CacheCopy> mirror = cache_copies_.of(cache);
     std::lock_guard hold(mirror->mu);
     std::unique_ptr<PassContext> ctx = take_context();
     try {
@@ -342,7 +344,7 @@ class CudaAttention final : public AttentionBackend {
       const size_t block_bytes = cfg.kv_heads * cfg.block_tokens * cfg.head_dim * dtype_size(cfg.dtype);
       int32_t top = -1;
       for (const int32_t b : needed) top = std::max(top, b);
-      grow(*mirror, cfg, size_t(top + 1), ctx->stream);
+      mirror->grow(name_, cfg, size_t(top + 1), ctx->stream);
       auto* dk = static_cast<std::byte*>(mirror->storage.get()) + layer * 2 * mirror->layer_bytes;
       auto* dv = dk + mirror->layer_bytes;
       const auto* hk = static_cast<const std::byte*>(host.k);
@@ -364,7 +366,7 @@ class CudaAttention final : public AttentionBackend {
       if (ctx->stream != nullptr) (void)cudaStreamSynchronize(ctx->stream);
       (void)cudaGetLastError();
       mirror->blocks = std::make_unique<KvMirror>(cache);
-      forget(cache.id());
+      cache_copies_.forget(cache.id());
       give_back(std::move(ctx));
       throw;
     }
@@ -387,10 +389,8 @@ class CudaAttention final : public AttentionBackend {
   [[nodiscard]] const std::string& name() const { return name_; }
 
   [[nodiscard]] size_t device_bytes() const override {
+    size_t bytes = cache_copies_.bytes() + view_copies_.bytes();
     std::lock_guard lock(mu_);
-    size_t bytes = 0;
-    for (const auto& [id, m] : mirrors_) bytes += m->bytes.load();
-    bytes += view_copies_.bytes();
     for (const auto& c : free_)  // passes' buffers not in use
       for (const DeviceBuffer* b : {&c->k, &c->v, &c->q, &c->out, &c->tables, &c->n_ctx, &c->workspace,
                                     &c->ptrs, &c->counts, &c->tail_begin, &c->quant, &c->rope})
@@ -399,81 +399,11 @@ class CudaAttention final : public AttentionBackend {
   }
 
  private:
-  /// A cache's copy in device memory: all its layers' K and V, as the host lays
-  /// them out ([layers][K, V][held * block bytes]), for blocks [0, held), and what
-  /// is current. It grows with the highest block a pass reads (the pool hands out
-  /// low ids first and reuses freed ones first), so it holds about the blocks in use,
-  /// not the cache's whole capacity.
-  struct Mirror {
-    std::mutex mu;  // one pass at a time over a copy
-    std::unique_ptr<KvMirror> blocks;
-    DeviceBuffer storage;
-    size_t held = 0;         // blocks the copy has room for
-    size_t layer_bytes = 0;  // held * block bytes
-    std::atomic<size_t> bytes{0};  // storage's, for device_bytes() without `mu`
-  };
-
-  /// Makes room in `m` for blocks [0, need) (at least doubling, at most the cache's
-  /// capacity), keeping what it holds: a new buffer, each layer's K and V copied
-  /// over on the device.
-  void grow(Mirror& m, const KvCacheConfig& cfg, size_t need, cudaStream_t stream) {
-    if (need <= m.held) return;
-    const size_t block_bytes = cfg.kv_heads * cfg.block_tokens * cfg.head_dim * dtype_size(cfg.dtype);
-    const size_t held = std::min(cfg.num_blocks, std::max({need, 2 * m.held, size_t(64)}));
-    const size_t layer_bytes = held * block_bytes, bytes = layer_bytes * 2 * cfg.num_layers;
-    DeviceBuffer bigger;
-    if (const cudaError_t e = bigger.reserve(bytes); e != cudaSuccess)
-      throw Error("device " + name_ + ": the KV cache's copy (" + std::to_string(held) + " blocks, " +
-                  std::to_string(bytes >> 20) + " MiB) does not fit in its memory: " + cuda_error(e));
-    for (size_t i = 0; i < 2 * cfg.num_layers && m.held > 0; ++i) {  // [layer][K, V] regions
-      const cudaError_t e = cudaMemcpyAsync(static_cast<std::byte*>(bigger.get()) + i * layer_bytes,
-                                            static_cast<const std::byte*>(m.storage.get()) + i * m.layer_bytes,
-                                            m.layer_bytes, cudaMemcpyDeviceToDevice, stream);
-      if (e != cudaSuccess) throw Error("device " + name_ + ": growing the KV cache's copy: " + cuda_error(e));
-    }
-    if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
-      throw Error("device " + name_ + ": growing the KV cache's copy: " + cuda_error(e));
-    m.storage = std::move(bigger);
-    m.held = held, m.layer_bytes = layer_bytes;
-    m.bytes = m.storage.bytes();
-  }
-
-  /// The copy of `cache`, made (empty) on first use; copies of caches that are
-  /// gone are freed here.
-  // Copies of caches that are gone are freed after `mu_` is let go: cudaFree waits
-  // for the whole device, and other threads' passes need `mu_` meanwhile.
-  std::shared_ptr<Mirror> mirror_of(const PagedKvCache& cache) {
-    std::vector<std::shared_ptr<Mirror>> dropped;
-    std::lock_guard lock(mu_);
-    for (auto it = mirrors_.begin(); it != mirrors_.end();) {
-      if (!it->second->blocks->expired()) {
-        ++it;
-        continue;
-      }
-      dropped.push_back(std::move(it->second));
-      it = mirrors_.erase(it);
-    }
-    if (const auto it = mirrors_.find(cache.id()); it != mirrors_.end()) return it->second;
-    auto fresh = std::make_shared<Mirror>();  // empty: grown by the passes that read it
-    fresh->blocks = std::make_unique<KvMirror>(cache);
-    mirrors_.emplace(cache.id(), fresh);
-    return fresh;
-  }  // (`lock` is released before `dropped` is destroyed: declared after it)
-
-  void forget(uint64_t cache_id) {
-    std::shared_ptr<Mirror> dropped;  // freed once `mu_` is let go
-    std::lock_guard lock(mu_);
-    if (const auto it = mirrors_.find(cache_id); it != mirrors_.end()) {
-      dropped = std::move(it->second);
-      mirrors_.erase(it);
-    }
-  }
-
   int index_;
   std::string name_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<PassContext>> free_;
-  std::unordered_map<uint64_t, std::shared_ptr<Mirror>> mirrors_;  // by cache id
+  CacheCopies cache_copies_;
   ViewCopies view_copies_;
 };
 
