@@ -16,16 +16,8 @@
 namespace vc {
 namespace {
 
-KvCacheConfig config() {
-  KvCacheConfig c;
-  c.num_layers = 2;
-  c.kv_heads = 2;
-  c.head_dim = 16;
-  c.block_tokens = 4;
-  c.num_blocks = 64;
-  c.dtype = DType::bf16;
-  return c;
-}
+// 2 layers, 2 KV heads of 16 dims, blocks of 4 positions, bf16.
+KvCacheConfig config() { return KvCacheConfig{2, 2, 16, 4, 64, DType::bf16, false}; }
 
 // Writes n random positions of every layer of request `id`.
 void fill(FullTier& tier, uint64_t id, size_t n, uint32_t seed) {
