@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "actors/net_fetcher.hpp"
 #include "actors/protocol.hpp"
@@ -25,6 +28,8 @@
 #include "runtime/tp_comm.hpp"
 #include "runtime/tp_draft_batcher.hpp"
 #include "runtime/tp_verifier.hpp"
+#include "runtime/device.hpp"
+#include "topology/binding.hpp"
 #include "topology/hwloc_topology.hpp"
 #include "topology/placement_binder.hpp"
 
@@ -65,6 +70,64 @@ struct Engine::Impl {
 };
 
 namespace {
+
+// EngineConfig::placement "auto": each rank's host full tier allocates its chunks on
+// one NUMA node -- the GPU's, when the model runs on one the topology knows (by its
+// PCI address), else the rank's node in the plan -- after a probe page bound there
+// lands there. One line per host tier (the disk tier reads into staging buffers).
+std::vector<PlacementLine> place_full_tiers(const std::vector<std::unique_ptr<FullTier>>& tiers,
+                                            const std::shared_ptr<HwlocTopology>& topo,
+                                            const Topology& seen, const Placement& plan,
+                                            const Device& device) {
+  std::vector<PlacementLine> lines;
+  for (size_t r = 0; r < tiers.size(); ++r) {
+    auto* host = dynamic_cast<HostFullTier*>(tiers[r].get());
+    if (host == nullptr) continue;
+    PlacementLine line{"full tier rank " + std::to_string(r), false, ""};
+    std::optional<unsigned> node;
+    std::string whose;
+    if (!device.is_cpu()) {
+      const std::string bus = cuda_pci_bus_id(device.index);
+      const Gpu* gpu = bus.empty() ? nullptr : seen.gpu_at(bus);
+      if (gpu != nullptr && !gpu->pci.numa.empty()) {
+        node = gpu->pci.numa.front();
+        whose = device.str() + "'s, PCI " + bus;
+      } else {
+        whose = (bus.empty() ? device.str() + "'s PCI address unknown"
+                             : "PCI " + bus + " not in the topology") + "; ";
+      }
+    }
+    if (!node && r < plan.shards.size()) {
+      node = plan.shards[r].numa;
+      whose += "the rank's";
+    }
+    if (!node) {
+      line.detail = "not bound: no NUMA node for it (" + whose + ")";
+      lines.push_back(line);
+      continue;
+    }
+    void* probe = nullptr;
+    std::string err = posix_memalign(&probe, 4096, 4096) == 0 ? bind_area(*topo, probe, 4096, *node)
+                                                              : "cannot allocate a probe page";
+    std::vector<unsigned> landed;
+    if (err.empty()) {
+      std::memset(probe, 0, 4096);
+      landed = area_nodes(*topo, probe, 4096);
+    }
+    std::free(probe);
+    if (!err.empty()) {
+      line.detail = "not bound: " + err;
+    } else {
+      const unsigned n = *node;
+      host->set_memory_placer([topo, n](void* p, size_t bytes) { (void)bind_area(*topo, p, bytes, n); });
+      line.applied = landed == std::vector<unsigned>{n};
+      line.detail = "chunks bound to node P#" + std::to_string(n) + " (" + whose + "); a probe page landed on P#" +
+                    (landed.empty() ? std::string("?") : std::to_string(landed.front()));
+    }
+    lines.push_back(line);
+  }
+  return lines;
+}
 
 Result failed_result(uint64_t id, const std::string& error) {
   Result r;
@@ -125,15 +188,18 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
                 " with tp > 1: tensor-parallel ranks run on the CPU only (for now)");
   if (cfg.placement != "none" && cfg.placement != "auto")
     throw Error("EngineConfig.placement: expected none or auto, got '" + cfg.placement + "'");
-  // Used only while the actors bind their threads, at the end of the constructor.
-  std::unique_ptr<HwlocTopology> topology;
+  // Used while the actors bind their threads, at the end of the constructor, and by
+  // the host tiers' memory placers (which hold it).
+  std::shared_ptr<HwlocTopology> topology;
   std::shared_ptr<PlacementBinder> binder;
+  Topology seen;  // this machine, GPUs included
   if (cfg.placement == "auto") {
     try {  // the plan first: a degree the machine cannot place fails before any actor
-      topology = std::make_unique<HwlocTopology>();
+      topology = std::make_shared<HwlocTopology>();
       // The ranks compute on the CPU (only a tp-1 engine's weight products can go to
       // a GPU): plan CPU ranks, whatever GPUs the machine has.
-      Topology cpu_ranks = topology->read();
+      seen = topology->read();
+      Topology cpu_ranks = seen;
       cpu_ranks.gpus.clear();
       cpu_ranks.links.clear();
       binder = std::make_shared<PlacementBinder>(*topology, plan_placement(cpu_ranks, size_t(cfg.tp)));
@@ -194,6 +260,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
           kvc, LayerStreamer::host_tier_chunk_blocks(cfg.stage_positions, kvc.block_tokens)));
     m.tiers.back()->set_capacity_bytes(cfg.full_tier_bytes);
   }
+  if (binder) m.placement = place_full_tiers(m.tiers, topology, seen, binder->plan(), device);
   if (!cfg.remote_url.empty()) {
     if (cfg.remote_fetchers < 1)
       throw Error("EngineConfig.remote_fetchers: must be at least 1, got " +

@@ -20,10 +20,12 @@ size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 // so that a device copies lent blocks from it by DMA (cudaHostRegister pins it in
 // place); zeroed, so that contents never depend on what the allocator handed back,
 // before it is pinned (pinning commits every page anyway).
-std::byte* host_alloc(size_t bytes) {
+// `place` (may be empty) sees the memory before its first touch.
+std::byte* host_alloc(size_t bytes, const std::function<void(void*, size_t)>& place) {
   void* p = nullptr;
   if (posix_memalign(&p, kTierAlign, bytes) != 0)
     throw Error("HostFullTier: cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+  if (place) place(p, bytes);
   std::memset(p, 0, bytes);
   pin_host(p, bytes);
   return static_cast<std::byte*>(p);
@@ -339,6 +341,11 @@ HostFullTier::HostFullTier(const KvCacheConfig& cfg, size_t chunk_blocks)
 
 HostFullTier::~HostFullTier() { close_all(); }
 
+void HostFullTier::set_memory_placer(std::function<void(void*, size_t)> placer) {
+  std::lock_guard<std::mutex> lock(placer_mu_);
+  placer_ = std::move(placer);
+}
+
 std::unique_ptr<FullTier::Slot> HostFullTier::open_slot(uint64_t id, size_t capacity_blocks) {
   auto s = std::make_unique<HostSlot>();
   ensure_blocks(id, *s, capacity_blocks);
@@ -347,8 +354,14 @@ std::unique_ptr<FullTier::Slot> HostFullTier::open_slot(uint64_t id, size_t capa
 
 void HostFullTier::ensure_blocks(uint64_t /*id*/, Slot& s, size_t n_blocks) {
   auto& h = static_cast<HostSlot&>(s);
+  if (h.chunks.size() * chunk_blocks_ >= n_blocks) return;
+  std::function<void(void*, size_t)> place;
+  {
+    std::lock_guard<std::mutex> lock(placer_mu_);
+    place = placer_;
+  }
   while (h.chunks.size() * chunk_blocks_ < n_blocks) {
-    h.chunks.emplace_back(host_alloc(chunk_bytes()), host_free);
+    h.chunks.emplace_back(host_alloc(chunk_bytes(), place), host_free);
     allocated_ += chunk_bytes();
   }
 }

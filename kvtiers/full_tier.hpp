@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -260,6 +261,11 @@ class HostFullTier final : public FullTier {
   [[nodiscard]] std::string_view kind() const override { return "host"; }
   /// Bytes of host memory allocated for every request (whole chunks).
   [[nodiscard]] size_t bytes_allocated() const { return allocated_; }
+  /// Places each chunk allocated from now on: called with its memory, page-aligned
+  /// and not yet touched, before it is zeroed (so a NUMA binding decides where its
+  /// pages land: the engine binds them to the GPU's node, or the rank's). Must not
+  /// throw. Null: where the allocating thread's memory policy puts them.
+  void set_memory_placer(std::function<void(void*, size_t)> placer);
 
  private:
   struct HostSlot;
@@ -277,6 +283,8 @@ class HostFullTier final : public FullTier {
 
   size_t chunk_blocks_;
   size_t allocated_ = 0;
+  std::mutex placer_mu_;  // guards placer_ (set from another thread than the allocating one)
+  std::function<void(void*, size_t)> placer_;
 };
 
 /// Full tier on disk: one file per request, `<private dir>/req-<id>.kv`, where the

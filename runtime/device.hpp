@@ -20,4 +20,8 @@ struct Device {
 /// throws vc::Error naming the text and what is accepted.
 [[nodiscard]] Device parse_device(std::string_view text);
 
+/// The PCI address of CUDA device `index` as the CUDA runtime writes it
+/// ("0000:18:00.0"), or "" when this build has no CUDA or the device cannot say.
+[[nodiscard]] std::string cuda_pci_bus_id(int index);
+
 }  // namespace vc

@@ -34,6 +34,23 @@ NumaBuffer::~NumaBuffer() {
   if (data_ != nullptr) hwloc_free(topo_, data_, bytes_);
 }
 
+std::vector<unsigned> area_nodes(const HwlocTopology& topo, const void* p, size_t bytes) {
+  HwlocBitmap set;
+  if (hwloc_get_area_memlocation(topo.handle(), p, bytes, set.b, HWLOC_MEMBIND_BYNODESET) != 0) return {};
+  return bitmap_indexes(set.b);
+}
+
+std::string bind_area(const HwlocTopology& topo, void* p, size_t bytes, unsigned numa_os_index) {
+  if (!topo.is_this_system()) return "not this machine's topology";
+  hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(topo.handle(), numa_os_index);
+  if (node == nullptr) return "no NUMA node P#" + std::to_string(numa_os_index);
+  if (hwloc_set_area_membind(topo.handle(), p, bytes, node->nodeset, HWLOC_MEMBIND_BIND,
+                             HWLOC_MEMBIND_BYNODESET) != 0)
+    return "hwloc_set_area_membind to node P#" + std::to_string(numa_os_index) + ": " +
+           std::strerror(errno);
+  return "";
+}
+
 std::vector<unsigned> NumaBuffer::nodes() const {
   HwlocBitmap set;
   if (hwloc_get_area_memlocation(topo_, data_, bytes_, set.b, HWLOC_MEMBIND_BYNODESET) != 0) return {};

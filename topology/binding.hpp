@@ -14,6 +14,15 @@ namespace vc {
 /// Binds the calling thread to `pus` (OS indexes). Returns "" or why it did not bind.
 [[nodiscard]] std::string bind_this_thread(const HwlocTopology& topo, const std::vector<unsigned>& pus);
 
+/// Binds host memory [p, p + bytes) that is not yet touched (page-aligned) to NUMA
+/// node `numa_os_index` (hwloc_set_area_membind, BIND): its pages land there when
+/// first written. Returns "" or why it did not bind (a recorded topology, no such
+/// node, hwloc's refusal).
+[[nodiscard]] std::string bind_area(const HwlocTopology& topo, void* p, size_t bytes,
+                                    unsigned numa_os_index);
+/// The NUMA nodes (OS indexes) hwloc reports the touched pages of [p, p + bytes) on.
+[[nodiscard]] std::vector<unsigned> area_nodes(const HwlocTopology& topo, const void* p, size_t bytes);
+
 /// Host memory bound to one NUMA node (hwloc_alloc_membind, BIND policy). The
 /// full tier's shard of a rank lives in one.
 class NumaBuffer {

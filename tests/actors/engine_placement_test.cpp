@@ -82,7 +82,16 @@ TEST(engine_placement, binds_every_ranks_threads_where_the_plan_puts_them_and_de
     ASSERT_TRUE(want.ok) << want.error;
   }
   Engine engine(config(2, "auto"));
-  const auto& lines = engine.placement();
+  const auto& all = engine.placement();
+  // First each rank's host full tier: its chunks bound to the rank's node (CPU ranks).
+  ASSERT_GE(all.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(all[r].what, "full tier rank " + std::to_string(r));
+    EXPECT_TRUE(all[r].applied) << all[r].detail;
+    EXPECT_NE(all[r].detail.find("chunks bound to node P#"), std::string::npos) << all[r].detail;
+    EXPECT_NE(all[r].detail.find("the rank's"), std::string::npos) << all[r].detail;
+  }
+  const std::vector<vericache::PlacementLine> lines(all.begin() + 2, all.end());
   const std::vector<std::string> expected = {"drafter rank 0", "verifier rank 0", "mover rank 0",
                                              "drafter rank 1", "verifier rank 1", "mover rank 1"};
   ASSERT_EQ(lines.size(), expected.size());
@@ -122,7 +131,7 @@ TEST(engine_placement, binds_each_net_fetchers_rank_threads_near_the_nic) {
   c.remote_fetchers = 2;
   Engine engine(c);
   const auto& lines = engine.placement();
-  ASSERT_EQ(lines.size(), 7u);  // drafter, verifier, mover of each rank; the fetchers
+  ASSERT_EQ(lines.size(), 9u);  // each rank's full tier; its drafter, verifier, mover; the fetchers
   EXPECT_EQ(lines.back().what, "fetcher");
   EXPECT_TRUE(lines.back().applied) << lines.back().detail;
   // Two fetchers, each with a thread per rank (rank 0's is the actor's own).

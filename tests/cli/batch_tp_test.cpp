@@ -116,11 +116,11 @@ TEST(cli_batch_tp, placement_auto_binds_every_rank_logs_where_and_decodes_as_unb
   const auto bound = vc::test::run_vericache(
       "--log-level info batch --tp 2 --placement auto" + io + (d.path / "b.jsonl").string(), true);
   ASSERT_EQ(bound.code, 0) << bound.out;
-  for (const char* actor : {"drafter rank 0", "verifier rank 0", "mover rank 0", "drafter rank 1",
-                            "verifier rank 1", "mover rank 1"})
+  for (const char* actor : {"full tier rank 0", "full tier rank 1", "drafter rank 0", "verifier rank 0",
+                            "mover rank 0", "drafter rank 1", "verifier rank 1", "mover rank 1"})
     EXPECT_NE(bound.out.find(std::string("[info] placement: ") + actor + ": "), std::string::npos)
         << actor << "\n" << bound.out;
-  EXPECT_NE(bound.out.find("placement: 6 of 6 actors bound as planned"), std::string::npos) << bound.out;
+  EXPECT_NE(bound.out.find("placement: 8 of 8 bound as planned"), std::string::npos) << bound.out;
   const auto a = read_results(d.path / "a.jsonl"), b = read_results(d.path / "b.jsonl");
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);

@@ -99,6 +99,32 @@ TEST(lent_blocks, a_loan_keeps_its_chunk_after_the_request_is_truncated_or_relea
   EXPECT_EQ(std::memcmp(lent.k, want.data(), 2 * bb), 0);
 }
 
+TEST(lent_blocks, the_host_tier_hands_each_new_chunk_page_aligned_to_its_placer) {
+  const KvCacheConfig c = config();
+  HostFullTier tier(c, /*chunk_blocks=*/2);
+  std::vector<std::pair<void*, size_t>> placed;
+  std::vector<bool> aligned;
+  tier.set_memory_placer([&](void* p, size_t bytes) {
+    placed.emplace_back(p, bytes);
+    aligned.push_back(reinterpret_cast<uintptr_t>(p) % 4096 == 0);
+  });
+  tier.create(1);
+  fill(tier, 1, 20, 4);  // 5 blocks: 3 chunks
+  ASSERT_EQ(placed.size(), 3u);
+  for (size_t i = 0; i < placed.size(); ++i) {
+    EXPECT_EQ(placed[i].second, tier.bytes_allocated() / 3) << "a whole chunk";
+    EXPECT_TRUE(aligned[i]) << "page-aligned";
+  }
+  // The chunks placed are the ones lent: their bytes are the tier's.
+  const auto lent = tier.lend_blocks(1, 0, 2, 2);
+  ASSERT_TRUE(lent.has_value());
+  EXPECT_TRUE(lent->k >= static_cast<const std::byte*>(placed[1].first) &&
+              lent->k < static_cast<const std::byte*>(placed[1].first) + placed[1].second);
+  tier.set_memory_placer(nullptr);
+  fill(tier, 1, 28, 5);  // (rewrites 0..19, adds 2 blocks: one more chunk, not placed)
+  EXPECT_EQ(placed.size(), 3u);
+}
+
 TEST(lent_blocks, unknown_requests_and_layers_are_errors_naming_them) {
   HostFullTier tier(config());
   tier.create(1);

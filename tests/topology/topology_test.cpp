@@ -36,6 +36,21 @@ TEST(topology, reads_two_sockets_and_their_gpus_from_a_recorded_xml) {
   EXPECT_NEAR(t.gpus[0].pci.link_gbytes_s, 63.0, 0.1);
 }
 
+TEST(topology, finds_a_gpu_by_the_bus_id_cuda_writes_in_any_case) {
+  const Topology t = read("two_h100_nvl");
+  ASSERT_NE(t.gpu_at("0000:98:00.0"), nullptr);
+  EXPECT_EQ(t.gpu_at("0000:98:00.0"), &t.gpus[1]);
+  EXPECT_EQ(t.gpu_at("0000:98:00.0")->pci.numa, (std::vector<unsigned>{1}));
+  const Topology dgx = read("eight_gpu_dgx_like");
+  for (const Gpu& g : dgx.gpus) {
+    std::string upper = g.pci.bus_id;  // cudaDeviceGetPCIBusId writes hex digits upper case
+    for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_EQ(dgx.gpu_at(upper), &g) << upper;
+  }
+  EXPECT_EQ(t.gpu_at("0000:99:00.0"), nullptr);
+  EXPECT_EQ(t.gpu_at(""), nullptr);
+}
+
 TEST(topology, takes_nvlink_from_the_recorded_distances_matrix) {
   const Topology t = read("two_h100_nvl");
   EXPECT_EQ(t.link(0, 1), LinkClass::nvlink);

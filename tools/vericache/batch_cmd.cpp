@@ -240,7 +240,8 @@ void print_summary(const BatchArgs& a, size_t requests, size_t ok, size_t tokens
   if (!placement.empty()) {
     size_t bound = 0;
     for (const auto& l : placement) bound += l.applied ? 1 : 0;
-    std::cerr << fmt::format("placement: {} of {} actors bound as planned (--log-level info: where)\n",
+    std::cerr << fmt::format("placement: {} of {} bound as planned (actors' threads, full tiers' "
+                             "memory; --log-level info: where)\n",
                              bound, placement.size());
   }
 }
