@@ -34,10 +34,18 @@ NumaBuffer::~NumaBuffer() {
   if (data_ != nullptr) hwloc_free(topo_, data_, bytes_);
 }
 
-std::vector<unsigned> area_nodes(const HwlocTopology& topo, const void* p, size_t bytes) {
+namespace {
+
+std::vector<unsigned> nodes_of(hwloc_topology_t topo, const void* p, size_t bytes) {
   HwlocBitmap set;
-  if (hwloc_get_area_memlocation(topo.handle(), p, bytes, set.b, HWLOC_MEMBIND_BYNODESET) != 0) return {};
+  if (hwloc_get_area_memlocation(topo, p, bytes, set.b, HWLOC_MEMBIND_BYNODESET) != 0) return {};
   return bitmap_indexes(set.b);
+}
+
+}  // namespace
+
+std::vector<unsigned> area_nodes(const HwlocTopology& topo, const void* p, size_t bytes) {
+  return nodes_of(topo.handle(), p, bytes);
 }
 
 std::string bind_area(const HwlocTopology& topo, void* p, size_t bytes, unsigned numa_os_index) {
@@ -51,11 +59,7 @@ std::string bind_area(const HwlocTopology& topo, void* p, size_t bytes, unsigned
   return "";
 }
 
-std::vector<unsigned> NumaBuffer::nodes() const {
-  HwlocBitmap set;
-  if (hwloc_get_area_memlocation(topo_, data_, bytes_, set.b, HWLOC_MEMBIND_BYNODESET) != 0) return {};
-  return bitmap_indexes(set.b);
-}
+std::vector<unsigned> NumaBuffer::nodes() const { return nodes_of(topo_, data_, bytes_); }
 
 std::vector<AppliedPlace> apply_placement(const HwlocTopology& topo, const Placement& p,
                                           size_t shard_probe_bytes) {

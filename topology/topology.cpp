@@ -69,14 +69,14 @@ std::string canonical_bus_id(const std::string& bus_id) {
 }
 
 const Gpu* Topology::gpu_at(std::string_view bus_id) const {
-  auto lower = [](std::string_view v) {
-    std::string out(v);
-    for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-  };
-  const std::string want = lower(bus_id);
+  std::string want;
+  try {
+    want = canonical_bus_id(std::string(bus_id));
+  } catch (const Error&) {  // not a PCI address: no GPU there
+    return nullptr;
+  }
   for (const Gpu& g : gpus)
-    if (lower(g.pci.bus_id) == want) return &g;
+    if (canonical_bus_id(g.pci.bus_id) == want) return &g;
   return nullptr;
 }
 

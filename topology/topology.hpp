@@ -73,8 +73,8 @@ struct Topology {
   std::string links_from;        // "NVML", "recorded NVLinkBandwidth + PCI tree", "PCI tree"
 
   [[nodiscard]] LinkClass link(size_t a, size_t b) const { return links[a * gpus.size() + b]; }
-  /// The GPU at PCI address `bus_id` ("0000:18:00.0"; any case, as CUDA or hwloc
-  /// writes it), or null.
+  /// The GPU at PCI address `bus_id` (any form canonical_bus_id reads: "0000:18:00.0",
+  /// CUDA's upper case, "18:00.0"), or null.
   [[nodiscard]] const Gpu* gpu_at(std::string_view bus_id) const;
   /// The NUMA node with OS index `os` (throws vc::Error when absent).
   [[nodiscard]] const NumaNode& node(unsigned os) const;

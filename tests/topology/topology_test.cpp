@@ -47,8 +47,10 @@ TEST(topology, finds_a_gpu_by_the_bus_id_cuda_writes_in_any_case) {
     for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
     EXPECT_EQ(dgx.gpu_at(upper), &g) << upper;
   }
+  EXPECT_EQ(t.gpu_at("98:00.0"), &t.gpus[1]) << "the domain left out";
   EXPECT_EQ(t.gpu_at("0000:99:00.0"), nullptr);
   EXPECT_EQ(t.gpu_at(""), nullptr);
+  EXPECT_EQ(t.gpu_at("not a bus id"), nullptr);
 }
 
 TEST(topology, takes_nvlink_from_the_recorded_distances_matrix) {
