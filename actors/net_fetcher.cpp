@@ -25,7 +25,8 @@ RemoteFetch fetch_every_rank(const std::vector<std::shared_ptr<RemoteTier>>& rem
       for (; created < d; ++created) tiers[created]->create(m.id, m.create_positions);
     std::vector<RemoteFetch> got(d);
     ranks.run([&](int r) {
-      got[size_t(r)] = remotes[size_t(r)]->fetch_prefix(m.prompt, m.max_positions, *tiers[size_t(r)], m.id);
+      got[size_t(r)] = remotes[size_t(r)]->fetch_prefix(m.prompt, m.max_positions, *tiers[size_t(r)],
+                                                        m.id, m.from_positions);
     });
     RemoteFetch out = got[0];
     size_t lo = got[0].positions, hi = lo;
@@ -41,7 +42,7 @@ RemoteFetch fetch_every_rank(const std::vector<std::shared_ptr<RemoteTier>>& rem
       for (size_t r = 0; r < d; ++r) tiers[r]->truncate(m.id, lo);
       const size_t chunk = remotes[0]->layout().chunk_tokens;
       out.positions = lo;
-      out.chunks = lo / chunk;
+      out.chunks = (lo - m.from_positions) / chunk;
       out.stop_reason = "the tensor-parallel ranks' cached prefixes differ (" + std::to_string(lo) +
                         " to " + std::to_string(hi) + " positions): every rank takes " +
                         std::to_string(lo);

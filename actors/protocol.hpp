@@ -96,14 +96,16 @@ struct step_msg {};
 /// engine -> scheduler, once at the end: cancel everything, drop the worker
 /// handles; replies true.
 struct shutdown_msg {};
-/// scheduler -> net_fetcher, once per lossy or vericache request at admission when
-/// a remote store is configured: append the longest cached prefix of `prompt` (at
-/// most `max_positions`) to request `id` of `tier` (empty; created first with room
-/// for `create_positions` when that is > 0). Answered by remote_fetched_msg; a store
+/// scheduler -> net_fetcher, for each lossy or vericache request at admission when
+/// a remote store is configured, a few chunks at a time: append the longest cached
+/// prefix of `prompt` (at most `max_positions`) from `from_positions` on to request
+/// `id` of `tier` (holding exactly `from_positions`; created first with room for
+/// `create_positions` when that is > 0). Answered by remote_fetched_msg; a store
 /// fault is a short or empty prefix with its reason, never an error.
 struct remote_fetch_msg {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
+  size_t from_positions = 0;
   size_t max_positions = 0;
   FullTier* tier = nullptr;
   size_t create_positions = 0;

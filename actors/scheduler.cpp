@@ -33,13 +33,13 @@ size_t ActorOutbox::take_fetcher() {
 void ActorOutbox::release_fetcher(size_t f) {
   if (--outstanding_[f] == 0 && counters_) --counters_->fetchers_busy;
 }
-void ActorOutbox::remote_fetch(uint64_t id, const std::vector<int32_t>& prompt,
+void ActorOutbox::remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
                                size_t max_positions, size_t create_positions) {
   SchedulerCore* core = core_;
   const size_t f = take_fetcher();
   // Asynchronous: the scheduler goes on while the net_fetcher waits for the store.
   self_->request(w_.net_fetchers[f], caf::infinite,
-                 remote_fetch_msg{id, prompt, max_positions, tier_, create_positions})
+                 remote_fetch_msg{id, prompt, from_positions, max_positions, tier_, create_positions})
       .then([this, core, f](remote_fetched_msg& m) {
               release_fetcher(f);
               core->on_remote_fetched(m.id, m.fetch, m.error);
@@ -93,7 +93,7 @@ caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_ac
                         size_t max_queue, bool lockstep, const Tokenizer* tokenizer,
                         std::shared_ptr<LiveCounters> counters, size_t fast_budget,
                         size_t tier_budget, FullTier* tier, size_t remote_chunk_tokens,
-                        size_t remote_predraft) {
+                        size_t remote_predraft, size_t remote_fetch_segment) {
   self->state.out = std::make_unique<ActorOutbox>(self, tier);
   self->state.core = std::make_unique<SchedulerCore>(*self->state.out, max_active, max_queue,
                                                      lockstep, tokenizer, counters);
@@ -101,6 +101,7 @@ caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_ac
   self->state.out->set_counters(counters);
   self->state.core->set_remote_chunk_tokens(remote_chunk_tokens);
   self->state.core->set_remote_predraft(remote_predraft);
+  self->state.core->set_remote_fetch_segment(remote_fetch_segment);
   self->state.core->set_fast_budget(fast_budget);
   self->state.core->set_tier_budget(tier_budget);
   auto& core = *self->state.core;

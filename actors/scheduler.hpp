@@ -31,8 +31,8 @@ class ActorOutbox final : public Outbox {
   void verify(const VerifyJob& job) override;
   void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0, size_t ahead) override;
   void release(uint64_t id, bool full_tier) override;
-  void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
-                    size_t create_positions) override;
+  void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
+                    size_t max_positions, size_t create_positions) override;
   void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
                       RankViews views, const std::string& view_spec) override;
   void release_tier(uint64_t id) override;
@@ -62,7 +62,8 @@ struct SchedulerState {
 /// verified_msg, failed_msg and shutdown_msg (cancels everything still in flight),
 /// and the net_fetcher's replies. `tier`, remote_chunk_tokens: the full tier and the
 /// remote store's chunk size, when a store is configured (else null and 0);
-/// remote_predraft: SchedulerCore::set_remote_predraft.
+/// remote_predraft, remote_fetch_segment: SchedulerCore::set_remote_predraft and
+/// set_remote_fetch_segment.
 /// Its counts go to `counters`, which any thread reads without a message.
 /// fast_budget, tier_budget: bytes that admitted requests' fast-memory and full-tier
 /// needs must fit in (0: any).
@@ -70,7 +71,8 @@ caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_ac
                         size_t max_queue, bool lockstep, const Tokenizer* tokenizer,
                         std::shared_ptr<LiveCounters> counters, size_t fast_budget = 0,
                         size_t tier_budget = 0, FullTier* tier = nullptr,
-                        size_t remote_chunk_tokens = 0, size_t remote_predraft = 0);
+                        size_t remote_chunk_tokens = 0, size_t remote_predraft = 0,
+                        size_t remote_fetch_segment = 0);
 
 }  // namespace vc::actors
 

@@ -87,8 +87,17 @@ void SchedulerCore::start_prefill(RequestCtx& c) {
 
 void SchedulerCore::start_remote_fetch(RequestCtx& c, size_t max_positions) {
   c.remote_fetching = c.tier_held = true;
-  out_.remote_fetch(c.id, c.spec.prompt, max_positions,
-                    c.spec.prompt.size() + c.spec.max_new_tokens);
+  const size_t T = std::max<size_t>(remote_chunk_, 1);
+  c.remote_fetch_end = std::min(max_positions, c.spec.prompt.size()) / T * T;
+  fetch_segment(c, 0);
+}
+
+void SchedulerCore::fetch_segment(RequestCtx& c, size_t from) {
+  const size_t end = remote_segment_ == 0 ? c.remote_fetch_end
+                                          : std::min(c.remote_fetch_end, from + remote_segment_ * remote_chunk_);
+  c.remote_segment_end = end;
+  out_.remote_fetch(c.id, c.spec.prompt, from, end,
+                    from == 0 ? c.spec.prompt.size() + c.spec.max_new_tokens : 0);
 }
 
 void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews views,
@@ -173,17 +182,26 @@ void SchedulerCore::on_remote_fetched(uint64_t id, const RemoteFetch& f, const s
     out_.release_tier(id);
     return;
   }
-  c->remote_fetching = false;
   if (!error.empty()) {
+    c->remote_fetching = false;
     finish(*c, "error", "remote prefix cache: " + error);
     return check_barriers();
   }
   auto& s = c->result.stats;
-  s.remote_chunks_hit = f.chunks;
+  s.remote_chunks_hit += f.chunks;
   s.remote_positions = f.positions;
-  s.remote_bytes_fetched = f.bytes_full;
-  s.remote_fetch_seconds = f.seconds;
+  s.remote_bytes_fetched += f.bytes_full;
+  s.remote_fetch_seconds += f.seconds;
   s.remote_stop_reason = f.stop_reason;
+  s.remote_fetch_segments += 1;
+  // A segment that came back whole, short of the end: the next one (behind any
+  // other request's fetch that waits for this net_fetcher).
+  if (f.stop_reason.empty() && f.positions == c->remote_segment_end &&
+      c->remote_segment_end < c->remote_fetch_end) {
+    fetch_segment(*c, f.positions);
+    return check_barriers();
+  }
+  c->remote_fetching = false;
   c->spec.tier_ready = true;
   c->spec.remote_cached = f.positions;
   if (c->cf_active) {  // the drafter works from the fetched view meanwhile

@@ -54,6 +54,8 @@ struct RequestCtx {
   // it: after the publish for lossy, at the end (and after the publish) otherwise.
   bool remote = false;           // set at submit: a store is configured, not full mode
   size_t remote_limit = 0;
+  size_t remote_fetch_end = 0;   // the fetch in segments stops here (whole chunks)
+  size_t remote_segment_end = 0; // and the segment in flight here
   bool remote_fetching = false, remote_publishing = false;
   bool tier_held = false;        // the scheduler still has the entry to free
   bool result_pending = false;   // finished while its publish was being queued
@@ -105,10 +107,11 @@ class Outbox {
   /// `ahead` > 0: drafts made ahead past the round go on (DraftBatcher::commit).
   virtual void commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t p0, size_t ahead) = 0;
   virtual void release(uint64_t id, bool full_tier) = 0;
-  /// Remote prefix cache: create request `id`'s full-tier entry (room for
-  /// `create_positions`) and fill it with the longest cached prefix of `prompt`, at
-  /// most `max_positions`; answered through SchedulerCore::on_remote_fetched.
-  virtual void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt,
+  /// Remote prefix cache: append to request `id`'s full-tier entry (which holds
+  /// `from_positions`; created with room for `create_positions` when that is > 0)
+  /// the longest cached prefix of `prompt`, at most `max_positions`; answered
+  /// through SchedulerCore::on_remote_fetched.
+  virtual void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
                             size_t max_positions, size_t create_positions) = 0;
   /// Queue for write-behind publishing the prompt's full chunks from `first_chunk`
   /// on and, with `views` (one per rank), its compressed chunks (keyed by
@@ -175,6 +178,11 @@ class SchedulerCore {
   /// the full chunks arrive (at least one round's; at most fold_every plus a round,
   /// what the tail's reservation holds). 0: one round.
   void set_remote_predraft(size_t tokens) { remote_predraft_ = tokens; }
+  /// Remote prefix cache: a request's full chunks are fetched this many at a time
+  /// (0: the whole prefix in one fetch), each segment asked for once the one before
+  /// came back whole, so requests waiting for a net_fetcher get it between two
+  /// segments of a long fetch instead of after all of it.
+  void set_remote_fetch_segment(size_t chunks) { remote_segment_ = chunks; }
   /// Fast-memory bytes reserved by active requests.
   [[nodiscard]] size_t fast_reserved() const { return fast_reserved_; }
 
@@ -214,6 +222,7 @@ class SchedulerCore {
   void finish(RequestCtx& c, const std::string& reason, const std::string& error = "");
   void start_prefill(RequestCtx& c);
   void start_remote_fetch(RequestCtx& c, size_t max_positions);  // the full chunks
+  void fetch_segment(RequestCtx& c, size_t from);  // the next of them, from `from` on
   void start_verify(RequestCtx& c);  // the drafts in c.drafts, from the pending token
   /// The next round's drafts from c.ahead (up to L of them, after the `skip` the
   /// verifier already confirmed), verified without drafting.
@@ -243,6 +252,7 @@ class SchedulerCore {
   std::shared_ptr<LiveCounters> counters_;
   size_t remote_chunk_ = 0;
   size_t remote_predraft_ = 0;
+  size_t remote_segment_ = 0;
   // Requests whose publish is being queued (the reply frees their entry), finished or not.
   std::unordered_map<uint64_t, std::shared_ptr<RequestCtx>> publishing_;
 };

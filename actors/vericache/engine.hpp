@@ -95,6 +95,11 @@ struct EngineConfig {
   /// store's health): one request's long fetch does not hold up the others'.
   /// Each fetch or publish goes to the one with the fewest outstanding.
   int remote_fetchers = 2;
+  /// A request's full chunks are fetched this many at a time (0: its whole prefix in
+  /// one fetch): each segment goes to the net_fetcher with the fewest outstanding
+  /// once the one before came back whole, so a request admitted behind a long fetch
+  /// (a 32K prefix over a slow link) waits for a segment of it, not all of it.
+  size_t remote_fetch_segment = 8;
   /// Thread and memory placement: "none" (the OS places threads), or "auto": plan
   /// CPU ranks for this machine's hwloc topology and the degree (the ranks compute
   /// on the CPU; as `vericache topo --tp N` plans a machine without GPUs: each rank
@@ -182,7 +187,8 @@ struct RequestStats {
   size_t remote_chunks_hit = 0;     ///< prompt chunks taken from it, from the first
   size_t remote_positions = 0;      ///< prompt positions they cover (not prefilled)
   size_t remote_bytes_fetched = 0;  ///< value bytes received for them
-  double remote_fetch_seconds = 0;
+  double remote_fetch_seconds = 0;  ///< summed over its segments (time in the store's fetches)
+  size_t remote_fetch_segments = 0; ///< fetches its prefix took (EngineConfig::remote_fetch_segment)
   std::string remote_stop_reason;   ///< why the cached prefix ended there ("" = at the limit)
   size_t remote_chunks_published = 0;  ///< chunks queued for write-behind publishing
   size_t remote_compressed_chunks_published = 0;  ///< the view's chunks queued likewise

@@ -56,14 +56,14 @@ RemoteTier::~RemoteTier() {
 }
 
 template <class Accept>
-void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t limit, Accept&& accept,
-                           size_t& chunks, size_t& bytes, std::string& stop_reason) {
-  if (limit == 0) return;
+void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit,
+                           Accept&& accept, size_t& chunks, size_t& bytes, std::string& stop_reason) {
+  if (begin >= limit) return;
   if (std::string skip = health_->skip_reason(); !skip.empty()) {
     stop_reason = std::move(skip);
     return;
   }
-  for (size_t first = 0; first < limit;) {
+  for (size_t first = begin; first < limit;) {
     const size_t n = std::min(std::max<size_t>(1, cfg_.fetch_window), limit - first);
     std::vector<RedisCommand> cmds;
     for (size_t i = first; i < first + n; ++i) cmds.push_back({"GET", keys[i]});
@@ -98,17 +98,26 @@ void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t limit, A
 }
 
 RemoteFetch RemoteTier::fetch_prefix(std::span<const int32_t> tokens, size_t max_positions,
-                                     FullTier& tier, uint64_t id) {
+                                     FullTier& tier, uint64_t id, size_t from_positions) {
   const auto t0 = std::chrono::steady_clock::now();
+  const size_t T = layout_.chunk_tokens;
+  if (from_positions % T != 0)
+    throw Error("remote tier: a fetch from position " + std::to_string(from_positions) +
+                ", not a multiple of the chunk size " + std::to_string(T));
+  if (from_positions > 0 && tier.length(id) != from_positions)
+    throw Error("remote tier: a fetch from position " + std::to_string(from_positions) +
+                " into request " + std::to_string(id) + ", which holds " +
+                std::to_string(tier.length(id)) + " positions");
   RemoteFetch out;
+  out.positions = from_positions;
   const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
-  const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
-  const size_t cb = layout_.chunk_tokens / layout_.block_tokens;
+  const size_t limit = std::min(keys.size(), max_positions / T);
+  const size_t cb = T / layout_.block_tokens;
   const size_t region = cb * block_bytes(layout_);  // one layer's K (or V) of a chunk
   std::vector<std::string> store_keys;
-  for (size_t i = 0; i < limit; ++i) store_keys.push_back(full_chunk_key(keys[i]));
+  for (size_t i = 0; i < limit; ++i) store_keys.push_back(i < from_positions / T ? std::string() : full_chunk_key(keys[i]));
   fetch_run(
-      store_keys, limit,
+      store_keys, from_positions / T, limit,
       [&](size_t c, const std::string& value, std::string& why) {
         const std::span<const std::byte> payload =
             decode_chunk_value(value, layout_, keys[c], ChunkKind::full, why);
@@ -120,7 +129,7 @@ RemoteFetch RemoteTier::fetch_prefix(std::span<const int32_t> tokens, size_t max
         return true;
       },
       out.chunks, out.bytes_full, out.stop_reason);
-  out.positions = out.chunks * layout_.chunk_tokens;
+  out.positions += out.chunks * T;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
@@ -136,7 +145,7 @@ RemoteCompressedFetch RemoteTier::fetch_compressed(std::span<const int32_t> toke
   std::vector<std::string> store_keys;
   for (size_t i = 0; i < limit; ++i) store_keys.push_back(compressed_chunk_key(keys[i], compressor_spec));
   fetch_run(
-      store_keys, limit,
+      store_keys, 0, limit,
       [&](size_t c, const std::string& value, std::string& why) {
         const std::span<const std::byte> payload = decode_chunk_value(
             value, layout_, compressed_chunk_id(keys[c], compressor_spec), ChunkKind::compressed, why);

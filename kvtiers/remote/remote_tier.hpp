@@ -49,8 +49,8 @@ struct RemoteTierConfig {
 
 /// What one fetch_prefix() found.
 struct RemoteFetch {
-  size_t chunks = 0;           // chunks used, from the first
-  size_t positions = 0;        // chunks * chunk_tokens, now in the full tier
+  size_t chunks = 0;           // chunks used, from the first one asked for
+  size_t positions = 0;        // the entry's positions now: where the run began + chunks * chunk_tokens
   size_t bytes_full = 0;       // value bytes received for them
   double seconds = 0;
   std::string stop_reason;     // why the run ended before the limit ("" = reached it)
@@ -89,11 +89,13 @@ class RemoteTier {
   [[nodiscard]] const ChunkLayout& layout() const { return layout_; }
   [[nodiscard]] const RedisEndpoint& endpoint() const { return endpoint_; }
 
-  /// Appends to request `id` of `tier` (which must be empty) the longest cached
-  /// prefix of `tokens` of at most `max_positions` positions, in whole chunks.
-  /// Never throws for store faults (see the policy above).
+  /// Appends to request `id` of `tier` the longest cached prefix of `tokens` of at
+  /// most `max_positions` positions, in whole chunks, from position
+  /// `from_positions` on: the entry holds exactly that many positions (a multiple
+  /// of chunk_tokens, else vc::Error), so a long prefix can be fetched a few chunks
+  /// at a time. Never throws for store faults (see the policy above).
   [[nodiscard]] RemoteFetch fetch_prefix(std::span<const int32_t> tokens, size_t max_positions,
-                                         FullTier& tier, uint64_t id);
+                                         FullTier& tier, uint64_t id, size_t from_positions = 0);
 
   /// The longest cached run, from the first chunk, of the compressed form of
   /// `tokens` under `compressor_spec` (compressor name, parameters and ratio: one
@@ -127,11 +129,11 @@ class RemoteTier {
   void publisher_loop();
   /// Copies a value into the write-behind queue; false when it would overflow.
   bool enqueue(std::string key, std::string value);
-  /// GETs `keys[0, limit)` in pipelined windows and hands each value to `accept`
+  /// GETs `keys[begin, limit)` in pipelined windows and hands each value to `accept`
   /// (chunk index, value, why) until one is missing or refused; the counts and the
   /// reason go to `out`.
   template <class Accept>
-  void fetch_run(const std::vector<std::string>& keys, size_t limit, Accept&& accept,
+  void fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit, Accept&& accept,
                  size_t& chunks, size_t& bytes, std::string& stop_reason);
 
   RemoteTierConfig cfg_;

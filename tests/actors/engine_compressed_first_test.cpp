@@ -148,7 +148,7 @@ TEST(engine_compressed_first, the_full_flow_runs_when_compressed_first_is_off_or
   EXPECT_EQ(2u, r.stats.remote_chunks_hit) << "the full chunks serve any ratio";
 }
 
-TEST(engine_compressed_first, requests_fetch_through_several_net_fetchers_at_once) {
+TEST(engine_compressed_first, requests_fetch_through_several_net_fetchers_at_once_or_one_in_segments) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   Request a = long_request("vericache", "snapkv", false);
@@ -164,6 +164,9 @@ TEST(engine_compressed_first, requests_fetch_through_several_net_fetchers_at_onc
     server.restart();
     EngineConfig c = config(server.url());
     c.remote_fetchers = fetchers;
+    // One net_fetcher: each full chunk a fetch of its own, so the two requests'
+    // fetches take turns on it; two: each prefix in one fetch.
+    c.remote_fetch_segment = fetchers == 1 ? 1 : 0;
     Engine engine(c);
     (void)run(engine, a);
     (void)run(engine, b);
@@ -174,6 +177,10 @@ TEST(engine_compressed_first, requests_fetch_through_several_net_fetchers_at_onc
     expect_same_output(want_a, ra, "a");
     expect_same_output(want_b, rb, "b");
     EXPECT_TRUE(ra.stats.remote_compressed_first && rb.stats.remote_compressed_first);
+    for (const Result* r : {&ra, &rb}) {
+      EXPECT_EQ(2u, r->stats.remote_chunks_hit) << r->stats.remote_stop_reason;
+      EXPECT_EQ(fetchers == 1 ? 2u : 1u, r->stats.remote_fetch_segments);
+    }
     const auto s = engine.stats();
     EXPECT_EQ(size_t(fetchers), s.remote_fetchers);
     EXPECT_EQ(size_t(fetchers), s.remote_fetchers_busy_peak)

@@ -25,7 +25,7 @@ KvCacheConfig small_kv() {
   return c;
 }
 
-TEST(net_fetcher, fetches_back_what_it_published_and_reports_a_dead_store_as_a_miss) {
+TEST(net_fetcher, fetches_back_what_it_published_in_segments_and_reports_a_dead_store_as_a_miss) {
   test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   HostFullTier tier(small_kv());
@@ -61,10 +61,27 @@ TEST(net_fetcher, fetches_back_what_it_published_and_reports_a_dead_store_as_a_m
                  [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
     remote->flush();
     tier.create(2);
-    self->request(fetcher, timeout, remote_fetch_msg{2, prompt, prompt.size() - 1, &tier})
+    // In two segments: the second appends from where the first ended.
+    self->request(fetcher, timeout, remote_fetch_msg{2, prompt, 0, 8, &tier})
         .receive([](const remote_fetched_msg& m) {
                    EXPECT_EQ(m.id, 2u);
-                   EXPECT_EQ(m.fetch.chunks, 2u) << m.fetch.stop_reason;
+                   EXPECT_EQ(m.fetch.chunks, 1u) << m.fetch.stop_reason;
+                   EXPECT_EQ(m.fetch.positions, 8u);
+                 },
+                 [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    self->request(fetcher, timeout, remote_fetch_msg{2, prompt, 8, prompt.size() - 1, &tier})
+        .receive([](const remote_fetched_msg& m) {
+                   EXPECT_EQ(m.fetch.chunks, 1u) << m.fetch.stop_reason;
+                   EXPECT_EQ(m.fetch.positions, 16u);
+                   EXPECT_EQ(m.fetch.stop_reason, "");
+                 },
+                 [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    // A segment from where the entry does not end is refused, naming both.
+    self->request(fetcher, timeout, remote_fetch_msg{2, prompt, 8, prompt.size() - 1, &tier})
+        .receive([](const remote_fetched_msg& m) {
+                   EXPECT_NE(m.error.find("a fetch from position 8 into request 2, which holds 16"),
+                             std::string::npos)
+                       << m.error;
                  },
                  [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
     std::vector<std::byte> a(tier.staging_bytes(16)), b(a.size()), a2(a.size()), b2(a.size());
@@ -75,7 +92,7 @@ TEST(net_fetcher, fetches_back_what_it_published_and_reports_a_dead_store_as_a_m
 
     server.kill();
     tier.create(3);
-    self->request(fetcher, timeout, remote_fetch_msg{3, prompt, prompt.size() - 1, &tier})
+    self->request(fetcher, timeout, remote_fetch_msg{3, prompt, 0, prompt.size() - 1, &tier})
         .receive([](const remote_fetched_msg& m) {
                    EXPECT_EQ(m.fetch.chunks, 0u);
                    // Its pooled connections were open: the store's end closed them.

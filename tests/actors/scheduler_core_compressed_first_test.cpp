@@ -85,7 +85,8 @@ TEST(scheduler_core_remote, compressed_first_drafts_from_the_guess_and_verifies_
   core.on_remote_compressed_fetched(1, {fetched(64)}, compressed_hit(4));
   calls = out.take();
   ASSERT_EQ((std::vector<Call::Kind>{Call::fetch, Call::prefill}), kinds(calls));
-  EXPECT_EQ(kPrompt - 1, calls[0].n) << "the full chunks up to the last prompt position";
+  EXPECT_EQ((kPrompt - 1) / kChunk * kChunk, calls[0].n)
+      << "the whole full chunks before the last prompt position";
   ASSERT_EQ(1u, calls[1].spec.fetched_views.size());
   EXPECT_EQ(64u, calls[1].spec.fetched_views[0]->covered());
   EXPECT_TRUE(calls[1].spec.tier_ready) << "the net_fetcher makes the entry";

@@ -35,6 +35,7 @@ struct Call {
   DraftSpec spec;          // prefill
   RankViews views;  // publish: the views' chunks too (one per rank)
   std::string view_spec;  // publish, fetch_compressed: the compressor spec
+  size_t from = 0, create = 0;  // fetch: positions the entry holds; room to create it with (0: it exists)
 };
 
 class FakeOutbox final : public Outbox {
@@ -78,12 +79,14 @@ class FakeOutbox final : public Outbox {
     calls.push_back(c);
   }
 
-  void remote_fetch(uint64_t id, const std::vector<int32_t>&, size_t max_positions,
-                    size_t) override {
+  void remote_fetch(uint64_t id, const std::vector<int32_t>&, size_t from_positions,
+                    size_t max_positions, size_t create_positions) override {
     Call c;
     c.kind = Call::fetch;
     c.id = id;
     c.n = max_positions;
+    c.from = from_positions;
+    c.create = create_positions;
     calls.push_back(c);
   }
   void remote_publish(uint64_t id, const std::vector<int32_t>&, size_t first_chunk,

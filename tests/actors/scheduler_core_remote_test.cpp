@@ -1,7 +1,8 @@
 // SchedulerCore with the remote prefix cache, without an actor system: the fetch
 // comes before prefill and sets where prefill starts; the publish comes after
 // prefill; the full-tier entry is freed only once neither the fetch nor the publish
-// reads it, and a request's result waits for its publish count. (The
+// reads it, and a request's result waits for its publish count; a long prefix comes
+// a segment at a time. (The
 // compressed-first flow: scheduler_core_compressed_first_test.cpp.)
 #include <gtest/gtest.h>
 
@@ -19,7 +20,9 @@ TEST(scheduler_core_remote, a_request_fetches_its_prefix_before_prefill_and_pref
   auto calls = out.take();
   ASSERT_EQ(1u, calls.size());
   EXPECT_EQ(Call::fetch, calls[0].kind);
-  EXPECT_EQ(69u, calls[0].n);
+  EXPECT_EQ(64u, calls[0].n) << "whole chunks within the limit of 69";
+  EXPECT_EQ(0u, calls[0].from);
+  EXPECT_EQ(71u, calls[0].create) << "room for the prompt and its tokens";
   core.on_remote_fetched(1, hit(2), "");
   calls = out.take();
   ASSERT_EQ(1u, calls.size());
@@ -186,6 +189,128 @@ TEST(scheduler_core_remote, a_fetch_that_could_not_make_the_entry_fails_the_requ
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("remote prefix cache: host full tier: out of budget"), std::string::npos)
       << r.error;
+  EXPECT_EQ((std::vector<uint64_t>{1}), ids_of(out.take(), Call::release_tier));
+}
+
+
+// Segments (set_remote_fetch_segment): each from where the one before ended, the
+// next asked for only when the last came back whole; the stats sum them.
+
+// The net_fetcher's answer to a segment that began at chunk `from` and brought `got`.
+RemoteFetch segment(size_t from, size_t got, std::string stop_reason = "") {
+  RemoteFetch f;
+  f.chunks = got;
+  f.positions = (from + got) * kChunk;
+  f.bytes_full = got * 1000;
+  f.seconds = 0.25;
+  f.stop_reason = std::move(stop_reason);
+  return f;
+}
+
+TEST(scheduler_core_remote_segments, a_long_prefix_is_fetched_in_segments_each_from_where_the_last_ended) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  core.set_remote_fetch_segment(2);
+  auto a = remote_request(1, 120, 1, DecodeMode::vericache, 119);  // 7 whole chunks
+  core.submit(a.ctx);
+  const std::vector<std::pair<size_t, size_t>> expected = {{0, 32}, {32, 64}, {64, 96}, {96, 112}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    auto calls = out.take();
+    ASSERT_EQ(1u, calls.size()) << "segment " << i;
+    ASSERT_EQ(Call::fetch, calls[0].kind) << "segment " << i;
+    EXPECT_EQ(expected[i].first, calls[0].from) << "segment " << i;
+    EXPECT_EQ(expected[i].second, calls[0].n) << "segment " << i;
+    EXPECT_EQ(i == 0 ? 121u : 0u, calls[0].create) << "only the first segment creates the entry";
+    const size_t from = expected[i].first / kChunk;
+    core.on_remote_fetched(1, segment(from, expected[i].second / kChunk - from), "");
+  }
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  ASSERT_EQ(Call::prefill, calls[0].kind);
+  EXPECT_EQ(112u, calls[0].spec.remote_cached);
+  core.on_prefilled(prefilled(1, 7));
+  out.take();
+  core.on_remote_published(1, 0);
+  ASSERT_TRUE(ready(a.result));
+  const auto r = a.result.get();
+  EXPECT_EQ(7u, r.stats.remote_chunks_hit);
+  EXPECT_EQ(112u, r.stats.remote_positions);
+  EXPECT_EQ(7000u, r.stats.remote_bytes_fetched);
+  EXPECT_EQ(4u, r.stats.remote_fetch_segments);
+  EXPECT_DOUBLE_EQ(1.0, r.stats.remote_fetch_seconds);
+}
+
+TEST(scheduler_core_remote_segments, a_segment_that_comes_back_short_ends_the_fetch_with_its_reason) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  core.set_remote_fetch_segment(2);
+  auto a = remote_request(1, 120, 1, DecodeMode::lossy, 119);
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_fetched(1, segment(0, 2), "");
+  out.take();
+  core.on_remote_fetched(1, segment(2, 1, "chunk 3 not in the store"), "");
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  ASSERT_EQ(Call::prefill, calls[0].kind) << "no third segment after a short one";
+  EXPECT_EQ(48u, calls[0].spec.remote_cached);
+  core.on_prefilled(prefilled(1, 7));
+  out.take();
+  core.on_remote_published(1, 0);
+  ASSERT_TRUE(ready(a.result));
+  const auto r = a.result.get();
+  EXPECT_EQ(3u, r.stats.remote_chunks_hit);
+  EXPECT_EQ(2u, r.stats.remote_fetch_segments);
+  EXPECT_EQ("chunk 3 not in the store", r.stats.remote_stop_reason);
+}
+
+TEST(scheduler_core_remote_segments, segment_zero_fetches_the_whole_prefix_at_once) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = remote_request(1, 120, 1, DecodeMode::vericache, 119);
+  core.submit(a.ctx);
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(0u, calls[0].from);
+  EXPECT_EQ(112u, calls[0].n);
+  core.on_remote_fetched(1, segment(0, 7), "");
+  EXPECT_EQ((std::vector<Call::Kind>{Call::prefill}), kinds(out.take()));
+}
+
+TEST(scheduler_core_remote_segments, cancelling_between_segments_asks_for_no_more_and_frees_the_entry) {
+  FakeOutbox out;
+  SchedulerCore core(out, 1, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  core.set_remote_fetch_segment(2);
+  auto a = remote_request(1, 120, 10, DecodeMode::vericache, 119);
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_fetched(1, segment(0, 2), "");
+  EXPECT_EQ((std::vector<Call::Kind>{Call::fetch}), kinds(out.take()));
+  core.cancel(1);
+  EXPECT_EQ(0u, ids_of(out.take(), Call::release_tier).size()) << "the second segment still writes into it";
+  core.on_remote_fetched(1, segment(2, 2), "");
+  auto calls = out.take();
+  ASSERT_EQ(1u, calls.size());
+  EXPECT_EQ(Call::release_tier, calls[0].kind);
+}
+
+TEST(scheduler_core_remote_segments, a_tier_fault_in_a_later_segment_fails_the_request_and_frees_the_entry) {
+  FakeOutbox out;
+  SchedulerCore core(out, 1, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  core.set_remote_fetch_segment(2);
+  auto a = remote_request(1, 120, 10, DecodeMode::vericache, 119);
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_fetched(1, segment(0, 2), "");
+  out.take();
+  core.on_remote_fetched(1, RemoteFetch{}, "host full tier: out of budget");
+  ASSERT_TRUE(ready(a.result));
+  EXPECT_FALSE(a.result.get().ok);
   EXPECT_EQ((std::vector<uint64_t>{1}), ids_of(out.take(), Call::release_tier));
 }
 

@@ -286,6 +286,7 @@ int run_batch(const BatchArgs& a) {
   cfg.remote_retry_ms = a.remote.retry_ms;
   cfg.remote_compressed_first = a.remote.flow == "compressed-first";
   cfg.remote_fetchers = a.remote.fetchers;
+  cfg.remote_fetch_segment = a.remote.fetch_segment;
   cfg.remote_predraft = a.remote.predraft;
   cfg.placement = a.placement;
 

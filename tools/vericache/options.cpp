@@ -182,6 +182,10 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
                  "net_fetcher actors (own connections each): one request's long fetch does not "
                  "hold up the others'")
       ->capture_default_str()->check(integer_in(1, 64));
+  cmd.add_option("--remote-fetch-segment", r.fetch_segment,
+                 "Full chunks per fetch: a long prefix comes a segment at a time, and requests "
+                 "waiting for a net_fetcher get it between segments (0 = the whole prefix at once)")
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
 }
 
 std::string option_of_field(const std::string& field) {

@@ -34,6 +34,7 @@ struct RemoteArgs {
   int retry_ms = 5000;    // --remote-retry-ms
   std::string flow = "compressed-first";  // --remote-flow
   int fetchers = 2;       // --remote-fetchers
+  size_t fetch_segment = 8;  // --remote-fetch-segment
   size_t predraft = 256;  // --remote-predraft
 };
 /// --remote-predraft's help, shared by generate and the engine commands.
@@ -56,7 +57,8 @@ void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens);
 void check_remote_chunk(size_t chunk_tokens, size_t block_tokens);
 
 /// --remote, --remote-chunk, --remote-ttl, --remote-timeout-ms, --remote-retry-ms,
-/// --remote-flow (as generate's), --remote-fetchers (the engine's alone).
+/// --remote-flow (as generate's), --remote-fetchers and --remote-fetch-segment (the
+/// engine's alone).
 void add_remote_options(CLI::App& cmd, RemoteArgs& r);
 
 /// An integer in [lo, hi] ("expected an integer >= 0, got '-2'").
