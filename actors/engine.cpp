@@ -425,7 +425,9 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
       // Compressed first: a fetched view of [0, C) leaves the suffix [C, n) in the
       // tail. The reservation covers a suffix of up to one chunk (the most a whole
       // compressed prefix leaves) and a view as large as a local one's bound; a
-      // fetched prefix that needs more runs the full flow (the scheduler checks).
+      // longer suffix (a prompt extending a cached one) is reserved when the view
+      // arrives, if the budget has room then; else, or for a larger view, the full
+      // flow runs (the scheduler checks).
       const size_t chunk = m.remote->layout().chunk_tokens;
       if (m.cfg.remote_compressed_first && !compressor->stats_needs().hidden &&
           s.prompt.size() > chunk) {
@@ -433,6 +435,8 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
         ctx->view_spec = compressor_spec(s.compressor, s.compressor_params, s.ratio);
         ctx->cf_view_allowance = need.view;
         ctx->cf_suffix_allowance = chunk;
+        ctx->cf_suffix_limit = std::max(chunk, m.cfg.remote_compressed_suffix);
+        ctx->cf_suffix_bytes = [kv = m.kv](size_t positions) { return tail_blocks_bytes(kv, positions); };
         const size_t extra = tail_blocks_bytes(m.kv, chunk);
         if (need.total() + extra <= m.request_budget) {
           ctx->fast_need += extra;

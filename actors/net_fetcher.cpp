@@ -125,7 +125,8 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
         }
         if (m.views.size() == remotes.size())  // each rank's view under its own keys
           for (size_t r = 0; r < remotes.size(); ++r) {
-            const size_t n = remotes[r]->publish_compressed(m.prompt, 0, *m.views[r], m.view_spec);
+            const size_t n = remotes[r]->publish_compressed(m.prompt, m.first_view_chunk, *m.views[r],
+                                                          m.view_spec);
             if (r == 0) out.compressed_chunks = n;
           }
         return out;

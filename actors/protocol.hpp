@@ -120,8 +120,9 @@ struct remote_fetched_msg {
 /// scheduler -> net_fetcher, once per request after its prefill (when the prompt
 /// has complete chunks): queue for write-behind publishing the prompt's full chunks
 /// from `first_chunk` on (the ones the store lacked, read from request `id` of
-/// `tier` now) and, with `view`, the compressed form of its chunks from the first
-/// (each chunk's slice of the view, keyed by `view_spec`, see compressor_spec()).
+/// `tier` now) and, with `view`, the compressed form of its chunks from
+/// `first_view_chunk` on (each chunk's slice of the view, keyed by `view_spec`, see
+/// compressor_spec()): the chunks a compressed-first request did not fetch.
 /// Answered by remote_published_msg.
 struct remote_publish_msg {
   uint64_t id = 0;
@@ -130,6 +131,7 @@ struct remote_publish_msg {
   FullTier* tier = nullptr;
   RankViews views;  // per rank: its compressed chunks too (empty: full chunks only)
   std::string view_spec;
+  size_t first_view_chunk = 0;
 };
 /// net_fetcher -> the sender of remote_publish_msg: the chunks queued (0 full
 /// chunks after a tier fault: the entry was gone or unreadable).

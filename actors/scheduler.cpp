@@ -51,11 +51,12 @@ void ActorOutbox::remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, 
 }
 void ActorOutbox::remote_publish(uint64_t id, const std::vector<int32_t>& prompt,
                                  size_t first_chunk, RankViews views,
-                                 const std::string& view_spec) {
+                                 const std::string& view_spec, size_t first_view_chunk) {
   SchedulerCore* core = core_;
   const size_t f = take_fetcher();
   self_->request(w_.net_fetchers[f], caf::infinite,
-                 remote_publish_msg{id, prompt, first_chunk, tier_, std::move(views), view_spec})
+                 remote_publish_msg{id, prompt, first_chunk, tier_, std::move(views), view_spec,
+                                    first_view_chunk})
       .then([this, core, f, id](remote_published_msg& m) {
               release_fetcher(f);
               core->on_remote_published(id, m.chunks, m.compressed_chunks);

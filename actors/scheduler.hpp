@@ -34,7 +34,8 @@ class ActorOutbox final : public Outbox {
   void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
                     size_t max_positions, size_t create_positions) override;
   void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
-                      RankViews views, const std::string& view_spec) override;
+                      RankViews views, const std::string& view_spec,
+                      size_t first_view_chunk) override;
   void release_tier(uint64_t id) override;
   void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
                                size_t max_positions, const std::string& view_spec) override;

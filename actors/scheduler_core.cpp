@@ -111,6 +111,7 @@ void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews views,
   s.remote_compressed_fetch_seconds = f.seconds;
   s.remote_compressed_stop_reason = f.stop_reason;
   const size_t n = c->spec.prompt.size();
+  if (!views.empty() && views.front()) grow_suffix_reservation(*c, n - views.front()->covered());
   for (const auto& view : views) {  // each rank's view in its own fast memory
     if (!view || n - view->covered() > c->cf_suffix_allowance ||
         view->held_bytes() > c->cf_view_allowance) {
@@ -134,12 +135,28 @@ void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews views,
   c->spec.copy_view = false;  // its chunks came from the store
   if (c->spec.mode == DecodeMode::vericache) {
     // The full chunks stream into the tier while the drafter works over the view;
-    // nothing of them limits the statistics (the view is the store's).
+    // nothing of them limits the statistics (the view is the store's), unless
+    // complete chunks lie past the view: then the exact prefill rebuilds the view
+    // over the whole prompt, to publish them, and computes the statistics window.
+    const size_t covered = c->spec.fetched_views.front()->covered();
+    const bool rebuild = n / remote_chunk_ * remote_chunk_ > covered;
+    c->spec.publish_chunk_tokens = rebuild ? remote_chunk_ : 0;
     c->spec.tier_ready = true;
-    start_remote_fetch(*c, n - 1);
+    start_remote_fetch(*c, rebuild ? c->remote_limit : n - 1);
   }
   start_prefill(*c);
   check_barriers();
+}
+
+void SchedulerCore::grow_suffix_reservation(RequestCtx& c, size_t suffix) {
+  if (suffix <= c.cf_suffix_allowance || suffix > c.cf_suffix_limit || !c.cf_suffix_bytes) return;
+  const size_t grow = c.cf_suffix_bytes(suffix) - c.cf_suffix_bytes(c.cf_suffix_allowance);
+  if (fast_budget_ > 0 && fast_reserved_ + grow > fast_budget_) return;  // the full flow
+  c.fast_need += grow;
+  fast_reserved_ += grow;
+  counters_->fast_reserved.store(fast_reserved_, std::memory_order_relaxed);
+  c.result.stats.fast_bytes_reserved = c.fast_need;
+  c.cf_suffix_allowance = suffix;
 }
 
 void SchedulerCore::maybe_finish_prefill(RequestCtx& c) {
@@ -153,18 +170,19 @@ void SchedulerCore::maybe_finish_prefill(RequestCtx& c) {
   out_.finish_prefill(c.id, c.spec.remote_cached);
 }
 
-void SchedulerCore::publish_full_chunks(RequestCtx& c, RankViews views) {
+void SchedulerCore::publish_full_chunks(RequestCtx& c, RankViews views, size_t first_view_chunk) {
   // remote: publish the complete chunks the store lacked, and the views' chunks
   const size_t first = c.spec.remote_cached / remote_chunk_;
   const size_t complete = c.spec.prompt.size() / remote_chunk_;
-  const bool with_view = !views.empty() && complete > 0;
+  const bool with_view = !views.empty() && complete > first_view_chunk;
   if (complete > first || with_view) {
     c.remote_publishing = true;
     publishing_[c.id] = find(c.id);
     out_.remote_publish(c.id, c.spec.prompt, first, with_view ? std::move(views) : RankViews{},
                         c.view_spec.empty() ? compressor_spec(c.spec.compressor, c.spec.compressor_params,
                                                               c.spec.ratio)
-                                            : c.view_spec);
+                                            : c.view_spec,
+                        first_view_chunk);
   } else if (c.spec.mode == DecodeMode::lossy) {
     free_tier(c);
   }
@@ -312,7 +330,8 @@ void SchedulerCore::on_prefill_finished(const PrefillResult& r) {
   const bool kept = r.drafts_kept && c->cf_held;
   s.remote_predrafts_kept = kept;
   c->cf_active = c->cf_held = false;
-  if (c->tier_held) publish_full_chunks(*c, {});
+  // With a view rebuilt over the whole prompt, its chunks the store lacked too.
+  if (c->tier_held) publish_full_chunks(*c, r.views, s.remote_compressed_chunks_hit);
   if (emit(*c, r.token, r.logprob, r.top_logprobs)) return check_barriers();
   if (kept) {  // the first round takes its drafts from those made ahead
     c->ahead = std::move(c->predraft);

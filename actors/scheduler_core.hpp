@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -72,6 +73,11 @@ struct RequestCtx {
   std::string view_spec;          // compressor_spec() of its method: the chunks' keys
   size_t cf_view_allowance = 0;   // bytes of a fetched view its reservation covers
   size_t cf_suffix_allowance = 0; // suffix positions [C, n) its reservation covers
+  // A longer suffix (up to cf_suffix_limit positions) grows the reservation by
+  // cf_suffix_bytes(suffix) - cf_suffix_bytes(allowance) when the budget has room
+  // then; else the full flow.
+  size_t cf_suffix_limit = 0;
+  std::function<size_t(size_t positions)> cf_suffix_bytes;
   bool cf_active = false;         // drafting from a fetched view, first token not exact yet
   bool cf_guessed = false;        // the drafter's guess is in (prefilled over the view)
   bool cf_full_in = false;        // the full chunks are in the tier
@@ -114,10 +120,12 @@ class Outbox {
   virtual void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
                             size_t max_positions, size_t create_positions) = 0;
   /// Queue for write-behind publishing the prompt's full chunks from `first_chunk`
-  /// on and, with `views` (one per rank), its compressed chunks (keyed by
-  /// `view_spec`); answered through SchedulerCore::on_remote_published.
+  /// on and, with `views` (one per rank), its compressed chunks from
+  /// `first_view_chunk` on (keyed by `view_spec`); answered through
+  /// SchedulerCore::on_remote_published.
   virtual void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
-                              RankViews views, const std::string& view_spec) = 0;
+                              RankViews views, const std::string& view_spec,
+                              size_t first_view_chunk) = 0;
   /// Free request `id`'s full-tier entry (after the mover's pending writes).
   virtual void release_tier(uint64_t id) = 0;
   /// Compressed first: fetch the longest cached compressed prefix of `prompt` (at
@@ -228,7 +236,12 @@ class SchedulerCore {
   /// verifier already confirmed), verified without drafting.
   void verify_ahead(RequestCtx& c, size_t skip, size_t L);
   void maybe_finish_prefill(RequestCtx& c);  // compressed first: when all is in
-  void publish_full_chunks(RequestCtx& c, RankViews views);
+  /// Compressed first: room for a fetched view's suffix of `suffix` positions in the
+  /// tail, when it is longer than the reservation covers (RequestCtx::cf_suffix_limit).
+  void grow_suffix_reservation(RequestCtx& c, size_t suffix);
+  /// `first_view_chunk`: the views' chunks from there on (compressed first: those
+  /// it did not fetch).
+  void publish_full_chunks(RequestCtx& c, RankViews views, size_t first_view_chunk = 0);
   void free_tier(RequestCtx& c);  // release_tier once, if the scheduler holds it
   void check_barriers();
   [[nodiscard]] size_t remaining(const RequestCtx& c) const;

@@ -187,11 +187,32 @@ PrefillResult DraftBatcher::finish_prefill(uint64_t id, size_t cached) {
   if (cached >= n)
     throw Error(who + ": " + std::to_string(cached) + " cached positions of a " +
                 std::to_string(n) + "-token prompt (at most n - 1)");
-  const std::vector<float> logits =
-      prefill_to_tier(*model_, prompt.subspan(cached), id, *tier_, *stream_, cache_, ws_,
-                      r.spec.prefill_chunk);
-  // The tail's suffix takes the exact KV (what a local prefill leaves it).
-  copy_tier_rows(*tier_, id, covered, n, cache_, r.seq);
+  // Complete chunks past the fetched view: the view is rebuilt over the whole
+  // prompt from the exact KV, as a local prefill builds it, and published.
+  const size_t T = r.spec.publish_chunk_tokens;
+  std::vector<float> logits;
+  std::optional<CompressedView> rebuilt;
+  if (T > 0 && n / T * T > covered) {
+    PrefilledRequest p = prefill_and_compress(*model_, prompt, cache_, ws_, *r.compressor, r.spec.ratio,
+                                              r.spec.stats_window, r.spec.prefill_chunk, *tier_,
+                                              *stream_, id, cached);
+    logits = std::move(p.logits);
+    rebuilt = std::move(p.view);
+  } else {
+    logits = prefill_to_tier(*model_, prompt.subspan(cached), id, *tier_, *stream_, cache_, ws_,
+                             r.spec.prefill_chunk);
+  }
+  // The tail's suffix takes the exact KV (what a local prefill leaves it), or the
+  // rebuilt view covers it.
+  PrefillResult out;
+  if (rebuilt) {
+    r.view_charge.resize(rebuilt->held_bytes(), "the compressed view of request " + std::to_string(id));
+    r.view = std::move(*rebuilt);
+    cache_.release_prefix(r.seq, n);
+    out.views = {std::make_shared<const CompressedView>(*r.view)};
+  } else {
+    copy_tier_rows(*tier_, id, covered, n, cache_, r.seq);
+  }
   const int32_t tok = sample_token(logits, r.spec.sampling, int64_t(n));
   // A block drafted from the guess starts at n with the guess: its drafts follow
   // the exact token only when the guess was it.
@@ -207,7 +228,6 @@ PrefillResult DraftBatcher::finish_prefill(uint64_t id, size_t cached) {
     }
   }
   r.exact_pending = false;
-  PrefillResult out;
   out.id = id;
   out.token = tok;
   TokenLogprobs lp = token_logprobs(logits, tok, size_t(r.spec.sampling.top_logprobs));

@@ -58,6 +58,13 @@ struct DraftSpec {
   /// the drafter's guess (PrefillResult::exact_pending) until finish_prefill() in
   /// vericache mode; lossy mode decodes over the fetched view as it is. Empty: none.
   RankViews fetched_views;
+  /// Compressed first, vericache: the remote store's chunk size. When the prompt's
+  /// complete chunks reach past the fetched view, finish_prefill() rebuilds the view
+  /// over the whole prompt as a local prefill builds it (the exact prefill of the
+  /// suffix gathers the statistics) in place of the fetched one, and
+  /// PrefillResult::views gets a copy, to publish the compressed chunks the store
+  /// lacked. 0: the fetched view stays.
+  size_t publish_chunk_tokens = 0;
 };
 
 /// The drafter's view of a generate request: its prompt and the options that shape
@@ -148,7 +155,9 @@ class DraftBatcher {
   /// from the store; prefills [cached, n) exactly into it, puts the exact KV of the
   /// suffix [C, n) over the tail's guesses and samples the first token from the exact
   /// logits. A block drafted from the guess (none may be in progress) is kept when
-  /// the guess was that token (drafts_kept), else dropped. Throws vc::Error.
+  /// the guess was that token (drafts_kept), else dropped. With
+  /// DraftSpec::publish_chunk_tokens, the view may be rebuilt (see there). Throws
+  /// vc::Error.
   [[nodiscard]] PrefillResult finish_prefill(uint64_t id, size_t cached);
   /// Frees everything the request holds here, and its full-tier entry (idempotent).
   void release(uint64_t id);

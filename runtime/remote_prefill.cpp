@@ -146,11 +146,16 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
   rq.fold_from = n;  // the suffix in the tail does not count toward a fold
 
   // 2. The full chunks stream into the tier while the drafter works (the tier
-  // entry is this request's alone; the drafter touches only fast memory).
+  // entry is this request's alone; the drafter touches only fast memory). With
+  // complete chunks past the fetched view, the exact prefill rebuilds the view
+  // (step 4) and computes the statistics window (remote_prefix_limit).
+  const size_t T = remote_->layout().chunk_tokens;
+  const bool rebuild = n / T * T > covered;
+  const size_t full_limit = rebuild ? remote_prefix_limit(*rq.compressor, n, opt.stats_window) : n - 1;
   std::future<RemoteFetch> full;
   if (opt.mode == DecodeMode::vericache)
-    full = std::async(std::launch::async, [this, prompt, id = rq.tier_id] {
-      return remote_->fetch_prefix(prompt, prompt.size() - 1, *full_tier_, id);
+    full = std::async(std::launch::async, [this, prompt, full_limit, id = rq.tier_id] {
+      return remote_->fetch_prefix(prompt, full_limit, *full_tier_, id);
     });
 
   // 3. The suffix over the view, into the drafter's tail, and the first round's
@@ -229,12 +234,27 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
     }
   }
   note_full_fetch(s, f);
-  p.logits = prefill_to_tier(*model_, prompt.subspan(f.positions), rq.tier_id, *full_tier_,
-                             *streamer_, cache_, ws_, opt.prefill_chunk);
+  if (rebuild) {
+    // Complete chunks past the fetched view: the view is rebuilt over the whole
+    // prompt as a local prefill builds it (replacing the fetched one; the tail lets
+    // the suffix go), and its chunks the store lacked are published.
+    PrefilledRequest e = prefill_and_compress(*model_, prompt, cache_, ws_, *rq.compressor, opt.ratio,
+                                              opt.stats_window, opt.prefill_chunk, *full_tier_,
+                                              *streamer_, rq.tier_id, f.positions);
+    p.logits = std::move(e.logits);
+    p.view = std::move(e.view);
+    p.compress_seconds = e.compress_seconds;
+    cache_.release_prefix(rq.seq, n);
+    s.remote_compressed_chunks_published = remote_->publish_compressed(
+        prompt, covered / T, *p.view, compressor_spec(opt.compressor, opt.compressor_params, opt.ratio));
+  } else {
+    p.logits = prefill_to_tier(*model_, prompt.subspan(f.positions), rq.tier_id, *full_tier_,
+                               *streamer_, cache_, ws_, opt.prefill_chunk);
+    // The drafter's tail takes the suffix's exact KV (what a local prefill leaves it).
+    cache_.reserve(rq.seq, n);
+    copy_tier_rows(*full_tier_, rq.tier_id, covered, n, cache_, rq.seq);
+  }
   p.prefill_seconds = seconds_since(t0);
-  // The drafter's tail takes the suffix's exact KV (what a local prefill leaves it).
-  cache_.reserve(rq.seq, n);
-  copy_tier_rows(*full_tier_, rq.tier_id, covered, n, cache_, rq.seq);
   s.remote_chunks_published =
       remote_->publish(prompt, f.positions / remote_->layout().chunk_tokens, *full_tier_, rq.tier_id);
   return p;

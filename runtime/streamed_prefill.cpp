@@ -53,6 +53,17 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
                                     const Compressor& compressor, double ratio,
                                     size_t stats_window, size_t prefill_chunk, FullTier& tier,
                                     LayerStreamer& stream, uint64_t id, size_t cached) {
+  PrefilledRequest out = prefill_and_compress(model, prompt, cache, ws, compressor, ratio,
+                                              stats_window, prefill_chunk, tier, stream, id, cached);
+  cache.start_at(seq, prompt.size());
+  return out;
+}
+
+PrefilledRequest prefill_and_compress(const Model& model, std::span<const int32_t> prompt,
+                                      PagedKvCache& cache, Workspace& ws,
+                                      const Compressor& compressor, double ratio,
+                                      size_t stats_window, size_t prefill_chunk, FullTier& tier,
+                                      LayerStreamer& stream, uint64_t id, size_t cached) {
   if (cached >= prompt.size() || tier.length(id) != cached)
     throw Error("prefill: " + std::to_string(cached) + " cached positions of a " +
                 std::to_string(prompt.size()) + "-token prompt, the tier holds " +
@@ -82,7 +93,6 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
                              compression_slice_heads(tier.config()));
   out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   if (stats && !stats->hidden_scores.empty()) out.hidden_scores = std::move(stats->hidden_scores);
-  cache.start_at(seq, prompt.size());
   return out;
 }
 

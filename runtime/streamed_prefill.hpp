@@ -44,6 +44,17 @@ namespace vc {
 /// positions [0, cached) of the prompt are already in the tier (a prefix fetched
 /// from the remote store, cached < prompt.size()); only the rest is computed, and
 /// the statistics observe only those rows.
+/// prefill_compressed() without a drafter's sequence: the exact KV of [cached, n)
+/// into the tier, gathering the statistics `compressor` needs, and the view of the
+/// whole prompt built from the tier. Compressed first rebuilds its fetched view so
+/// once the full prefix is in. `scratch`: as prefill_to_tier's.
+[[nodiscard]] PrefilledRequest prefill_and_compress(const Model& model,
+                                                    std::span<const int32_t> prompt,
+                                                    PagedKvCache& scratch, Workspace& ws,
+                                                    const Compressor& compressor, double ratio,
+                                                    size_t stats_window, size_t prefill_chunk,
+                                                    FullTier& tier, LayerStreamer& stream,
+                                                    uint64_t id, size_t cached);
 [[nodiscard]] PrefilledRequest prefill_compressed(const Model& model,
                                                   std::span<const int32_t> prompt,
                                                   KvSequence& seq, PagedKvCache& cache,

@@ -80,9 +80,11 @@ PrefillResult TpDraftBatcher::finish_prefill(uint64_t id, size_t cached) {
     const PrefillResult& o = out[r];
     if (o.token != p.token || o.logprob != p.logprob || o.drafts_kept != p.drafts_kept)
       disagree(r, "chose another exact first token", id);
+    if (o.views.size() != p.views.size()) disagree(r, "rebuilt its view where rank 0 did not, or the reverse", id);
     p.compressed_bytes += o.compressed_bytes;
     p.compressed_full_bytes += o.compressed_full_bytes;
     p.fast_bytes_peak = std::max(p.fast_bytes_peak, o.fast_bytes_peak);
+    p.views.insert(p.views.end(), o.views.begin(), o.views.end());  // rank order
   }
   return p;
 }

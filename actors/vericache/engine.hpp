@@ -91,6 +91,14 @@ struct EngineConfig {
   /// right, rounds take their drafts from these while the verifier accepts every
   /// draft and its next token is the next one ahead. 0: one round.
   size_t remote_predraft = 256;
+  /// Compressed first: the longest suffix past the fetched compressed prefix (a
+  /// prompt that extends a cached one) a request drafts over before its exact
+  /// prefill. Admission reserves fast memory for one chunk of suffix; a longer one
+  /// (up to this many positions) is reserved when the compressed chunks arrive, if
+  /// the budget has room then, else the request takes the full flow. Complete
+  /// chunks past the fetched ones are compressed once the full KV is in (the view
+  /// rebuilt over the whole prompt) and published.
+  size_t remote_compressed_suffix = 2048;
   /// net_fetcher actors (each with its own store connections, all sharing the
   /// store's health): one request's long fetch does not hold up the others'.
   /// Each fetch or publish goes to the one with the fewest outstanding.

@@ -4,7 +4,8 @@
 // ahead from its guess of the first token while the full chunks arrive (a throttled
 // link makes them slow; one round ahead or up to the cap), and its tokens and logprobs equal a run without the store
 // bit for bit; a lossy request decodes over the fetched view exactly as `generate`'s
-// compressed-first flow does; a cancel in the middle leaves nothing behind.
+// compressed-first flow does; a cancel in the middle leaves nothing behind; a
+// longer prompt drafts over a cached shorter one's chunks and publishes the rest.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -146,6 +147,55 @@ TEST(engine_compressed_first, the_full_flow_runs_when_compressed_first_is_off_or
   EXPECT_EQ(0u, r.stats.remote_compressed_chunks_hit);
   EXPECT_FALSE(r.stats.remote_compressed_stop_reason.empty());
   EXPECT_EQ(2u, r.stats.remote_chunks_hit) << "the full chunks serve any ratio";
+}
+
+TEST(engine_compressed_first, a_longer_prompt_drafts_over_the_cached_chunks_and_publishes_the_compressed_ones_it_lacked) {
+  // The store holds a 300-token prompt's chunk (one of 256); the 650-token prompt
+  // that starts with it fetches that compressed chunk, reserves its 394-position
+  // suffix when the chunk arrives and drafts over it; once the full KV is in, its
+  // view is rebuilt over the whole prompt and the compressed chunk the store lacked
+  // is published, so its next run hits both. A suffix longer than
+  // remote_compressed_suffix takes the full flow. Tokens equal an engine without
+  // the store each time.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const Request longer = long_request("vericache", "snapkv", true);
+  Request shorter = longer;
+  shorter.prompt_ids.resize(300);
+  Result local;
+  {
+    Engine plain(config());
+    local = run(plain, longer);
+  }
+  for (const size_t limit : {size_t(2048), size_t(256)}) {
+    server.restart();
+    EngineConfig c = config(server.url());
+    c.remote_compressed_suffix = limit;
+    Engine engine(c);
+    (void)run(engine, shorter);
+    wait_for_chunks(server.url(), 2);  // its full and compressed chunk 0
+    const Result first = run(engine, longer);
+    expect_same_output(local, first, "first, limit " + std::to_string(limit));
+    const auto& s = first.stats;
+    if (limit == 256) {
+      EXPECT_FALSE(s.remote_compressed_first) << "a 394-position suffix over a limit of 256";
+      EXPECT_NE(s.remote_compressed_stop_reason.find("do not fit"), std::string::npos)
+          << s.remote_compressed_stop_reason;
+      continue;
+    }
+    ASSERT_TRUE(s.remote_compressed_first) << s.remote_compressed_stop_reason;
+    EXPECT_EQ(1u, s.remote_compressed_chunks_hit);
+    EXPECT_EQ(1u, s.remote_chunks_hit) << s.remote_stop_reason;
+    EXPECT_EQ(1u, s.remote_chunks_published);
+    EXPECT_EQ(1u, s.remote_compressed_chunks_published) << "chunk 1 of the rebuilt view";
+    wait_for_chunks(server.url(), 4);
+    const Result second = run(engine, longer);
+    expect_same_output(local, second, "second");
+    EXPECT_TRUE(second.stats.remote_compressed_first) << second.stats.remote_compressed_stop_reason;
+    EXPECT_EQ(2u, second.stats.remote_compressed_chunks_hit);
+    EXPECT_EQ(0u, second.stats.remote_compressed_chunks_published);
+    EXPECT_EQ(0u, held_after_settling(engine));
+  }
 }
 
 TEST(engine_compressed_first, requests_fetch_through_several_net_fetchers_at_once_or_one_in_segments) {

@@ -91,6 +91,7 @@ TEST(scheduler_core_remote, compressed_first_drafts_from_the_guess_and_verifies_
   EXPECT_EQ(64u, calls[1].spec.fetched_views[0]->covered());
   EXPECT_TRUE(calls[1].spec.tier_ready) << "the net_fetcher makes the entry";
   EXPECT_FALSE(calls[1].spec.copy_view);
+  EXPECT_EQ(0u, calls[1].spec.publish_chunk_tokens) << "every complete chunk fetched: nothing to rebuild";
 
   core.on_prefilled(guess(1, 7));  // the full chunks are still on their way
   calls = out.take();
@@ -125,6 +126,39 @@ TEST(scheduler_core_remote, compressed_first_drafts_from_the_guess_and_verifies_
   EXPECT_EQ(4u, r.stats.remote_predrafted);
   EXPECT_TRUE(r.stats.remote_predrafts_kept);
   EXPECT_EQ(4u, r.stats.accepted);
+}
+
+TEST(scheduler_core_remote, compressed_first_publishes_the_rebuilt_views_chunks_past_those_it_fetched) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = compressed_first_request(1, 1, DecodeMode::vericache);
+  a.ctx->cf_suffix_allowance = 2 * kChunk;
+  core.submit(a.ctx);
+  out.take();
+  core.on_remote_compressed_fetched(1, {fetched(48)}, compressed_hit(3));  // chunk 3 missing
+  auto calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::fetch, Call::prefill}), kinds(calls));
+  EXPECT_EQ(kChunk, calls[1].spec.publish_chunk_tokens) << "the drafter rebuilds past the fetched view";
+  EXPECT_EQ(48u, calls[0].n) << "the full chunks leave the statistics window to the exact prefill";
+  core.on_prefilled(guess(1, 7));
+  out.take();
+  core.on_remote_fetched(1, hit(3), "");
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::finish_prefill}), kinds(calls));
+  EXPECT_EQ(48u, calls[0].n);
+  PrefillResult done = exact(1, 7, false);
+  done.views = {fetched(kPrompt)};  // the view rebuilt over the whole prompt
+  core.on_prefill_finished(done);
+  calls = out.take();
+  ASSERT_EQ(Call::publish, calls[0].kind);
+  EXPECT_EQ(3u, calls[0].n) << "the full chunk the store lacked";
+  EXPECT_EQ(3u, calls[0].from) << "and the compressed one: the 3 fetched are not sent again";
+  ASSERT_EQ(1u, calls[0].views.size());
+  EXPECT_EQ("snapkv r4", calls[0].view_spec);
+  core.on_remote_published(1, 1, 1);
+  const auto r = a.result.get();
+  EXPECT_EQ(1u, r.stats.remote_compressed_chunks_published);
 }
 
 TEST(scheduler_core_remote, compressed_first_drafts_ahead_while_the_full_chunks_arrive_and_verifies_rounds_from_those_drafts) {

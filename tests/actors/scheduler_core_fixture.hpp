@@ -35,7 +35,9 @@ struct Call {
   DraftSpec spec;          // prefill
   RankViews views;  // publish: the views' chunks too (one per rank)
   std::string view_spec;  // publish, fetch_compressed: the compressor spec
-  size_t from = 0, create = 0;  // fetch: positions the entry holds; room to create it with (0: it exists)
+  // fetch: positions the entry holds, room to create it with (0: it exists);
+  // publish: `from` is the views' first chunk
+  size_t from = 0, create = 0;
 };
 
 class FakeOutbox final : public Outbox {
@@ -90,11 +92,13 @@ class FakeOutbox final : public Outbox {
     calls.push_back(c);
   }
   void remote_publish(uint64_t id, const std::vector<int32_t>&, size_t first_chunk,
-                      RankViews views, const std::string& view_spec) override {
+                      RankViews views, const std::string& view_spec,
+                      size_t first_view_chunk) override {
     Call c;
     c.kind = Call::publish;
     c.id = id;
     c.n = first_chunk;
+    c.from = first_view_chunk;
     c.views = std::move(views);
     c.view_spec = view_spec;
     calls.push_back(c);

@@ -3,7 +3,8 @@
 // stream in, and its tokens and logprobs equal full decoding bit for bit (greedy
 // and seeded, SnapKV and KIVI); a fault in the full chunks alone (corrupt, missing)
 // is recomputed locally before any token, a fault in the compressed chunks alone
-// falls back to the full flow; lossy mode decodes over the fetched view.
+// falls back to the full flow; lossy mode decodes over the fetched view; a longer
+// prompt publishes the compressed chunks past the ones it fetched.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -159,6 +160,40 @@ TEST(remote_compressed_first, the_suffix_in_the_tail_does_not_count_toward_a_fol
   const json long_run = generate(common + " --max-tokens 24" + mode + remote);
   expect_same_tokens(full24, long_run, "24 tokens");
   EXPECT_GT(long_run["stats"]["vericache"]["view_rebuilds"].get<int>(), 0) << long_run["stats"];
+}
+
+TEST(remote_compressed_first, a_longer_prompt_drafts_from_the_cached_chunks_and_publishes_the_compressed_ones_it_lacked) {
+  // The store holds a prompt's chunks; a longer prompt starting with it fetches
+  // those compressed chunks first, and its complete chunks past them are compressed
+  // here (the view rebuilt over the whole prompt once the exact prefill is in) and
+  // published: the same longer prompt next time hits every one of them. Tokens
+  // equal full decoding each time.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  std::string longer = code_prompt() + "\n        total += i\n    return total\n\n";
+  for (int i = 0; i < 8; ++i)
+    longer += "def h" + std::to_string(i) + "(z):\n    return z * " + std::to_string(i + 3) + "\n\n";
+  longer += "def last():";
+  vc::test::PromptFile shorter_file(code_prompt()), longer_file(longer);
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
+  const std::string tail = " --max-tokens 12 --json --logprobs --ignore-eos";
+  const std::string mode = " --mode vericache --compressor snapkv --ratio 4 --draft 6";
+  (void)generate("--prompt-file " + shorter_file.path + tail + mode + remote);  // publishes its chunks
+  const json full = generate("--prompt-file " + longer_file.path + tail);
+  const json first = generate("--prompt-file " + longer_file.path + tail + mode + remote);
+  expect_same_tokens(full, first, "the first longer run");
+  const json& r1 = first["stats"]["remote"];
+  ASSERT_TRUE(r1["compressed_first"].get<bool>()) << r1;
+  const size_t hit = r1["compressed_chunks_hit"].get<size_t>();
+  const size_t published = r1["compressed_chunks_published"].get<size_t>();
+  EXPECT_GE(hit, 3u) << r1;
+  EXPECT_GE(published, 4u) << "the longer prompt's chunks past the shorter one's: " << r1;
+  const json second = generate("--prompt-file " + longer_file.path + tail + mode + remote);
+  expect_same_tokens(full, second, "the second longer run");
+  const json& r2 = second["stats"]["remote"];
+  ASSERT_TRUE(r2["compressed_first"].get<bool>()) << r2;
+  EXPECT_EQ(hit + published, r2["compressed_chunks_hit"].get<size_t>()) << r2;
+  EXPECT_EQ(0u, r2["compressed_chunks_published"].get<size_t>()) << "it fetched them all: " << r2;
 }
 
 TEST(remote_compressed_first, a_budget_without_room_for_the_suffix_takes_the_full_flow) {

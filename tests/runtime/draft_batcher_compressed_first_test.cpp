@@ -2,7 +2,8 @@
 // the tail, the first token a guess, no full tier touched), one block drafted from
 // the guess (and blocks further ahead of it), then finish_prefill: the exact first
 // token of a local prefill, bit for bit, and the block kept only when the guess was
-// that token; a commit with drafts ahead keeps them.
+// that token; a commit with drafts ahead keeps them; complete chunks past the
+// fetched view rebuild it over the whole prompt.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -207,6 +208,54 @@ TEST(draft_batcher_compressed_first, the_suffix_in_the_tail_does_not_make_the_fi
   ASSERT_EQ(3u, block.tokens.size());
   EXPECT_FALSE(block.wants_stats) << "a fold due with 16 suffix positions and none decoded";
   b.release(7);
+}
+
+TEST(draft_batcher_compressed_first, complete_chunks_past_the_fetched_view_rebuild_it_as_a_local_prefill_builds_it) {
+  // A view of the first 32 positions fetched, chunks of 16: the exact prefill of
+  // [0, 80) (no full chunk cached here) rebuilds the view over the whole prompt, the
+  // bytes of a local prefill's view, and hands a copy back to publish; the tail
+  // keeps only what lies past the prompt. With the fetched view covering every
+  // complete chunk, or no chunk size given, the fetched view stays.
+  const auto p = prompt(3);
+  const Reference ref = local_prefill(p);
+  std::string why;
+  auto head = ref.view->slice(0, 32, why);
+  ASSERT_TRUE(head) << why;
+  const auto short_view = std::make_shared<const CompressedView>(std::move(*head));
+  struct Case {
+    std::shared_ptr<const CompressedView> view;
+    size_t chunk;
+    bool rebuilt;
+  };
+  std::vector<size_t> tail;  // per case: the tail's bytes after finish_prefill
+  for (const Case& k : {Case{short_view, 16, true}, Case{short_view, 0, false}, Case{ref.view, 32, false}}) {
+    const std::string what = "covered " + std::to_string(k.view->covered()) + ", chunk " + std::to_string(k.chunk);
+    HostFullTier tier(test::tinycode()->kv_config(16, DType::bf16));
+    DraftBatcher b(test::tinycode(), &tier, 4096, DType::bf16, 2);
+    DraftSpec s = spec_of(7, p);
+    s.fetched_views = {k.view};
+    s.tier_ready = true;
+    s.publish_chunk_tokens = k.chunk;
+    (void)b.prefill(s);
+    tier.create(7, kPrompt + 32);
+    const PrefillResult exact = b.finish_prefill(7, 0);
+    EXPECT_EQ(ref.result.token, exact.token) << what;
+    EXPECT_EQ(ref.result.logprob, exact.logprob) << what;
+    ASSERT_EQ(k.rebuilt ? 1u : 0u, exact.views.size()) << what;
+    if (k.rebuilt) {
+      EXPECT_EQ(kPrompt, exact.views[0]->covered());
+      EXPECT_EQ(ref.result.views.at(0)->serialize(), exact.views[0]->serialize()) << "a local prefill's view";
+      EXPECT_EQ(exact.views[0]->stored_bytes(), exact.compressed_bytes) << "the drafter drafts over it";
+    }
+    tail.push_back(b.fast_bytes(7) - (k.rebuilt ? exact.views[0] : k.view)->held_bytes());
+    b.start(7, 3);  // drafting goes on over whichever view
+    DraftBlock block;
+    for (int guard = 0; b.busy() && guard < 100; ++guard)
+      for (auto& blk : b.step()) block = std::move(blk);
+    EXPECT_EQ(3u, block.tokens.size()) << what;
+    b.release(7);
+  }
+  EXPECT_LT(tail[0], tail[1]) << "the rebuilt view let the suffix's tail blocks go";
 }
 
 TEST(draft_batcher_compressed_first, a_fetched_view_must_leave_the_last_prompt_position_to_compute) {

@@ -186,6 +186,11 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
                  "Full chunks per fetch: a long prefix comes a segment at a time, and requests "
                  "waiting for a net_fetcher get it between segments (0 = the whole prefix at once)")
       ->capture_default_str()->check(integer_in(0, 1 << 20));
+  cmd.add_option("--remote-compressed-suffix", r.compressed_suffix,
+                 "compressed-first: the longest prompt suffix past the cached compressed chunks "
+                 "drafted over before the exact prefill (reserved when the chunks arrive, if the "
+                 "budget has room; else the full flow)")
+      ->capture_default_str()->check(integer_in(0, 1 << 24));
 }
 
 std::string option_of_field(const std::string& field) {

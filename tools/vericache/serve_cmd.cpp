@@ -160,6 +160,7 @@ int run_serve(const ServeArgs& a) {
   cfg.remote_compressed_first = a.remote.flow == "compressed-first";
   cfg.remote_fetchers = a.remote.fetchers;
   cfg.remote_fetch_segment = a.remote.fetch_segment;
+  cfg.remote_compressed_suffix = a.remote.compressed_suffix;
   cfg.remote_predraft = a.remote.predraft;
   cfg.placement = a.placement;
 
