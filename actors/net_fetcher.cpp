@@ -63,7 +63,7 @@ RemoteCompressedFetch fetch_compressed_every_rank(const std::vector<std::shared_
   const size_t d = remotes.size();
   std::vector<RemoteCompressedFetch> got(d);
   ranks.run([&](int r) {
-    got[size_t(r)] = remotes[size_t(r)]->fetch_compressed(m.prompt, m.max_positions, m.spec);
+    got[size_t(r)] = remotes[size_t(r)]->fetch_compressed(m.prompt, m.max_positions, m.spec, m.from_positions);
   });
   RemoteCompressedFetch out = std::move(got[0]);
   size_t lo = out.positions, hi = lo;

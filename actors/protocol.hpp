@@ -146,6 +146,7 @@ struct remote_published_msg {
 struct remote_fetch_compressed_msg {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
+  size_t from_positions = 0;  // a segment: the chunks from here on (RemoteTier::fetch_compressed)
   size_t max_positions = 0;
   std::string spec;
 };

@@ -37,7 +37,7 @@ class ActorOutbox final : public Outbox {
                       RankViews views, const std::string& view_spec,
                       size_t first_view_chunk) override;
   void release_tier(uint64_t id) override;
-  void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
+  void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
                                size_t max_positions, const std::string& view_spec) override;
   void finish_prefill(uint64_t id, size_t cached) override;
 

@@ -68,10 +68,11 @@ void SchedulerCore::admit() {
     if (c->remote) {
       c->phase = RequestCtx::Phase::fetch;
       c->result.stats.remote = true;
-      if (c->compressed_first)  // the prompt's last position is always computed
-        out_.remote_fetch_compressed(c->id, c->spec.prompt, c->spec.prompt.size() - 1,
-                                     c->view_spec);
-      else
+      if (c->compressed_first) {  // the prompt's last position is always computed
+        const size_t T = std::max<size_t>(remote_chunk_, 1);
+        c->cf_fetch_end = (c->spec.prompt.size() - 1) / T * T;
+        fetch_compressed_segment(*c, 0);
+      } else
         start_remote_fetch(*c, c->remote_limit);
     } else {
       start_prefill(*c);
@@ -83,168 +84,6 @@ void SchedulerCore::admit() {
 void SchedulerCore::start_prefill(RequestCtx& c) {
   c.phase = RequestCtx::Phase::prefill;
   out_.prefill(c.spec);
-}
-
-void SchedulerCore::start_remote_fetch(RequestCtx& c, size_t max_positions) {
-  c.remote_fetching = c.tier_held = true;
-  const size_t T = std::max<size_t>(remote_chunk_, 1);
-  c.remote_fetch_end = std::min(max_positions, c.spec.prompt.size()) / T * T;
-  fetch_segment(c, 0);
-}
-
-void SchedulerCore::fetch_segment(RequestCtx& c, size_t from) {
-  const size_t end = remote_segment_ == 0 ? c.remote_fetch_end
-                                          : std::min(c.remote_fetch_end, from + remote_segment_ * remote_chunk_);
-  c.remote_segment_end = end;
-  out_.remote_fetch(c.id, c.spec.prompt, from, end,
-                    from == 0 ? c.spec.prompt.size() + c.spec.max_new_tokens : 0);
-}
-
-void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews views,
-                                                 const RemoteCompressedFetch& f) {
-  auto c = find(id);
-  if (!c) return;  // cancelled meanwhile: it holds nothing yet
-  auto& s = c->result.stats;
-  s.remote_compressed_chunks_hit = f.chunks;
-  s.remote_compressed_positions = f.positions;
-  s.remote_bytes_compressed = f.bytes;
-  s.remote_compressed_fetch_seconds = f.seconds;
-  s.remote_compressed_stop_reason = f.stop_reason;
-  const size_t n = c->spec.prompt.size();
-  if (!views.empty() && views.front()) grow_suffix_reservation(*c, n - views.front()->covered());
-  for (const auto& view : views) {  // each rank's view in its own fast memory
-    if (!view || n - view->covered() > c->cf_suffix_allowance ||
-        view->held_bytes() > c->cf_view_allowance) {
-      if (view)
-        s.remote_compressed_stop_reason =
-            "the fetched view of " + std::to_string(view->covered()) + " positions (" +
-            std::to_string(view->held_bytes()) + " bytes) and its suffix of " +
-            std::to_string(n - view->covered()) +
-            " positions do not fit the fast memory reserved for the request: full flow";
-      views.clear();
-      break;
-    }
-  }
-  if (views.empty()) {  // the full flow, as without compressed first
-    start_remote_fetch(*c, c->remote_limit);
-    return check_barriers();
-  }
-  c->cf_active = true;
-  s.remote_compressed_first = true;
-  c->spec.fetched_views = std::move(views);
-  c->spec.copy_view = false;  // its chunks came from the store
-  if (c->spec.mode == DecodeMode::vericache) {
-    // The full chunks stream into the tier while the drafter works over the view;
-    // nothing of them limits the statistics (the view is the store's), unless
-    // complete chunks lie past the view: then the exact prefill rebuilds the view
-    // over the whole prompt, to publish them, and computes the statistics window.
-    const size_t covered = c->spec.fetched_views.front()->covered();
-    const bool rebuild = n / remote_chunk_ * remote_chunk_ > covered;
-    c->spec.publish_chunk_tokens = rebuild ? remote_chunk_ : 0;
-    c->spec.tier_ready = true;
-    start_remote_fetch(*c, rebuild ? c->remote_limit : n - 1);
-  }
-  start_prefill(*c);
-  check_barriers();
-}
-
-void SchedulerCore::grow_suffix_reservation(RequestCtx& c, size_t suffix) {
-  if (suffix <= c.cf_suffix_allowance || suffix > c.cf_suffix_limit || !c.cf_suffix_bytes) return;
-  const size_t grow = c.cf_suffix_bytes(suffix) - c.cf_suffix_bytes(c.cf_suffix_allowance);
-  if (fast_budget_ > 0 && fast_reserved_ + grow > fast_budget_) return;  // the full flow
-  c.fast_need += grow;
-  fast_reserved_ += grow;
-  counters_->fast_reserved.store(fast_reserved_, std::memory_order_relaxed);
-  c.result.stats.fast_bytes_reserved = c.fast_need;
-  c.cf_suffix_allowance = suffix;
-}
-
-void SchedulerCore::maybe_finish_prefill(RequestCtx& c) {
-  if (!c.cf_active || c.cf_finishing || !c.cf_guessed || c.cf_predrafting) return;
-  if (!c.cf_full_in) {  // the drafter waits for the full chunks from now on
-    if (!c.cf_idle_since) c.cf_idle_since = std::chrono::steady_clock::now();
-    return;
-  }
-  if (c.cf_idle_since) c.result.stats.remote_full_wait_seconds = since(*c.cf_idle_since);
-  c.cf_finishing = true;
-  out_.finish_prefill(c.id, c.spec.remote_cached);
-}
-
-void SchedulerCore::publish_full_chunks(RequestCtx& c, RankViews views, size_t first_view_chunk) {
-  // remote: publish the complete chunks the store lacked, and the views' chunks
-  const size_t first = c.spec.remote_cached / remote_chunk_;
-  const size_t complete = c.spec.prompt.size() / remote_chunk_;
-  const bool with_view = !views.empty() && complete > first_view_chunk;
-  if (complete > first || with_view) {
-    c.remote_publishing = true;
-    publishing_[c.id] = find(c.id);
-    out_.remote_publish(c.id, c.spec.prompt, first, with_view ? std::move(views) : RankViews{},
-                        c.view_spec.empty() ? compressor_spec(c.spec.compressor, c.spec.compressor_params,
-                                                              c.spec.ratio)
-                                            : c.view_spec,
-                        first_view_chunk);
-  } else if (c.spec.mode == DecodeMode::lossy) {
-    free_tier(c);
-  }
-}
-
-void SchedulerCore::free_tier(RequestCtx& c) {
-  if (!c.tier_held) return;
-  c.tier_held = false;
-  out_.release_tier(c.id);
-}
-
-void SchedulerCore::on_remote_fetched(uint64_t id, const RemoteFetch& f, const std::string& error) {
-  auto c = find(id);
-  if (!c) {  // finished (cancelled) while its prefix was fetched: free what arrived
-    out_.release_tier(id);
-    return;
-  }
-  if (!error.empty()) {
-    c->remote_fetching = false;
-    finish(*c, "error", "remote prefix cache: " + error);
-    return check_barriers();
-  }
-  auto& s = c->result.stats;
-  s.remote_chunks_hit += f.chunks;
-  s.remote_positions = f.positions;
-  s.remote_bytes_fetched += f.bytes_full;
-  s.remote_fetch_seconds += f.seconds;
-  s.remote_stop_reason = f.stop_reason;
-  s.remote_fetch_segments += 1;
-  // A segment that came back whole, short of the end: the next one (behind any
-  // other request's fetch that waits for this net_fetcher).
-  if (f.stop_reason.empty() && f.positions == c->remote_segment_end &&
-      c->remote_segment_end < c->remote_fetch_end) {
-    fetch_segment(*c, f.positions);
-    return check_barriers();
-  }
-  c->remote_fetching = false;
-  c->spec.tier_ready = true;
-  c->spec.remote_cached = f.positions;
-  if (c->cf_active) {  // the drafter works from the fetched view meanwhile
-    c->cf_full_in = true;
-    maybe_finish_prefill(*c);
-  } else {
-    start_prefill(*c);
-  }
-  check_barriers();
-}
-
-void SchedulerCore::on_remote_published(uint64_t id, size_t chunks, size_t compressed_chunks) {
-  auto it = publishing_.find(id);
-  if (it == publishing_.end()) return;
-  auto c = std::move(it->second);
-  publishing_.erase(it);
-  c->remote_publishing = false;
-  c->result.stats.remote_chunks_published = chunks;
-  c->result.stats.remote_compressed_chunks_published = compressed_chunks;
-  // lossy decodes from its view alone: the entry goes as soon as it is copied.
-  if (c->phase == RequestCtx::Phase::done || c->spec.mode == DecodeMode::lossy) free_tier(*c);
-  if (c->result_pending) {
-    c->result_pending = false;
-    c->promise.set_value(std::move(c->result));
-  }
 }
 
 size_t SchedulerCore::remaining(const RequestCtx& c) const {

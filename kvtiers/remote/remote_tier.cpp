@@ -136,16 +136,21 @@ RemoteFetch RemoteTier::fetch_prefix(std::span<const int32_t> tokens, size_t max
 
 RemoteCompressedFetch RemoteTier::fetch_compressed(std::span<const int32_t> tokens,
                                                    size_t max_positions,
-                                                   const std::string& compressor_spec) {
+                                                   const std::string& compressor_spec,
+                                                   size_t from_positions) {
   const auto t0 = std::chrono::steady_clock::now();
+  const size_t T = layout_.chunk_tokens;
+  if (from_positions % T != 0)
+    throw Error("remote tier: a compressed fetch from position " + std::to_string(from_positions) +
+                ", not a multiple of the chunk size " + std::to_string(T));
   RemoteCompressedFetch out;
   const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
-  const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
-  const size_t T = layout_.chunk_tokens;
+  const size_t limit = std::min(keys.size(), max_positions / T);
   std::vector<std::string> store_keys;
-  for (size_t i = 0; i < limit; ++i) store_keys.push_back(compressed_chunk_key(keys[i], compressor_spec));
+  for (size_t i = 0; i < limit; ++i)
+    store_keys.push_back(i < from_positions / T ? std::string() : compressed_chunk_key(keys[i], compressor_spec));
   fetch_run(
-      store_keys, 0, limit,
+      store_keys, from_positions / T, limit,
       [&](size_t c, const std::string& value, std::string& why) {
         const std::span<const std::byte> payload = decode_chunk_value(
             value, layout_, compressed_chunk_id(keys[c], compressor_spec), ChunkKind::compressed, why);
@@ -165,7 +170,7 @@ RemoteCompressedFetch RemoteTier::fetch_compressed(std::span<const int32_t> toke
         return out.view->append(*piece, why);
       },
       out.chunks, out.bytes, out.stop_reason);
-  out.positions = out.chunks * T;
+  out.positions = from_positions + out.chunks * T;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -58,8 +58,9 @@ struct RemoteFetch {
 
 /// What one fetch_compressed() found: the chunks' views joined into one.
 struct RemoteCompressedFetch {
-  std::optional<CompressedView> view;  // positions [0, positions) when chunks > 0
-  size_t chunks = 0, positions = 0;
+  std::optional<CompressedView> view;  // positions [from, positions) when chunks > 0
+  size_t chunks = 0;     // chunks used, from the first one asked for
+  size_t positions = 0;  // where the run ended (from + chunks * chunk_tokens)
   size_t bytes = 0;  // value bytes received for the chunks used
   double seconds = 0;
   std::string stop_reason;  // as RemoteFetch's
@@ -102,10 +103,14 @@ class RemoteTier {
   /// string, see compressor_spec()), at most `max_positions` positions in whole
   /// chunks, each checked (header, checksum, then the view's own consistency) and
   /// joined into one view. The same fault policy as fetch_prefix(): the run ends at
-  /// the first chunk that is missing, rejected or cannot be joined.
+  /// the first chunk that is missing, rejected or cannot be joined. From
+  /// `from_positions` on (a multiple of chunk_tokens, else vc::Error): the view then
+  /// covers [from_positions, positions) (CompressedView::append joins it to the
+  /// view of the positions before), so a long prefix can come a few chunks at a time.
   [[nodiscard]] RemoteCompressedFetch fetch_compressed(std::span<const int32_t> tokens,
                                                        size_t max_positions,
-                                                       const std::string& compressor_spec);
+                                                       const std::string& compressor_spec,
+                                                       size_t from_positions = 0);
 
   /// Queues the complete chunks of `tokens` from chunk `first_chunk` on, read from
   /// request `id` of `tier` (which holds at least those positions), for publishing.

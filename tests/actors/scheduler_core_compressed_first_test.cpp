@@ -79,7 +79,8 @@ TEST(scheduler_core_remote, compressed_first_drafts_from_the_guess_and_verifies_
   auto calls = out.take();
   ASSERT_EQ(1u, calls.size());
   EXPECT_EQ(Call::fetch_compressed, calls[0].kind);
-  EXPECT_EQ(kPrompt - 1, calls[0].n);
+  EXPECT_EQ(0u, calls[0].from);
+  EXPECT_EQ((kPrompt - 1) / kChunk * kChunk, calls[0].n) << "whole chunks before the last prompt position";
   EXPECT_EQ("snapkv r4", calls[0].view_spec);
 
   core.on_remote_compressed_fetched(1, {fetched(64)}, compressed_hit(4));
@@ -159,6 +160,76 @@ TEST(scheduler_core_remote, compressed_first_publishes_the_rebuilt_views_chunks_
   core.on_remote_published(1, 1, 1);
   const auto r = a.result.get();
   EXPECT_EQ(1u, r.stats.remote_compressed_chunks_published);
+}
+
+TEST(scheduler_core_remote, compressed_first_fetches_its_compressed_chunks_in_segments_and_drafts_over_them_joined) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  core.set_remote_fetch_segment(3);
+  auto a = compressed_first_request(1, 10, DecodeMode::vericache);
+  core.submit(a.ctx);
+  auto calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::fetch_compressed}), kinds(calls));
+  EXPECT_EQ(0u, calls[0].from);
+  EXPECT_EQ(48u, calls[0].n);
+  auto piece = [](size_t from, size_t to) {  // a real view's positions [from, to)
+    std::string why;
+    auto v = fetched_with_rows(64)->slice(from, to, why);
+    EXPECT_TRUE(v) << why;
+    return std::make_shared<const CompressedView>(std::move(*v));
+  };
+  RemoteCompressedFetch first = compressed_hit(3);
+  core.on_remote_compressed_fetched(1, {piece(0, 48)}, first);
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::fetch_compressed}), kinds(calls)) << "the next segment";
+  EXPECT_EQ(48u, calls[0].from);
+  EXPECT_EQ(64u, calls[0].n);
+  RemoteCompressedFetch second = compressed_hit(1);
+  second.positions = 64;
+  core.on_remote_compressed_fetched(1, {piece(48, 64)}, second);
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::fetch, Call::prefill}), kinds(calls));
+  ASSERT_EQ(1u, calls[1].spec.fetched_views.size());
+  EXPECT_EQ(0u, calls[1].spec.fetched_views[0]->first());
+  EXPECT_EQ(64u, calls[1].spec.fetched_views[0]->covered()) << "the segments joined";
+  EXPECT_EQ(fetched_with_rows(64)->serialize(), calls[1].spec.fetched_views[0]->serialize()) << "bit for bit";
+  core.cancel(1);
+  const auto r = a.result.get();
+  EXPECT_EQ(4u, r.stats.remote_compressed_chunks_hit);
+  EXPECT_EQ(64u, r.stats.remote_compressed_positions);
+  EXPECT_EQ(1000u, r.stats.remote_bytes_compressed);
+}
+
+TEST(scheduler_core_remote, compressed_first_stops_at_a_segment_that_cannot_be_joined_and_keeps_the_segments_before) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  core.set_remote_fetch_segment(3);
+  auto a = compressed_first_request(1, 10, DecodeMode::vericache);
+  a.ctx->cf_suffix_allowance = 2 * kChunk;
+  core.submit(a.ctx);
+  out.take();
+  std::string why;
+  auto head = fetched_with_rows(64)->slice(0, 48, why);
+  ASSERT_TRUE(head) << why;
+  core.on_remote_compressed_fetched(1, {std::make_shared<const CompressedView>(std::move(*head))},
+                                    compressed_hit(3));
+  out.take();
+  RemoteCompressedFetch second = compressed_hit(1);
+  second.positions = 64;
+  auto again = fetched_with_rows(64)->slice(0, 16, why);  // starts at 0, not 48
+  ASSERT_TRUE(again) << why;
+  core.on_remote_compressed_fetched(1, {std::make_shared<const CompressedView>(std::move(*again))}, second);
+  auto calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::fetch, Call::prefill}), kinds(calls));
+  EXPECT_EQ(48u, calls[1].spec.fetched_views.at(0)->covered());
+  core.cancel(1);
+  const auto r = a.result.get();
+  EXPECT_EQ(3u, r.stats.remote_compressed_chunks_hit);
+  EXPECT_NE(r.stats.remote_compressed_stop_reason.find("segment not joined: a piece starting at position 0"),
+            std::string::npos)
+      << r.stats.remote_compressed_stop_reason;
 }
 
 TEST(scheduler_core_remote, compressed_first_drafts_ahead_while_the_full_chunks_arrive_and_verifies_rounds_from_those_drafts) {

@@ -110,12 +110,13 @@ class FakeOutbox final : public Outbox {
     calls.push_back(c);
   }
 
-  void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>&, size_t max_positions,
-                               const std::string& view_spec) override {
+  void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>&, size_t from_positions,
+                               size_t max_positions, const std::string& view_spec) override {
     Call c;
     c.kind = Call::fetch_compressed;
     c.id = id;
     c.n = max_positions;
+    c.from = from_positions;
     c.view_spec = view_spec;
     calls.push_back(c);
   }

@@ -54,6 +54,26 @@ TEST(bench_remote, runs_every_flow_at_every_length_and_states_the_link_rates) {
   EXPECT_GT(j["runs"][2]["drafted"].get<int>(), 0) << j["runs"][2];
 }
 
+TEST(bench_remote, behind_rows_time_a_request_submitted_after_a_longer_cached_one) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const auto r = vc::test::run_vericache(
+      "bench remote --remote " + server.url() +
+          " --lengths 200 --remote-chunk 64 --max-tokens 6 --behind 700 --fetch-segment 2 --json",
+      false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["runs"].size(), 9u);
+  EXPECT_EQ(j["runs"][7]["flow"], "behind 700, whole fetch");
+  EXPECT_EQ(j["runs"][8]["flow"], "behind 700, segments of 2");
+  for (size_t i : {7, 8}) {
+    const nlohmann::json& run = j["runs"][i];
+    EXPECT_EQ(run["prompt_tokens"], 200) << run;
+    EXPECT_GT(run["compressed_chunks_hit"].get<int>(), 1) << "its own prompt's chunks: " << run;
+    EXPECT_GT(run["time_to_first_token_seconds_median"].get<double>(), 0) << run;
+  }
+}
+
 TEST(bench_remote, a_bad_store_url_is_a_one_line_error) {
   const auto r = vc::test::run_vericache("bench remote --remote localhost:6379", true);
   EXPECT_EQ(r.code, 1);

@@ -101,6 +101,18 @@ TEST_F(remote_compressed, a_published_view_comes_back_joined_bit_for_bit) {
     }
   // The limit is honoured in whole chunks, and the full form is another key.
   EXPECT_EQ(r.fetch_compressed(prompt, 2 * kChunk + 5, spec).chunks, 2u);
+  // In segments: chunk 0, then chunks 1-2 from position kChunk, joined, the same bits.
+  RemoteCompressedFetch head = r.fetch_compressed(prompt, kChunk, spec);
+  RemoteCompressedFetch rest = r.fetch_compressed(prompt, prompt.size() - 1, spec, kChunk);
+  ASSERT_EQ(head.chunks, 1u);
+  ASSERT_EQ(rest.chunks, 2u) << rest.stop_reason;
+  EXPECT_EQ(rest.positions, 3 * kChunk);
+  ASSERT_TRUE(head.view && rest.view);
+  EXPECT_EQ(rest.view->first(), kChunk);
+  ASSERT_TRUE(head.view->append(*rest.view, why)) << why;
+  EXPECT_EQ(head.view->serialize(), prefix->serialize());
+  EXPECT_THROW((void)r.fetch_compressed(prompt, prompt.size(), spec, kChunk + 1), Error)
+      << "a segment must start at a chunk";
   // Another compressor, other parameters or another ratio find nothing.
   for (const std::string& other : {compressor_spec("kivi", {{"group_size", 16}}, 8.0),
                                    compressor_spec("kivi", {}, 4.0),

@@ -12,12 +12,17 @@
 // process: tools/shaped-redis.sh's tc on a veth pair); either way the bench measures the
 // link's read rate first. The full tier's link is modelled at --local-bandwidth
 // (GeneratorConfig::link_bandwidth). Every run's ids and logprobs are checked equal
-// to full decoding (--mode full), else the bench fails.
+// to full decoding (--mode full), else the bench fails. With --behind N, two more
+// engine rows: the request submitted right after one of N cached tokens, into an
+// engine with one net_fetcher, fetching each prefix whole or in segments of
+// --fetch-segment chunks (EngineConfig::remote_fetch_segment; the time to first
+// token is the later request's).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <vericache/engine.hpp>
 
@@ -54,6 +59,8 @@ struct BenchRemoteArgs {
   int repeats = 1;  // runs per flow and length; the table shows medians
   int threads = 0;
   size_t predraft = 256;  // GeneratorConfig::remote_predraft of the compressed-first flow
+  size_t behind = 0;      // the "behind" rows' earlier request (prompt tokens; 0: no such rows)
+  size_t segment = 8;     // EngineConfig::remote_fetch_segment of the segmented "behind" row
   bool json = false;
 };
 
@@ -69,10 +76,7 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// One vericache request through `engine`, as a GenerateResult (its ids, logprobs
-// and the stats the table shows; first token and decode times from the callbacks).
-GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>& prompt,
-                          const BenchRemoteArgs& a) {
+vericache::Request engine_request(const std::vector<int32_t>& prompt, const BenchRemoteArgs& a) {
   vericache::Request q;
   q.prompt_ids = prompt;
   q.max_tokens = a.max_tokens;
@@ -82,12 +86,28 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   q.draft = std::to_string(a.draft);
   q.fold_every = a.fold_every;
   q.ignore_eos = true;
+  return q;
+}
+
+// One vericache request through `engine`, as a GenerateResult (its ids, logprobs
+// and the stats the table shows; first token and decode times from the callbacks).
+// `behind`: submitted first, a request the measured one waits behind (its result
+// is checked ok, not measured).
+GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>& prompt,
+                          const BenchRemoteArgs& a, const std::vector<int32_t>* behind = nullptr) {
+  std::optional<vericache::Engine::Submission> earlier;
+  if (behind != nullptr) earlier.emplace(engine.submit(engine_request(*behind, a)));
+  const vericache::Request q = engine_request(prompt, a);
   using clock = std::chrono::steady_clock;
   std::vector<clock::time_point> at;  // written on the scheduler thread, read after get()
   const auto t0 = clock::now();
   vericache::Result r = engine.submit(q, [&at](uint64_t, int32_t) { at.push_back(clock::now()); })
                             .result.get();
   if (!r.ok) throw Error("bench remote: engine request: " + r.error);
+  if (earlier) {
+    const vericache::Result e = earlier->result.get();
+    if (!e.ok) throw Error("bench remote: the earlier engine request: " + e.error);
+  }
   GenerateResult g;
   g.output_ids = r.output_ids;
   g.output_logprobs = r.output_logprobs;
@@ -168,6 +188,18 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   vericache::Engine engine_full_first(ec);
   ec.remote_compressed_first = true;
   vericache::Engine engine_compressed_first(ec);
+  // The "behind" rows: two requests at once, one net_fetcher.
+  ec.max_active = 2;
+  ec.remote_fetchers = 1;
+  ec.remote_fetch_segment = 0;
+  std::unique_ptr<vericache::Engine> engine_whole, engine_segments;
+  if (a.behind > 0) {
+    engine_whole = std::make_unique<vericache::Engine>(ec);
+    ec.remote_fetch_segment = a.segment;
+    engine_segments = std::make_unique<vericache::Engine>(ec);
+  }
+  const std::vector<int32_t> earlier = a.behind > 0 ? code_prompt(*tok, a.behind, a.seed + 1)
+                                                    : std::vector<int32_t>{};
 
   GenerateOptions opt;
   opt.max_tokens = a.max_tokens;
@@ -183,12 +215,14 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     opt.ratio = a.ratio;
     opt.draft_length = a.draft;
     opt.fold_every = a.fold_every;
-    constexpr int kFlows = 7;
-    std::vector<std::vector<GenerateStats>> got(kFlows);
-    const char* names[kFlows] = {"recompute",         "full first",
-                                 "compressed first",  "compressed first 1 round",
-                                 "engine full first", "engine compressed first",
-                                 "full first, full decode"};
+    const int kFlows = a.behind > 0 ? 9 : 7;
+    std::vector<std::vector<GenerateStats>> got(static_cast<size_t>(kFlows));
+    const std::string behind_whole = fmt::format("behind {}, whole fetch", a.behind);
+    const std::string behind_segments = fmt::format("behind {}, segments of {}", a.behind, a.segment);
+    const char* names[9] = {"recompute",         "full first",
+                            "compressed first",  "compressed first 1 round",
+                            "engine full first", "engine compressed first",
+                            "full first, full decode", behind_whole.c_str(), behind_segments.c_str()};
     // Full-KV decoding over the fetched prefix (the published baseline): draft 0, so
     // every token is one pass over the whole full KV through the local link.
     GenerateOptions full_decode = opt;
@@ -212,6 +246,12 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       check(engine_run(engine_full_first, prompt, a), 4);
       check(engine_run(engine_compressed_first, prompt, a), 5);
       check(full_first.generate(prompt, full_decode), 6);
+      if (a.behind > 0) {
+        (void)full_first.generate(earlier, opt);  // publishes the earlier prompt's chunks
+        full_first.remote()->flush();
+        check(engine_run(*engine_whole, prompt, a, &earlier), 7);
+        check(engine_run(*engine_segments, prompt, a, &earlier), 8);
+      }
     }
     for (int f = 0; f < kFlows; ++f) {
       std::vector<double> ttft, tps;
@@ -276,12 +316,12 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       "(first token, decode; the other columns from the median run)\n{}\n\n",
       a.model_dir, a.compressor, a.ratio, a.draft, a.fold_every, a.max_tokens, a.chunk, a.predraft,
       a.repeats, link);
-  std::cout << fmt::format("{:>7} {:<24} {:>12} {:>9} {:>10} {:>11} {:>10} {:>13}\n", "prompt",
+  std::cout << fmt::format("{:>7} {:<28} {:>12} {:>9} {:>10} {:>11} {:>10} {:>13}\n", "prompt",
                            "flow", "first token", "decode", "prefill", "fetched", "full wait",
                            "ahead/rounds");
   for (const FlowRun& r : runs)
     std::cout << fmt::format(
-        "{:>7} {:<24} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s {:>8}/{:<4}\n",
+        "{:>7} {:<28} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s {:>8}/{:<4}\n",
         r.length, r.flow, r.ttft, r.decode_tps, r.stats.prefill_seconds,
         double(r.stats.remote_bytes_full + r.stats.remote_bytes_compressed) / 1e6,
         r.stats.remote_full_wait_seconds, r.stats.remote_predrafted, r.stats.remote_predraft_rounds);
@@ -327,6 +367,12 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
                   "Compressed first (generate's and the engine's): draft up to N tokens ahead "
                   "while the full chunks arrive (the \"1 round\" row: one round's)")
       ->capture_default_str()->check(integer_in(0, 1 << 20));
+  cmd->add_option("--behind", a->behind,
+                  "Two more engine rows: each request submitted right after one of N cached tokens "
+                  "(one net_fetcher), fetching prefixes whole or in --fetch-segment chunks (0: none)")
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
+  cmd->add_option("--fetch-segment", a->segment, "Chunks per fetch of the segmented \"behind\" row")
+      ->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_remote(*a); }; });
 }
