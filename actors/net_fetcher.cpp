@@ -75,7 +75,9 @@ RemoteCompressedFetch fetch_compressed_every_rank(const std::vector<std::shared_
   }
   if (lo != hi) {
     out.stop_reason = "the tensor-parallel ranks' compressed prefixes differ (" + std::to_string(lo) +
-                      " to " + std::to_string(hi) + " positions): none is used";
+                      " to " + std::to_string(hi) + " positions): " +
+                      (m.from_positions == 0 ? std::string("none is used")
+                                             : "the chunks from " + std::to_string(m.from_positions) + " are not used");
     out.view.reset();
     return out;
   }
@@ -109,7 +111,9 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
       },
       [remotes, ranks](remote_fetch_compressed_msg& m) -> remote_compressed_fetched_msg {
         remote_compressed_fetched_msg out{m.id, {}, {}};
-        out.fetch = fetch_compressed_every_rank(remotes, *ranks, m, out.views);
+        RankViews segment;
+        out.fetch = fetch_compressed_every_rank(remotes, *ranks, m, segment);
+        out.views = join_segment(m.base, std::move(segment), out.fetch);
         return out;
       },
       [remotes, tiers_of](remote_publish_msg& m) -> remote_published_msg {
@@ -139,6 +143,27 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
 }
 
 }  // namespace
+
+RankViews join_segment(const RankViews& base, RankViews segment, RemoteCompressedFetch& f) {
+  if (base.empty()) return segment;
+  const size_t at = base.front()->covered();
+  auto unused = [&](const std::string& why) {
+    f.chunks = 0;
+    f.positions = at;
+    if (!why.empty()) f.stop_reason = "the compressed chunks from " + std::to_string(at) + " not joined: " + why;
+    return base;
+  };
+  if (segment.empty()) return unused("");  // nothing found, or the ranks disagreed (f says)
+  if (segment.size() != base.size()) return unused("a segment of another tensor-parallel degree");
+  RankViews joined;
+  for (size_t r = 0; r < base.size(); ++r) {
+    auto j = std::make_shared<CompressedView>(*base[r]);
+    std::string why;
+    if (!j->append(*segment[r], why)) return unused(why);
+    joined.push_back(std::move(j));
+  }
+  return joined;
+}
 
 caf::behavior net_fetcher(caf::event_based_actor*, std::shared_ptr<RemoteTier> remote) {
   return behavior_over({std::move(remote)}, {});

@@ -12,6 +12,7 @@
 #include <caf/all.hpp>
 
 #include "kvtiers/remote/remote_tier.hpp"
+#include "runtime/draft_batcher.hpp"
 
 namespace vc::actors {
 
@@ -19,6 +20,14 @@ namespace vc::actors {
 /// (replies remote_compressed_fetched_msg) and remote_publish_msg (replies
 /// remote_published_msg), over the tier each message names.
 caf::behavior net_fetcher(caf::event_based_actor* self, std::shared_ptr<RemoteTier> remote);
+
+/// Compressed first in segments: the views `segment` (per rank, of the positions
+/// the fetch `f` brought) joined onto `base` (per rank, the positions before; empty
+/// for the first segment, which is returned as fetched). When the segment brought
+/// nothing usable (no chunk, the ranks disagreed, a piece that does not join),
+/// returns `base` with f.chunks 0, f.positions where it ends and f.stop_reason
+/// saying why. The net_fetcher joins there, off the scheduler's thread.
+[[nodiscard]] RankViews join_segment(const RankViews& base, RankViews segment, RemoteCompressedFetch& f);
 
 /// The net_fetcher of a tensor-parallel group: remotes[r] and tiers[r] are rank r's
 /// (the messages' tier is rank 0's, tiers[0]). A fetch fills every rank's entry from

@@ -149,10 +149,12 @@ struct remote_fetch_compressed_msg {
   size_t from_positions = 0;  // a segment: the chunks from here on (RemoteTier::fetch_compressed)
   size_t max_positions = 0;
   std::string spec;
+  RankViews base;  // per rank, the view of [0, from_positions) the segment is joined onto
 };
 /// net_fetcher -> the sender of remote_fetch_compressed_msg: per rank, its chunks'
-/// views joined (empty when none was found, or the ranks' prefixes differed) and
-/// the fetch's counts (its view moved out).
+/// views joined, onto the message's `base` (empty when none was found, or the
+/// ranks' prefixes differed; `base` when the segment brought nothing usable), and
+/// the segment's counts (its view moved out; chunks 0 when it was not used).
 struct remote_compressed_fetched_msg {
   uint64_t id = 0;
   RankViews views;

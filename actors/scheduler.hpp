@@ -38,7 +38,8 @@ class ActorOutbox final : public Outbox {
                       size_t first_view_chunk) override;
   void release_tier(uint64_t id) override;
   void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
-                               size_t max_positions, const std::string& view_spec) override;
+                               size_t max_positions, const std::string& view_spec,
+                               RankViews base) override;
   void finish_prefill(uint64_t id, size_t cached) override;
 
  private:

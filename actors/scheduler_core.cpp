@@ -168,6 +168,8 @@ void SchedulerCore::on_prefill_finished(const PrefillResult& r) {
   s.fast_bytes_peak = std::max(s.fast_bytes_peak, r.fast_bytes_peak);
   const bool kept = r.drafts_kept && c->cf_held;
   s.remote_predrafts_kept = kept;
+  s.compressed_bytes = r.compressed_bytes;  // the view rebuilt over the whole prompt, if it was
+  s.compressed_full_bytes = r.compressed_full_bytes;
   c->cf_active = c->cf_held = false;
   // With a view rebuilt over the whole prompt, its chunks the store lacked too.
   if (c->tier_held) publish_full_chunks(*c, r.views, s.remote_compressed_chunks_hit);

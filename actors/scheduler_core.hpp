@@ -72,8 +72,9 @@ struct RequestCtx {
   bool compressed_first = false;
   std::string view_spec;          // compressor_spec() of its method: the chunks' keys
   // The compressed chunks come in segments too (SchedulerCore::set_remote_fetch_segment),
-  // each rank's joined here until the last (in place: shared with no one yet).
-  std::vector<std::shared_ptr<CompressedView>> cf_joined;
+  // each joined onto the views before by the net_fetcher (join_segment): per rank,
+  // the views so far, sent with the next segment's fetch.
+  RankViews cf_joined;
   size_t cf_fetch_end = 0, cf_segment_end = 0;
   size_t cf_view_allowance = 0;   // bytes of a fetched view its reservation covers
   size_t cf_suffix_allowance = 0; // suffix positions [C, n) its reservation covers
@@ -137,7 +138,7 @@ class Outbox {
   /// SchedulerCore::on_remote_compressed_fetched.
   virtual void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
                                        size_t from_positions, size_t max_positions,
-                                       const std::string& view_spec) = 0;
+                                       const std::string& view_spec, RankViews base) = 0;
   /// Compressed first, vericache: the drafter prefills [cached, n) exactly (the tier
   /// holds [0, cached)); answered through SchedulerCore::on_prefill_finished.
   virtual void finish_prefill(uint64_t id, size_t cached) = 0;
@@ -237,8 +238,6 @@ class SchedulerCore {
   void start_remote_fetch(RequestCtx& c, size_t max_positions);  // the full chunks
   void fetch_segment(RequestCtx& c, size_t from);  // the next of them, from `from` on
   void fetch_compressed_segment(RequestCtx& c, size_t from);  // compressed first's likewise
-  /// Joins a segment's views onto c.cf_joined; false (with `why`) when they cannot be.
-  bool join_compressed(RequestCtx& c, const RankViews& views, std::string& why);
   void start_verify(RequestCtx& c);  // the drafts in c.drafts, from the pending token
   /// The next round's drafts from c.ahead (up to L of them, after the `skip` the
   /// verifier already confirmed), verified without drafting.

@@ -33,29 +33,10 @@ void SchedulerCore::fetch_compressed_segment(RequestCtx& c, size_t from) {
   const size_t end = remote_segment_ == 0 ? c.cf_fetch_end
                                           : std::min(c.cf_fetch_end, from + remote_segment_ * remote_chunk_);
   c.cf_segment_end = end;
-  out_.remote_fetch_compressed(c.id, c.spec.prompt, from, end, c.view_spec);
+  out_.remote_fetch_compressed(c.id, c.spec.prompt, from, end, c.view_spec, c.cf_joined);
 }
 
-bool SchedulerCore::join_compressed(RequestCtx& c, const RankViews& views, std::string& why) {
-  if (views.empty()) return false;
-  if (c.cf_joined.empty()) {
-    for (const auto& v : views) c.cf_joined.push_back(std::make_shared<CompressedView>(*v));
-    return true;
-  }
-  if (views.size() != c.cf_joined.size()) {
-    why = "a segment of another tensor-parallel degree";
-    return false;
-  }
-  std::vector<std::shared_ptr<CompressedView>> joined;  // all ranks or none
-  for (size_t r = 0; r < views.size(); ++r) {
-    joined.push_back(std::make_shared<CompressedView>(*c.cf_joined[r]));
-    if (!joined.back()->append(*views[r], why)) return false;
-  }
-  c.cf_joined = std::move(joined);
-  return true;
-}
-
-void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews segment,
+void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews joined,
                                                  const RemoteCompressedFetch& f) {
   auto c = find(id);
   if (!c) return;  // cancelled meanwhile: it holds nothing yet
@@ -64,32 +45,32 @@ void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews segment,
   s.remote_bytes_compressed += f.bytes;
   s.remote_compressed_fetch_seconds += f.seconds;
   s.remote_compressed_stop_reason = f.stop_reason;
-  std::string why;
-  if (f.chunks > 0 && !join_compressed(*c, segment, why)) {  // the run ends where it was whole
-    s.remote_compressed_chunks_hit -= f.chunks;
-    s.remote_compressed_stop_reason = why.empty() ? f.stop_reason : "segment not joined: " + why;
-  } else if (f.chunks > 0 && f.stop_reason.empty() && f.positions == c->cf_segment_end &&
-             c->cf_segment_end < c->cf_fetch_end) {  // whole, short of the end: the next one
+  c->cf_joined = std::move(joined);  // everything so far, joined by the net_fetcher
+  if (f.chunks > 0 && f.stop_reason.empty() && f.positions == c->cf_segment_end &&
+      c->cf_segment_end < c->cf_fetch_end) {  // whole, short of the end: the next one
     fetch_compressed_segment(*c, f.positions);
     return check_barriers();
   }
-  s.remote_compressed_positions = c->cf_joined.empty() ? 0 : c->cf_joined.front()->covered();
-  RankViews views(c->cf_joined.begin(), c->cf_joined.end());
+  RankViews views = std::move(c->cf_joined);
   c->cf_joined.clear();
+  s.remote_compressed_positions = views.empty() || !views.front() ? 0 : views.front()->covered();
   const size_t n = c->spec.prompt.size();
-  if (!views.empty() && views.front()) grow_suffix_reservation(*c, n - views.front()->covered());
-  for (const auto& view : views) {  // each rank's view in its own fast memory
-    if (!view || n - view->covered() > c->cf_suffix_allowance ||
-        view->held_bytes() > c->cf_view_allowance) {
-      if (view)
-        s.remote_compressed_stop_reason =
-            "the fetched view of " + std::to_string(view->covered()) + " positions (" +
-            std::to_string(view->held_bytes()) + " bytes) and its suffix of " +
-            std::to_string(n - view->covered()) +
-            " positions do not fit the fast memory reserved for the request: full flow";
-      views.clear();
-      break;
+  // Each rank's view in its own fast memory: within the view bound, and its suffix
+  // within the reservation (grown for a longer suffix when the budget has room).
+  bool fits = !views.empty();
+  for (const auto& view : views) fits = fits && view && view->held_bytes() <= c->cf_view_allowance;
+  if (fits) grow_suffix_reservation(*c, n - views.front()->covered());
+  for (const auto& view : views) fits = fits && n - view->covered() <= c->cf_suffix_allowance;
+  if (!fits) {
+    if (!views.empty() && views.front()) {
+      const auto& view = views.front();
+      s.remote_compressed_stop_reason =
+          "the fetched view of " + std::to_string(view->covered()) + " positions (" +
+          std::to_string(view->held_bytes()) + " bytes) and its suffix of " +
+          std::to_string(n - view->covered()) +
+          " positions do not fit the fast memory reserved for the request: full flow";
     }
+    views.clear();
   }
   if (views.empty()) {  // the full flow, as without compressed first
     start_remote_fetch(*c, c->remote_limit);

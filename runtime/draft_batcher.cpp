@@ -205,10 +205,10 @@ PrefillResult DraftBatcher::finish_prefill(uint64_t id, size_t cached) {
   // The tail's suffix takes the exact KV (what a local prefill leaves it), or the
   // rebuilt view covers it.
   PrefillResult out;
-  if (rebuilt) {
+  if (rebuilt) {  // the suffix's tail blocks go before the larger view is charged
+    cache_.release_prefix(r.seq, n);
     r.view_charge.resize(rebuilt->held_bytes(), "the compressed view of request " + std::to_string(id));
     r.view = std::move(*rebuilt);
-    cache_.release_prefix(r.seq, n);
     out.views = {std::make_shared<const CompressedView>(*r.view)};
   } else {
     copy_tier_rows(*tier_, id, covered, n, cache_, r.seq);

@@ -121,6 +121,7 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
     if (remote_ && opt.mode != DecodeMode::full) {
       const size_t suffix = tail_blocks_bytes(cache_.config(), remote_->layout().chunk_tokens);
       rq.compressed_first_fits = need.total() + staging + suffix <= fast_->capacity();
+      rq.suffix_room = rq.compressed_first_fits ? fast_->capacity() - need.total() - staging : 0;
     }
   }
   fast_->reset_peak();

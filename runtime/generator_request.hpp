@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -49,8 +50,11 @@ struct Generator::Request {
   /// the store (the suffix in the tail has its own reservation, and a fold scored by
   /// the first round's few verify rows drafts worse than the prompt-scored view).
   size_t fold_from = 0;
-  /// The fast-memory budget has room for the compressed-first flow's suffix.
+  /// The fast-memory budget has room for the compressed-first flow's suffix (a
+  /// chunk's); suffix_room: the bytes it has for the suffix's tail blocks (a longer
+  /// suffix than they hold takes the full flow).
   bool compressed_first_fits = true;
+  size_t suffix_room = std::numeric_limits<size_t>::max();
   size_t kv_peak = 0;        // the most view + blocks held
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 

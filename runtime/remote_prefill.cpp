@@ -30,6 +30,7 @@
 #include "kvtiers/full_tier.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/compression.hpp"
+#include "runtime/fast_memory_need.hpp"
 #include "runtime/generator_request.hpp"
 #include "runtime/model.hpp"
 #include "runtime/tp_comm.hpp"
@@ -120,6 +121,12 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
                                           std::to_string(lo) + " to " + std::to_string(hi) +
                                           " positions): none is used";
       }
+    }
+    if (cf.view && tail_blocks_bytes(cache_.config(), prompt.size() - cf.view->covered()) > rq.suffix_room) {
+      s.remote_compressed_stop_reason =
+          "the suffix of " + std::to_string(prompt.size() - cf.view->covered()) +
+          " positions past the fetched view does not fit the fast-memory budget: full flow";
+      cf.view.reset();
     }
     if (cf.view) return prefill_compressed_first(rq, prompt, std::move(*cf.view));
   }

@@ -116,6 +116,42 @@ TEST(engine_remote_tp, compressed_first_fetches_each_ranks_view_and_decodes_the_
   expect_same_output(a, b, "lossy over the fetched views, twice");
 }
 
+TEST(engine_remote_tp, a_longer_prompt_rebuilds_every_ranks_view_and_publishes_its_chunks_at_degrees_2_and_4) {
+  // A 650-token prompt over a cached 300-token one's chunk: every rank drafts over
+  // its fetched view, rebuilds it over the whole prompt once the full KV is in, and
+  // publishes its chunk 1; the next run hits both. Tokens equal the engine without
+  // the store.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const Request longer = long_request("vericache", "snapkv", false);
+  Request shorter = longer;
+  shorter.prompt_ids.resize(300);
+  for (const int d : {2, 4}) {
+    const std::string what = "tp " + std::to_string(d);
+    EngineConfig c = config();
+    c.tp = d;
+    Result local;
+    {
+      Engine plain(c);
+      local = run(plain, longer);
+    }
+    server.restart();
+    c.remote_url = server.url();
+    Engine engine(c);
+    (void)run(engine, shorter);
+    wait_for_chunks(server.url(), size_t(2 * d));
+    const Result first = run(engine, longer);
+    expect_same_output(local, first, "first, " + what);
+    ASSERT_TRUE(first.stats.remote_compressed_first) << what << ": " << first.stats.remote_compressed_stop_reason;
+    EXPECT_EQ(1u, first.stats.remote_compressed_chunks_hit) << what;
+    EXPECT_EQ(1u, first.stats.remote_compressed_chunks_published) << what << ": rank 0's chunk 1";
+    wait_for_chunks(server.url(), size_t(4 * d));
+    const Result second = run(engine, longer);
+    expect_same_output(local, second, "second, " + what);
+    EXPECT_EQ(2u, second.stats.remote_compressed_chunks_hit) << what;
+  }
+}
+
 TEST(engine_remote_tp, a_chunk_one_rank_lacks_never_changes_a_token) {
   // A full chunk one rank lacks: every rank takes the shorter prefix (after the
   // drafter's head start over the views). A compressed chunk one rank lacks: no

@@ -10,6 +10,7 @@
 #include "actors/net_fetcher.hpp"
 #include "actors/protocol.hpp"
 #include "kvtiers/full_tier.hpp"
+#include "kvtiers/layer_compression.hpp"
 #include "tests/kvtiers/redis_server.hpp"
 
 namespace vc::actors {
@@ -102,6 +103,69 @@ TEST(net_fetcher, fetches_back_what_it_published_in_segments_and_reports_a_dead_
                  [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
     self->send_exit(fetcher, caf::exit_reason::user_shutdown);
   }
+}
+
+
+// A real KIVI view of `n` positions of one head, and its slice [a, b).
+std::shared_ptr<const CompressedView> kivi_view(size_t n) {
+  KvSnapshot kv{1, 1, 8, n, {}, {}};
+  kv.k.resize(n * 8);
+  for (size_t i = 0; i < kv.k.size(); ++i) kv.k[i] = float(i % 13) * 0.25f - 1.0f;
+  kv.v = kv.k;
+  ModelFacts facts;
+  facts.heads = 1;
+  for (size_t p = 0; p < n; ++p) facts.positions.push_back(int32_t(p));
+  auto c = make_compressor("kivi", {{"group_size", 16}});
+  return std::make_shared<const CompressedView>(
+      CompressedView::build(kv, plan_snapshot(*c, kv, {}, facts, 4.0), *c, facts));
+}
+std::shared_ptr<const CompressedView> slice_of(const CompressedView& v, size_t a, size_t b) {
+  std::string why;
+  auto s = v.slice(a, b, why);
+  EXPECT_TRUE(s) << why;
+  return std::make_shared<const CompressedView>(std::move(*s));
+}
+
+TEST(net_fetcher, join_segment_joins_a_segment_onto_the_views_before_bit_for_bit) {
+  const auto whole = kivi_view(64);
+  RemoteCompressedFetch f;
+  f.chunks = 2;
+  f.positions = 64;
+  const RankViews first = join_segment({}, {slice_of(*whole, 0, 32)}, f);
+  ASSERT_EQ(1u, first.size());
+  EXPECT_EQ(32u, first[0]->covered()) << "the first segment as fetched";
+  const RankViews joined = join_segment(first, {slice_of(*whole, 32, 64)}, f);
+  ASSERT_EQ(1u, joined.size());
+  EXPECT_EQ(whole->serialize(), joined[0]->serialize());
+  EXPECT_EQ(2u, f.chunks);
+  EXPECT_EQ("", f.stop_reason);
+}
+
+TEST(net_fetcher, join_segment_keeps_the_views_before_when_the_segment_cannot_be_used) {
+  const auto whole = kivi_view(64);
+  const RankViews base = {slice_of(*whole, 0, 32)};
+  RemoteCompressedFetch f;  // a piece at the wrong position
+  f.chunks = 1;
+  f.positions = 48;
+  RankViews got = join_segment(base, {slice_of(*whole, 0, 16)}, f);
+  EXPECT_EQ(base, got);
+  EXPECT_EQ(0u, f.chunks);
+  EXPECT_EQ(32u, f.positions);
+  EXPECT_NE(f.stop_reason.find("the compressed chunks from 32 not joined: a piece starting at position 0"),
+            std::string::npos)
+      << f.stop_reason;
+  f = RemoteCompressedFetch{};  // the ranks disagreed: chunks but no views
+  f.chunks = 2;
+  f.stop_reason = "the tensor-parallel ranks' compressed prefixes differ";
+  got = join_segment(base, {}, f);
+  EXPECT_EQ(base, got);
+  EXPECT_EQ(0u, f.chunks);
+  EXPECT_EQ("the tensor-parallel ranks' compressed prefixes differ", f.stop_reason);
+  f = RemoteCompressedFetch{};
+  f.chunks = 1;
+  got = join_segment(base, {slice_of(*whole, 32, 48), slice_of(*whole, 32, 48)}, f);
+  EXPECT_EQ(base, got);
+  EXPECT_NE(f.stop_reason.find("another tensor-parallel degree"), std::string::npos) << f.stop_reason;
 }
 
 }  // namespace

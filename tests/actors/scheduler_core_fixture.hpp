@@ -33,7 +33,7 @@ struct Call {
   bool ahead = false;      // draft: further ahead (compressed first)
   size_t kept_ahead = 0;   // commit: drafts kept ahead past the round
   DraftSpec spec;          // prefill
-  RankViews views;  // publish: the views' chunks too (one per rank)
+  RankViews views;  // publish: the views' chunks too (one per rank); fetch_compressed: the base
   std::string view_spec;  // publish, fetch_compressed: the compressor spec
   // fetch: positions the entry holds, room to create it with (0: it exists);
   // publish: `from` is the views' first chunk
@@ -111,8 +111,10 @@ class FakeOutbox final : public Outbox {
   }
 
   void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>&, size_t from_positions,
-                               size_t max_positions, const std::string& view_spec) override {
+                               size_t max_positions, const std::string& view_spec,
+                               RankViews base) override {
     Call c;
+    c.views = std::move(base);
     c.kind = Call::fetch_compressed;
     c.id = id;
     c.n = max_positions;
