@@ -54,16 +54,23 @@ TEST(bench_remote, runs_every_flow_at_every_length_and_states_the_link_rates) {
   EXPECT_GT(j["runs"][2]["drafted"].get<int>(), 0) << j["runs"][2];
 }
 
-TEST(bench_remote, behind_rows_time_a_request_submitted_after_a_longer_cached_one) {
+TEST(bench_remote, behind_and_extend_rows_time_requests_among_other_cached_prompts) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   const auto r = vc::test::run_vericache(
       "bench remote --remote " + server.url() +
-          " --lengths 200 --remote-chunk 64 --max-tokens 6 --behind 700 --fetch-segment 2 --json",
+          " --lengths 200 --remote-chunk 64 --max-tokens 6 --behind 700 --fetch-segment 2 --extend 150 --json",
       false);
   ASSERT_EQ(r.code, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["runs"].size(), 9u);
+  ASSERT_EQ(j["runs"].size(), 11u);
+  // --extend: 350 tokens over the 200-token prompt's cached chunks (3 of 64).
+  EXPECT_EQ(j["runs"][9]["flow"], "on cached 200, full first");
+  EXPECT_EQ(j["runs"][10]["flow"], "on cached 200, compressed");
+  for (size_t i : {9, 10}) EXPECT_EQ(j["runs"][i]["prompt_tokens"], 350) << j["runs"][i];
+  EXPECT_EQ(j["runs"][9]["full_chunks_hit"], 3) << j["runs"][9];
+  EXPECT_EQ(j["runs"][9]["compressed_chunks_hit"], 0) << j["runs"][9];
+  EXPECT_EQ(j["runs"][10]["compressed_chunks_hit"], 3) << "drafts over the cached chunks: " << j["runs"][10];
   EXPECT_EQ(j["runs"][7]["flow"], "behind 700, whole fetch");
   EXPECT_EQ(j["runs"][8]["flow"], "behind 700, segments of 2");
   for (size_t i : {7, 8}) {

@@ -16,7 +16,9 @@
 // engine rows: the request submitted right after one of N cached tokens, into an
 // engine with one net_fetcher, fetching each prefix whole or in segments of
 // --fetch-segment chunks (EngineConfig::remote_fetch_segment; the time to first
-// token is the later request's).
+// token is the later request's). With --extend E, two more: the engine's full first
+// and compressed first for the prompt and E more tokens, over the store holding the
+// prompt's chunks alone (a prompt extending a cached one).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -61,6 +63,7 @@ struct BenchRemoteArgs {
   size_t predraft = 256;  // GeneratorConfig::remote_predraft of the compressed-first flow
   size_t behind = 0;      // the "behind" rows' earlier request (prompt tokens; 0: no such rows)
   size_t segment = 8;     // EngineConfig::remote_fetch_segment of the segmented "behind" row
+  size_t extend = 0;      // the "on cached" rows: the prompt and this many more tokens (0: none)
   bool json = false;
 };
 
@@ -128,8 +131,11 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   s.rounds = r.stats.rounds;
   s.drafted = r.stats.drafted;
   s.remote_full_wait_seconds = r.stats.remote_full_wait_seconds;
+  s.remote_chunks_published = r.stats.remote_chunks_published;
+  s.remote_compressed_chunks_published = r.stats.remote_compressed_chunks_published;
   return g;
 }
+
 
 // The read rate (bytes/s) of the link the runs use: a value of `bytes` written to the
 // store directly, then read back through `link` (the proxy, or the store itself).
@@ -188,6 +194,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   vericache::Engine engine_full_first(ec);
   ec.remote_compressed_first = true;
   vericache::Engine engine_compressed_first(ec);
+  vericache::EngineConfig ec_full_first = ec, ec_compressed_first = ec;  // the --extend rows
+  ec_full_first.remote_compressed_first = false;
   // The "behind" rows: two requests at once, one net_fetcher.
   ec.max_active = 2;
   ec.remote_fetchers = 1;
@@ -215,25 +223,44 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     opt.ratio = a.ratio;
     opt.draft_length = a.draft;
     opt.fold_every = a.fold_every;
-    const int kFlows = a.behind > 0 ? 9 : 7;
-    std::vector<std::vector<GenerateStats>> got(static_cast<size_t>(kFlows));
-    const std::string behind_whole = fmt::format("behind {}, whole fetch", a.behind);
-    const std::string behind_segments = fmt::format("behind {}, segments of {}", a.behind, a.segment);
-    const char* names[9] = {"recompute",         "full first",
-                            "compressed first",  "compressed first 1 round",
-                            "engine full first", "engine compressed first",
-                            "full first, full decode", behind_whole.c_str(), behind_segments.c_str()};
+    std::vector<std::string> names = {"recompute",         "full first",
+                                      "compressed first",  "compressed first 1 round",
+                                      "engine full first", "engine compressed first",
+                                      "full first, full decode"};
+    std::vector<size_t> lengths(names.size(), n);
+    auto add_flow = [&](std::string name, size_t length) {
+      names.push_back(std::move(name));
+      lengths.push_back(length);
+      return int(names.size()) - 1;
+    };
+    const int behind_whole = a.behind > 0 ? add_flow(fmt::format("behind {}, whole fetch", a.behind), n) : -1;
+    const int behind_segments =
+        a.behind > 0 ? add_flow(fmt::format("behind {}, segments of {}", a.behind, a.segment), n) : -1;
+    // --extend: the prompt and E more tokens, over the store holding the prompt's chunks.
+    const std::vector<int32_t> extended = a.extend > 0 ? code_prompt(*tok, n + a.extend, a.seed)
+                                                       : std::vector<int32_t>{};
+    const int extend_full = a.extend > 0 ? add_flow(fmt::format("on cached {}, full first", n), n + a.extend) : -1;
+    const int extend_compressed =
+        a.extend > 0 ? add_flow(fmt::format("on cached {}, compressed", n), n + a.extend) : -1;
+    std::vector<std::vector<GenerateStats>> got(names.size());
+    GenerateResult ref_extended;
+    if (a.extend > 0) {
+      GenerateOptions full_opt = opt;
+      full_opt.mode = DecodeMode::full;
+      ref_extended = reference.generate(extended, full_opt);
+    }
     // Full-KV decoding over the fetched prefix (the published baseline): draft 0, so
     // every token is one pass over the whole full KV through the local link.
     GenerateOptions full_decode = opt;
     full_decode.draft_length = 0;
     auto check = [&](const GenerateResult& r, int flow) {
-      if (r.output_ids != ref.output_ids || r.output_logprobs != ref.output_logprobs)
-        throw Error(std::string("bench remote: ") + names[flow] + " at " + std::to_string(n) +
+      const GenerateResult& want = lengths[size_t(flow)] == n ? ref : ref_extended;
+      if (r.output_ids != want.output_ids || r.output_logprobs != want.output_logprobs)
+        throw Error("bench remote: " + names[size_t(flow)] + " at " + std::to_string(lengths[size_t(flow)]) +
                     " tokens differs from full decoding");
       got[size_t(flow)].push_back(r.stats);
-      std::cerr << fmt::format("  {} tokens, {}: first token {:.2f} s, {:.1f} tok/s\n", n,
-                               names[flow], r.stats.time_to_first_token_seconds,
+      std::cerr << fmt::format("  {} tokens, {}: first token {:.2f} s, {:.1f} tok/s\n", lengths[size_t(flow)],
+                               names[size_t(flow)], r.stats.time_to_first_token_seconds,
                                r.stats.decode_tokens_per_second());
     };
     for (int rep = 0; rep < a.repeats; ++rep) {
@@ -249,17 +276,33 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       if (a.behind > 0) {
         (void)full_first.generate(earlier, opt);  // publishes the earlier prompt's chunks
         full_first.remote()->flush();
-        check(engine_run(*engine_whole, prompt, a, &earlier), 7);
-        check(engine_run(*engine_segments, prompt, a, &earlier), 8);
+        check(engine_run(*engine_whole, prompt, a, &earlier), behind_whole);
+        check(engine_run(*engine_segments, prompt, a, &earlier), behind_segments);
+      }
+      if (a.extend > 0) {  // the store holds the prompt's chunks alone before each
+        for (const auto& [config, flow] : {std::pair{&ec_full_first, extend_full},
+                                           std::pair{&ec_compressed_first, extend_compressed}}) {
+          (void)remote_store_clear(ep);
+          (void)full_first.generate(prompt, opt);
+          full_first.remote()->flush();
+          // An engine of its own: its publishes are write-behind, and closing it
+          // sends them, before the next row clears the store.
+          GenerateResult r;
+          {
+            vericache::Engine e(*config);
+            r = engine_run(e, extended, a);
+          }
+          check(r, flow);
+        }
       }
     }
-    for (int f = 0; f < kFlows; ++f) {
+    for (size_t f = 0; f < names.size(); ++f) {
       std::vector<double> ttft, tps;
       for (const GenerateStats& st : got[size_t(f)]) {
         ttft.push_back(st.time_to_first_token_seconds);
         tps.push_back(st.decode_tokens_per_second());
       }
-      FlowRun fr{names[f], n, got[size_t(f)][0], median(ttft), median(tps)};
+      FlowRun fr{names[f], lengths[f], got[f][0], median(ttft), median(tps)};
       for (const GenerateStats& st : got[size_t(f)])
         if (st.time_to_first_token_seconds == fr.ttft) fr.stats = st;
       runs.push_back(fr);
@@ -373,6 +416,10 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
       ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--fetch-segment", a->segment, "Chunks per fetch of the segmented \"behind\" row")
       ->capture_default_str()->check(integer_in(1, 1 << 20));
+  cmd->add_option("--extend", a->extend,
+                  "Two more engine rows: each prompt and N more tokens, over the store holding "
+                  "the prompt's chunks alone, full first and compressed first (0: none)")
+      ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_remote(*a); }; });
 }
