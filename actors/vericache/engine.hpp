@@ -93,12 +93,15 @@ struct EngineConfig {
   size_t remote_predraft = 256;
   /// Compressed first: the longest suffix past the fetched compressed prefix (a
   /// prompt that extends a cached one) a request drafts over before its exact
-  /// prefill. Admission reserves fast memory for one chunk of suffix; a longer one
-  /// (up to this many positions) is reserved when the compressed chunks arrive, if
-  /// the budget has room then, else the request takes the full flow. Complete
-  /// chunks past the fetched ones are compressed once the full KV is in (the view
-  /// rebuilt over the whole prompt) and published.
-  size_t remote_compressed_suffix = 2048;
+  /// prefill (0: one chunk). Admission reserves fast memory for one chunk of
+  /// suffix; a longer one (up to this many positions) is reserved when the
+  /// compressed chunks arrive, if the budget has room then, else the request takes
+  /// the full flow. Complete chunks past the fetched ones are compressed once the
+  /// full KV is in (the view rebuilt over the whole prompt) and published. One chunk
+  /// by default: on a 2-core CPU the drafter's pass over a long suffix competes with
+  /// the exact prefill, and the full flow came first sooner (README, bench remote
+  /// --extend).
+  size_t remote_compressed_suffix = 0;
   /// net_fetcher actors (each with its own store connections, all sharing the
   /// store's health): one request's long fetch does not hold up the others'.
   /// Each fetch or publish goes to the one with the fewest outstanding.

@@ -155,8 +155,8 @@ TEST(engine_compressed_first, a_longer_prompt_drafts_over_the_cached_chunks_and_
   // suffix when the chunk arrives and drafts over it; once the full KV is in, its
   // view is rebuilt over the whole prompt and the compressed chunk the store lacked
   // is published, so its next run hits both. A suffix longer than
-  // remote_compressed_suffix takes the full flow. Tokens equal an engine without
-  // the store each time.
+  // remote_compressed_suffix (by default one chunk) takes the full flow. Tokens
+  // equal an engine without the store each time.
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   const Request longer = long_request("vericache", "snapkv", true);
@@ -167,7 +167,7 @@ TEST(engine_compressed_first, a_longer_prompt_drafts_over_the_cached_chunks_and_
     Engine plain(config());
     local = run(plain, longer);
   }
-  for (const size_t limit : {size_t(2048), size_t(256)}) {
+  for (const size_t limit : {size_t(2048), size_t(0)}) {
     server.restart();
     EngineConfig c = config(server.url());
     c.remote_compressed_suffix = limit;
@@ -177,8 +177,8 @@ TEST(engine_compressed_first, a_longer_prompt_drafts_over_the_cached_chunks_and_
     const Result first = run(engine, longer);
     expect_same_output(local, first, "first, limit " + std::to_string(limit));
     const auto& s = first.stats;
-    if (limit == 256) {
-      EXPECT_FALSE(s.remote_compressed_first) << "a 394-position suffix over a limit of 256";
+    if (limit == 0) {
+      EXPECT_FALSE(s.remote_compressed_first) << "a 394-position suffix over the default of a chunk";
       EXPECT_NE(s.remote_compressed_stop_reason.find("do not fit"), std::string::npos)
           << s.remote_compressed_stop_reason;
       continue;

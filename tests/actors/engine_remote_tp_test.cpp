@@ -130,6 +130,7 @@ TEST(engine_remote_tp, a_longer_prompt_rebuilds_every_ranks_view_and_publishes_i
     const std::string what = "tp " + std::to_string(d);
     EngineConfig c = config();
     c.tp = d;
+    c.remote_compressed_suffix = 2048;  // its 394-position suffix
     Result local;
     {
       Engine plain(c);

@@ -189,7 +189,7 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
   cmd.add_option("--remote-compressed-suffix", r.compressed_suffix,
                  "compressed-first: the longest prompt suffix past the cached compressed chunks "
                  "drafted over before the exact prefill (reserved when the chunks arrive, if the "
-                 "budget has room; else the full flow)")
+                 "budget has room; else the full flow; 0 = one chunk)")
       ->capture_default_str()->check(integer_in(0, 1 << 24));
 }
 

@@ -35,7 +35,7 @@ struct RemoteArgs {
   std::string flow = "compressed-first";  // --remote-flow
   int fetchers = 2;       // --remote-fetchers
   size_t fetch_segment = 8;  // --remote-fetch-segment
-  size_t compressed_suffix = 2048;  // --remote-compressed-suffix
+  size_t compressed_suffix = 0;  // --remote-compressed-suffix (0: one chunk)
   size_t predraft = 256;  // --remote-predraft
 };
 /// --remote-predraft's help, shared by generate and the engine commands.
