@@ -10,7 +10,7 @@
 #include "actors/net_fetcher.hpp"
 #include "actors/protocol.hpp"
 #include "kvtiers/full_tier.hpp"
-#include "kvtiers/layer_compression.hpp"
+#include "tests/actors/kivi_view.hpp"
 #include "tests/kvtiers/redis_server.hpp"
 
 namespace vc::actors {
@@ -106,19 +106,7 @@ TEST(net_fetcher, fetches_back_what_it_published_in_segments_and_reports_a_dead_
 }
 
 
-// A real KIVI view of `n` positions of one head, and its slice [a, b).
-std::shared_ptr<const CompressedView> kivi_view(size_t n) {
-  KvSnapshot kv{1, 1, 8, n, {}, {}};
-  kv.k.resize(n * 8);
-  for (size_t i = 0; i < kv.k.size(); ++i) kv.k[i] = float(i % 13) * 0.25f - 1.0f;
-  kv.v = kv.k;
-  ModelFacts facts;
-  facts.heads = 1;
-  for (size_t p = 0; p < n; ++p) facts.positions.push_back(int32_t(p));
-  auto c = make_compressor("kivi", {{"group_size", 16}});
-  return std::make_shared<const CompressedView>(
-      CompressedView::build(kv, plan_snapshot(*c, kv, {}, facts, 4.0), *c, facts));
-}
+// Positions [a, b) of `v`.
 std::shared_ptr<const CompressedView> slice_of(const CompressedView& v, size_t a, size_t b) {
   std::string why;
   auto s = v.slice(a, b, why);
@@ -127,7 +115,7 @@ std::shared_ptr<const CompressedView> slice_of(const CompressedView& v, size_t a
 }
 
 TEST(net_fetcher, join_segment_joins_a_segment_onto_the_views_before_bit_for_bit) {
-  const auto whole = kivi_view(64);
+  const auto whole = test::kivi_view(64);
   RemoteCompressedFetch f;
   f.chunks = 2;
   f.positions = 64;
@@ -142,7 +130,7 @@ TEST(net_fetcher, join_segment_joins_a_segment_onto_the_views_before_bit_for_bit
 }
 
 TEST(net_fetcher, join_segment_keeps_the_views_before_when_the_segment_cannot_be_used) {
-  const auto whole = kivi_view(64);
+  const auto whole = test::kivi_view(64);
   const RankViews base = {slice_of(*whole, 0, 32)};
   RemoteCompressedFetch f;  // a piece at the wrong position
   f.chunks = 1;

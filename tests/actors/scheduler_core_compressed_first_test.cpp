@@ -7,7 +7,7 @@
 
 #include <tuple>
 
-#include "kvtiers/layer_compression.hpp"
+#include "tests/actors/kivi_view.hpp"
 #include "tests/actors/scheduler_core_remote_support.hpp"
 
 namespace vc::actors {
@@ -27,19 +27,6 @@ Submitted compressed_first_request(uint64_t id, size_t max_tokens, DecodeMode mo
 // A view of positions [0, covered) (no rows: the scheduler reads its size alone).
 std::shared_ptr<const CompressedView> fetched(size_t covered) {
   return std::make_shared<const CompressedView>(KvShape{2, 2, 8, covered}, QuantSpec{});
-}
-
-// A real KIVI view of `covered` positions of one head (its rows have bytes).
-std::shared_ptr<const CompressedView> fetched_with_rows(size_t covered) {
-  KvSnapshot kv{1, 1, 8, covered, {}, {}};
-  kv.k.assign(covered * 8, 0.5f);
-  kv.v = kv.k;
-  ModelFacts facts;
-  facts.heads = 1;
-  for (size_t p = 0; p < covered; ++p) facts.positions.push_back(int32_t(p));
-  auto c = make_compressor("kivi", {{"group_size", 16}});
-  return std::make_shared<const CompressedView>(
-      CompressedView::build(kv, plan_snapshot(*c, kv, {}, facts, 4.0), *c, facts));
 }
 
 RemoteCompressedFetch compressed_hit(size_t chunks) {
@@ -434,7 +421,7 @@ TEST(scheduler_core_remote, compressed_first_runs_the_full_flow_without_a_hit_or
   EXPECT_EQ(Call::fetch, calls[0].kind);
   // A view larger than its allowance.
   auto c = compressed_first_request(3, 10, DecodeMode::vericache);
-  const auto big = fetched_with_rows(64);
+  const auto big = test::kivi_view(64);
   ASSERT_GT(big->held_bytes(), 0u);
   c.ctx->cf_view_allowance = big->held_bytes() - 1;
   core.submit(c.ctx);

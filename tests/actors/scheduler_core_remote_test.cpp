@@ -207,16 +207,28 @@ RemoteFetch segment(size_t from, size_t got, std::string stop_reason = "") {
   return f;
 }
 
-TEST(scheduler_core_remote_segments, a_long_prefix_is_fetched_in_segments_each_from_where_the_last_ended) {
+// Request 1 (120 tokens: 7 whole chunks within its limit of 119) submitted to a
+// core fetching `chunks` chunks at a time (0: whole); `first`: the calls it made.
+struct Segmented {
   FakeOutbox out;
-  SchedulerCore core(out, 2, 4, false, nullptr);
-  core.set_remote_chunk_tokens(kChunk);
-  core.set_remote_fetch_segment(2);
-  auto a = remote_request(1, 120, 1, DecodeMode::vericache, 119);  // 7 whole chunks
-  core.submit(a.ctx);
+  SchedulerCore core;
+  Submitted a;
+  std::vector<Call> first;
+  Segmented(size_t chunks, DecodeMode mode, size_t max_tokens) : core(out, 2, 4, false, nullptr) {
+    core.set_remote_chunk_tokens(kChunk);
+    core.set_remote_fetch_segment(chunks);
+    a = remote_request(1, 120, max_tokens, mode, 119);
+    core.submit(a.ctx);
+    first = out.take();
+  }
+};
+
+TEST(scheduler_core_remote_segments, a_long_prefix_is_fetched_in_segments_each_from_where_the_last_ended) {
+  Segmented t(2, DecodeMode::vericache, 1);
+  auto& [out, core, a, first] = t;
   const std::vector<std::pair<size_t, size_t>> expected = {{0, 32}, {32, 64}, {64, 96}, {96, 112}};
   for (size_t i = 0; i < expected.size(); ++i) {
-    auto calls = out.take();
+    auto calls = i == 0 ? first : out.take();
     ASSERT_EQ(1u, calls.size()) << "segment " << i;
     ASSERT_EQ(Call::fetch, calls[0].kind) << "segment " << i;
     EXPECT_EQ(expected[i].first, calls[0].from) << "segment " << i;
@@ -242,13 +254,8 @@ TEST(scheduler_core_remote_segments, a_long_prefix_is_fetched_in_segments_each_f
 }
 
 TEST(scheduler_core_remote_segments, a_segment_that_comes_back_short_ends_the_fetch_with_its_reason) {
-  FakeOutbox out;
-  SchedulerCore core(out, 2, 4, false, nullptr);
-  core.set_remote_chunk_tokens(kChunk);
-  core.set_remote_fetch_segment(2);
-  auto a = remote_request(1, 120, 1, DecodeMode::lossy, 119);
-  core.submit(a.ctx);
-  out.take();
+  Segmented t(2, DecodeMode::lossy, 1);
+  auto& [out, core, a, first] = t;
   core.on_remote_fetched(1, segment(0, 2), "");
   out.take();
   core.on_remote_fetched(1, segment(2, 1, "chunk 3 not in the store"), "");
@@ -267,27 +274,18 @@ TEST(scheduler_core_remote_segments, a_segment_that_comes_back_short_ends_the_fe
 }
 
 TEST(scheduler_core_remote_segments, segment_zero_fetches_the_whole_prefix_at_once) {
-  FakeOutbox out;
-  SchedulerCore core(out, 2, 4, false, nullptr);
-  core.set_remote_chunk_tokens(kChunk);
-  auto a = remote_request(1, 120, 1, DecodeMode::vericache, 119);
-  core.submit(a.ctx);
-  auto calls = out.take();
-  ASSERT_EQ(1u, calls.size());
-  EXPECT_EQ(0u, calls[0].from);
-  EXPECT_EQ(112u, calls[0].n);
+  Segmented t(0, DecodeMode::vericache, 1);
+  auto& [out, core, a, first] = t;
+  ASSERT_EQ(1u, first.size());
+  EXPECT_EQ(0u, first[0].from);
+  EXPECT_EQ(112u, first[0].n);
   core.on_remote_fetched(1, segment(0, 7), "");
   EXPECT_EQ((std::vector<Call::Kind>{Call::prefill}), kinds(out.take()));
 }
 
 TEST(scheduler_core_remote_segments, cancelling_between_segments_asks_for_no_more_and_frees_the_entry) {
-  FakeOutbox out;
-  SchedulerCore core(out, 1, 4, false, nullptr);
-  core.set_remote_chunk_tokens(kChunk);
-  core.set_remote_fetch_segment(2);
-  auto a = remote_request(1, 120, 10, DecodeMode::vericache, 119);
-  core.submit(a.ctx);
-  out.take();
+  Segmented t(2, DecodeMode::vericache, 10);
+  auto& [out, core, a, first] = t;
   core.on_remote_fetched(1, segment(0, 2), "");
   EXPECT_EQ((std::vector<Call::Kind>{Call::fetch}), kinds(out.take()));
   core.cancel(1);
@@ -299,13 +297,8 @@ TEST(scheduler_core_remote_segments, cancelling_between_segments_asks_for_no_mor
 }
 
 TEST(scheduler_core_remote_segments, a_tier_fault_in_a_later_segment_fails_the_request_and_frees_the_entry) {
-  FakeOutbox out;
-  SchedulerCore core(out, 1, 4, false, nullptr);
-  core.set_remote_chunk_tokens(kChunk);
-  core.set_remote_fetch_segment(2);
-  auto a = remote_request(1, 120, 10, DecodeMode::vericache, 119);
-  core.submit(a.ctx);
-  out.take();
+  Segmented t(2, DecodeMode::vericache, 10);
+  auto& [out, core, a, first] = t;
   core.on_remote_fetched(1, segment(0, 2), "");
   out.take();
   core.on_remote_fetched(1, RemoteFetch{}, "host full tier: out of budget");
