@@ -63,14 +63,21 @@ TEST(bench_remote, behind_and_extend_rows_time_requests_among_other_cached_promp
       false);
   ASSERT_EQ(r.code, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["runs"].size(), 11u);
+  ASSERT_EQ(j["runs"].size(), 12u);
   // --extend: 350 tokens over the 200-token prompt's cached chunks (3 of 64).
   EXPECT_EQ(j["runs"][9]["flow"], "on cached 200, full first");
   EXPECT_EQ(j["runs"][10]["flow"], "on cached 200, compressed");
-  for (size_t i : {9, 10}) EXPECT_EQ(j["runs"][i]["prompt_tokens"], 350) << j["runs"][i];
-  EXPECT_EQ(j["runs"][9]["full_chunks_hit"], 3) << j["runs"][9];
+  EXPECT_EQ(j["runs"][11]["flow"], "on cached 200, default");
+  for (size_t i : {9, 10, 11}) {
+    EXPECT_EQ(j["runs"][i]["prompt_tokens"], 350) << j["runs"][i];
+    EXPECT_EQ(j["runs"][i]["full_chunks_hit"], 3) << j["runs"][i];
+  }
   EXPECT_EQ(j["runs"][9]["compressed_chunks_hit"], 0) << j["runs"][9];
-  EXPECT_EQ(j["runs"][10]["compressed_chunks_hit"], 3) << "drafts over the cached chunks: " << j["runs"][10];
+  EXPECT_FALSE(j["runs"][9]["compressed_first"].get<bool>());
+  EXPECT_TRUE(j["runs"][10]["compressed_first"].get<bool>()) << "drafts over the cached chunks: " << j["runs"][10];
+  EXPECT_EQ(j["runs"][10]["compressed_chunks_hit"], 3) << j["runs"][10];
+  EXPECT_FALSE(j["runs"][11]["compressed_first"].get<bool>()) << "a 158-position suffix, over a chunk: " << j["runs"][11];
+  EXPECT_EQ(j["runs"][11]["compressed_chunks_hit"], 3) << "fetched first, then the full flow: " << j["runs"][11];
   EXPECT_EQ(j["runs"][7]["flow"], "behind 700, whole fetch");
   EXPECT_EQ(j["runs"][8]["flow"], "behind 700, segments of 2");
   for (size_t i : {7, 8}) {

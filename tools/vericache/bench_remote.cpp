@@ -16,9 +16,10 @@
 // engine rows: the request submitted right after one of N cached tokens, into an
 // engine with one net_fetcher, fetching each prefix whole or in segments of
 // --fetch-segment chunks (EngineConfig::remote_fetch_segment; the time to first
-// token is the later request's). With --extend E, two more: the engine's full first
-// and compressed first for the prompt and E more tokens, over the store holding the
-// prompt's chunks alone (a prompt extending a cached one).
+// token is the later request's). With --extend E, three more: the engine's full
+// first, compressed first (room for the suffix) and its default (compressed first
+// for a suffix of up to a chunk) for the prompt and E more tokens, over the store
+// holding the prompt's chunks alone (a prompt extending a cached one).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -131,8 +132,7 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   s.rounds = r.stats.rounds;
   s.drafted = r.stats.drafted;
   s.remote_full_wait_seconds = r.stats.remote_full_wait_seconds;
-  s.remote_chunks_published = r.stats.remote_chunks_published;
-  s.remote_compressed_chunks_published = r.stats.remote_compressed_chunks_published;
+  s.remote_compressed_first = r.stats.remote_compressed_first;
   return g;
 }
 
@@ -194,8 +194,13 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   vericache::Engine engine_full_first(ec);
   ec.remote_compressed_first = true;
   vericache::Engine engine_compressed_first(ec);
-  vericache::EngineConfig ec_full_first = ec, ec_compressed_first = ec;  // the --extend rows
+  // The --extend rows: the full flow alone; compressed first with room for the
+  // suffix (it is shorter than E and a chunk); and the engine's default (compressed
+  // first for a suffix of up to one chunk: with a longer one, the compressed chunks
+  // are fetched, then the full flow runs).
+  vericache::EngineConfig ec_full_first = ec, ec_compressed_first = ec, ec_default = ec;
   ec_full_first.remote_compressed_first = false;
+  ec_compressed_first.remote_compressed_suffix = a.extend + a.chunk;
   // The "behind" rows: two requests at once, one net_fetcher.
   ec.max_active = 2;
   ec.remote_fetchers = 1;
@@ -242,6 +247,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     const int extend_full = a.extend > 0 ? add_flow(fmt::format("on cached {}, full first", n), n + a.extend) : -1;
     const int extend_compressed =
         a.extend > 0 ? add_flow(fmt::format("on cached {}, compressed", n), n + a.extend) : -1;
+    const int extend_default =
+        a.extend > 0 ? add_flow(fmt::format("on cached {}, default", n), n + a.extend) : -1;
     std::vector<std::vector<GenerateStats>> got(names.size());
     GenerateResult ref_extended;
     if (a.extend > 0) {
@@ -281,7 +288,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       }
       if (a.extend > 0) {  // the store holds the prompt's chunks alone before each
         for (const auto& [config, flow] : {std::pair{&ec_full_first, extend_full},
-                                           std::pair{&ec_compressed_first, extend_compressed}}) {
+                                           std::pair{&ec_compressed_first, extend_compressed},
+                                           std::pair{&ec_default, extend_default}}) {
           (void)remote_store_clear(ep);
           (void)full_first.generate(prompt, opt);
           full_first.remote()->flush();
@@ -324,7 +332,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
                     {"predrafted", r.stats.remote_predrafted},
                     {"predraft_rounds", r.stats.remote_predraft_rounds},
                     {"rounds", r.stats.rounds},
-                    {"drafted", r.stats.drafted}});
+                    {"drafted", r.stats.drafted},
+                    {"compressed_first", r.stats.remote_compressed_first}});
   const std::string how =
       direct ? fmt::format("reached directly at {} (not throttled by the bench; shaped outside the process, "
                            "if at all)", ep.url())
@@ -417,8 +426,8 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--fetch-segment", a->segment, "Chunks per fetch of the segmented \"behind\" row")
       ->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd->add_option("--extend", a->extend,
-                  "Two more engine rows: each prompt and N more tokens, over the store holding "
-                  "the prompt's chunks alone, full first and compressed first (0: none)")
+                  "Three more engine rows: each prompt and N more tokens, over the store holding "
+                  "the prompt's chunks alone: full first, compressed first, the default (0: none)")
       ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_remote(*a); }; });
