@@ -196,6 +196,50 @@ TEST(remote_compressed_first, a_longer_prompt_drafts_from_the_cached_chunks_and_
   EXPECT_EQ(0u, r2["compressed_chunks_published"].get<size_t>()) << "it fetched them all: " << r2;
 }
 
+TEST(remote_compressed_first, a_longer_suffix_than_the_budget_holds_takes_the_full_flow_naming_why) {
+  // A prompt extending a cached one leaves a suffix of many chunks past the fetched
+  // view. Just below the smallest --fast-memory at which generate drafts over it
+  // (found by bisection), it must take the full flow and say why, not fail on the
+  // drafter's tail.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  std::string longer = code_prompt() + "\n        total += i\n    return total\n\n";
+  for (int i = 0; i < 8; ++i)
+    longer += "def h" + std::to_string(i) + "(z):\n    return z * " + std::to_string(i + 3) + "\n\n";
+  vc::test::PromptFile shorter_file(code_prompt()), longer_file(longer);
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
+  const std::string mode = " --mode vericache --compressor snapkv --ratio 4 --draft 3";
+  const std::string tail = " --max-tokens 6 --json --logprobs --ignore-eos";
+  // Each probe starts from a store holding the shorter prompt's chunks alone (a run
+  // that drafts over the suffix publishes the chunks past them).
+  auto store_the_shorter = [&] {
+    ASSERT_EQ(vc::test::run_vericache("cache clear --remote " + server.url(), false).code, 0);
+    (void)generate("--prompt-file " + shorter_file.path + tail + mode + remote);
+  };
+  const std::string args = "generate --prompt-file " + longer_file.path + tail + mode + remote + kSmallBlocks;
+  auto drafts_over_it = [&](size_t budget) {
+    store_the_shorter();
+    const auto r = vc::test::run_vericache(args + " --fast-memory " + std::to_string(budget), false);
+    return r.code == 0 && json::parse(r.out)["stats"]["remote"]["compressed_first"].get<bool>();
+  };
+  size_t lo = 1, hi = size_t(1) << 32;  // lo does not draft over the suffix, hi does
+  ASSERT_TRUE(drafts_over_it(hi));
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    (drafts_over_it(mid) ? hi : lo) = mid;
+  }
+  store_the_shorter();
+  const auto below = vc::test::run_vericache(args + " --fast-memory " + std::to_string(lo), false);
+  ASSERT_EQ(below.code, 0) << "one byte short of room for the suffix: " << below.out;
+  const json j = json::parse(below.out);
+  expect_same_tokens(generate("--prompt-file " + longer_file.path + tail), j, "the full flow");
+  const json& rs = j["stats"]["remote"];
+  EXPECT_FALSE(rs["compressed_first"].get<bool>()) << rs;
+  EXPECT_NE(rs["compressed_stop_reason"].get<std::string>().find("does not fit the fast-memory budget: full flow"),
+            std::string::npos)
+      << rs;
+}
+
 TEST(remote_compressed_first, a_budget_without_room_for_the_suffix_takes_the_full_flow) {
   // Compressed first leaves up to a chunk of suffix in the drafter's tail, beside the
   // request's bound. At the smallest --fast-memory that admits the request (found by
