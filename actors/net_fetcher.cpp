@@ -2,6 +2,7 @@
 #include "actors/net_fetcher.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "actors/protocol.hpp"
 #include "runtime/rank_group.hpp"
@@ -111,8 +112,29 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
       },
       [remotes, ranks](remote_fetch_compressed_msg& m) -> remote_compressed_fetched_msg {
         remote_compressed_fetched_msg out{m.id, {}, {}};
+        if (m.from_positions == 0 && m.max_suffix > 0 && !m.prompt.empty()) {  // worth its bytes?
+          // The whole prefix counts (the segment asked for may be its first part);
+          // the count's time is the fetch's.
+          const auto t0 = std::chrono::steady_clock::now();
+          std::vector<size_t> chunks(remotes.size());
+          ranks->run([&](int r) {
+            chunks[size_t(r)] = remotes[size_t(r)]->count_compressed(m.prompt, m.prompt.size() - 1, m.spec);
+          });
+          out.fetch.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          // The most any rank holds (ranks that differ are the fetch's to report).
+          const size_t held = *std::max_element(chunks.begin(), chunks.end()) * remotes[0]->layout().chunk_tokens;
+          if (m.prompt.size() - held > m.max_suffix) {
+            out.fetch.stop_reason = "the store's compressed prefix of " + std::to_string(held) +
+                                    " positions leaves a suffix of " + std::to_string(m.prompt.size() - held) +
+                                    " positions, over the " + std::to_string(m.max_suffix) +
+                                    " the request may draft over: not fetched, full flow";
+            return out;
+          }
+        }
         RankViews segment;
+        const double counted = out.fetch.seconds;
         out.fetch = fetch_compressed_every_rank(remotes, *ranks, m, segment);
+        out.fetch.seconds += counted;
         out.views = join_segment(m.base, std::move(segment), out.fetch);
         return out;
       },

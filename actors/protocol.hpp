@@ -150,6 +150,9 @@ struct remote_fetch_compressed_msg {
   size_t max_positions = 0;
   std::string spec;
   RankViews base;  // per rank, the view of [0, from_positions) the segment is joined onto
+  /// First segment: when the store's compressed prefix (counted first, no value
+  /// read) would leave a suffix longer than this, fetch nothing (0: no limit).
+  size_t max_suffix = 0;
 };
 /// net_fetcher -> the sender of remote_fetch_compressed_msg: per rank, its chunks'
 /// views joined, onto the message's `base` (empty when none was found, or the

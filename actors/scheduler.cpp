@@ -68,12 +68,13 @@ void ActorOutbox::remote_publish(uint64_t id, const std::vector<int32_t>& prompt
 }
 void ActorOutbox::remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
                                           size_t from_positions, size_t max_positions,
-                                          const std::string& view_spec, RankViews base) {
+                                          const std::string& view_spec, RankViews base,
+                                          size_t max_suffix) {
   SchedulerCore* core = core_;
   const size_t f = take_fetcher();
   self_->request(w_.net_fetchers[f], caf::infinite,
                  remote_fetch_compressed_msg{id, prompt, from_positions, max_positions, view_spec,
-                                             std::move(base)})
+                                             std::move(base), max_suffix})
       .then([this, core, f](remote_compressed_fetched_msg& m) {
               release_fetcher(f);
               core->on_remote_compressed_fetched(m.id, std::move(m.views), m.fetch);

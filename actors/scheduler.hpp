@@ -39,7 +39,7 @@ class ActorOutbox final : public Outbox {
   void release_tier(uint64_t id) override;
   void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
                                size_t max_positions, const std::string& view_spec,
-                               RankViews base) override;
+                               RankViews base, size_t max_suffix) override;
   void finish_prefill(uint64_t id, size_t cached) override;
 
  private:

@@ -138,7 +138,8 @@ class Outbox {
   /// SchedulerCore::on_remote_compressed_fetched.
   virtual void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt,
                                        size_t from_positions, size_t max_positions,
-                                       const std::string& view_spec, RankViews base) = 0;
+                                       const std::string& view_spec, RankViews base,
+                                       size_t max_suffix) = 0;
   /// Compressed first, vericache: the drafter prefills [cached, n) exactly (the tier
   /// holds [0, cached)); answered through SchedulerCore::on_prefill_finished.
   virtual void finish_prefill(uint64_t id, size_t cached) = 0;

@@ -33,7 +33,8 @@ void SchedulerCore::fetch_compressed_segment(RequestCtx& c, size_t from) {
   const size_t end = remote_segment_ == 0 ? c.cf_fetch_end
                                           : std::min(c.cf_fetch_end, from + remote_segment_ * remote_chunk_);
   c.cf_segment_end = end;
-  out_.remote_fetch_compressed(c.id, c.spec.prompt, from, end, c.view_spec, c.cf_joined);
+  out_.remote_fetch_compressed(c.id, c.spec.prompt, from, end, c.view_spec, c.cf_joined,
+                               std::max(c.cf_suffix_allowance, c.cf_suffix_limit));
 }
 
 void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews joined,

@@ -175,6 +175,34 @@ RemoteCompressedFetch RemoteTier::fetch_compressed(std::span<const int32_t> toke
   return out;
 }
 
+size_t RemoteTier::count_compressed(std::span<const int32_t> tokens, size_t max_positions,
+                                    const std::string& compressor_spec) {
+  if (!health_->skip_reason().empty()) return 0;
+  const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
+  const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
+  size_t n = 0;
+  for (size_t first = 0; first < limit;) {
+    const size_t w = std::min(std::max<size_t>(1, cfg_.fetch_window), limit - first);
+    std::vector<RedisCommand> cmds;
+    for (size_t i = first; i < first + w; ++i)
+      cmds.push_back({"EXISTS", compressed_chunk_key(keys[i], compressor_spec)});
+    std::vector<RedisReply> replies;
+    try {
+      replies = fetch_client_.pipeline(cmds);
+      health_->answered();
+    } catch (const RedisError& e) {
+      health_->failed(e.what());
+      return n;
+    }
+    for (const RedisReply& r : replies) {
+      if (r.type != RedisReply::Type::integer || r.integer != 1) return n;
+      ++n;
+    }
+    first += w;
+  }
+  return n;
+}
+
 bool RemoteTier::enqueue(std::string key, std::string value) {
   {
     std::lock_guard<std::mutex> lock(mu_);

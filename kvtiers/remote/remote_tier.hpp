@@ -112,6 +112,13 @@ class RemoteTier {
                                                        const std::string& compressor_spec,
                                                        size_t from_positions = 0);
 
+  /// How many chunks, from the first, of the compressed form of `tokens` under
+  /// `compressor_spec` the store holds (at most max_positions / chunk_tokens): keys
+  /// asked with EXISTS, no value read, so a caller can see how far a compressed
+  /// prefix would reach before paying for its bytes. A store fault ends the count.
+  [[nodiscard]] size_t count_compressed(std::span<const int32_t> tokens, size_t max_positions,
+                                        const std::string& compressor_spec);
+
   /// Queues the complete chunks of `tokens` from chunk `first_chunk` on, read from
   /// request `id` of `tier` (which holds at least those positions), for publishing.
   /// Returns the chunks queued.

@@ -179,8 +179,12 @@ TEST(engine_compressed_first, a_longer_prompt_drafts_over_the_cached_chunks_and_
     const auto& s = first.stats;
     if (limit == 0) {
       EXPECT_FALSE(s.remote_compressed_first) << "a 394-position suffix over the default of a chunk";
-      EXPECT_NE(s.remote_compressed_stop_reason.find("do not fit"), std::string::npos)
+      EXPECT_NE(s.remote_compressed_stop_reason.find("leaves a suffix of 394 positions, over the 256 the "
+                                                     "request may draft over: not fetched, full flow"),
+                std::string::npos)
           << s.remote_compressed_stop_reason;
+      EXPECT_EQ(0u, s.remote_bytes_compressed) << "counted in the store, not fetched";
+      EXPECT_EQ(1u, s.remote_chunks_hit) << "the full flow's";
       continue;
     }
     ASSERT_TRUE(s.remote_compressed_first) << s.remote_compressed_stop_reason;

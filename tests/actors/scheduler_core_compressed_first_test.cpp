@@ -161,6 +161,7 @@ TEST(scheduler_core_remote, compressed_first_fetches_its_compressed_chunks_in_se
   EXPECT_EQ(0u, calls[0].from);
   EXPECT_EQ(48u, calls[0].n);
   EXPECT_TRUE(calls[0].views.empty()) << "nothing to join the first segment onto";
+  EXPECT_EQ(kChunk, calls[0].create) << "the longest suffix its reservation may cover";
   const auto head = fetched(48);
   core.on_remote_compressed_fetched(1, {head}, compressed_hit(3));
   calls = out.take();

@@ -36,7 +36,8 @@ struct Call {
   RankViews views;  // publish: the views' chunks too (one per rank); fetch_compressed: the base
   std::string view_spec;  // publish, fetch_compressed: the compressor spec
   // fetch: positions the entry holds, room to create it with (0: it exists);
-  // publish: `from` is the views' first chunk
+  // publish: `from` is the views' first chunk; fetch_compressed: `create` is the
+  // longest suffix worth fetching for
   size_t from = 0, create = 0;
 };
 
@@ -112,8 +113,9 @@ class FakeOutbox final : public Outbox {
 
   void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>&, size_t from_positions,
                                size_t max_positions, const std::string& view_spec,
-                               RankViews base) override {
+                               RankViews base, size_t max_suffix) override {
     Call c;
+    c.create = max_suffix;
     c.views = std::move(base);
     c.kind = Call::fetch_compressed;
     c.id = id;

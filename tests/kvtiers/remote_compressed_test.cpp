@@ -113,6 +113,13 @@ TEST_F(remote_compressed, a_published_view_comes_back_joined_bit_for_bit) {
   EXPECT_EQ(head.view->serialize(), prefix->serialize());
   EXPECT_THROW((void)r.fetch_compressed(prompt, prompt.size(), spec, kChunk + 1), Error)
       << "a segment must start at a chunk";
+  // Counted without reading a value: every chunk, within the limit, up to a gap.
+  EXPECT_EQ(r.count_compressed(prompt, prompt.size(), spec), 3u);
+  EXPECT_EQ(r.count_compressed(prompt, 2 * kChunk + 5, spec), 2u);
+  EXPECT_EQ(r.count_compressed(prompt, prompt.size(), compressor_spec("kivi", {}, 4.0)), 0u);
+  RedisClient c = raw();
+  ASSERT_EQ(c.command({"DEL", key(r, 1)}).integer, 1);
+  EXPECT_EQ(r.count_compressed(prompt, prompt.size(), spec), 1u);
   // Another compressor, other parameters or another ratio find nothing.
   for (const std::string& other : {compressor_spec("kivi", {{"group_size", 16}}, 8.0),
                                    compressor_spec("kivi", {}, 4.0),
