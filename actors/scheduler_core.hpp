@@ -239,6 +239,8 @@ class SchedulerCore {
   void start_remote_fetch(RequestCtx& c, size_t max_positions);  // the full chunks
   void fetch_segment(RequestCtx& c, size_t from);  // the next of them, from `from` on
   void fetch_compressed_segment(RequestCtx& c, size_t from);  // compressed first's likewise
+  /// Where a segment from `from` ends, for a fetch ending at `end`.
+  [[nodiscard]] size_t segment_end(size_t from, size_t end) const;
   void start_verify(RequestCtx& c);  // the drafts in c.drafts, from the pending token
   /// The next round's drafts from c.ahead (up to L of them, after the `skip` the
   /// verifier already confirmed), verified without drafting.

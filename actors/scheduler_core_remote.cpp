@@ -21,18 +21,18 @@ void SchedulerCore::start_remote_fetch(RequestCtx& c, size_t max_positions) {
   fetch_segment(c, 0);
 }
 
+size_t SchedulerCore::segment_end(size_t from, size_t end) const {
+  return remote_segment_ == 0 ? end : std::min(end, from + remote_segment_ * remote_chunk_);
+}
+
 void SchedulerCore::fetch_segment(RequestCtx& c, size_t from) {
-  const size_t end = remote_segment_ == 0 ? c.remote_fetch_end
-                                          : std::min(c.remote_fetch_end, from + remote_segment_ * remote_chunk_);
-  c.remote_segment_end = end;
+  const size_t end = c.remote_segment_end = segment_end(from, c.remote_fetch_end);
   out_.remote_fetch(c.id, c.spec.prompt, from, end,
                     from == 0 ? c.spec.prompt.size() + c.spec.max_new_tokens : 0);
 }
 
 void SchedulerCore::fetch_compressed_segment(RequestCtx& c, size_t from) {
-  const size_t end = remote_segment_ == 0 ? c.cf_fetch_end
-                                          : std::min(c.cf_fetch_end, from + remote_segment_ * remote_chunk_);
-  c.cf_segment_end = end;
+  const size_t end = c.cf_segment_end = segment_end(from, c.cf_fetch_end);
   out_.remote_fetch_compressed(c.id, c.spec.prompt, from, end, c.view_spec, c.cf_joined,
                                std::max(c.cf_suffix_allowance, c.cf_suffix_limit));
 }

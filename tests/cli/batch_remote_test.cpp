@@ -71,7 +71,8 @@ TEST(cli_batch_remote, a_second_run_hits_the_store_and_outputs_equal_batch_witho
   const std::string remote = " --remote " + server.url() + " --remote-chunk 64";
   const auto local = run_batch(d, "local", "");
   const auto cold = run_batch(d, "cold", remote);
-  const auto warm = run_batch(d, "warm", remote);  // the first run's chunks were sent at its exit
+  // The first run's chunks were sent at its exit; the second fetches a chunk per fetch.
+  const auto warm = run_batch(d, "warm", remote + " --remote-fetch-segment 1");
   ASSERT_EQ(local.size(), 3u);
   ASSERT_EQ(cold.size(), 3u);
   ASSERT_EQ(warm.size(), 3u);
@@ -92,6 +93,7 @@ TEST(cli_batch_remote, a_second_run_hits_the_store_and_outputs_equal_batch_witho
     EXPECT_GE(rs["chunks_hit"].get<int>(), 3) << rs;
     EXPECT_EQ(rs["positions_hit"].get<int>(), 64 * rs["chunks_hit"].get<int>()) << rs;
     EXPECT_GT(rs["bytes_fetched_full"].get<double>(), 0) << rs;
+    EXPECT_GE(rs["fetch_segments"].get<int>(), rs["chunks_hit"].get<int>()) << "one chunk per fetch: " << rs;
     EXPECT_EQ(rs["url"], server.url());
   }
   EXPECT_FALSE(warm[2]["stats"].contains("remote")) << "full mode never asks the store";
@@ -147,7 +149,8 @@ TEST(cli_batch_remote, a_bad_remote_option_is_an_error_naming_it) {
   const auto r = vc::test::run_vericache("batch --input /dev/null --output /dev/null --remote redis://127.0.0.1:1 --remote-chunk 7", true);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("--remote-chunk"), std::string::npos) << r.out;
-  for (const std::string bad : {"--remote-fetchers 0", "--remote-flow fast"}) {
+  for (const std::string bad : {"--remote-fetchers 0", "--remote-flow fast", "--remote-fetch-segment -1",
+                                "--remote-compressed-suffix x"}) {
     const auto b = vc::test::run_vericache("batch --input /dev/null --output /dev/null " + bad, true);
     EXPECT_NE(b.code, 0) << bad;
     EXPECT_NE(b.out.find(bad.substr(0, bad.find(' '))), std::string::npos) << b.out;

@@ -34,6 +34,14 @@ std::string code_prompt() {  // a few hundred tokens of code
   return p + "def main():\n    total = 0\n    for i in range(10):";
 }
 
+// code_prompt() and a few more functions: several 32-token chunks past its own.
+std::string longer_prompt() {
+  std::string p = code_prompt() + "\n        total += i\n    return total\n\n";
+  for (int i = 0; i < 8; ++i)
+    p += "def h" + std::to_string(i) + "(z):\n    return z * " + std::to_string(i + 3) + "\n\n";
+  return p + "def last():";
+}
+
 using vc::test::expect_same_tokens;
 
 // Blocks of 16 positions (the default is 64): the prompt of a few hundred tokens then
@@ -170,10 +178,7 @@ TEST(remote_compressed_first, a_longer_prompt_drafts_from_the_cached_chunks_and_
   // equal full decoding each time.
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  std::string longer = code_prompt() + "\n        total += i\n    return total\n\n";
-  for (int i = 0; i < 8; ++i)
-    longer += "def h" + std::to_string(i) + "(z):\n    return z * " + std::to_string(i + 3) + "\n\n";
-  longer += "def last():";
+  const std::string longer = longer_prompt();
   vc::test::PromptFile shorter_file(code_prompt()), longer_file(longer);
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
   const std::string tail = " --max-tokens 12 --json --logprobs --ignore-eos";
@@ -203,9 +208,7 @@ TEST(remote_compressed_first, a_longer_suffix_than_the_budget_holds_takes_the_fu
   // drafter's tail.
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
-  std::string longer = code_prompt() + "\n        total += i\n    return total\n\n";
-  for (int i = 0; i < 8; ++i)
-    longer += "def h" + std::to_string(i) + "(z):\n    return z * " + std::to_string(i + 3) + "\n\n";
+  const std::string longer = longer_prompt();
   vc::test::PromptFile shorter_file(code_prompt()), longer_file(longer);
   const std::string remote = " --remote " + server.url() + " --remote-chunk 32";
   const std::string mode = " --mode vericache --compressor snapkv --ratio 4 --draft 3";
