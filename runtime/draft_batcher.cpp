@@ -164,6 +164,7 @@ PrefilledRequest DraftBatcher::prefill_over_fetched_view(const DraftSpec& spec, 
   cache_.start_at(r.seq, covered);
   const size_t step = spec.prefill_chunk > 0 ? spec.prefill_chunk : n;
   std::vector<ForwardRow> rows;
+  const PromptRows prompt_rows(ws_);
   for (size_t b = covered; b < n; b += step) {
     const size_t e = std::min(n, b + step);
     cache_.reserve(r.seq, e);

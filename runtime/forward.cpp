@@ -36,7 +36,8 @@ constexpr size_t kParallelMinMacs = size_t(1) << 17;
 
 void linear(const Model& model, Workspace& ws, const float* x, size_t M, const Weight& w,
             const Weight& bias, float* y) {
-  if (LinearBackend* b = model.linear_backend()) return b->linear(x, M, w, bias, y);
+  if (LinearBackend* b = model.linear_backend())
+    return ws.prompt_rows ? b->linear_prompt(x, M, w, bias, y) : b->linear(x, M, w, bias, y);
   const float* bias_f = nullptr;
   if (bias.present()) {  // converted into the workspace: no allocation per call
     ws.bias.resize(bias.cols);
@@ -461,6 +462,7 @@ std::vector<float> prefill(const Model& model, std::span<const int32_t> ids, KvS
   cache.reserve(seq, start + rest.size());
   std::vector<ForwardRow> rows;
   std::vector<float> logits;
+  const PromptRows prompt_rows(ws);
   for (size_t b = 0; b < rest.size(); b += chunk) {
     const size_t e = std::min(rest.size(), b + chunk);
     rows.clear();

@@ -90,6 +90,11 @@ class Workspace {
   std::vector<float> device_q, device_out;
   /// When set, forward() reports every layer's queries to it (prefill statistics).
   PrefillStatsCollector* stats = nullptr;
+  /// Set while the passes run a prompt's rows (PromptRows): a model's LinearBackend
+  /// then takes their products through linear_prompt (a faster kernel for many rows,
+  /// with bits of its own). prefill(), prefill_to_tier() and the drafter's pass over
+  /// a fetched prefix set it; decode, draft and verify passes never do.
+  bool prompt_rows = false;
   /// When not empty, every row's KV goes to the provider of its range and attention
   /// reads from there instead of the cache (`seq` is ignored). The ranges cover the
   /// rows in order; several ranges batch several sequences' verify passes into one
@@ -100,6 +105,19 @@ class Workspace {
 
  private:
   std::unique_ptr<cpu::ThreadPool> pool_;
+};
+
+/// Marks the passes run while it lives as a prompt's rows (Workspace::prompt_rows).
+class PromptRows {
+ public:
+  explicit PromptRows(Workspace& ws) : ws_(ws), was_(ws.prompt_rows) { ws.prompt_rows = true; }
+  ~PromptRows() { ws_.prompt_rows = was_; }
+  PromptRows(const PromptRows&) = delete;
+  PromptRows& operator=(const PromptRows&) = delete;
+
+ private:
+  Workspace& ws_;
+  bool was_;
 };
 
 /// Threads used when none are asked for: the hardware's cores, at most 2 per

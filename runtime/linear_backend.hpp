@@ -24,6 +24,16 @@ class LinearBackend {
   /// whatever M. Safe to call from several threads at once. Throws vc::Error for a
   /// weight the backend does not hold or a device failure.
   virtual void linear(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) = 0;
+  /// The same product for a prompt's rows (prefill chunks; Workspace::prompt_rows),
+  /// where a backend may use another kernel (the CUDA one: a GEMM library). Row m
+  /// still depends on row m of x alone, bit for bit, whatever M and wherever the row
+  /// sits in x, but its bits may differ from linear()'s: every prompt row takes this
+  /// product in every mode and flow (full decoding, vericache, a shared or fetched
+  /// prefix), and decode, draft and verify rows never do, so both modes read the
+  /// same prompt KV. Defaults to linear().
+  virtual void linear_prompt(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) {
+    linear(x, M, w, bias, y);
+  }
   /// Bytes of device memory held now (the matrices, the callers' buffers).
   [[nodiscard]] virtual size_t device_bytes() const { return 0; }
 };

@@ -194,6 +194,7 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
     rows.clear();
     for (size_t i = b; i < e; ++i)
       rows.push_back(ForwardRow{prompt[i], int32_t(i), &rq.seq, i + 1 == n, &*rq.view});
+    const PromptRows prompt_rows(ws_);
     forward(*model_, rows, cache_, ws_, draft_logits);
   }
   rq.note_fast(cache_);

@@ -25,6 +25,7 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
     Workspace& ws;
     ~Restore() { ws.providers.clear(); }
   } restore{ws};
+  const PromptRows prompt_rows(ws);
   for (size_t b = 0; b < prompt.size(); b += chunk) {
     const size_t e = std::min(prompt.size(), b + chunk);
     rows.clear();

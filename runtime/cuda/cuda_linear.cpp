@@ -1,8 +1,13 @@
 // The CUDA LinearBackend: weights in device memory, each product one launch of the
 // batch-invariant matmul kernel (kernels/cuda/matmul.cuh) on a stream of the calling
-// thread's own context; rows go up and results come back with every call.
+// thread's own context; rows go up and results come back with every call. A
+// prompt's rows go through cuBLASLt instead (prompt_gemm.hpp), in tiles of
+// kPromptTileRows rows rounded to bf16.
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -10,9 +15,11 @@
 #include <vector>
 
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/to_bf16.cuh"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 #include "runtime/cuda/device_buffer.hpp"
+#include "runtime/cuda/prompt_gemm.hpp"
 #include "runtime/linear_backend.hpp"
 
 namespace vc {
@@ -20,13 +27,22 @@ namespace {
 
 using cuda_backend::cuda_error;
 using cuda_backend::DeviceBuffer;
+using cuda_backend::kPromptTileRows;
+using cuda_backend::kPromptWorkspaceBytes;
+using cuda_backend::PromptGemm;
+using cuda_backend::PromptPlan;
 using cuda_backend::require_device;
 
-/// One caller's stream and buffers for rows in and results out.
+/// One caller's stream and buffers for rows in and results out; for prompt rows,
+/// a cuBLASLt handle, a tile of bf16 rows and the GEMM's workspace.
 struct CallContext {
   cudaStream_t stream = nullptr;
   DeviceBuffer x, y;
+  const cuda_backend::CublasLt* lib = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  DeviceBuffer x_bf16, workspace;
   ~CallContext() {
+    if (lt != nullptr) lib->destroy(lt);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
@@ -40,6 +56,9 @@ class CudaLinear final : public LinearBackend {
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, index_), "cudaGetDeviceProperties");
     description_ = "cuda:" + std::to_string(index_) + " (" + prop.name + ")";
+    std::string why;
+    if (cuda_backend::cublaslt(&why) == nullptr)  // prompt rows then take the matmul kernel
+      description_ += " [prompt rows on the matmul kernel: " + why + "]";
 
     size_t total = 0;
     for (const Weight& m : mats) total += m.rows * m.cols * dtype_size(m.dtype);
@@ -74,7 +93,8 @@ class CudaLinear final : public LinearBackend {
     size_t bytes = 0;
     for (const auto& [host, d] : held_) bytes += d.bytes();
     std::lock_guard lock(mu_);
-    for (const auto& c : free_) bytes += c->x.bytes() + c->y.bytes();  // callers' buffers not in use
+    for (const auto& c : free_)  // callers' buffers not in use
+      bytes += c->x.bytes() + c->y.bytes() + c->x_bf16.bytes() + c->workspace.bytes();
     return bytes;
   }
 
@@ -96,6 +116,55 @@ class CudaLinear final : public LinearBackend {
     check(cuda::launch_matmul(dx, M, w.cols, dw, w.dtype, w.rows, db, dy, ctx->stream), "matmul");
     check(cudaMemcpyAsync(y, dy, yb, cudaMemcpyDeviceToHost, ctx->stream), "copying results");
     check(cudaStreamSynchronize(ctx->stream), "the matmul's stream");
+  }
+
+  // Prompt rows: cuBLASLt (prompt_gemm.hpp) when the library loads and the matrix is
+  // bf16; the matmul kernel otherwise, for every call of the process, so that a
+  // prompt row's bits stay one.
+  void linear_prompt(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) override {
+    if (M == 0) return;
+    // Only bf16 matrices go to cuBLASLt; the others' prompt rows take the kernel
+    // (every time: the choice is per matrix, so a prompt row's bits stay one).
+    const cuda_backend::CublasLt* lib = cuda_backend::cublaslt(nullptr);
+    if (w.dtype != DType::bf16 || lib == nullptr) return linear(x, M, w, bias, y);
+    const void* dw = find(w, "weight");
+    const float* db = bias.present() ? static_cast<const float*>(find(bias, "bias")) : nullptr;
+    const size_t K = w.cols, N = w.rows, T = kPromptTileRows;
+    const PromptPlan* plan = nullptr;
+    {
+      Lease ctx(*this);
+      check(cudaSetDevice(index_), "cudaSetDevice");
+      if (ctx->stream == nullptr)
+        check(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      if (ctx->lt == nullptr) {
+        check_lt(*lib, lib->create(&ctx->lt), "cublasLtCreate");
+        ctx->lib = lib;
+      }
+      plan = &prompt_.plan(*lib, ctx->lt, dw, N, K, db, description_);
+      if (plan->usable) {
+        check(ctx->x.reserve(M * K * sizeof(float)), "allocating rows");
+        check(ctx->x_bf16.reserve(T * K * sizeof(uint16_t)), "allocating bf16 rows");
+        check(ctx->y.reserve(T * N * sizeof(float)), "allocating results");
+        check(ctx->workspace.reserve(kPromptWorkspaceBytes), "allocating cuBLASLt's workspace");
+        float* dx = static_cast<float*>(ctx->x.get());
+        auto* xb = static_cast<uint16_t*>(ctx->x_bf16.get());
+        float* dy = static_cast<float*>(ctx->y.get());
+        check(cudaMemcpyAsync(dx, x, M * K * sizeof(float), cudaMemcpyHostToDevice, ctx->stream), "copying rows");
+        for (size_t r = 0; r < M; r += T) {
+          // Every call has T rows: the last tile's are padded with zeros.
+          const size_t m = std::min(T, M - r);
+          check(cuda::launch_to_bf16(dx + r * K, m * K, xb, ctx->stream), "rounding rows to bf16");
+          if (m < T)
+            check(cudaMemsetAsync(xb + m * K, 0, (T - m) * K * sizeof(uint16_t), ctx->stream), "padding rows");
+          check_lt(*lib, PromptGemm::run(ctx->lt, *plan, dw, xb, dy, ctx->workspace.get(), ctx->stream), "cublasLtMatmul");
+          check(cudaMemcpyAsync(y + r * N, dy, m * N * sizeof(float), cudaMemcpyDeviceToHost, ctx->stream),
+                "copying results");
+        }
+        check(cudaStreamSynchronize(ctx->stream), "the prompt GEMM's stream");
+        return;
+      }
+    }
+    linear(x, M, w, bias, y);  // no algorithm without a reduction for this matrix
   }
 
  private:
@@ -128,6 +197,10 @@ class CudaLinear final : public LinearBackend {
                   ": " + what + ": " + cuda_error(e));
   }
 
+  void check_lt(const cuda_backend::CublasLt& lib, cublasStatus_t s, const char* what) const {
+    if (s != CUBLAS_STATUS_SUCCESS) throw Error("device " + description_ + ": " + what + ": " + lib.status(s));
+  }
+
   const void* find(const Weight& w, const char* what) const {
     const auto it = held_.find(w.data);
     if (it == held_.end())
@@ -141,6 +214,7 @@ class CudaLinear final : public LinearBackend {
   std::unordered_map<const void*, DeviceBuffer> held_;  // host data -> device copy
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<CallContext>> free_;
+  PromptGemm prompt_;  // after free_: the plans go first (their descriptors need no handle)
 };
 
 }  // namespace

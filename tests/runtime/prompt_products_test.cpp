@@ -1,0 +1,225 @@
+// A prompt's rows may take another matrix product than decode, draft and verify
+// rows (LinearBackend::linear_prompt: on a GPU, a GEMM library for prefill chunks).
+// The exactness contract then rests on two things this file pins down on the CPU,
+// with a backend whose prompt product truncates its rows to bf16 first (other bits
+// than the step product, whichever CPU path runs): every pass that computes a prompt's KV
+// takes the prompt product and no other pass does, and a prompt row's bits do not
+// depend on how the prompt was cut into chunks or shared.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/dtype.hpp"
+#include "kvtiers/compressor.hpp"
+#include "kvtiers/remote/redis_client.hpp"
+#include "runtime/forward.hpp"
+#include "runtime/generator.hpp"
+#include "runtime/linear_backend.hpp"
+#include "tests/kvtiers/redis_server.hpp"
+#include "tests/runtime/exactness_check.hpp"
+#include "tests/runtime/test_support.hpp"
+
+namespace vc {
+namespace {
+
+/// Step rows: the CPU's product (the CPU model's bits). Prompt rows: the same
+/// product over the rows truncated to bf16 (toward zero; the avx512bf16 path rounds
+/// to nearest, so that path too gets other bits): batch invariant, as a GEMM
+/// library's product must be, but not the step product's bits. Counts the rows of each kind that
+/// layer 0's query projection saw.
+class TruncatingPromptLinear final : public LinearBackend {
+ public:
+  explicit TruncatingPromptLinear(const Weight& watched) : watched_(watched.data) {}
+
+  [[nodiscard]] const std::string& description() const override { return name_; }
+
+  void linear(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) override {
+    if (w.data == watched_) step_rows += M;
+    product(x, M, w, bias, y);
+  }
+
+  void linear_prompt(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) override {
+    if (w.data == watched_) prompt_rows += M;
+    std::vector<float> rounded(x, x + M * w.cols);
+    for (float& v : rounded) {
+      uint32_t u = 0;
+      std::memcpy(&u, &v, sizeof u);
+      u &= 0xffff0000u;
+      std::memcpy(&v, &u, sizeof u);
+    }
+    product(rounded.data(), M, w, bias, y);
+  }
+
+  std::atomic<size_t> step_rows{0}, prompt_rows{0};
+
+ private:
+  static void product(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) {
+    std::vector<float> b;
+    if (bias.present()) {
+      b.resize(bias.cols);
+      to_f32(bias.dtype, bias.data, b.data(), b.size());
+    }
+    cpu::matmul(x, M, w.cols, w.data, w.dtype, w.rows, b.empty() ? nullptr : b.data(), y, nullptr);
+  }
+
+  const void* watched_;
+  std::string name_ = "host (prompt rows truncated to bf16)";
+};
+
+std::shared_ptr<TruncatingPromptLinear> backend_for(const Model& m) {
+  return std::make_shared<TruncatingPromptLinear>(m.weights().layers.at(0).wq);
+}
+
+Generator make_generator(std::shared_ptr<const Model> m, const std::string& remote_url = "") {
+  GeneratorConfig gc;
+  gc.max_context = 2048;
+  gc.remote_url = remote_url;
+  gc.remote_chunk_tokens = 128;
+  return Generator(std::move(m), test::tinycode_tokenizer(), gc);
+}
+
+std::vector<int32_t> golden_prompt(size_t i) {
+  return test::golden()["cases"][i]["prompt_ids"].get<std::vector<int32_t>>();
+}
+
+TEST(prompt_products, prompt_rows_take_the_prompt_product_and_every_other_row_the_step_product) {
+  const auto cpu = test::tinycode();
+  const auto backend = backend_for(*cpu);
+  const auto model = Model::with_backends(cpu, backend, nullptr);
+  auto gen = make_generator(model);
+  const auto prompt = golden_prompt(3);
+  GenerateOptions o;
+  o.max_tokens = 20;
+  o.stop_at_eos = false;
+  const GenerateResult full = gen.generate(prompt, o);
+  ASSERT_EQ(full.output_ids.size(), 20u);
+  EXPECT_EQ(backend->prompt_rows.load(), prompt.size()) << "each prompt token once";
+  EXPECT_EQ(backend->step_rows.load(), 19u) << "each decode step's token once (the first came from the prefill)";
+
+  // The truncation changes the prompt's KV: the tests below could fail.
+  auto cpu_gen = make_generator(cpu);
+  const GenerateResult on_cpu = cpu_gen.generate(prompt, o);
+  EXPECT_NE(0, std::memcmp(on_cpu.output_logprobs.data(), full.output_logprobs.data(),
+                           full.output_logprobs.size() * sizeof(float)))
+      << "truncated prompt rows gave the CPU's bits";
+
+  // vericache: the drafter's prefill and the full tier's are prompt rows, drafts and
+  // verify passes step rows (at least one per generated token).
+  backend->prompt_rows = 0;
+  backend->step_rows = 0;
+  o.mode = DecodeMode::vericache;
+  o.draft_length = 8;
+  (void)gen.generate(prompt, o);
+  EXPECT_EQ(backend->prompt_rows.load() % prompt.size(), 0u) << backend->prompt_rows.load();
+  EXPECT_GE(backend->prompt_rows.load(), prompt.size());
+  EXPECT_GE(backend->step_rows.load(), 19u);
+}
+
+TEST(prompt_products, vericache_equals_full_decoding_when_prompt_rows_take_another_product) {
+  const auto cpu = test::tinycode();
+  const auto model = Model::with_backends(cpu, backend_for(*cpu), nullptr);
+  auto gen = make_generator(model);
+  const auto prompt = golden_prompt(3);
+  for (const SamplingParams& sp : {SamplingParams{}, SamplingParams{0.9f, 50, 0.95f, 1234}}) {
+    GenerateOptions base;
+    base.max_tokens = 24;
+    base.sampling = sp;
+    base.stop_at_eos = false;
+    const GenerateResult want = gen.generate(prompt, base);
+    for (const auto& m : compressor_names()) {
+      for (const bool hierarchy : {false, true}) {
+        GenerateOptions o = base;
+        o.mode = DecodeMode::vericache;
+        o.compressor = m;
+        o.draft_auto = hierarchy;
+        o.draft_length = 8;
+        if (hierarchy) o.draft_hierarchy = DraftHierarchy::ngram;
+        const std::string what = m + (sp.temperature > 0 ? " sampled" : " greedy") +
+                                 (hierarchy ? ", draft auto + n-gram level" : ", draft 8");
+        test::expect_identical(want, gen.generate(prompt, o), what);
+      }
+    }
+  }
+}
+
+TEST(prompt_products, a_prompt_row_has_the_same_bits_however_the_prompt_is_chunked_or_shared) {
+  const auto cpu = test::tinycode();
+  const auto model = Model::with_backends(cpu, backend_for(*cpu), nullptr);
+  std::mt19937 rng(5);
+  const auto prefix = test::random_tokens(rng, 150, 2048, 2046);
+  auto a = prefix, b = prefix;
+  for (const int32_t t : test::random_tokens(rng, 41, 2048, -1)) a.push_back(t);
+  for (const int32_t t : test::random_tokens(rng, 67, 2048, -1)) b.push_back(t);
+
+  Workspace ws(2);
+  PagedKvCache alone(model->kv_config(1024, DType::bf16, 16));
+  KvSequence sb;
+  const std::vector<float> want = prefill(*model, b, sb, alone, ws, 256);
+  for (const size_t chunk : {size_t(1), size_t(7), size_t(64)}) {
+    PagedKvCache c(model->kv_config(1024, DType::bf16, 16));
+    KvSequence s;
+    const std::vector<float> got = prefill(*model, b, s, c, ws, chunk);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << "chunks of " << chunk;
+  }
+  // b after a, sharing a's first 144 positions (whole blocks): b's suffix rows start
+  // at another place in their chunks.
+  PagedKvCache shared(model->kv_config(1024, DType::bf16, 16));
+  KvSequence sa, sb2;
+  (void)prefill(*model, a, sa, shared, ws, 256);
+  const std::vector<float> got = prefill(*model, b, sb2, shared, ws, 256);
+  EXPECT_EQ(sa.blocks[0], sb2.blocks[0]) << "the prefix was not shared";
+  EXPECT_EQ(shared.pool().refcount(sa.blocks[0]), 2);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+}
+
+size_t stored_chunks(const std::string& url) {
+  RedisClient c(parse_redis_url(url));
+  return c.command({"SCAN", "0", "MATCH", "vc:kv:*", "COUNT", "100000"}).elements.at(1).elements.size();
+}
+
+TEST(prompt_products, a_prefix_fetched_from_the_store_gives_the_bits_of_a_local_prefill) {
+  test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const auto cpu = test::tinycode();
+  const auto model = Model::with_backends(cpu, backend_for(*cpu), nullptr);
+  const auto prompt = golden_prompt(0).size() > golden_prompt(3).size() ? golden_prompt(0) : golden_prompt(3);
+  ASSERT_GT(prompt.size(), 256u);
+  GenerateOptions o;
+  o.max_tokens = 16;
+  o.stop_at_eos = false;
+  o.mode = DecodeMode::vericache;
+  o.draft_length = 8;
+  auto local = make_generator(model);
+  const GenerateResult want = local.generate(prompt, o);
+  {
+    auto cold = make_generator(model, server.url());
+    test::expect_identical(want, cold.generate(prompt, o), "publishing run");
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stored_chunks(server.url()) < prompt.size() / 128 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (const bool compressed_first : {false, true}) {
+    GeneratorConfig gc;
+    gc.max_context = 2048;
+    gc.remote_url = server.url();
+    gc.remote_chunk_tokens = 128;
+    gc.remote_compressed_first = compressed_first;
+    Generator warm(model, test::tinycode_tokenizer(), gc);
+    const GenerateResult r = warm.generate(prompt, o);
+    const std::string what = compressed_first ? "compressed first" : "full chunks";
+    EXPECT_GT(r.stats.remote_chunks_hit, 0u) << what;
+    // The chunks were a prompt's rows where they were computed, and the suffix
+    // prefilled after them starts mid-chunk of a local prefill.
+    test::expect_identical(want, r, what);
+  }
+}
+
+}  // namespace
+}  // namespace vc
