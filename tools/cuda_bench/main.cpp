@@ -56,6 +56,11 @@ void print_table(const Report& r) {
                 w.rows, w.seconds * 1e6, w.gbps(), w.roofline_s * 1e6, 100.0 * w.fraction());
   }
   std::printf("\n");
+  for (const Row& w : r.rows)
+    if (w.group == "prefill") {
+      std::printf("prefill rows: the GB/s column is GFLOP/s (2 M N K per call)\n\n");
+      break;
+    }
   for (const Check& c : r.checks)
     std::printf("%-4s %s (%s)\n", c.ok ? "ok" : "FAIL", c.name.c_str(), c.detail.c_str());
 }
@@ -111,7 +116,7 @@ int run(int argc, char** argv) {
   // A failing group (a CUDA error, out of memory at a large case) is a failed check;
   // the groups after it still run, and the table and JSON keep what was measured.
   const std::pair<const char*, void (*)(Report&, bool)> groups[] = {
-      {"gemm", bench_gemm}, {"attention", bench_attention}, {"drafter", bench_drafter}};
+      {"gemm", bench_gemm}, {"attention", bench_attention}, {"drafter", bench_drafter}, {"prefill", bench_prefill}};
   for (const auto& [name, fn] : groups) {
     try {
       fn(r, quick);
