@@ -272,7 +272,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
         for (size_t r = 0; r < d; ++r) {
           ranks.push_back(open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens,
                                             cfg.remote_ttl_seconds, cfg.remote_timeout_ms,
-                                            cfg.remote_retry_ms, r, d},
+                                            cfg.remote_retry_ms, r, d, draft_shards[r]->numerics()},
                                            kvc, cfg.model_dir, health));
           health = ranks.back()->health();
         }

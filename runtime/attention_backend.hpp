@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "kernels/cpu/attention.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
@@ -72,6 +73,8 @@ class AttentionBackend {
   [[nodiscard]] virtual std::unique_ptr<Pass> begin(size_t n_heads, const cpu::PagedKv& shape,
                                                     std::span<const int32_t> n_ctx,
                                                     size_t max_blocks, float scale) = 0;
+  /// What decides the bits of its full-KV rows, in words (Model::numerics()).
+  [[nodiscard]] virtual std::string numerics() const { return "device attention"; }
   /// Bytes of device memory held now: the caches' and views' copies, the passes'
   /// buffers (copies of caches and views that are gone count until the next call
   /// drops them).

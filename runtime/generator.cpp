@@ -63,7 +63,7 @@ Generator::Generator(std::shared_ptr<const Model> model,
     remote_ = open_remote_tier({cfg.remote_url, cfg.remote_chunk_tokens, cfg.remote_ttl_seconds,
                                 cfg.remote_timeout_ms, cfg.remote_retry_ms,
                                 model_->tp() ? size_t(model_->tp()->rank) : 0,
-                                model_->tp() ? size_t(model_->tp()->degree) : 1},
+                                model_->tp() ? size_t(model_->tp()->degree) : 1, model_->numerics()},
                                cache_.config(), model_->dir());
 }
 

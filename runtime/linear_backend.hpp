@@ -30,10 +30,14 @@ class LinearBackend {
   /// sits in x, but its bits may differ from linear()'s: every prompt row takes this
   /// product in every mode and flow (full decoding, vericache, a shared or fetched
   /// prefix), and decode, draft and verify rows never do, so both modes read the
-  /// same prompt KV. Defaults to linear().
+  /// same prompt KV. The LM head always takes linear(). Defaults to linear().
   virtual void linear_prompt(const float* x, size_t M, const Weight& w, const Weight& bias, float* y) {
     linear(x, M, w, bias, y);
   }
+  /// What decides the bits of its products, in words, for keys of KV computed with
+  /// them (remote prefix chunks): the device kind and everything that picks the
+  /// kernels, not which device of the kind. Defaults to description().
+  [[nodiscard]] virtual std::string numerics() const { return description(); }
   /// Bytes of device memory held now (the matrices, the callers' buffers).
   [[nodiscard]] virtual size_t device_bytes() const { return 0; }
 };

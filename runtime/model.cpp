@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
 #include "runtime/attention_backend.hpp"
 #include "runtime/linear_backend.hpp"
@@ -47,6 +48,13 @@ std::shared_ptr<Model> Model::placed(std::shared_ptr<const Model> base,
   m->attention_ = std::move(attention);
   m->base_ = std::move(base);
   return m;
+}
+
+std::string Model::numerics() const {
+  std::string s = "cpu " + std::string(cpu::simd_path_name(cpu::active_simd_path()));
+  if (linear_) s += "; products " + linear_->numerics();
+  if (attention_) s += "; attention " + attention_->numerics();
+  return s;
 }
 
 size_t Model::device_bytes() const {

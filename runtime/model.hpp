@@ -94,6 +94,11 @@ class Model {
       std::shared_ptr<const Model> base, std::shared_ptr<LinearBackend> linear,
       std::shared_ptr<AttentionBackend> attention);
   [[nodiscard]] const Device& device() const { return device_; }
+  /// What decides the bits of the KV and logits it computes, in words: the CPU's SIMD
+  /// path (active_simd_path(), now) and its backends' numerics(). Keys of KV computed
+  /// with it carry it (remote prefix chunks), so KV computed another way is not taken
+  /// for it.
+  [[nodiscard]] std::string numerics() const;
   /// Null on the CPU.
   [[nodiscard]] LinearBackend* linear_backend() const { return linear_.get(); }
   /// Null on the CPU.

@@ -19,6 +19,7 @@ std::unique_ptr<RemoteTier> open_remote_tier(const RemoteSettings& s, const KvCa
   rc.retry_after = std::chrono::milliseconds(s.retry_ms);
   rc.tp_rank = s.tp_rank;
   rc.tp_degree = s.tp_degree;
+  rc.numerics = s.numerics;
   return std::make_unique<RemoteTier>(rc, kv, model_fingerprint(model_dir), std::move(health));
 }
 

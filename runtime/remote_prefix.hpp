@@ -20,6 +20,7 @@ struct RemoteSettings {
   int timeout_ms = 1000;       // connect, and each pipelined batch
   int retry_ms = 5000;         // after a store fault, skip the store this long (0: never skip)
   size_t tp_rank = 0, tp_degree = 1;  // a rank's chunks hold its KV heads (chunk keys differ)
+  std::string numerics;        // Model::numerics(): KV computed another way, other keys
 };
 
 /// Opens the remote tier for a model's KV layout (its fingerprint keys the chunks).

@@ -12,8 +12,8 @@ namespace vc {
 namespace {
 
 XXH128_hash_t layout_hash(const ChunkLayout& l) {
-  const uint64_t fields[] = {0x76635f6b765f3031ull,  // "vc_kv_01": the key scheme's version
-                             l.model_fingerprint, l.num_layers, l.kv_heads, l.head_dim,
+  const uint64_t fields[] = {0x76635f6b765f3032ull,  // "vc_kv_02": the key scheme's version
+                             l.model_fingerprint, l.numerics, l.num_layers, l.kv_heads, l.head_dim,
                              l.block_tokens,      uint64_t(l.dtype), l.tp_rank, l.tp_degree,
                              l.chunk_tokens};
   return XXH3_128bits(fields, sizeof(fields));

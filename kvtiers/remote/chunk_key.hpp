@@ -1,7 +1,8 @@
 // Keys of prefix-KV chunks in the remote store. A prompt is cut into chunks of a
 // fixed number of tokens; chunk i's key is a chained 128-bit xxHash (XXH3) of
-// everything that decides its KV bits: the model fingerprint, the KV layout and
-// dtype, the tensor-parallel rank and degree, the previous chunk's key and the
+// everything that decides its KV bits: the model fingerprint, how the KV was computed
+// (the CPU's SIMD path, the device and its kernels: Model::numerics()), the KV layout
+// and dtype, the tensor-parallel rank and degree, the previous chunk's key and the
 // chunk's tokens. Equal keys therefore mean equal KV (up to a 2^-128 collision), and
 // a chunk can only be found when its whole prefix matches. The full form and each
 // compressed form (compressor + parameters) live under distinct keys.
@@ -19,6 +20,7 @@ namespace vc {
 /// What a chunk's KV depends on besides its tokens.
 struct ChunkLayout {
   uint64_t model_fingerprint = 0;  // runtime/model_fingerprint
+  uint64_t numerics = 0;           // a hash of Model::numerics() (RemoteTierConfig::numerics)
   size_t num_layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 0;
   DType dtype = DType::bf16;
   size_t tp_rank = 0, tp_degree = 1;

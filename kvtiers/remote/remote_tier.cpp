@@ -2,6 +2,8 @@
 // header for the fault policy).
 #include "kvtiers/remote/remote_tier.hpp"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +18,7 @@ namespace {
 ChunkLayout make_layout(const RemoteTierConfig& cfg, const KvCacheConfig& kv, uint64_t fp) {
   ChunkLayout l;
   l.model_fingerprint = fp;
+  l.numerics = XXH3_64bits(cfg.numerics.data(), cfg.numerics.size());
   l.num_layers = kv.num_layers;
   l.kv_heads = kv.kv_heads;
   l.head_dim = kv.head_dim;

@@ -45,6 +45,9 @@ struct RemoteTierConfig {
   size_t fetch_window = 8;     // chunks requested per pipelined batch
   size_t publish_queue_bytes = size_t(256) << 20;  // write-behind bound
   size_t tp_rank = 0, tp_degree = 1;
+  /// How the KV is computed (Model::numerics()): KV computed another way (another
+  /// SIMD path, a GPU) has other bits, so its chunks go under other keys.
+  std::string numerics;
 };
 
 /// What one fetch_prefix() found.

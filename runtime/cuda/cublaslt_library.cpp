@@ -26,7 +26,6 @@ Loaded load() {
   Loaded l;
   const std::string versioned = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
   void* h = dlopen(versioned.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) h = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) {
     const char* e = dlerror();
     l.why = "cannot load " + versioned + " (" + (e != nullptr ? e : "dlopen failed") + ")";
@@ -48,6 +47,7 @@ Loaded load() {
   ok = bind(h, "cublasLtMatmulAlgoGetHeuristic", c.heuristic, l.why) && ok;
   ok = bind(h, "cublasLtMatmulAlgoConfigGetAttribute", c.algo_get, l.why) && ok;
   ok = bind(h, "cublasLtMatmul", c.matmul, l.why) && ok;
+  ok = bind(h, "cublasLtGetVersion", c.version, l.why) && ok;
   l.ok = ok;  // the handle stays open for the process's life
   return l;
 }

@@ -26,13 +26,15 @@ struct CublasLt {
   decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
   decltype(&cublasLtMatmulAlgoConfigGetAttribute) algo_get;
   decltype(&cublasLtMatmul) matmul;
+  decltype(&cublasLtGetVersion) version;
 
   /// `s` in words ("CUBLAS_STATUS_NOT_SUPPORTED (...)").
   [[nodiscard]] std::string status(cublasStatus_t s) const;
 };
 
-/// The library (libcublasLt.so.<the toolkit's major version>, else libcublasLt.so),
-/// loaded once per process; nullptr when it cannot be, with the reason in `why`.
+/// The library of the toolkit's major version (libcublasLt.so.<CUBLAS_VER_MAJOR>:
+/// another major version is another ABI), loaded once per process; nullptr when it
+/// cannot be, with the reason in `why`.
 [[nodiscard]] const CublasLt* cublaslt(std::string* why);
 
 }  // namespace vc::cuda_backend

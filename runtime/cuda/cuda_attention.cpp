@@ -161,6 +161,9 @@ class CudaAttention final : public AttentionBackend {
     name_ = "cuda:" + std::to_string(index);
   }
 
+  // The kernels split and reduce by absolute position the same way on every GPU.
+  [[nodiscard]] std::string numerics() const override { return "cuda attention kernels"; }
+
   std::unique_ptr<Pass> begin(size_t n_heads, const cpu::PagedKv& shape,
                               std::span<const int32_t> n_ctx, size_t max_blocks,
                               float scale) override {

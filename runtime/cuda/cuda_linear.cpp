@@ -57,8 +57,13 @@ class CudaLinear final : public LinearBackend {
     check(cudaGetDeviceProperties(&prop, index_), "cudaGetDeviceProperties");
     description_ = "cuda:" + std::to_string(index_) + " (" + prop.name + ")";
     std::string why;
-    if (cuda_backend::cublaslt(&why) == nullptr)  // prompt rows then take the matmul kernel
+    const cuda_backend::CublasLt* lib = cuda_backend::cublaslt(&why);
+    if (lib == nullptr)  // prompt rows then take the matmul kernel
       description_ += " [prompt rows on the matmul kernel: " + why + "]";
+    numerics_ = "cuda " + std::string(prop.name) + " sm_" + std::to_string(prop.major) +
+                std::to_string(prop.minor) + " " + std::to_string(prop.multiProcessorCount) +
+                " SMs, prompt rows " +
+                (lib != nullptr ? "cuBLASLt " + std::to_string(lib->version()) : std::string("matmul kernel"));
 
     size_t total = 0;
     for (const Weight& m : mats) total += m.rows * m.cols * dtype_size(m.dtype);
@@ -88,6 +93,9 @@ class CudaLinear final : public LinearBackend {
   }
 
   [[nodiscard]] const std::string& description() const override { return description_; }
+  // The GPU's kind and SM count (cuBLASLt's choice of algorithm depends on both) and
+  // what prompt rows run on; not the device's number.
+  [[nodiscard]] std::string numerics() const override { return numerics_; }
 
   [[nodiscard]] size_t device_bytes() const override {
     size_t bytes = 0;
@@ -142,18 +150,20 @@ class CudaLinear final : public LinearBackend {
       }
       plan = &prompt_.plan(*lib, ctx->lt, dw, N, K, db, description_);
       if (plan->usable) {
-        check(ctx->x.reserve(M * K * sizeof(float)), "allocating rows");
+        check(ctx->x.reserve(T * K * sizeof(float)), "allocating rows");
         check(ctx->x_bf16.reserve(T * K * sizeof(uint16_t)), "allocating bf16 rows");
         check(ctx->y.reserve(T * N * sizeof(float)), "allocating results");
         check(ctx->workspace.reserve(kPromptWorkspaceBytes), "allocating cuBLASLt's workspace");
         float* dx = static_cast<float*>(ctx->x.get());
         auto* xb = static_cast<uint16_t*>(ctx->x_bf16.get());
         float* dy = static_cast<float*>(ctx->y.get());
-        check(cudaMemcpyAsync(dx, x, M * K * sizeof(float), cudaMemcpyHostToDevice, ctx->stream), "copying rows");
         for (size_t r = 0; r < M; r += T) {
-          // Every call has T rows: the last tile's are padded with zeros.
+          // Every call has T rows: the last tile's are padded with zeros. Rows go up
+          // a tile at a time (a long prompt's chunk in f32 could take gigabytes).
           const size_t m = std::min(T, M - r);
-          check(cuda::launch_to_bf16(dx + r * K, m * K, xb, ctx->stream), "rounding rows to bf16");
+          check(cudaMemcpyAsync(dx, x + r * K, m * K * sizeof(float), cudaMemcpyHostToDevice, ctx->stream),
+                "copying rows");
+          check(cuda::launch_to_bf16(dx, m * K, xb, ctx->stream), "rounding rows to bf16");
           if (m < T)
             check(cudaMemsetAsync(xb + m * K, 0, (T - m) * K * sizeof(uint16_t), ctx->stream), "padding rows");
           check_lt(*lib, PromptGemm::run(ctx->lt, *plan, dw, xb, dy, ctx->workspace.get(), ctx->stream), "cublasLtMatmul");
@@ -210,7 +220,7 @@ class CudaLinear final : public LinearBackend {
   }
 
   int index_;
-  std::string description_;
+  std::string description_, numerics_;
   std::unordered_map<const void*, DeviceBuffer> held_;  // host data -> device copy
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<CallContext>> free_;

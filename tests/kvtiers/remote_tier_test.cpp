@@ -107,6 +107,9 @@ TEST(chunk_keys, chain_on_the_previous_chunk_and_the_layout) {
   other = l;
   other.dtype = DType::f32;
   EXPECT_FALSE(chunk_keys(other, a)[0] == ka[0]);
+  other = l;
+  other.numerics = 7;  // KV computed another way (another SIMD path, a GPU)
+  EXPECT_FALSE(chunk_keys(other, a)[0] == ka[0]);
   EXPECT_NE(full_chunk_key(ka[0]), compressed_chunk_key(ka[0], "snapkv ratio=4"));
   EXPECT_NE(compressed_chunk_key(ka[0], "snapkv ratio=4"), compressed_chunk_key(ka[0], "snapkv ratio=8"));
 }
