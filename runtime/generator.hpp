@@ -119,6 +119,7 @@ struct GenerateStats {
   double remote_compressed_fetch_seconds = 0;
   std::string remote_compressed_stop_reason;
   size_t remote_predrafted = 0;      // drafts made while the full chunks arrived
+  size_t remote_suffix_drafted = 0;  // suffix positions the drafter ran over the fetched view first
   size_t remote_predraft_rounds = 0;  // verification rounds whose drafts were those
   double remote_full_wait_seconds = 0;  // the first verification's wait for them
   size_t remote_compressed_chunks_published = 0;

@@ -196,6 +196,7 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
       rows.push_back(ForwardRow{prompt[i], int32_t(i), &rq.seq, i + 1 == n, &*rq.view});
     const PromptRows prompt_rows(ws_);
     forward(*model_, rows, cache_, ws_, draft_logits);
+    s.remote_suffix_drafted += e - b;
   }
   rq.note_fast(cache_);
   PrefilledRequest p;

@@ -8,10 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.hpp"
@@ -137,9 +135,12 @@ TEST(prompt_products, a_model_names_how_it_computes_and_its_backends_say_theirs)
   EXPECT_NE(with->numerics().find("products host (prompt rows truncated to bf16)"), std::string::npos)
       << with->numerics();
   {
-    const test::F32PathScope f32;  // another SIMD path: other bits, another name
+    const test::SimdPathGuard guard;  // another SIMD path: other bits, another name
+    cpu::set_simd_path(before == cpu::SimdPath::scalar ? cpu::SimdPath::avx2 : cpu::SimdPath::scalar);
     if (cpu::active_simd_path() != before) {
       EXPECT_NE(cpu->numerics(), plain);
+    } else {
+      ADD_FAILURE() << "no second SIMD path to switch to";
     }
   }
   EXPECT_EQ(cpu->numerics(), plain);
@@ -280,9 +281,8 @@ TEST(prompt_products, a_prefix_fetched_from_the_store_gives_the_bits_of_a_local_
     auto cold = make_generator(model, server.url());
     test::expect_identical(want, cold.generate(prompt, o), "publishing run");
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (stored_chunks(server.url()) < prompt.size() / 128 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // (the cold generator's tier sent every queued chunk before it was destroyed)
+  ASSERT_GE(stored_chunks(server.url()), 2 * (prompt.size() / 128)) << "full and compressed chunks";
   for (const bool compressed_first : {false, true}) {
     GeneratorConfig gc;
     gc.max_context = 2048;
@@ -299,10 +299,14 @@ TEST(prompt_products, a_prefix_fetched_from_the_store_gives_the_bits_of_a_local_
     // prefilled after them starts mid-chunk of a local prefill.
     test::expect_identical(want, r, what);
     // Prompt rows: the exact suffix after the full chunks, and with compressed first
-    // the drafter's pass over the suffix after the compressed chunks too.
-    size_t rows = prompt.size() - r.stats.remote_positions;
-    if (compressed_first) rows += prompt.size() - r.stats.remote_compressed_positions;
-    EXPECT_EQ(backend->prompt_rows.load(), rows) << what;
+    // the drafter's pass over the suffix after the compressed chunks too (skipped
+    // when the full chunks came first).
+    EXPECT_EQ(backend->prompt_rows.load(),
+              prompt.size() - r.stats.remote_positions + r.stats.remote_suffix_drafted)
+        << what;
+    if (!compressed_first) {
+      EXPECT_EQ(r.stats.remote_suffix_drafted, 0u);
+    }
   }
   // KV computed another way (here: the CPU's products for the prompt rows too) is
   // under other keys: a CPU model finds none of these chunks, and gives its own bits.
@@ -313,6 +317,8 @@ TEST(prompt_products, a_prefix_fetched_from_the_store_gives_the_bits_of_a_local_
   Generator on_cpu(cpu, test::tinycode_tokenizer(), gc);
   const GenerateResult r = on_cpu.generate(prompt, o);
   EXPECT_EQ(r.stats.remote_chunks_hit, 0u) << "chunks of other numerics were taken";
+  EXPECT_NE(r.stats.remote_stop_reason.find("chunk 0 not in the store"), std::string::npos)
+      << r.stats.remote_stop_reason;
   auto cpu_local = make_generator(cpu);
   test::expect_identical(cpu_local.generate(prompt, o), r, "the CPU model");
 }
