@@ -81,11 +81,13 @@ std::shared_ptr<TruncatingPromptLinear> backend_for(const Model& m) {
   return std::make_shared<TruncatingPromptLinear>(m.weights().layers.at(0).wq, m.weights().lm_head);
 }
 
-Generator make_generator(std::shared_ptr<const Model> m, const std::string& remote_url = "") {
+Generator make_generator(std::shared_ptr<const Model> m, const std::string& remote_url = "",
+                         bool compressed_first = true) {
   GeneratorConfig gc;
   gc.max_context = 2048;
   gc.remote_url = remote_url;
   gc.remote_chunk_tokens = 128;
+  gc.remote_compressed_first = compressed_first;
   return Generator(std::move(m), test::tinycode_tokenizer(), gc);
 }
 
@@ -284,12 +286,7 @@ TEST(prompt_products, a_prefix_fetched_from_the_store_gives_the_bits_of_a_local_
   // (the cold generator's tier sent every queued chunk before it was destroyed)
   ASSERT_GE(stored_chunks(server.url()), 2 * (prompt.size() / 128)) << "full and compressed chunks";
   for (const bool compressed_first : {false, true}) {
-    GeneratorConfig gc;
-    gc.max_context = 2048;
-    gc.remote_url = server.url();
-    gc.remote_chunk_tokens = 128;
-    gc.remote_compressed_first = compressed_first;
-    Generator warm(model, test::tinycode_tokenizer(), gc);
+    auto warm = make_generator(model, server.url(), compressed_first);
     backend->prompt_rows = 0;
     const GenerateResult r = warm.generate(prompt, o);
     const std::string what = compressed_first ? "compressed first" : "full chunks";
@@ -310,11 +307,7 @@ TEST(prompt_products, a_prefix_fetched_from_the_store_gives_the_bits_of_a_local_
   }
   // KV computed another way (here: the CPU's products for the prompt rows too) is
   // under other keys: a CPU model finds none of these chunks, and gives its own bits.
-  GeneratorConfig gc;
-  gc.max_context = 2048;
-  gc.remote_url = server.url();
-  gc.remote_chunk_tokens = 128;
-  Generator on_cpu(cpu, test::tinycode_tokenizer(), gc);
+  auto on_cpu = make_generator(cpu, server.url());
   const GenerateResult r = on_cpu.generate(prompt, o);
   EXPECT_EQ(r.stats.remote_chunks_hit, 0u) << "chunks of other numerics were taken";
   EXPECT_NE(r.stats.remote_stop_reason.find("chunk 0 not in the store"), std::string::npos)
