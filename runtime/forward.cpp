@@ -6,7 +6,6 @@
 #include <cmath>
 #include <optional>
 #include <thread>
-#include <utility>
 
 #include "kernels/cpu/attention.hpp"
 #include "runtime/prefill_stats.hpp"
@@ -418,11 +417,7 @@ void forward(const Model& model, std::span<const ForwardRow> rows, PagedKvCache&
                 ws.h.data());
   // The LM head takes the step product for every row, a prompt's too: a prefill has
   // one row that wants logits, which a prompt product would pad to a whole tile.
-  struct StepRows {
-    Workspace& ws;
-    bool was;
-    ~StepRows() { ws.prompt_rows = was; }
-  } step_rows{ws, std::exchange(ws.prompt_rows, false)};
+  const PromptRows step_rows(ws, false);
   if (tp == nullptr) {
     linear(model, ws, ws.h.data(), n_out, W.lm_head, logits.data());
     return;

@@ -107,10 +107,13 @@ class Workspace {
   std::unique_ptr<cpu::ThreadPool> pool_;
 };
 
-/// Marks the passes run while it lives as a prompt's rows (Workspace::prompt_rows).
+/// Marks the passes run while it lives as a prompt's rows (Workspace::prompt_rows),
+/// or with `prompt` false as not (the LM head); the mark before comes back after.
 class PromptRows {
  public:
-  explicit PromptRows(Workspace& ws) : ws_(ws), was_(ws.prompt_rows) { ws.prompt_rows = true; }
+  explicit PromptRows(Workspace& ws, bool prompt = true) : ws_(ws), was_(ws.prompt_rows) {
+    ws.prompt_rows = prompt;
+  }
   ~PromptRows() { ws_.prompt_rows = was_; }
   PromptRows(const PromptRows&) = delete;
   PromptRows& operator=(const PromptRows&) = delete;

@@ -2,8 +2,6 @@
 // hardware's round to nearest even, which is f32_to_bf16's rule.
 #include <cuda_bf16.h>
 
-#include <cstring>
-
 #include "kernels/cuda/to_bf16.cuh"
 
 namespace vc::cuda {

@@ -4,8 +4,6 @@
 #include <cublas_api.h>
 #include <dlfcn.h>
 
-#include <mutex>
-
 namespace vc::cuda_backend {
 namespace {
 

@@ -38,11 +38,10 @@ using cuda_backend::require_device;
 struct CallContext {
   cudaStream_t stream = nullptr;
   DeviceBuffer x, y;
-  const cuda_backend::CublasLt* lib = nullptr;
-  cublasLtHandle_t lt = nullptr;
+  cublasLtHandle_t lt = nullptr;  // made only once cuBLASLt is loaded
   DeviceBuffer x_bf16, workspace;
   ~CallContext() {
-    if (lt != nullptr) lib->destroy(lt);
+    if (lt != nullptr) cuda_backend::cublaslt(nullptr)->destroy(lt);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
@@ -144,10 +143,7 @@ class CudaLinear final : public LinearBackend {
       check(cudaSetDevice(index_), "cudaSetDevice");
       if (ctx->stream == nullptr)
         check(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-      if (ctx->lt == nullptr) {
-        check_lt(*lib, lib->create(&ctx->lt), "cublasLtCreate");
-        ctx->lib = lib;
-      }
+      if (ctx->lt == nullptr) check_lt(*lib, lib->create(&ctx->lt), "cublasLtCreate");
       plan = &prompt_.plan(*lib, ctx->lt, dw, N, K, db, description_);
       if (plan->usable) {
         check(ctx->x.reserve(T * K * sizeof(float)), "allocating rows");
