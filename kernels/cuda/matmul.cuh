@@ -18,8 +18,9 @@
 // rows (one, or four from 4 rows of x on) once per tile of kMatmulRowTile rows,
 // with 16-byte loads, meant to run at HBM speed for decode and batched drafting;
 // the weights are read ceil(M / kMatmulRowTile) times (the repeats mostly from L2).
-// Not yet measured on a GPU. Prefill chunks belong to a GEMM library; this kernel
-// gives them correct results, slowly.
+// Not yet measured on a GPU. A prompt's rows go to cuBLASLt instead
+// (runtime/cuda/prompt_gemm.hpp); this kernel takes them only for matrices cuBLASLt
+// is not used for (not bf16, or no algorithm without a reduction).
 #pragma once
 #include <cuda_runtime_api.h>
 
