@@ -42,14 +42,15 @@ class AttentionBackend {
     virtual void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
                      std::shared_ptr<const void> keep) = 0;
     /// out[m, h, :] = softmax(scale * q[m, h] · K[0, n_ctx[m])) · V[0, n_ctx[m]) for
-    /// every row m of the pass (host pointers, [M, n_heads, head_dim] f32). Throws
+    /// every row m of the pass ([M, n_heads, head_dim] f32; host pointers, or for
+    /// a model whose rows stay on the device, DeviceRows::at's addresses). Throws
     /// vc::Error when a row's blocks were not all added, or for a device failure.
     virtual void run(const float* q, float* out) = 0;
   };
   virtual ~AttentionBackend() = default;
   /// One layer's attention of rows over `cache`: row m reads positions
-  /// [0, n_ctx[m]) through seqs[m]'s block table; q, out: host [M, n_heads,
-  /// head_dim] f32. The backend may keep the cache's blocks between calls (a copy
+  /// [0, n_ctx[m]) through seqs[m]'s block table; q, out: [M, n_heads, head_dim]
+  /// f32, host pointers or DeviceRows::at's addresses (as for Pass::run). The backend may keep the cache's blocks between calls (a copy
   /// dropped once the cache is gone), refreshing those written since. Batch
   /// invariant as a Pass; the bits of a Pass over the same KV. Safe from several
   /// threads at once for different caches.

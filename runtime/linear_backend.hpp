@@ -1,15 +1,17 @@
 // Where a forward pass multiplies by its weight matrices when not on the CPU: a
 // model placed on a device (Model::on_device) carries one, and forward() hands it
-// every matrix product (q/k/v/o, gate/up/down, the LM head). Everything else of the
-// pass (norms, RoPE, attention over the KV tiers, sampling) stays on the CPU, so the
-// KV cache, the compressed views and the full tier are the same objects whatever
-// the device.
+// every matrix product (q/k/v/o, gate/up/down, the LM head) over host rows, or, when
+// the backend offers rows() (the CUDA one does), the whole pass with its rows kept on
+// the device (runtime/device_rows.hpp). Attention goes to the AttentionBackend; the KV
+// cache, the compressed views, the full tier and sampling stay on the host, the same
+// objects whatever the device.
 #pragma once
 #include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "runtime/device_rows.hpp"
 #include "runtime/model/weight.hpp"
 
 namespace vc {
@@ -40,13 +42,25 @@ class LinearBackend {
   [[nodiscard]] virtual std::string numerics() const { return description(); }
   /// Bytes of device memory held now (the matrices, the callers' buffers).
   [[nodiscard]] virtual size_t device_bytes() const { return 0; }
+  /// A pass's rows on the device (runtime/device_rows.hpp), for the calling thread
+  /// until the handle is dropped; null (the default) when the backend only offers
+  /// products over host rows. A backend either always offers them or never: every
+  /// pass of its model then runs the same way.
+  [[nodiscard]] virtual std::unique_ptr<DeviceRows> rows() { return nullptr; }
 };
 
 /// `matrices` copied to CUDA device `index` (bf16, f16 or f32, as held), and
 /// `biases` converted to f32 there; linear() then takes any of them (by data
-/// pointer; absent ones and repeats are skipped). Throws vc::Error naming the device
+/// pointer; absent ones and repeats are skipped). With `vectors` (norm weights, as
+/// held) and the embedding table among `matrices`, rows() keeps whole passes on the
+/// device. Throws vc::Error naming the device
 /// when this build has no CUDA, the device does not exist or cannot be used (the
 /// CUDA error), or the matrices do not fit in its memory.
+[[nodiscard]] std::shared_ptr<LinearBackend> make_cuda_linear(std::span<const Weight> matrices,
+                                                              std::span<const Weight> biases,
+                                                              std::span<const Weight> vectors,
+                                                              int index);
+/// The same without vectors: products over host rows only (rows() gives null).
 [[nodiscard]] std::shared_ptr<LinearBackend> make_cuda_linear(std::span<const Weight> matrices,
                                                               std::span<const Weight> biases,
                                                               int index);

@@ -27,13 +27,18 @@ std::shared_ptr<const Model> Model::on_device(std::shared_ptr<const Model> base,
   if (device.is_cpu()) return base;
   if (base->tp() != nullptr)
     throw Error("device " + device.str() + ": tensor-parallel shards run on the CPU only (for now)");
-  std::vector<Weight> mats, biases;
+  // Everything a layer reads, so that whole passes stay on the device
+  // (LinearBackend::rows()): the matrices, biases, norm weights and the embedding.
+  std::vector<Weight> mats, biases, vectors;
   for (const LayerWeights& l : base->weights().layers) {
     for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) mats.push_back(*w);
     for (const Weight* b : {&l.bq, &l.bk, &l.bv}) biases.push_back(*b);
+    for (const Weight* v : {&l.attn_norm, &l.mlp_norm, &l.q_norm, &l.k_norm}) vectors.push_back(*v);
   }
   mats.push_back(base->weights().lm_head);
-  auto linear = make_cuda_linear(mats, biases, device.index);
+  mats.push_back(base->weights().embed);
+  vectors.push_back(base->weights().final_norm);
+  auto linear = make_cuda_linear(mats, biases, vectors, device.index);
   auto attention = make_cuda_attention(device.index);
   std::shared_ptr<Model> m = placed(std::move(base), std::move(linear), std::move(attention));
   m->device_ = device;

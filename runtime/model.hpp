@@ -76,9 +76,10 @@ class Model {
                                                               std::shared_ptr<Communicator> comm);
   /// `base` with its weight products and full-KV attention on `device`
   /// (runtime/linear_backend.hpp, runtime/attention_backend.hpp): for cuda:N its
-  /// matrices are copied to that GPU, and forward() multiplies there and attends
-  /// there over the KV blocks each pass reads; norms, RoPE, draft rows' attention
-  /// over compressed views and sampling stay on the CPU. cpu gives the model on the
+  /// matrices, norm weights and embedding are copied to that GPU, and forward() runs
+  /// each pass there with its rows kept on the device (LinearBackend::rows()),
+  /// attending there over the KV blocks each pass reads; the KV tiers and sampling
+  /// stay on the host. cpu gives the model on the
   /// CPU (`base` itself, or the one it was placed from).
   /// Throws vc::Error naming the device when it cannot be used (no CUDA in this
   /// build, no such device, weights that do not fit) or for a tensor-parallel shard

@@ -85,7 +85,12 @@ void launch_rows(PassContext& ctx, const std::string& dev, const void* k, const 
   size_t max_ctx = 0;
   for (const int32_t n : n_ctx) max_ctx = std::max(max_ctx, size_t(n));
   if (max_ctx == 0) {  // no row attends to anything: zeros, as the kernel gives them
-    std::fill_n(out, M * n_heads * hd, 0.0f);
+    if (!cuda_backend::is_device_memory(out)) {
+      std::fill_n(out, M * n_heads * hd, 0.0f);
+      return;
+    }
+    check(cudaMemsetAsync(out, 0, M * n_heads * hd * sizeof(float), ctx.stream), "zeroing outputs");
+    check(cudaStreamSynchronize(ctx.stream), "the attention's stream");
     return;
   }
   const size_t qb = M * n_heads * hd * sizeof(float);
@@ -96,7 +101,8 @@ void launch_rows(PassContext& ctx, const std::string& dev, const void* k, const 
   check(ctx.n_ctx.reserve(M * sizeof(int32_t)), "allocating context lengths");
   check(ctx.workspace.reserve(std::max<size_t>(1, ws) * sizeof(float)), "allocating the workspace");
   cudaStream_t s = ctx.stream;
-  check(cudaMemcpyAsync(ctx.q.get(), q, qb, cudaMemcpyHostToDevice, s), "copying queries");
+  // Queries and outputs on the host, or on the device (a model's rows kept there).
+  check(cudaMemcpyAsync(ctx.q.get(), q, qb, cudaMemcpyDefault, s), "copying queries");
   check(cudaMemcpyAsync(ctx.tables.get(), tables.data(), tables.size() * sizeof(int32_t),
                         cudaMemcpyHostToDevice, s),
         "copying block tables");
@@ -118,7 +124,7 @@ void launch_rows(PassContext& ctx, const std::string& dev, const void* k, const 
                                     scale, static_cast<float*>(ctx.out.get()),
                                     static_cast<float*>(ctx.workspace.get()), ws, s),
         "attention");
-  check(cudaMemcpyAsync(out, ctx.out.get(), qb, cudaMemcpyDeviceToHost, s), "copying outputs");
+  check(cudaMemcpyAsync(out, ctx.out.get(), qb, cudaMemcpyDefault, s), "copying outputs");
   check(cudaStreamSynchronize(s), "the attention's stream");
 }
 
@@ -274,7 +280,7 @@ class CudaAttention final : public AttentionBackend {
       up(ctx.tail_begin.get(), plan->tail_begin.data(), M * sizeof(int32_t), "copying tail starts");
       up(ctx.n_ctx.get(), n_ctx.data(), M * sizeof(int32_t), "copying context lengths");
       up(ctx.tables.get(), plan->tables.data(), plan->tables.size() * sizeof(int32_t), "copying block tables");
-      up(ctx.q.get(), q, qb, "copying queries");
+      check(cudaMemcpyAsync(ctx.q.get(), q, qb, cudaMemcpyDefault, s), "copying queries");  // host or device
       cuda::MixedKvRows r;
       r.prefix_k = dptr;
       r.prefix_v = dptr + M * nkv;
@@ -306,7 +312,7 @@ class CudaAttention final : public AttentionBackend {
                                               scale, static_cast<float*>(ctx.out.get()),
                                               static_cast<float*>(ctx.workspace.get()), ws, s),
             "the drafter's attention");
-      check(cudaMemcpyAsync(out, ctx.out.get(), qb, cudaMemcpyDeviceToHost, s), "copying outputs");
+      check(cudaMemcpyAsync(out, ctx.out.get(), qb, cudaMemcpyDefault, s), "copying outputs");
       check(cudaStreamSynchronize(s), "the attention's stream");
     });
   }

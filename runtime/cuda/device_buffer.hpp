@@ -30,6 +30,17 @@ inline void require_device(int index) {
     throw Error(dev + ": this machine has " + std::to_string(count) + " CUDA device(s)");
 }
 
+/// True for an address in device memory (a model's rows kept on the device), false
+/// for host memory, pageable or pinned.
+inline bool is_device_memory(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // older runtimes fail for pageable memory
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 /// Device memory that only grows, freed with its owner.
 class DeviceBuffer {
  public:
