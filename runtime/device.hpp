@@ -24,4 +24,9 @@ struct Device {
 /// ("0000:18:00.0"), or "" when this build has no CUDA or the device cannot say.
 [[nodiscard]] std::string cuda_pci_bus_id(int index);
 
+/// CUDA device `index`'s memory bandwidth in bytes/s, bytes read plus bytes written
+/// by device-to-device copies of 256 MiB (the median of 5 after a warm-up): the HBM
+/// roofline's rate. 0 when this build has no CUDA or the device cannot be used.
+[[nodiscard]] double cuda_copy_bandwidth(int index);
+
 }  // namespace vc

@@ -25,7 +25,8 @@ void forward_on_device(const Model& model, DeviceRows& dev, std::span<const Forw
   const float eps = c.rms_norm_eps;
   const bool prompt = ws.prompt_rows;
   for (const auto& [b, n] : {std::pair{B::x, M * D}, {B::h, M * D}, {B::q, M * qd}, {B::k, M * kvd},
-                             {B::v, M * kvd}, {B::attn, M * qd}, {B::gate, M * I}, {B::up, M * I}})
+                             {B::v, M * kvd}, {B::attn, M * qd}, {B::gate, M * I}, {B::up, M * I},
+                             {B::gq, M * qd}, {B::gout, M * qd}})
     dev.reserve(b, n);
   // Host copies: K and V for the tiers, queries and outputs where the CPU attends.
   ws.k.resize(M * kvd);

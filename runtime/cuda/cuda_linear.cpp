@@ -88,10 +88,11 @@ class CudaLinear final : public LinearBackend {
                 (whole_passes_ ? ", whole passes on the device" : "");
 
     size_t total = 0;
-    for (const Weight& m : mats) total += m.rows * m.cols * dtype_size(m.dtype);
-    for (const Weight& v : vectors) total += v.rows * v.cols * dtype_size(v.dtype);
     std::vector<Weight> held(mats.begin(), mats.end());
     held.insert(held.end(), vectors.begin(), vectors.end());  // norm weights, as held
+    std::unordered_map<const void*, size_t> distinct;  // tied embedding and LM head once
+    for (const Weight& m : held) distinct[m.data] = m.rows * m.cols * dtype_size(m.dtype);
+    for (const auto& [data, bytes] : distinct) total += data != nullptr ? bytes : 0;
     for (const Weight& m : held) {
       if (!m.present() || held_.count(m.data) != 0) continue;
       const size_t bytes = m.rows * m.cols * dtype_size(m.dtype);
@@ -274,9 +275,21 @@ class CudaLinear final : public LinearBackend {
 class CudaRows final : public DeviceRows {
  public:
   explicit CudaRows(CudaLinear& owner) : owner_(owner), lease_(owner) { owner_.start(*lease_); }
+  CudaRows(const CudaRows&) = delete;
+  CudaRows& operator=(const CudaRows&) = delete;
+  // A pass that threw may leave work queued: it finishes (its failure reported
+  // nowhere) before the context serves another caller.
+  ~CudaRows() override {
+    if (cudaSetDevice(owner_.index_) == cudaSuccess) (void)cudaStreamSynchronize(lease_->stream);
+    (void)cudaGetLastError();
+  }
 
   void reserve(Buf b, size_t n) override {
-    owner_.check(lease_->act[b].reserve(std::max<size_t>(1, n) * sizeof(float)), "allocating activations");
+    DeviceBuffer& buf = lease_->act[b];
+    const size_t bytes = std::max<size_t>(1, n) * sizeof(float);
+    if (bytes <= buf.bytes()) return;
+    sync();  // growing frees the old buffer, which queued work may still read
+    owner_.check(buf.reserve(bytes), "allocating activations");
   }
   float* at(Buf b) override { return static_cast<float*>(lease_->act[b].get()); }
 
@@ -289,21 +302,22 @@ class CudaRows final : public DeviceRows {
     for (int32_t& t : ids) t = size_t(t) < row0 ? -1 : int32_t(size_t(t) - row0);
     owner_.check(c.ids.reserve(M * sizeof(int32_t)), "allocating token ids");
     owner_.check(cudaMemcpyAsync(c.ids.get(), ids.data(), M * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                 c.stream),
+                                 stream()),
                  "copying token ids");
     owner_.check(cuda::launch_embedding(static_cast<const int32_t*>(c.ids.get()), M,
                                         owner_.find(table, "embedding table"), table.dtype, table.rows,
-                                        D, at(x), nullptr, c.stream),
+                                        D, at(x), nullptr, stream()),
                  "embedding");
   }
 
   void rms_norm(Buf in, size_t rows, size_t dim, const Weight& w, float eps, Buf out) override {
     owner_.check(cuda::launch_rms_norm(at(in), rows, dim, owner_.find(w, "norm weight"), w.dtype, eps,
-                                       at(out), lease_->stream),
+                                       at(out), stream()),
                  "rms_norm");
   }
 
   void linear(Buf in, size_t M, const Weight& w, const Weight& bias, Buf out, bool prompt) override {
+    (void)stream();
     owner_.product(*lease_, at(in), M, w, bias, at(out), prompt);
   }
 
@@ -313,28 +327,28 @@ class CudaRows final : public DeviceRows {
     if (!std::equal(inv_freq.begin(), inv_freq.end(), c.inv_freq_host.begin(), c.inv_freq_host.end())) {
       owner_.check(c.inv_freq.reserve(inv_freq.size() * sizeof(float)), "allocating RoPE frequencies");
       owner_.check(cudaMemcpyAsync(c.inv_freq.get(), inv_freq.data(), inv_freq.size() * sizeof(float),
-                                   cudaMemcpyHostToDevice, c.stream),
+                                   cudaMemcpyHostToDevice, stream()),
                    "copying RoPE frequencies");
       c.inv_freq_host.assign(inv_freq.begin(), inv_freq.end());
     }
-    if (positions_sent_ != positions.data() || positions_rows_ != M) {  // once per pass (q, then k)
-      owner_.check(c.positions.reserve(M * sizeof(int32_t)), "allocating positions");
-      owner_.check(cudaMemcpyAsync(c.positions.get(), positions.data(), M * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, c.stream),
-                   "copying positions");
-      positions_sent_ = positions.data(), positions_rows_ = M;
-    }
+    // The positions go up with every call (M integers): queued after the work that
+    // read the last ones, so the buffer is not grown under it (reserve only grows).
+    if (c.positions.bytes() < M * sizeof(int32_t)) sync();
+    owner_.check(c.positions.reserve(M * sizeof(int32_t)), "allocating positions");
+    owner_.check(cudaMemcpyAsync(c.positions.get(), positions.data(), M * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream()),
+                 "copying positions");
     owner_.check(cuda::launch_rope(at(b), M, heads, head_dim, static_cast<const int32_t*>(c.positions.get()),
-                                   static_cast<const float*>(c.inv_freq.get()), c.stream),
+                                   static_cast<const float*>(c.inv_freq.get()), stream()),
                  "rope");
   }
 
   void swiglu(size_t n) override {
-    owner_.check(cuda::launch_swiglu(at(gate), at(up), at(gate), n, lease_->stream), "swiglu");
+    owner_.check(cuda::launch_swiglu(at(gate), at(up), at(gate), n, stream()), "swiglu");
   }
 
   void add(Buf into, Buf from, size_t n) override {
-    owner_.check(cuda::launch_add_inplace(at(into), at(from), n, lease_->stream), "residual add");
+    owner_.check(cuda::launch_add_inplace(at(into), at(from), n, stream()), "residual add");
   }
 
   void gather(Buf from, std::span<const size_t> rows, size_t width, Buf to) override {
@@ -349,7 +363,7 @@ class CudaRows final : public DeviceRows {
 
   void download(Buf b, size_t offset, size_t n, float* host) override {
     owner_.check(cudaMemcpyAsync(host, at(b) + offset, n * sizeof(float), cudaMemcpyDeviceToHost,
-                                 lease_->stream),
+                                 stream()),
                  "copying rows to the host");
     sync();
   }
@@ -357,21 +371,26 @@ class CudaRows final : public DeviceRows {
   void upload(const float* host, size_t n, Buf b, size_t offset) override {
     // From pageable memory the call returns once `host` has been read.
     owner_.check(cudaMemcpyAsync(at(b) + offset, host, n * sizeof(float), cudaMemcpyHostToDevice,
-                                 lease_->stream),
+                                 stream()),
                  "copying rows to the device");
   }
 
-  void sync() override { owner_.check(cudaStreamSynchronize(lease_->stream), "the pass's stream"); }
+  void sync() override { owner_.check(cudaStreamSynchronize(stream()), "the pass's stream"); }
 
  private:
+  /// The pass's stream, the calling thread's device set first (it is the thread's:
+  /// whatever ran between two steps may have changed it).
+  cudaStream_t stream() {
+    owner_.check(cudaSetDevice(owner_.index_), "cudaSetDevice");
+    return lease_->stream;
+  }
+
   void copy(float* to, const float* from, size_t n, const char* what) {
-    owner_.check(cudaMemcpyAsync(to, from, n * sizeof(float), cudaMemcpyDeviceToDevice, lease_->stream), what);
+    owner_.check(cudaMemcpyAsync(to, from, n * sizeof(float), cudaMemcpyDeviceToDevice, stream()), what);
   }
 
   CudaLinear& owner_;
   CudaLinear::Lease lease_;
-  const int32_t* positions_sent_ = nullptr;  // the positions the buffer holds
-  size_t positions_rows_ = 0;
 };
 
 std::unique_ptr<DeviceRows> CudaLinear::rows() {

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
+#include "runtime/device.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/linear_backend.hpp"
 #include "runtime/sampler.hpp"
@@ -83,7 +84,9 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   c.require_context(a.prefill_tokens, fmt::format("--prefill-tokens: {}", a.prefill_tokens));
   PagedKvCache cache(model->kv_config(std::max(max_ctx, a.prefill_tokens) + a.decode_tokens + 16,
                                       kv_dtype));
-  const double bw = measure_read_bandwidth();
+  // The roofline's rate: the host's read bandwidth, or on a GPU its memory's (where
+  // a pass's weights and KV are read from).
+  const double bw = device.is_cpu() ? measure_read_bandwidth() : cuda_copy_bandwidth(device.index);
   nlohmann::json rows = nlohmann::json::array();
 
   for (int t : a.threads) {
@@ -130,21 +133,23 @@ int run_bench_decode(const BenchDecodeArgs& a) {
                         {"simd", std::string(cpu::simd_path_name(cpu::active_simd_path()))},
                         {"prefill_prompt_tokens", a.prefill_tokens},
                         {"decode_tokens", a.decode_tokens},
-                        {"memory_read_gb_per_second", bw / 1e9},
+                        {device.is_cpu() ? "memory_read_gb_per_second" : "device_copy_gb_per_second", bw / 1e9},
                         {"rows", rows}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
   std::cout << fmt::format(
       "bench decode: {} ({} params, {} weights), KV {}, SIMD {}, weight products on {}, median of {}\n"
-      "measured memory read bandwidth: {:.1f} GB/s\n\n",
+      "measured {}: {:.1f} GB/s\n\n",
       a.model_dir, model->parameter_count(), dtype_name(c.dtype), a.kv_dtype,
-      cpu::simd_path_name(cpu::active_simd_path()), device_name, a.repeats, bw / 1e9);
+      cpu::simd_path_name(cpu::active_simd_path()), device_name, a.repeats,
+      device.is_cpu() ? "memory read bandwidth" : "device memory bandwidth (device-to-device copies, read + write)",
+      bw / 1e9);
   std::cout << fmt::format("{:>7} {:>8} {:>14} {:>13} {:>14} {:>11} {:>8}\n", "threads",
                            "context", "prefill tok/s", "decode tok/s", "bytes/token", "GB/s read",
                            "% of bw");
-  // On a device the weights are read from its memory, not the host's: the share of
-  // the host's bandwidth means nothing there (its column stays empty).
+  // % of bw: the share of the roofline's rate (on a device, its memory's; empty when
+  // it could not be measured).
   for (const auto& r : rows)
     std::cout << fmt::format("{:>7} {:>8} {:>14.0f} {:>13.1f} {:>14.0f} {:>11.2f} {:>8}\n",
                              r["threads"].get<int>(), r["context"].get<size_t>(),
@@ -152,15 +157,15 @@ int run_bench_decode(const BenchDecodeArgs& a) {
                              r["decode_tokens_per_second"].get<double>(),
                              r["bytes_per_token"].get<double>(),
                              r["achieved_gb_per_second"].get<double>(),
-                             device.is_cpu()
+                             bw > 0.0
                                  ? fmt::format("{:.1f}%", 100.0 * r["achieved_gb_per_second"].get<double>() * 1e9 / bw)
                                  : std::string("-"));
   std::cout << fmt::format("\nprefill: a {}-token prompt; decode: {} greedy tokens after a "
                            "prompt of the given context{}\n",
                            a.prefill_tokens, a.decode_tokens,
                            device.is_cpu() ? ""
-                                           : "; % of bw: not given on a device (the weights are "
-                                             "read from its memory, the bandwidth measured is the host's)");
+                                           : "; % of bw: bytes read per token (weights, KV) x tokens/s over "
+                                             "the device's copy bandwidth, the HBM roofline");
   return 0;
 }
 
