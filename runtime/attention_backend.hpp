@@ -41,6 +41,12 @@ class AttentionBackend {
     /// copies run on while the caller goes on to the next chunk.
     virtual void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
                      std::shared_ptr<const void> keep) = 0;
+    /// The rows' queries, before any block is added (forward() gives them): the pass
+    /// may then attend to its blocks as they come, chunk by chunk, holding only the
+    /// chunks in flight, provided every add is for all its rows and blocks come in
+    /// position order; run() must get the same queries. Optional (the default
+    /// ignores them; the CUDA pass uses them).
+    virtual void queries(const float* q) { (void)q; }
     /// out[m, h, :] = softmax(scale * q[m, h] · K[0, n_ctx[m])) · V[0, n_ctx[m]) for
     /// every row m of the pass ([M, n_heads, head_dim] f32; host pointers, or for
     /// a model whose rows stay on the device, DeviceRows::at's addresses). Throws

@@ -253,6 +253,13 @@ void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
     const size_t longest = size_t(*std::max_element(ws.device_ctx.begin(), ws.device_ctx.end()));
     pass = device->begin(nh, shape, ws.device_ctx,
                          (longest + shape.block_tokens - 1) / shape.block_tokens, scale);
+    // The queries first: the pass may attend chunk by chunk as they are added.
+    if (DeviceRows* dev = io.rows) {
+      dev->sync();
+      pass->queries(dev->at(DeviceRows::q) + r0 * qd);
+    } else {
+      pass->queries(ws.q.data() + r0 * qd);
+    }
   }
   for (size_t c = 0; c < chunks; ++c) {
     const KvChunk ch = provider.acquire(l, c);
@@ -277,7 +284,6 @@ void attend_streamed(const ModelConfig& c, LayerKvProvider& provider, size_t l,
     for (size_t m = r0; m < r0 + M; ++m) ws.attn_states[m].finish(ws.attn.data() + m * qd);
   if (!pass) return;
   if (DeviceRows* dev = io.rows) {
-    dev->sync();
     pass->run(dev->at(DeviceRows::q) + r0 * qd, dev->at(DeviceRows::attn) + r0 * qd);
   } else {
     pass->run(ws.q.data() + r0 * qd, ws.attn.data() + r0 * qd);

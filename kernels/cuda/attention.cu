@@ -38,6 +38,7 @@ struct ChunkArgs {
   size_t n_chunks;  // chunks of max_ctx (workspace stride)
   float* part_o;    // [M, n_heads, n_chunks, head_dim]
   float* part_ml;   // [M, n_heads, n_chunks, 2]
+  size_t j0;        // the launch's first chunk (blockIdx.z counts from it)
 };
 
 // Two consecutive elements [i, i + 1] of a K or V row, as f32 (i even).
@@ -56,7 +57,7 @@ __device__ __forceinline__ float2 load_pair(const void* base, size_t i) {
 
 template <DType T>
 static __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(ChunkArgs a) {
-  const size_t m = blockIdx.x, g = blockIdx.y, j = blockIdx.z;
+  const size_t m = blockIdx.x, g = blockIdx.y, j = a.j0 + blockIdx.z;
   const PagedKvRows& kv = a.kv;
   const size_t n_ctx = size_t(kv.n_ctx[m]);
   const size_t start = j * a.chunk;
@@ -179,11 +180,11 @@ static __global__ void attention_merge_kernel(const int32_t* __restrict__ n_ctx_
 namespace {
 
 template <DType T>
-cudaError_t launch_chunks(const ChunkArgs& a, size_t M, size_t smem, cudaStream_t stream) {
+cudaError_t launch_chunks(const ChunkArgs& a, size_t M, size_t count, size_t smem, cudaStream_t stream) {
   const cudaError_t e =
       raise_dynamic_smem_limit(reinterpret_cast<const void*>(attention_chunk_kernel<T>), smem);
   if (e != cudaSuccess) return e;
-  const dim3 grid{unsigned(M), unsigned(a.kv.kv_heads), unsigned(a.n_chunks)};
+  const dim3 grid{unsigned(M), unsigned(a.kv.kv_heads), unsigned(count)};
   attention_chunk_kernel<T><<<grid, kThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
@@ -193,6 +194,17 @@ cudaError_t launch_chunks(const ChunkArgs& a, size_t M, size_t smem, cudaStream_
 cudaError_t launch_attention_rows(const float* q, size_t M, size_t n_heads, const PagedKvRows& kv,
                                   float scale, float* out, float* workspace,
                                   size_t workspace_floats, cudaStream_t stream) {
+  const size_t chunk = attention_chunk_positions(kv.block_tokens == 0 ? 1 : kv.block_tokens);
+  const size_t n_chunks = std::max<size_t>(1, (kv.max_ctx + chunk - 1) / chunk);
+  const cudaError_t e = launch_attention_chunks(q, M, n_heads, kv, scale, workspace, workspace_floats,
+                                                0, n_chunks, stream);
+  if (e != cudaSuccess) return e;
+  return launch_attention_merge(M, n_heads, kv, out, workspace, workspace_floats, stream);
+}
+
+cudaError_t launch_attention_chunks(const float* q, size_t M, size_t n_heads, const PagedKvRows& kv,
+                                    float scale, float* workspace, size_t workspace_floats,
+                                    size_t j0, size_t j1, cudaStream_t stream) {
   if (M == 0) return cudaSuccess;
   const size_t D = kv.head_dim, bt = kv.block_tokens;
   if (kv.kv_heads == 0 || n_heads == 0 || n_heads % kv.kv_heads != 0 || bt == 0 || D == 0 ||
@@ -208,24 +220,35 @@ cudaError_t launch_attention_rows(const float* q, size_t M, size_t n_heads, cons
   const size_t smem = (group * D + group * chunk) * sizeof(float) + (chunk / bt) * sizeof(int32_t);
   if (smem > 227 * 1024) return cudaErrorInvalidValue;  // Hopper's per-block maximum
 
+  if (j1 > n_chunks) j1 = n_chunks;
+  if (kv.max_ctx == 0 || j0 >= j1) return cudaSuccess;
   float* part_o = workspace;
   float* part_ml = workspace + M * n_heads * n_chunks * D;
-  if (kv.max_ctx > 0) {
-    const ChunkArgs a{q, n_heads, kv, scale, chunk, n_chunks, part_o, part_ml};
-    cudaError_t e = cudaErrorInvalidValue;
-    switch (kv.dtype) {
-      case DType::f32:
-        e = launch_chunks<DType::f32>(a, M, smem, stream);
-        break;
-      case DType::f16:
-        e = launch_chunks<DType::f16>(a, M, smem, stream);
-        break;
-      case DType::bf16:
-        e = launch_chunks<DType::bf16>(a, M, smem, stream);
-        break;
-    }
-    if (e != cudaSuccess) return e;
+  const ChunkArgs a{q, n_heads, kv, scale, chunk, n_chunks, part_o, part_ml, j0};
+  switch (kv.dtype) {
+    case DType::f32:
+      return launch_chunks<DType::f32>(a, M, j1 - j0, smem, stream);
+    case DType::f16:
+      return launch_chunks<DType::f16>(a, M, j1 - j0, smem, stream);
+    case DType::bf16:
+      return launch_chunks<DType::bf16>(a, M, j1 - j0, smem, stream);
   }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_attention_merge(size_t M, size_t n_heads, const PagedKvRows& kv, float* out,
+                                   const float* workspace, size_t workspace_floats,
+                                   cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  const size_t D = kv.head_dim, bt = kv.block_tokens;
+  if (n_heads == 0 || bt == 0 || D == 0 || M > 0x7fffffffu || n_heads > 65535)
+    return cudaErrorInvalidValue;
+  const size_t chunk = attention_chunk_positions(bt);
+  const size_t n_chunks = std::max<size_t>(1, (kv.max_ctx + chunk - 1) / chunk);
+  if (workspace_floats < attention_workspace_floats(M, n_heads, D, bt, kv.max_ctx))
+    return cudaErrorInvalidValue;
+  const float* part_o = workspace;
+  const float* part_ml = workspace + M * n_heads * n_chunks * D;
   const dim3 grid{unsigned(M), unsigned(n_heads)};
   const unsigned threads = D >= 128 ? 128u : unsigned((D + 31) / 32 * 32);
   // With no chunk written (max_ctx 0), rows merge none: zeros, whatever their n_ctx.

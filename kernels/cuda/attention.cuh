@@ -68,4 +68,19 @@ cudaError_t launch_attention_rows(const float* q, size_t M, size_t n_heads, cons
                                   float scale, float* out, float* workspace,
                                   size_t workspace_floats, cudaStream_t stream);
 
+/// launch_attention_rows in two parts, for KV that arrives chunk by chunk: the
+/// chunks [j0, j1) of attention_chunk_positions(block_tokens) positions (those a row
+/// attends to), each reduced into the workspace as launch_attention_rows reduces it
+/// (the same bits: a chunk's reduction depends on its positions alone), reading only
+/// the blocks of those chunks through kv.block_tables; then, once every chunk has
+/// run, the merge in position order into out. q is read by every chunks launch; the
+/// workspace is the rows' for the whole sequence. Same errors as
+/// launch_attention_rows.
+cudaError_t launch_attention_chunks(const float* q, size_t M, size_t n_heads, const PagedKvRows& kv,
+                                    float scale, float* workspace, size_t workspace_floats,
+                                    size_t j0, size_t j1, cudaStream_t stream);
+cudaError_t launch_attention_merge(size_t M, size_t n_heads, const PagedKvRows& kv, float* out,
+                                   const float* workspace, size_t workspace_floats,
+                                   cudaStream_t stream);
+
 }  // namespace vc::cuda

@@ -1,10 +1,9 @@
 // The CUDA AttentionBackend. Rows over the paged cache attend over a copy of the
 // cache in device memory, one per cache, kept current block by block (cache_copies.hpp).
-// Rows over a full tier's streamed chunks attend over a pass that copies the blocks
-// its rows read into a device pool of its own (runs of consecutive blocks in one
-// copy each; blocks a host tier lends in place, pinned, are copied without waiting,
-// the stream synchronized once before the kernel; staged ones before their buffer
-// is reused). Both launch
+// Rows over a full tier's streamed chunks attend over a pass (cuda_pass.hpp) that
+// copies the blocks its rows read to the device, in a ring it attends over chunk by
+// chunk as they arrive when it has the queries first (forward's passes), else into
+// a pool of its own for one launch at the end. Both launch
 // the batch-invariant paged attention kernel (kernels/cuda/attention.cuh) on a
 // stream of the calling thread's own context; queries go up and outputs come back
 // with every launch. Draft rows over compressed views (attend_views) read their
@@ -35,6 +34,7 @@
 #include "runtime/attention_backend.hpp"
 #include "runtime/cuda/cache_copies.hpp"
 #include "runtime/cuda/cuda_host_pinner.hpp"
+#include "runtime/cuda/cuda_pass.hpp"
 #include "runtime/cuda/device_buffer.hpp"
 #include "runtime/cuda/packed_side_staging.hpp"
 #include "runtime/cuda/view_copies.hpp"
@@ -49,6 +49,9 @@ using cuda_backend::cuda_error;
 using cuda_backend::DeviceBuffer;
 using cuda_backend::CudaHostPinner;
 using cuda_backend::describe;
+using cuda_backend::launch_rows;
+using cuda_backend::PassContext;
+using cuda_backend::PassOwner;
 using cuda_backend::put;
 using cuda_backend::require_device;
 using cuda_backend::stage_side;
@@ -56,111 +59,7 @@ using cuda_backend::StagedSide;
 using cuda_backend::ViewCopies;
 using cuda_backend::ViewLayerCopy;
 
-/// One caller's stream and buffers: the staged K and V blocks, queries, outputs,
-/// block tables, context lengths and the kernel's workspace.
-struct PassContext {
-  cudaStream_t stream = nullptr;
-  DeviceBuffer k, v, q, out, tables, n_ctx, workspace;
-  DeviceBuffer ptrs, counts, tail_begin;  // the drafter's rows: kept rows per (row, head)
-  DeviceBuffer quant;                      // packed prefixes' descriptors per (row, head)
-  std::vector<std::byte> stage;            // a view's kept rows gathered on the host
-  DeviceBuffer rope;                       // RoPE table: [rope_rows][cos h][sin h]
-  std::vector<float> rope_freq;            // the frequencies it was made for
-  size_t rope_rows = 0;
-  ~PassContext() {
-    if (stream != nullptr) cudaStreamDestroy(stream);
-  }
-};
-
-/// Rows over device KV at `k`/`v` (layout of `shape`) through host block tables
-/// [M, stride]: queries up, the kernel, outputs back, on ctx's stream; waits.
-void launch_rows(PassContext& ctx, const std::string& dev, const void* k, const void* v,
-                 const cpu::PagedKv& shape, std::span<const int32_t> tables, size_t stride,
-                 std::span<const int32_t> n_ctx, size_t n_heads, float scale, const float* q,
-                 float* out) {
-  auto check = [&](cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw Error("device " + dev + ": " + what + ": " + cuda_error(e));
-  };
-  const size_t M = n_ctx.size(), hd = shape.head_dim, bt = shape.block_tokens;
-  size_t max_ctx = 0;
-  for (const int32_t n : n_ctx) max_ctx = std::max(max_ctx, size_t(n));
-  if (max_ctx == 0) {  // no row attends to anything: zeros, as the kernel gives them
-    if (!cuda_backend::is_device_memory(out)) {
-      std::fill_n(out, M * n_heads * hd, 0.0f);
-      return;
-    }
-    check(cudaMemsetAsync(out, 0, M * n_heads * hd * sizeof(float), ctx.stream), "zeroing outputs");
-    check(cudaStreamSynchronize(ctx.stream), "the attention's stream");
-    return;
-  }
-  const size_t qb = M * n_heads * hd * sizeof(float);
-  const size_t ws = cuda::attention_workspace_floats(M, n_heads, hd, bt, max_ctx);
-  check(ctx.q.reserve(qb), "allocating queries");
-  check(ctx.out.reserve(qb), "allocating outputs");
-  check(ctx.tables.reserve(tables.size() * sizeof(int32_t)), "allocating block tables");
-  check(ctx.n_ctx.reserve(M * sizeof(int32_t)), "allocating context lengths");
-  check(ctx.workspace.reserve(std::max<size_t>(1, ws) * sizeof(float)), "allocating the workspace");
-  cudaStream_t s = ctx.stream;
-  // Queries and outputs on the host, or on the device (a model's rows kept there).
-  check(cudaMemcpyAsync(ctx.q.get(), q, qb, cudaMemcpyDefault, s), "copying queries");
-  check(cudaMemcpyAsync(ctx.tables.get(), tables.data(), tables.size() * sizeof(int32_t),
-                        cudaMemcpyHostToDevice, s),
-        "copying block tables");
-  check(cudaMemcpyAsync(ctx.n_ctx.get(), n_ctx.data(), M * sizeof(int32_t),
-                        cudaMemcpyHostToDevice, s),
-        "copying context lengths");
-  cuda::PagedKvRows rows;
-  rows.k = k;
-  rows.v = v;
-  rows.dtype = shape.dtype;
-  rows.block_tokens = bt;
-  rows.kv_heads = shape.kv_heads;
-  rows.head_dim = hd;
-  rows.block_tables = static_cast<const int32_t*>(ctx.tables.get());
-  rows.table_stride = stride;
-  rows.n_ctx = static_cast<const int32_t*>(ctx.n_ctx.get());
-  rows.max_ctx = max_ctx;
-  check(cuda::launch_attention_rows(static_cast<const float*>(ctx.q.get()), M, n_heads, rows,
-                                    scale, static_cast<float*>(ctx.out.get()),
-                                    static_cast<float*>(ctx.workspace.get()), ws, s),
-        "attention");
-  check(cudaMemcpyAsync(out, ctx.out.get(), qb, cudaMemcpyDefault, s), "copying outputs");
-  check(cudaStreamSynchronize(s), "the attention's stream");
-}
-
-class CudaAttention;
-
-class CudaPass final : public AttentionBackend::Pass {
- public:
-  CudaPass(CudaAttention& owner, std::unique_ptr<PassContext> ctx, size_t n_heads,
-           const cpu::PagedKv& shape, std::span<const int32_t> n_ctx, size_t max_blocks,
-           float scale);
-  ~CudaPass() override;
-  void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
-           std::shared_ptr<const void> keep) override;
-  void run(const float* q, float* out) override;
-
- private:
-  void check(cudaError_t e, const char* what) const;
-
-  CudaAttention& owner_;
-  std::unique_ptr<PassContext> ctx_;
-  size_t n_heads_;
-  cpu::PagedKv shape_;
-  std::vector<int32_t> n_ctx_;
-  size_t max_blocks_;
-  float scale_;
-  size_t block_bytes_;   // one block of one layer's K (or V)
-  size_t stride_ = 0;    // table entries per row: blocks of the longest row
-  size_t max_ctx_ = 0;
-  size_t used_ = 0;      // blocks staged so far
-  std::vector<int32_t> tables_;  // [M, stride_]: logical block -> staged slot, -1 unset
-  // Host memory of copies that may still be in flight (lent blocks): dropped after
-  // the stream is synchronized (run, or the destructor's sync, which runs first).
-  std::vector<std::shared_ptr<const void>> keeps_;
-};
-
-class CudaAttention final : public AttentionBackend {
+class CudaAttention final : public AttentionBackend, public PassOwner {
  public:
   explicit CudaAttention(int index) : index_(index) {
     require_device(index);
@@ -173,8 +72,7 @@ class CudaAttention final : public AttentionBackend {
   std::unique_ptr<Pass> begin(size_t n_heads, const cpu::PagedKv& shape,
                               std::span<const int32_t> n_ctx, size_t max_blocks,
                               float scale) override {
-    return std::make_unique<CudaPass>(*this, take_context(), n_heads, shape, n_ctx, max_blocks,
-                                      scale);
+    return cuda_backend::make_pass(*this, take_context(), n_heads, shape, n_ctx, max_blocks, scale);
   }
 
   void attend_cached(const PagedKvCache& cache, size_t layer, size_t n_heads,
@@ -390,20 +288,17 @@ class CudaAttention final : public AttentionBackend {
     return ctx;
   }
 
-  void give_back(std::unique_ptr<PassContext> ctx) {
+  void give_back(std::unique_ptr<PassContext> ctx) override {
     std::lock_guard lock(mu_);
     free_.push_back(std::move(ctx));
   }
-  [[nodiscard]] int index() const { return index_; }
-  [[nodiscard]] const std::string& name() const { return name_; }
+  [[nodiscard]] int index() const override { return index_; }
+  [[nodiscard]] const std::string& name() const override { return name_; }
 
   [[nodiscard]] size_t device_bytes() const override {
     size_t bytes = cache_copies_.bytes() + view_copies_.bytes();
     std::lock_guard lock(mu_);
-    for (const auto& c : free_)  // passes' buffers not in use
-      for (const DeviceBuffer* b : {&c->k, &c->v, &c->q, &c->out, &c->tables, &c->n_ctx, &c->workspace,
-                                    &c->ptrs, &c->counts, &c->tail_begin, &c->quant, &c->rope})
-        bytes += b->bytes();
+    for (const auto& c : free_) bytes += c->bytes();  // passes' buffers not in use
     return bytes;
   }
 
@@ -415,107 +310,6 @@ class CudaAttention final : public AttentionBackend {
   CacheCopies cache_copies_;
   ViewCopies view_copies_;
 };
-
-CudaPass::CudaPass(CudaAttention& owner, std::unique_ptr<PassContext> ctx, size_t n_heads,
-                   const cpu::PagedKv& shape, std::span<const int32_t> n_ctx, size_t max_blocks,
-                   float scale)
-    : owner_(owner), ctx_(std::move(ctx)), n_heads_(n_heads), shape_(shape),
-      n_ctx_(n_ctx.begin(), n_ctx.end()), max_blocks_(max_blocks), scale_(scale),
-      block_bytes_(shape.kv_heads * shape.block_tokens * shape.head_dim * dtype_size(shape.dtype)) {
-  if (shape.block_tokens == 0 || shape.kv_heads == 0 || shape.head_dim == 0)
-    throw Error("device " + owner_.name() + ": attention over KV of an empty shape");
-  for (const int32_t n : n_ctx_) {
-    if (n < 0) throw Error("device " + owner_.name() + ": a row attends to a negative context");
-    max_ctx_ = std::max(max_ctx_, size_t(n));
-  }
-  stride_ = std::max<size_t>(1, (max_ctx_ + shape.block_tokens - 1) / shape.block_tokens);
-  tables_.assign(n_ctx_.size() * stride_, -1);
-  // The current device is the calling thread's: set it for every pass.
-  check(cudaSetDevice(owner_.index()), "cudaSetDevice");
-  if (ctx_->stream == nullptr)
-    check(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  const size_t pool = std::max<size_t>(1, max_blocks_) * block_bytes_;
-  check(ctx_->k.reserve(pool), "allocating staged K blocks");
-  check(ctx_->v.reserve(pool), "allocating staged V blocks");
-}
-
-CudaPass::~CudaPass() {
-  (void)cudaSetDevice(owner_.index());  // the calling thread's current device may be another
-  if (ctx_->stream != nullptr) cudaStreamSynchronize(ctx_->stream);
-  owner_.give_back(std::move(ctx_));
-}
-
-void CudaPass::check(cudaError_t e, const char* what) const {
-  if (e != cudaSuccess) throw Error("device " + owner_.name() + ": " + what + ": " + cuda_error(e));
-}
-
-void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
-                   std::shared_ptr<const void> keep) {
-  if (r1 > n_ctx_.size() || r0 > r1)
-    throw Error("device " + owner_.name() + ": rows [" + std::to_string(r0) + ", " +
-                std::to_string(r1) + ") of a pass of " + std::to_string(n_ctx_.size()));
-  if (kv.dtype != shape_.dtype || kv.block_tokens != shape_.block_tokens ||
-      kv.kv_heads != shape_.kv_heads || kv.head_dim != shape_.head_dim)
-    throw Error("device " + owner_.name() + ": KV blocks of another shape than the pass's");
-  check(cudaSetDevice(owner_.index()), "cudaSetDevice");  // per call: another thread may add
-  b_end = std::min(b_end, stride_);  // blocks past every row's context: nobody reads them
-  if (b_end <= b_begin) return;
-  if (used_ + (b_end - b_begin) > max_blocks_)
-    throw Error("device " + owner_.name() + ": more KV blocks added than the pass was sized for (" +
-                std::to_string(max_blocks_) + ")");
-  // Held from before the first copy: a throw below leaves copies in flight.
-  const bool lent = keep != nullptr;
-  if (lent) keeps_.push_back(std::move(keep));
-  auto* dk = static_cast<std::byte*>(ctx_->k.get());
-  auto* dv = static_cast<std::byte*>(ctx_->v.get());
-  const auto* hk = static_cast<const std::byte*>(kv.k);
-  const auto* hv = static_cast<const std::byte*>(kv.v);
-  // Runs of consecutive physical blocks go in one copy each (a sequence's blocks
-  // are mostly allocated in order).
-  for (size_t j = b_begin; j < b_end;) {
-    const int32_t p0 = kv.block_table[j];
-    if (p0 < 0)
-      throw Error("device " + owner_.name() + ": logical KV block " + std::to_string(j) +
-                  " has been released");
-    size_t e = j + 1;
-    while (e < b_end && kv.block_table[e] == p0 + int32_t(e - j)) ++e;
-    const size_t n = e - j, bytes = n * block_bytes_;
-    check(cudaMemcpyAsync(dk + used_ * block_bytes_, hk + size_t(p0) * block_bytes_, bytes,
-                          cudaMemcpyHostToDevice, ctx_->stream),
-          "copying K blocks");
-    check(cudaMemcpyAsync(dv + used_ * block_bytes_, hv + size_t(p0) * block_bytes_, bytes,
-                          cudaMemcpyHostToDevice, ctx_->stream),
-          "copying V blocks");
-    for (size_t b = j; b < e; ++b)
-      for (size_t r = r0; r < r1; ++r) tables_[r * stride_ + b] = int32_t(used_ + (b - j));
-    used_ += n;
-    j = e;
-  }
-  if (lent) return;  // lent blocks stay put: their copies run on behind the next chunk's
-  // The caller may reuse the host blocks once this returns.
-  check(cudaStreamSynchronize(ctx_->stream), "the attention's copy stream");
-}
-
-void CudaPass::run(const float* q, float* out) {
-  const size_t M = n_ctx_.size();
-  if (M == 0) return;
-  check(cudaSetDevice(owner_.index()), "cudaSetDevice");
-  const size_t bt = shape_.block_tokens;
-  for (size_t m = 0; m < M; ++m) {
-    const size_t need = (size_t(n_ctx_[m]) + bt - 1) / bt;
-    for (size_t b = 0; b < need; ++b)
-      if (tables_[m * stride_ + b] < 0)
-        throw Error("device " + owner_.name() + ": row " + std::to_string(m) +
-                    " of the pass attends to KV block " + std::to_string(b) +
-                    ", which was not staged");
-  }
-  launch_rows(*ctx_, owner_.name(), ctx_->k.get(), ctx_->v.get(), shape_, tables_, stride_,
-              n_ctx_, n_heads_, scale_, q, out);
-  if (!keeps_.empty()) {  // (launch_rows has synchronized, unless no row attends to anything)
-    check(cudaStreamSynchronize(ctx_->stream), "the attention's copy stream");
-    keeps_.clear();
-  }
-}
 
 }  // namespace
 

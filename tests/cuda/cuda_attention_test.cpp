@@ -131,6 +131,59 @@ TEST(cuda_attention_backend, a_row_gives_the_same_bits_alone_among_other_rows_an
   for (const auto* buf : {&kv.k, &kv.v}) EXPECT_EQ(cudaHostUnregister(const_cast<uint8_t*>(buf->data())), cudaSuccess);
 }
 
+TEST(cuda_attention_backend, a_pass_given_its_queries_first_attends_chunk_by_chunk_with_the_bits_of_one_launch) {
+  // A verify pass of 5000 positions (more than the ring's 4096): given its queries
+  // first, the pass launches each attention chunk as its blocks arrive, reusing the
+  // ring's slots, and merges in run(); the bits are those of a pass staged whole,
+  // however the blocks come (a streamer's chunks, lent or staged, or all at once).
+  VC_REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(15);
+  constexpr size_t kLong = 320;  // blocks of 16 positions
+  const size_t n = kLong * kKvHeads * kTokens * kHeadDim;
+  std::vector<uint8_t> k = cuda::test::random_typed(rng, n, DType::bf16, -1.f, 1.f);
+  std::vector<uint8_t> v = cuda::test::random_typed(rng, n, DType::bf16, -1.f, 1.f);
+  std::vector<int32_t> table(kLong);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin() + 100, table.begin() + 200, rng);  // not all one run
+  const cpu::PagedKv kv{k.data(), v.data(), DType::bf16, kTokens, kKvHeads, kHeadDim, table.data()};
+  const std::vector<int32_t> n_ctx{4998, 4999, 5000};
+  const size_t blocks = blocks_for(5000);
+  const auto q = cuda::test::random_floats(rng, n_ctx.size() * kHeads * kHeadDim, -1.f, 1.f);
+  const auto be = make_cuda_attention(0);
+  auto whole = be->begin(kHeads, kv, n_ctx, blocks, 0.125f);
+  whole->add(0, 3, kv, 0, blocks, nullptr);
+  std::vector<float> want(n_ctx.size() * kHeads * kHeadDim);
+  whole->run(q.data(), want.data());
+  std::vector<float> ref(kHeads * kHeadDim);
+  cpu::attention_row(q.data() + 2 * ref.size(), kHeads, kv, 5000, 0.125f, ref.data());
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_NEAR(want[2 * ref.size() + i], ref[i], 2e-5 + 2e-5 * std::fabs(ref[i])) << i;
+  auto chunked = [&](size_t step, std::shared_ptr<const void> keep) {
+    auto pass = be->begin(kHeads, kv, n_ctx, blocks, 0.125f);
+    pass->queries(q.data());
+    for (size_t b = 0; b < blocks; b += step) pass->add(0, 3, kv, b, std::min(blocks, b + step), keep);
+    std::vector<float> out(want.size());
+    pass->run(q.data(), out.data());
+    return out;
+  };
+  EXPECT_TRUE(cuda::test::same_bits(chunked(64, nullptr), want)) << "a streamer's chunks of 1024 positions";
+  EXPECT_TRUE(cuda::test::same_bits(chunked(7, nullptr), want)) << "chunks across attention chunks";
+  EXPECT_TRUE(cuda::test::same_bits(chunked(blocks, nullptr), want)) << "every block in one add";
+  for (auto* buf : {&k, &v})
+    ASSERT_EQ(cudaHostRegister(buf->data(), buf->size(), cudaHostRegisterPortable), cudaSuccess);
+  auto held = std::make_shared<int>(0);
+  EXPECT_TRUE(cuda::test::same_bits(chunked(64, held), want)) << "lent chunks";
+  EXPECT_EQ(held.use_count(), 1);
+  for (auto* buf : {&k, &v}) EXPECT_EQ(cudaHostUnregister(buf->data()), cudaSuccess);
+  // Blocks far out of order would overwrite a chunk not yet read: an error.
+  auto pass = be->begin(kHeads, kv, n_ctx, blocks, 0.125f);
+  pass->queries(q.data());
+  EXPECT_THROW(pass->add(0, 3, kv, 300, blocks, nullptr), Error);
+  auto rows = be->begin(kHeads, kv, n_ctx, blocks, 0.125f);
+  rows->queries(q.data());
+  EXPECT_THROW(rows->add(0, 1, kv, 0, 4, nullptr), Error) << "a chunked pass takes every row's blocks";
+}
+
 TEST(cuda_attention_backend, threads_running_passes_at_once_get_the_bits_of_passes_one_by_one) {
   VC_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(9);

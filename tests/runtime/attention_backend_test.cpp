@@ -81,6 +81,9 @@ TEST(attention_backend, a_model_attending_through_a_backend_gives_the_cpu_models
   EXPECT_GT(backend->passes.load(), 0u);
   EXPECT_GT(backend->chunked_passes.load(), 0u);
   EXPECT_GT(backend->deferred_adds.load(), 0u);  // lent chunks, copied after add() returned
+  // Verify passes gave their queries first and their blocks in the order a ring of
+  // two attention chunks can take (the CUDA pass's rule), over more than two chunks.
+  EXPECT_GT(backend->chunked_ring_passes.load(), 0u);
   EXPECT_GT(backend->cached_rows.load(), 0u);
   EXPECT_GT(backend->view_rows.load(), 0u);  // draft rows over views
   EXPECT_GT(backend->packed_prefixes.load(), 0u);  // quantized views' sides among them

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "kvtiers/kv_mirror.hpp"
 #include "kvtiers/packed_kv.hpp"
 #include "runtime/attention_backend.hpp"
+#include "runtime/staging_ring.hpp"
 
 namespace vc::test {
 
@@ -28,7 +30,7 @@ class HostStagingAttention final : public AttentionBackend {
  public:
   std::atomic<size_t> passes{0}, chunked_passes{0}, rows{0}, cached_rows{0}, view_rows{0},
       packed_prefixes{0}, view_passes{0}, view_layer_copies{0}, blocks_read{0}, blocks_copied{0}, tail_blocks_copied{0},
-      deferred_adds{0};
+      deferred_adds{0}, chunked_ring_passes{0};
 
   // Rows over a cache read this backend's copy of it, refreshed through KvMirror
   // as the CUDA backend refreshes its device copy: a block the mirror fails to name
@@ -122,12 +124,33 @@ class HostStagingAttention final : public AttentionBackend {
       for (const int32_t n : n_ctx_) stride_ = std::max(stride_, (size_t(n) + shape.block_tokens - 1) / shape.block_tokens);
       tables_.assign(n_ctx_.size() * std::max<size_t>(stride_, 1), -1);
     }
+    // Given the queries first, the pass follows the CUDA pass's ring rules
+    // (StagingRing, each chunk taken as soon as it is complete; here a ring of 2
+    // chunks of 64 positions, smaller than the CUDA pass's, so that short test
+    // prompts wrap it): every add for all rows, blocks in position order.
+    void queries(const float* q) override {
+      (void)q;
+      if (adds_ > 0) throw Error("queries after blocks");
+      const size_t bt = shape_.block_tokens, cb = std::max<size_t>(1, 64 / bt);
+      ring_.emplace(stride_, cb, 2);
+    }
     // Block tables are read at once (the caller's, reused after release), the
     // bytes of lent blocks (keep set) only in run(), as a device's copies land
     // after add returns: lent memory freed or rewritten meanwhile would show.
     void add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
              std::shared_ptr<const void> keep) override {
       ++adds_;
+      if (ring_) {
+        if (r0 != 0 || r1 != n_ctx_.size()) throw Error("a chunked pass takes blocks for all its rows at once");
+        size_t ready = ring_->launched();
+        for (size_t j = b_begin; j < std::min(b_end, stride_); ++j) {
+          const size_t chunk = j / ring_->chunk_blocks();
+          if (chunk >= 2 && chunk - 2 >= ring_->launched() && ready > ring_->launched())
+            ring_->launched_upto(ready);
+          ready = ring_->stage(j);  // throws where the CUDA pass would overwrite a chunk not read
+        }
+        ring_->launched_upto(ready);
+      }
       if (keep != nullptr) ++owner_.deferred_adds;
       b_end = std::min(b_end, stride_);
       for (size_t j = b_begin; j < b_end; ++j) {
@@ -149,6 +172,8 @@ class HostStagingAttention final : public AttentionBackend {
       if (keep != nullptr) keeps_.push_back(std::move(keep));
     }
     void run(const float* q, float* out) override {
+      if (ring_ && ring_->launched() < ring_->chunks()) throw Error("a chunk of the pass was never complete");
+      if (ring_ && ring_->chunks() > 2) ++owner_.chunked_ring_passes;
       for (const Deferred& d : deferred_) {
         std::memcpy(k_.data() + d.slot * block_bytes_, d.k, block_bytes_);
         std::memcpy(v_.data() + d.slot * block_bytes_, d.v, block_bytes_);
@@ -184,6 +209,7 @@ class HostStagingAttention final : public AttentionBackend {
     };
     std::vector<Deferred> deferred_;
     std::vector<std::shared_ptr<const void>> keeps_;
+    std::optional<StagingRing> ring_;
   };
 
   // Its copies, as a device's memory: what Model::device_bytes() reports.
