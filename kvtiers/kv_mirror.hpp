@@ -27,6 +27,11 @@ class KvMirror {
   /// count as current from this call on.
   [[nodiscard]] std::vector<std::pair<int32_t, int32_t>> stale(size_t layer,
                                                                std::span<const int32_t> blocks);
+  /// The copy took, itself, the writes of layer `layer` named by `written` (one
+  /// entry per write, its physical block; -1 entries skipped), the same writes the
+  /// cache took last: a block that was current before them is current again; one
+  /// that was not stays stale (it is copied whole on its next read).
+  void wrote_through(size_t layer, std::span<const int32_t> written);
 
  private:
   const PagedKvCache* cache_;

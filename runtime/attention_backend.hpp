@@ -64,6 +64,16 @@ class AttentionBackend {
                              std::span<const KvSequence* const> seqs,
                              std::span<const int32_t> n_ctx, float scale, const float* q,
                              float* out) = 0;
+  /// The rows of a pass over `cache` have just written layer `layer` (PagedKvCache::
+  /// write): row m's K and V, k and v [M, kv_heads * head_dim] f32 (host pointers or
+  /// DeviceRows::at's addresses), at position positions[m] of seqs[m]. A backend
+  /// holding a copy of the cache may store them into it itself, so that the blocks
+  /// they went to need no copy from the host before the next read (KvMirror::
+  /// wrote_through). Optional: the default leaves the blocks to be refreshed.
+  virtual void wrote(const PagedKvCache& cache, size_t layer, std::span<const KvSequence* const> seqs,
+                     std::span<const int32_t> positions, const float* k, const float* v) {
+    (void)cache, (void)layer, (void)seqs, (void)positions, (void)k, (void)v;
+  }
   /// One layer's attention of draft rows laid out by plan_view_rows: row m over
   /// its views' kept rows, then positions [plan.tail_begin[m], n_ctx[m]) of its
   /// sequence in `cache` (its tail). Drafts are proposals, so this need not give the

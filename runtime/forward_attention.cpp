@@ -309,6 +309,13 @@ void attend_layer(const Model& model, std::span<const ForwardRow> rows, PagedKvC
   } else {
     for (size_t m = 0; m < M; ++m)
       cache.write(l, *rows[m].seq, size_t(pos[m]), ws.k.data() + m * kvd, ws.v.data() + m * kvd);
+    if (device != nullptr) {  // its copy of the cache takes the same rows
+      ws.device_seqs.clear();
+      for (size_t m = 0; m < M; ++m) ws.device_seqs.push_back(rows[m].seq);
+      DeviceRows* dev = io.rows;
+      device->wrote(cache, l, ws.device_seqs, pos, dev != nullptr ? dev->at(DeviceRows::k) : ws.k.data(),
+                    dev != nullptr ? dev->at(DeviceRows::v) : ws.v.data());
+    }
     const bool stats_keys = ws.stats != nullptr && ws.stats->needs_keys();
     if (stats_keys) ws.attn_max_sum.resize(M * nh * 2);
     attend_cached(c, cache, l, rows, scale, ws, stats_keys ? ws.attn_max_sum.data() : nullptr,

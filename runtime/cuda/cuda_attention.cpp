@@ -25,6 +25,7 @@
 #include "kernels/cpu/row_transforms.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_mixed.cuh"
+#include "kernels/cuda/kv_store.cuh"
 #include "kernels/dtype.hpp"
 #include "kernels/error.hpp"
 #include "kvtiers/compressed_tier.hpp"
@@ -107,6 +108,64 @@ class CudaAttention final : public AttentionBackend, public PassOwner {
       launch_rows(ctx, name_, dk, dv, cache.view(layer, *seqs[0]), tables, stride, n_ctx, n_heads,
                   scale, q, out);
     });
+  }
+
+  // The rows' K and V stored into the cache's copy by a kernel (kv_store.cuh, the
+  // host write's rounding), so the blocks they went to stay current: a decode step
+  // then copies nothing from the host. Blocks past the copy's room stay stale.
+  void wrote(const PagedKvCache& cache, size_t layer, std::span<const KvSequence* const> seqs,
+             std::span<const int32_t> positions, const float* k, const float* v) override {
+    const size_t M = seqs.size();
+    if (M == 0 || positions.size() != M) return;
+    const KvCacheConfig& cfg = cache.config();
+    const std::shared_ptr<CacheCopy> mirror = cache_copies_.of(cache);
+    std::lock_guard hold(mirror->mu);
+    if (mirror->held == 0) return;  // nothing copied yet: the first read copies the blocks
+    std::vector<int32_t> at(2 * M);  // [blocks][offsets]
+    bool any = false;
+    for (size_t m = 0; m < M; ++m) {
+      const size_t pos = size_t(positions[m]), j = pos / cfg.block_tokens;
+      const int32_t b = j < seqs[m]->blocks.size() ? seqs[m]->blocks[j] : -1;
+      at[m] = b >= 0 && size_t(b) < mirror->held ? b : -1;
+      at[M + m] = int32_t(pos % cfg.block_tokens);
+      any = any || at[m] >= 0;
+    }
+    if (!any) return;
+    std::unique_ptr<PassContext> ctx = take_context();
+    try {
+      auto check = [&](cudaError_t e, const char* what) {
+        if (e != cudaSuccess) throw Error("device " + name_ + ": " + what + ": " + cuda_error(e));
+      };
+      check(cudaSetDevice(index_), "cudaSetDevice");
+      if (ctx->stream == nullptr)
+        check(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      const size_t rb = M * cfg.kv_heads * cfg.head_dim * sizeof(float);
+      check(ctx->q.reserve(rb), "allocating K rows");
+      check(ctx->out.reserve(rb), "allocating V rows");
+      check(ctx->tables.reserve(at.size() * sizeof(int32_t)), "allocating row places");
+      cudaStream_t s = ctx->stream;
+      check(cudaMemcpyAsync(ctx->q.get(), k, rb, cudaMemcpyDefault, s), "copying K rows");  // host or device
+      check(cudaMemcpyAsync(ctx->out.get(), v, rb, cudaMemcpyDefault, s), "copying V rows");
+      check(cudaMemcpyAsync(ctx->tables.get(), at.data(), at.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+            "copying row places");
+      auto* dk = static_cast<std::byte*>(mirror->storage.get()) + layer * 2 * mirror->layer_bytes;
+      const auto* places = static_cast<const int32_t*>(ctx->tables.get());
+      check(cuda::launch_kv_store(static_cast<const float*>(ctx->q.get()), static_cast<const float*>(ctx->out.get()),
+                                  M, places, places + M, cfg.kv_heads, cfg.block_tokens, cfg.head_dim, cfg.dtype,
+                                  dk, dk + mirror->layer_bytes, s),
+            "storing K and V rows in the cache's copy");
+      check(cudaStreamSynchronize(s), "the attention's stream");
+      mirror->blocks->wrote_through(layer, std::span(at.data(), M));
+    } catch (...) {
+      // As with_cache_copy: the copy may be part-written; drop it (rebuilt on next use).
+      if (ctx->stream != nullptr) (void)cudaStreamSynchronize(ctx->stream);
+      (void)cudaGetLastError();
+      mirror->blocks = std::make_unique<KvMirror>(cache);
+      cache_copies_.forget(cache.id());
+      give_back(std::move(ctx));
+      throw;
+    }
+    give_back(std::move(ctx));
   }
 
   void attend_views(const PagedKvCache& cache, size_t layer, size_t n_heads,

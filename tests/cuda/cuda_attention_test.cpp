@@ -248,6 +248,38 @@ TEST(cuda_attention_backend, rows_over_a_cache_get_the_bits_of_a_staged_pass_and
   write_to(other, 0, 150 * kTokens);
   compare_on(other, {int32_t(150 * kTokens)}, "a sequence past the copy's first size");
   compare({296}, "the first sequence again, after the copy grew");
+  // Decode steps whose rows the backend stores into its copy itself (wrote: from
+  // host rows here, from the device's under DeviceRows): the copy holds the host's
+  // bits, and the blocks stay current.
+  for (size_t p = 296; p < 300; ++p) {
+    cache.reserve(seq, p + 1);
+    for (size_t l = 0; l < 2; ++l) {
+      const auto k = cuda::test::random_floats(rng, kKvHeads * kHeadDim, -1.f, 1.f);
+      const auto v = cuda::test::random_floats(rng, kKvHeads * kHeadDim, -1.f, 1.f);
+      cache.write(l, seq, p, k.data(), v.data());
+      const std::vector<const KvSequence*> one = {&seq};
+      const std::vector<int32_t> at = {int32_t(p)};
+      be->wrote(cache, l, one, at, k.data(), v.data());
+    }
+    compare({int32_t(p) + 1}, "after a decode step stored through the backend");
+  }
+  // That the blocks stayed current, not copied again: bytes changed on the host
+  // behind the cache's back (no write counted) do not reach the copy, so rows over
+  // the copy now differ from a pass staged from the host.
+  KvSequence none;
+  const cpu::PagedKv host = cache.view(1, none);
+  const size_t block_bytes = kKvHeads * kTokens * kHeadDim * dtype_size(cfg.dtype);
+  auto* newest = static_cast<std::byte*>(const_cast<void*>(host.k)) + size_t(seq.blocks[299 / kTokens]) * block_bytes;
+  for (size_t i = 0; i < block_bytes; ++i) newest[i] = std::byte(0x3c);
+  const auto q = cuda::test::random_floats(rng, kHeads * kHeadDim, -1.f, 1.f);
+  const std::vector<const KvSequence*> one = {&seq};
+  const std::vector<int32_t> n_ctx = {300};
+  std::vector<float> cached(q.size()), staged(q.size());
+  be->attend_cached(cache, 1, kHeads, one, n_ctx, 0.125f, q.data(), cached.data());
+  auto pass = be->begin(kHeads, cache.view(1, seq), n_ctx, blocks_for(300), 0.125f);
+  pass->add(0, 1, cache.view(1, seq), 0, blocks_for(300), nullptr);
+  pass->run(q.data(), staged.data());
+  EXPECT_FALSE(cuda::test::same_bits(cached, staged)) << "the copy was refreshed from the host";
 }
 
 TEST(cuda_attention_backend, a_row_whose_blocks_were_not_staged_or_a_pass_sized_too_small_is_a_clear_error) {

@@ -66,6 +66,34 @@ TEST(kv_mirror, skips_released_entries_and_repeats_and_merges_consecutive_blocks
   EXPECT_THROW((void)mirror.stale(2, tables), Error);
 }
 
+TEST(kv_mirror, writes_the_copy_took_itself_keep_a_current_block_current_and_a_stale_one_stale) {
+  PagedKvCache cache(config());
+  KvSequence seq;
+  write_positions(cache, seq, 0, 0, 6);  // blocks 0, 1
+  KvMirror mirror(cache);
+  EXPECT_EQ(mirror.stale(0, seq.blocks), (Runs{{0, 2}}));
+  // A decode step: position 6 into block 1, which the copy took too.
+  write_positions(cache, seq, 0, 6, 7);
+  const std::vector<int32_t> one = {1};
+  mirror.wrote_through(0, one);
+  EXPECT_EQ(mirror.stale(0, seq.blocks), Runs{});
+  // Two writes into block 1, only one of them through the copy: stale.
+  write_positions(cache, seq, 0, 7, 8);
+  write_positions(cache, seq, 0, 7, 8);
+  mirror.wrote_through(0, one);
+  EXPECT_EQ(mirror.stale(0, seq.blocks), (Runs{{1, 1}}));
+  // A prefill chunk's rows: several writes per block, all through the copy.
+  write_positions(cache, seq, 0, 8, 12);  // block 2, never copied
+  const std::vector<int32_t> four = {2, 2, 2, 2};
+  mirror.wrote_through(0, four);
+  EXPECT_EQ(mirror.stale(0, seq.blocks), (Runs{{2, 1}})) << "a block never copied is copied whole";
+  write_positions(cache, seq, 0, 11, 12);
+  const std::vector<int32_t> skipped = {-1, 2};
+  mirror.wrote_through(0, skipped);
+  EXPECT_EQ(mirror.stale(0, seq.blocks), Runs{});
+  EXPECT_EQ(mirror.stale(1, seq.blocks), (Runs{{0, 3}})) << "another layer's blocks are its own";
+}
+
 TEST(kv_mirror, knows_when_its_cache_is_gone) {
   auto cache = std::make_unique<PagedKvCache>(config());
   KvMirror mirror(*cache);

@@ -217,7 +217,8 @@ struct StepTraffic {
   size_t up = 0;
 };
 
-StepTraffic one_decode_step(const std::shared_ptr<const Model>& model, HostRowsLinear& rows) {
+StepTraffic one_decode_step(const std::shared_ptr<const Model>& model, HostRowsLinear& rows,
+                            test::HostStagingAttention* attention = nullptr, size_t* blocks_copied = nullptr) {
   PagedKvCache cache(model->kv_config(2048, DType::bf16));
   KvSequence seq;
   Workspace ws(1);
@@ -226,6 +227,7 @@ StepTraffic one_decode_step(const std::shared_ptr<const Model>& model, HostRowsL
   StepTraffic before;
   for (int b = 0; b < DeviceRows::kBufs; ++b) before.down[b] = rows.down[b];
   before.up = rows.up;
+  const size_t copied_before = attention != nullptr ? attention->blocks_copied.load() : 0;
   cache.reserve(seq, prompt.size() + 1);
   const ForwardRow row{7, int32_t(prompt.size()), &seq, true};
   std::vector<float> logits;
@@ -233,18 +235,26 @@ StepTraffic one_decode_step(const std::shared_ptr<const Model>& model, HostRowsL
   StepTraffic t;
   for (int b = 0; b < DeviceRows::kBufs; ++b) t.down[b] = rows.down[b] - before.down[b];
   t.up = rows.up - before.up;
+  if (blocks_copied != nullptr) *blocks_copied = attention->blocks_copied.load() - copied_before;
   return t;
 }
 
 TEST(device_rows, a_decode_step_moves_only_its_new_kv_and_its_logits_when_attention_is_on_the_device) {
+  // (and the new K and V go into the device's copy of the cache from the device)
   const auto cpu = test::tinycode();
   const ModelConfig& c = cpu->config();
   const size_t layers = size_t(c.num_layers), kvd = size_t(c.num_kv_heads * c.head_dim);
   const size_t qd = size_t(c.num_heads * c.head_dim);
   {
     const auto rows = rows_backend(*cpu);
-    const auto t = one_decode_step(
-        Model::with_backends(cpu, rows, std::make_shared<test::HostStagingAttention>()), *rows);
+    const auto attention = std::make_shared<test::HostStagingAttention>();
+    size_t blocks_copied = 0;
+    const auto t = one_decode_step(Model::with_backends(cpu, rows, attention), *rows, attention.get(),
+                                   &blocks_copied);
+    // The new row went into the device's copy of the cache too (AttentionBackend::
+    // wrote): no block of the cache had to go up again.
+    EXPECT_EQ(blocks_copied, 0u);
+    EXPECT_GT(attention->rows_written_through.load(), 0u);
     EXPECT_EQ(t.down[DeviceRows::k], layers * kvd);
     EXPECT_EQ(t.down[DeviceRows::v], layers * kvd);
     EXPECT_EQ(t.down[DeviceRows::logits], size_t(c.vocab_size));

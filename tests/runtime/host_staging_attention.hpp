@@ -30,7 +30,7 @@ class HostStagingAttention final : public AttentionBackend {
  public:
   std::atomic<size_t> passes{0}, chunked_passes{0}, rows{0}, cached_rows{0}, view_rows{0},
       packed_prefixes{0}, view_passes{0}, view_layer_copies{0}, blocks_read{0}, blocks_copied{0}, tail_blocks_copied{0},
-      deferred_adds{0}, chunked_ring_passes{0};
+      deferred_adds{0}, chunked_ring_passes{0}, rows_written_through{0};
 
   // Rows over a cache read this backend's copy of it, refreshed through KvMirror
   // as the CUDA backend refreshes its device copy: a block the mirror fails to name
@@ -52,6 +52,33 @@ class HostStagingAttention final : public AttentionBackend {
       cpu::attention_row(q + m * d, n_heads, kv, size_t(n_ctx[m]), scale, out + m * d);
     }
     cached_rows += seqs.size();
+  }
+
+  // The rows' K and V stored into this backend's copy of the cache as the cache
+  // stores them (from_f32), the mirror told (KvMirror::wrote_through), as the CUDA
+  // backend's kernel does: a row stored in the wrong place or with other rounding,
+  // or a block marked current that is not, would be read wrong here.
+  void wrote(const PagedKvCache& cache, size_t layer, std::span<const KvSequence* const> seqs,
+             std::span<const int32_t> positions, const float* k, const float* v) override {
+    std::lock_guard lock(mu_);
+    const auto it = copies_.find(cache.id());
+    if (it == copies_.end()) return;
+    const KvCacheConfig& cfg = cache.config();
+    const size_t row = cfg.kv_heads * cfg.head_dim, es = dtype_size(cfg.dtype);
+    std::vector<int32_t> written(seqs.size());
+    for (size_t m = 0; m < seqs.size(); ++m) {
+      const size_t pos = size_t(positions[m]);
+      const int32_t b = seqs[m]->blocks.at(pos / cfg.block_tokens);
+      written[m] = b;
+      for (size_t h = 0; h < cfg.kv_heads; ++h) {
+        const size_t off = ((size_t(b) * cfg.kv_heads + h) * cfg.block_tokens + pos % cfg.block_tokens) *
+                           cfg.head_dim * es;
+        from_f32(cfg.dtype, k + m * row + h * cfg.head_dim, it->second.k[layer].data() + off, cfg.head_dim);
+        from_f32(cfg.dtype, v + m * row + h * cfg.head_dim, it->second.v[layer].data() + off, cfg.head_dim);
+      }
+    }
+    it->second.mirror.wrote_through(layer, written);
+    rows_written_through += seqs.size();
   }
 
   // Draft rows: the kept rows copied out as a device would take them, the tails
