@@ -33,6 +33,8 @@ class StagingRing {
   [[nodiscard]] size_t slots() const { return ring_ * cb_; }
   /// Attention chunks of the pass.
   [[nodiscard]] size_t chunks() const { return chunks_; }
+  /// Attention chunks the ring holds (at most the pass's).
+  [[nodiscard]] size_t ring_chunks() const { return ring_; }
   [[nodiscard]] size_t chunk_blocks() const { return cb_; }
   /// The slot of logical block b.
   [[nodiscard]] size_t slot(size_t b) const { return b % slots(); }

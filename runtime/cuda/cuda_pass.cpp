@@ -208,17 +208,15 @@ void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin,
   if (kv.dtype != shape_.dtype || kv.block_tokens != shape_.block_tokens ||
       kv.kv_heads != shape_.kv_heads || kv.head_dim != shape_.head_dim)
     throw Error("device " + owner_.name() + ": KV blocks of another shape than the pass's");
+  if (ring_ && (r0 != 0 || r1 != n_ctx_.size()))
+    throw Error("device " + owner_.name() + ": a chunked pass takes blocks for all its rows at once");
   check(cudaSetDevice(owner_.index()), "cudaSetDevice");  // per call: another thread may add
   b_end = std::min(b_end, stride_);  // blocks past every row's context: nobody reads them
   if (b_end <= b_begin) return;
   // Held from before the first copy: a throw below leaves copies in flight.
   const bool lent = keep != nullptr;
   if (lent) keeps_.push_back(std::move(keep));
-  if (ring_) {
-    if (r0 != 0 || r1 != n_ctx_.size())
-      throw Error("device " + owner_.name() + ": a chunked pass takes blocks for all its rows at once");
-    return add_to_ring(kv, b_begin, b_end, lent);
-  }
+  if (ring_) return add_to_ring(kv, b_begin, b_end, lent);
   if (used_ + (b_end - b_begin) > max_blocks_)
     throw Error("device " + owner_.name() + ": more KV blocks added than the pass was sized for (" +
                 std::to_string(max_blocks_) + ")");
@@ -279,10 +277,11 @@ void CudaPass::add_to_ring(const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
     const size_t chunk = j / cb;
     // The slots' previous chunk may be complete but not launched yet (an add of more
     // than the ring holds): it goes first.
-    if (chunk >= kRingChunks && chunk - kRingChunks >= ring.launched() && ready > ring.launched())
+    const size_t ring_chunks = ring.ring_chunks();
+    if (chunk >= ring_chunks && chunk - ring_chunks >= ring.launched() && ready > ring.launched())
       launch_upto(ready);
     for (size_t b = j; b < e; ++b) ring.check_free(b);
-    if (chunk >= kRingChunks)  // the slots held an earlier chunk: wait for its reader
+    if (chunk >= ring_chunks)  // the slots held an earlier chunk: wait for its reader
       check(cudaStreamWaitEvent(ctx_->copy, ctx_->consumed[ring.ring_chunk(chunk)], 0), "waiting for a slot");
     const size_t slot = ring.slot(j), n = e - j, bytes = n * block_bytes_;
     check(cudaMemcpyAsync(dk + slot * block_bytes_, hk + size_t(p0) * block_bytes_, bytes,
@@ -331,6 +330,8 @@ void CudaPass::run(const float* q, float* out) {
     launch_rows(*ctx_, owner_.name(), ctx_->k.get(), ctx_->v.get(), shape_, tables_, stride_,
                 n_ctx_, n_heads_, scale_, q, out);
   } else {  // every chunk was launched as its blocks came (all are staged): the merge
+    // (an add that threw after staging blocks may have left complete chunks unlaunched)
+    if (ring_->launched() < ring_->chunks()) launch_upto(ring_->chunks());
     const size_t qb = M * n_heads_ * shape_.head_dim * sizeof(float);
     check(cuda::launch_attention_merge(M, n_heads_, rows_view(), static_cast<float*>(ctx_->out.get()),
                                        static_cast<const float*>(ctx_->workspace.get()), workspace_floats_,
