@@ -14,7 +14,7 @@ namespace vc::cuda::bench {
 /// per call (mean over the timed calls), `roofline_s` = bytes / the device-to-device
 /// copy bandwidth (0 where not applicable).
 struct Row {
-  std::string group;  // "copy", "gemm", "attention", "drafter", "prefill" (bytes: FLOPs)
+  std::string group;  // "copy", "gemm", "attention", "drafter", "prefill" (bytes: FLOPs), "verify"
   std::string name;   // what ran, with its shape
   size_t rows = 0;    // M (batch rows), 0 where not applicable
   double bytes = 0;
@@ -78,6 +78,10 @@ void bench_drafter(Report& r, bool quick);
 /// Prompt rows: a 256-row tile through the pinned cuBLASLt GEMM and through the
 /// matmul kernel, in FLOP/s, and the tile's row invariance at real shapes.
 void bench_prefill(Report& r, bool quick);
+/// A verify pass through the CUDA attention backend over one layer's KV lent from
+/// pinned host memory chunk by chunk, chunked and staged whole, against the pinned
+/// host-to-device copy of the same bytes.
+void bench_verify(Report& r, bool quick);
 
 }  // namespace vc::cuda::bench
 

@@ -61,6 +61,11 @@ void print_table(const Report& r) {
       std::printf("prefill rows: the GB/s column is GFLOP/s (2 M N K per call)\n\n");
       break;
     }
+  for (const Row& w : r.rows)
+    if (w.group == "verify") {
+      std::printf("verify rows: the roofline is the pinned host-to-device copy of the pass's K and V\n\n");
+      break;
+    }
   for (const Check& c : r.checks)
     std::printf("%-4s %s (%s)\n", c.ok ? "ok" : "FAIL", c.name.c_str(), c.detail.c_str());
 }
@@ -116,7 +121,8 @@ int run(int argc, char** argv) {
   // A failing group (a CUDA error, out of memory at a large case) is a failed check;
   // the groups after it still run, and the table and JSON keep what was measured.
   const std::pair<const char*, void (*)(Report&, bool)> groups[] = {
-      {"gemm", bench_gemm}, {"attention", bench_attention}, {"drafter", bench_drafter}, {"prefill", bench_prefill}};
+      {"gemm", bench_gemm}, {"attention", bench_attention}, {"drafter", bench_drafter}, {"prefill", bench_prefill},
+      {"verify", bench_verify}};
   for (const auto& [name, fn] : groups) {
     try {
       fn(r, quick);
