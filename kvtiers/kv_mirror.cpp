@@ -11,12 +11,16 @@ KvMirror::KvMirror(const PagedKvCache& cache)
       copied_(cache.config().num_layers * num_blocks_, 0),
       held_(cache.config().num_layers * num_blocks_, 0) {}
 
-std::vector<std::pair<int32_t, int32_t>> KvMirror::stale(size_t layer,
-                                                         std::span<const int32_t> blocks) {
+void KvMirror::check_layer(size_t layer) const {
   if (expired()) throw Error("KvMirror: its cache is gone");
   if (layer >= cache_->config().num_layers)
     throw Error("KvMirror: layer " + std::to_string(layer) + " of a cache of " +
                 std::to_string(cache_->config().num_layers));
+}
+
+std::vector<std::pair<int32_t, int32_t>> KvMirror::stale(size_t layer,
+                                                         std::span<const int32_t> blocks) {
+  check_layer(layer);
   const std::span<const uint32_t> writes = cache_->write_counts(layer);
   uint32_t* copied = copied_.data() + layer * num_blocks_;
   uint8_t* held = held_.data() + layer * num_blocks_;
@@ -41,10 +45,7 @@ std::vector<std::pair<int32_t, int32_t>> KvMirror::stale(size_t layer,
 }
 
 void KvMirror::wrote_through(size_t layer, std::span<const int32_t> written) {
-  if (expired()) throw Error("KvMirror: its cache is gone");
-  if (layer >= cache_->config().num_layers)
-    throw Error("KvMirror: layer " + std::to_string(layer) + " of a cache of " +
-                std::to_string(cache_->config().num_layers));
+  check_layer(layer);
   const std::span<const uint32_t> writes = cache_->write_counts(layer);
   uint32_t* copied = copied_.data() + layer * num_blocks_;
   const uint8_t* held = held_.data() + layer * num_blocks_;

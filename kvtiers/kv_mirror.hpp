@@ -34,6 +34,8 @@ class KvMirror {
   void wrote_through(size_t layer, std::span<const int32_t> written);
 
  private:
+  /// Throws once the cache is gone, or for a layer it does not have.
+  void check_layer(size_t layer) const;
   const PagedKvCache* cache_;
   std::weak_ptr<const void> alive_;
   size_t num_blocks_;

@@ -157,12 +157,7 @@ class CudaAttention final : public AttentionBackend, public PassOwner {
       check(cudaStreamSynchronize(s), "the attention's stream");
       mirror->blocks->wrote_through(layer, std::span(at.data(), M));
     } catch (...) {
-      // As with_cache_copy: the copy may be part-written; drop it (rebuilt on next use).
-      if (ctx->stream != nullptr) (void)cudaStreamSynchronize(ctx->stream);
-      (void)cudaGetLastError();
-      mirror->blocks = std::make_unique<KvMirror>(cache);
-      cache_copies_.forget(cache.id());
-      give_back(std::move(ctx));
+      drop_copy(cache, *mirror, std::move(ctx));
       throw;
     }
     give_back(std::move(ctx));
@@ -326,16 +321,21 @@ class CudaAttention final : public AttentionBackend, public PassOwner {
       }
       fn(*ctx, static_cast<const void*>(dk), static_cast<const void*>(dv));
     } catch (...) {
-      // The copy may be part-written, and its blocks already count as current: a
-      // thread waiting on `hold` with this mirror would read them. Settle the
-      // stream, mark every block stale, and drop the mirror (rebuilt on next use).
-      if (ctx->stream != nullptr) (void)cudaStreamSynchronize(ctx->stream);
-      (void)cudaGetLastError();
-      mirror->blocks = std::make_unique<KvMirror>(cache);
-      cache_copies_.forget(cache.id());
-      give_back(std::move(ctx));
+      drop_copy(cache, *mirror, std::move(ctx));
       throw;
     }
+    give_back(std::move(ctx));
+  }
+
+  // After a failure with `mirror` held: the copy may be part-written, and its blocks
+  // already count as current, so a thread waiting on its lock would read them. The
+  // stream settles, every block is marked stale, and the copy is dropped (rebuilt on
+  // its next use); the context goes back.
+  void drop_copy(const PagedKvCache& cache, CacheCopy& mirror, std::unique_ptr<PassContext> ctx) {
+    if (ctx->stream != nullptr) (void)cudaStreamSynchronize(ctx->stream);
+    (void)cudaGetLastError();
+    mirror.blocks = std::make_unique<KvMirror>(cache);
+    cache_copies_.forget(cache.id());
     give_back(std::move(ctx));
   }
 

@@ -86,6 +86,13 @@ class CudaPass final : public AttentionBackend::Pass {
   /// Chunked mode: chunks [ring_->launched(), upto) launched once the copies queued
   /// so far are in.
   void launch_upto(size_t upto);
+  /// One past the last block of the run from logical block j (< b_end) of `kv`:
+  /// consecutive physical blocks, within one group of `split` blocks when split > 0.
+  /// Throws for a released block.
+  [[nodiscard]] size_t run_end(const cpu::PagedKv& kv, size_t j, size_t b_end, size_t split) const;
+  /// Queues the K and V of n physical blocks of `kv` from block p0 into slots
+  /// [slot, slot + n) of the pass's pool, on `stream`.
+  void copy_blocks(const cpu::PagedKv& kv, int32_t p0, size_t n, size_t slot, cudaStream_t stream);
   /// The kernel's view of the staged blocks and the rows (device tables, n_ctx).
   [[nodiscard]] cuda::PagedKvRows rows_view() const;
 
@@ -223,26 +230,11 @@ void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin,
   const size_t pool = std::max<size_t>(1, max_blocks_) * block_bytes_;
   check(ctx_->k.reserve(pool), "allocating staged K blocks");
   check(ctx_->v.reserve(pool), "allocating staged V blocks");
-  auto* dk = static_cast<std::byte*>(ctx_->k.get());
-  auto* dv = static_cast<std::byte*>(ctx_->v.get());
-  const auto* hk = static_cast<const std::byte*>(kv.k);
-  const auto* hv = static_cast<const std::byte*>(kv.v);
   // Runs of consecutive physical blocks go in one copy each (a sequence's blocks
   // are mostly allocated in order).
   for (size_t j = b_begin; j < b_end;) {
-    const int32_t p0 = kv.block_table[j];
-    if (p0 < 0)
-      throw Error("device " + owner_.name() + ": logical KV block " + std::to_string(j) +
-                  " has been released");
-    size_t e = j + 1;
-    while (e < b_end && kv.block_table[e] == p0 + int32_t(e - j)) ++e;
-    const size_t n = e - j, bytes = n * block_bytes_;
-    check(cudaMemcpyAsync(dk + used_ * block_bytes_, hk + size_t(p0) * block_bytes_, bytes,
-                          cudaMemcpyHostToDevice, ctx_->stream),
-          "copying K blocks");
-    check(cudaMemcpyAsync(dv + used_ * block_bytes_, hv + size_t(p0) * block_bytes_, bytes,
-                          cudaMemcpyHostToDevice, ctx_->stream),
-          "copying V blocks");
+    const size_t e = run_end(kv, j, b_end, 0), n = e - j;
+    copy_blocks(kv, kv.block_table[j], n, used_, ctx_->stream);
     for (size_t b = j; b < e; ++b)
       for (size_t r = r0; r < r1; ++r) tables_[r * stride_ + b] = int32_t(used_ + (b - j));
     used_ += n;
@@ -259,21 +251,11 @@ void CudaPass::add(size_t r0, size_t r1, const cpu::PagedKv& kv, size_t b_begin,
 // ring chunks' consumer.
 void CudaPass::add_to_ring(const cpu::PagedKv& kv, size_t b_begin, size_t b_end, bool lent) {
   StagingRing& ring = *ring_;
-  auto* dk = static_cast<std::byte*>(ctx_->k.get());
-  auto* dv = static_cast<std::byte*>(ctx_->v.get());
-  const auto* hk = static_cast<const std::byte*>(kv.k);
-  const auto* hv = static_cast<const std::byte*>(kv.v);
   const size_t cb = ring.chunk_blocks();
   size_t ready = ring.launched();
   for (size_t j = b_begin; j < b_end;) {
-    const int32_t p0 = kv.block_table[j];
-    if (p0 < 0)
-      throw Error("device " + owner_.name() + ": logical KV block " + std::to_string(j) +
-                  " has been released");
-    // A run: consecutive physical blocks, within one attention chunk (one slot range
-    // of the ring, one event to wait for).
-    size_t e = j + 1;
-    while (e < b_end && e % cb != 0 && kv.block_table[e] == p0 + int32_t(e - j)) ++e;
+    // A run within one attention chunk (one slot range of the ring, one event).
+    const size_t e = run_end(kv, j, b_end, cb);
     const size_t chunk = j / cb;
     // The slots' previous chunk may be complete but not launched yet (an add of more
     // than the ring holds): it goes first.
@@ -283,13 +265,7 @@ void CudaPass::add_to_ring(const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
     for (size_t b = j; b < e; ++b) ring.check_free(b);
     if (chunk >= ring_chunks)  // the slots held an earlier chunk: wait for its reader
       check(cudaStreamWaitEvent(ctx_->copy, ctx_->consumed[ring.ring_chunk(chunk)], 0), "waiting for a slot");
-    const size_t slot = ring.slot(j), n = e - j, bytes = n * block_bytes_;
-    check(cudaMemcpyAsync(dk + slot * block_bytes_, hk + size_t(p0) * block_bytes_, bytes,
-                          cudaMemcpyHostToDevice, ctx_->copy),
-          "copying K blocks");
-    check(cudaMemcpyAsync(dv + slot * block_bytes_, hv + size_t(p0) * block_bytes_, bytes,
-                          cudaMemcpyHostToDevice, ctx_->copy),
-          "copying V blocks");
+    copy_blocks(kv, kv.block_table[j], e - j, ring.slot(j), ctx_->copy);
     for (size_t b = j; b < e; ++b) ready = ring.stage(b);
     j = e;
   }
@@ -297,6 +273,27 @@ void CudaPass::add_to_ring(const cpu::PagedKv& kv, size_t b_begin, size_t b_end,
   if (lent) return;  // their copies run on behind the next chunk's
   // The caller may reuse the host blocks once this returns.
   check(cudaStreamSynchronize(ctx_->copy), "the attention's copy stream");
+}
+
+size_t CudaPass::run_end(const cpu::PagedKv& kv, size_t j, size_t b_end, size_t split) const {
+  const int32_t p0 = kv.block_table[j];
+  if (p0 < 0)
+    throw Error("device " + owner_.name() + ": logical KV block " + std::to_string(j) + " has been released");
+  size_t e = j + 1;
+  while (e < b_end && (split == 0 || e % split != 0) && kv.block_table[e] == p0 + int32_t(e - j)) ++e;
+  return e;
+}
+
+void CudaPass::copy_blocks(const cpu::PagedKv& kv, int32_t p0, size_t n, size_t slot, cudaStream_t stream) {
+  const size_t bytes = n * block_bytes_;
+  check(cudaMemcpyAsync(static_cast<std::byte*>(ctx_->k.get()) + slot * block_bytes_,
+                        static_cast<const std::byte*>(kv.k) + size_t(p0) * block_bytes_, bytes,
+                        cudaMemcpyHostToDevice, stream),
+        "copying K blocks");
+  check(cudaMemcpyAsync(static_cast<std::byte*>(ctx_->v.get()) + slot * block_bytes_,
+                        static_cast<const std::byte*>(kv.v) + size_t(p0) * block_bytes_, bytes,
+                        cudaMemcpyHostToDevice, stream),
+        "copying V blocks");
 }
 
 void CudaPass::launch_upto(size_t upto) {
