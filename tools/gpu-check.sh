@@ -239,6 +239,10 @@ else
     --rows 1 4 16 33 64 --repeats 3
   run_bench throughput 60 5 bench throughput --model "$root/models/tinycode" --device cuda \
     --contexts 2048 --base-requests 2 --gen-tokens 32 --no-disk --configs a b e
+  # What each mode holds on the device at the end of a run (weights, the cache's and
+  # views' copies, the passes' buffers), each configuration in a process of its own.
+  run_bench memory 40 5 bench memory --model "$root/models/tinycode" --device cuda --contexts 4096 \
+    --ratios 4 --gen-tokens 16
   # The real shape, in the time left: the bundled model scaled to Llama-3.1-8B
   # (16 GB of bf16 written to this machine's disk), (a) and (e) at 8K. Best effort:
   # running out of time here (124) is noted, not a failure; any other failure is.

@@ -37,4 +37,19 @@ TEST(cli_bench_memory, compressed_modes_hold_less_fast_memory_and_vericache_stay
   }
 }
 
+TEST(cli_bench_memory, a_device_it_cannot_use_is_one_clear_error_before_any_run) {
+  // A bad name fails in the parent; on the CPU rows carry no device columns.
+  int code = 0;
+  const auto bad = vc::test::run_vericache("bench memory --contexts 64 --ratios 4 --device gpu", true);
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--device"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("'gpu'"), std::string::npos) << bad.out;
+  const std::string out =
+      run_cli("bench memory --contexts 64 --ratios 4 --gen-tokens 2 --stage-positions 64 --json", code);
+  ASSERT_EQ(code, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["device"], "cpu");
+  EXPECT_FALSE(j["rows"][0].contains("device_bytes"));
+}
+
 }  // namespace
