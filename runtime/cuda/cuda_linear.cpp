@@ -351,14 +351,18 @@ class CudaRows final : public DeviceRows {
     owner_.check(cuda::launch_add_inplace(at(into), at(from), n, stream()), "residual add");
   }
 
+  // Runs of consecutive rows move in one copy each (a pass's rows that want logits
+  // are usually all of them).
   void gather(Buf from, std::span<const size_t> rows, size_t width, Buf to) override {
-    for (size_t i = 0; i < rows.size(); ++i)
-      copy(at(to) + i * width, at(from) + rows[i] * width, width, "gathering rows");
+    for_runs(rows, [&](size_t i, size_t n) {
+      copy(at(to) + i * width, at(from) + rows[i] * width, n * width, "gathering rows");
+    });
   }
 
   void scatter(Buf from, std::span<const size_t> rows, size_t width, Buf to) override {
-    for (size_t i = 0; i < rows.size(); ++i)
-      copy(at(to) + rows[i] * width, at(from) + i * width, width, "scattering rows");
+    for_runs(rows, [&](size_t i, size_t n) {
+      copy(at(to) + rows[i] * width, at(from) + i * width, n * width, "scattering rows");
+    });
   }
 
   void download(Buf b, size_t offset, size_t n, float* host) override {
@@ -383,6 +387,17 @@ class CudaRows final : public DeviceRows {
   cudaStream_t stream() {
     owner_.check(cudaSetDevice(owner_.index_), "cudaSetDevice");
     return lease_->stream;
+  }
+
+  /// fn(i, n) for each run rows[i .. i + n) of consecutive values.
+  template <class Fn>
+  static void for_runs(std::span<const size_t> rows, Fn&& fn) {
+    for (size_t i = 0; i < rows.size();) {
+      size_t j = i + 1;
+      while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+      fn(i, j - i);
+      i = j;
+    }
   }
 
   void copy(float* to, const float* from, size_t n, const char* what) {
