@@ -1,5 +1,6 @@
-// The model's weight products and full-KV attention on a GPU (Model::on_device,
-// --device cuda): against the float64 reference within the f32 paths' tolerance,
+// The model's passes on a GPU (Model::on_device, --device cuda: rows kept on the
+// device, runtime/device_rows.hpp; products, norms, RoPE, attention there): against
+// the float64 reference within the f32 paths' tolerance,
 // batch invariant bit for bit, and vericache (verify passes over the full KV staged
 // chunk by chunk from a full tier) equal to full decoding (attention over the paged
 // cache) bit for bit on the GPU, as on the CPU.
@@ -46,6 +47,16 @@ TEST(cuda_device, the_forward_pass_matches_the_float64_reference_within_the_f32_
   VC_REQUIRE_GPU_MODEL(gpu);
   std::printf("  weight products on %s\n", gpu->linear_backend()->description().c_str());
   test::check_against_golden({DType::f32, 1e-4f}, gpu);  // the CPU's f32 paths' bound
+}
+
+TEST(cuda_device, a_gpu_model_keeps_its_passes_rows_on_the_device) {
+  // Every pass of the placed model runs with its rows on the device (the golden
+  // comparison above and every test below go through them), and its numerics say
+  // so: KV computed the other way is not taken for its own.
+  VC_REQUIRE_GPU_MODEL(gpu);
+  EXPECT_NE(gpu->linear_backend()->rows(), nullptr);
+  EXPECT_NE(gpu->numerics().find("whole passes on the device"), std::string::npos) << gpu->numerics();
+  EXPECT_GT(gpu->device_bytes(), test::tinycode()->weight_bytes_per_step() / 2) << "the weights are there";
 }
 
 TEST(cuda_device, a_row_gives_the_same_bits_alone_and_in_a_batch_of_other_sequences) {
