@@ -33,7 +33,8 @@ void forward_on_device(const Model& model, DeviceRows& dev, std::span<const Forw
   ws.v.resize(M * kvd);
   ws.q.resize(M * qd);
   ws.attn.resize(M * qd);
-  std::vector<int32_t> tokens(M);
+  std::vector<int32_t>& tokens = ws.device_ctx;  // free until the layers' attention
+  tokens.resize(M);
   for (size_t m = 0; m < M; ++m) tokens[m] = rows[m].token;
   dev.embed(tokens, W.embed, 0);
 
@@ -72,7 +73,8 @@ void forward_on_device(const Model& model, DeviceRows& dev, std::span<const Forw
 
   // Final norm and LM head (the step product, as on the host) for the rows that want
   // logits, gathered.
-  std::vector<size_t> out_rows;
+  std::vector<size_t>& out_rows = ws.device_rows;  // free once the layers are done
+  out_rows.clear();
   for (size_t m = 0; m < M; ++m)
     if (rows[m].want_logits) out_rows.push_back(m);
   const size_t n_out = out_rows.size(), V = size_t(c.vocab_size);

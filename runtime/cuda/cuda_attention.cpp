@@ -121,7 +121,9 @@ class CudaAttention final : public AttentionBackend, public PassOwner {
     const std::shared_ptr<CacheCopy> mirror = cache_copies_.of(cache);
     std::lock_guard hold(mirror->mu);
     if (mirror->held == 0) return;  // nothing copied yet: the first read copies the blocks
-    std::vector<int32_t> at(2 * M);  // [blocks][offsets]
+    std::unique_ptr<PassContext> ctx = take_context();
+    std::vector<int32_t>& at = ctx->places;  // [blocks][offsets]
+    at.resize(2 * M);
     bool any = false;
     for (size_t m = 0; m < M; ++m) {
       const size_t pos = size_t(positions[m]), j = pos / cfg.block_tokens;
@@ -130,8 +132,7 @@ class CudaAttention final : public AttentionBackend, public PassOwner {
       at[M + m] = int32_t(pos % cfg.block_tokens);
       any = any || at[m] >= 0;
     }
-    if (!any) return;
-    std::unique_ptr<PassContext> ctx = take_context();
+    if (!any) return give_back(std::move(ctx));
     try {
       auto check = [&](cudaError_t e, const char* what) {
         if (e != cudaSuccess) throw Error("device " + name_ + ": " + what + ": " + cuda_error(e));

@@ -31,6 +31,7 @@ struct PassContext {
   DeviceBuffer ptrs, counts, tail_begin;  // the drafter's rows: kept rows per (row, head)
   DeviceBuffer quant;                      // packed prefixes' descriptors per (row, head)
   std::vector<std::byte> stage;            // a view's kept rows gathered on the host
+  std::vector<int32_t> places;             // rows' [blocks][offsets] for the cache copy's stores
   DeviceBuffer rope;                       // RoPE table: [rope_rows][cos h][sin h]
   std::vector<float> rope_freq;            // the frequencies it was made for
   size_t rope_rows = 0;
