@@ -4,7 +4,8 @@
 // grow, so a step that reads what no step wrote shows) and whose steps are the CPU's
 // kernels. Its bits are then the CPU model's, so the model must give exactly the CPU
 // model's output in every flow; with a skew (each residual sum one ulp up: other
-// bits, as a GPU's kernels give) vericache must still equal full decoding. The CUDA
+// bits, as a GPU's kernels give) vericache must still equal full decoding. Its steps
+// wait in a queue until the host waits, as on a stream, so a missing sync shows. The CUDA
 // side (CudaRows) is checked by cuda_device.* on a GPU.
 #include "runtime/device_rows.hpp"
 
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -64,60 +66,92 @@ class HostRowsLinear final : public LinearBackend {
   std::string name_ = "host rows";
 };
 
+/// Queues its steps the way a GPU stream does: each step is recorded with the
+/// buffer addresses and host arguments of its call (a launch's), and runs only when
+/// the host waits, at sync(), download() or a reserve() that grows a buffer (which
+/// waits before freeing, as CudaRows does). A caller that reads a buffer through
+/// at() (the attention backend) without waiting first reads what the queued steps
+/// have not written yet, and the suites fail.
 class HostRows final : public DeviceRows {
  public:
   explicit HostRows(HostRowsLinear& owner) : owner_(owner) { ++owner.passes; }
   void reserve(Buf b, size_t n) override {
-    if (buf_[b].size() < n) buf_[b].assign(n, std::numeric_limits<float>::quiet_NaN());
+    if (buf_[b].size() >= n) return;
+    run_queued();
+    buf_[b].assign(n, std::numeric_limits<float>::quiet_NaN());
   }
   float* at(Buf b) override { return buf_[b].data(); }
   void embed(std::span<const int32_t> tokens, const Weight& table, size_t row0) override {
-    const size_t D = table.cols;
-    for (size_t m = 0; m < tokens.size(); ++m) {
-      const size_t t = size_t(tokens[m]) - row0;
-      if (size_t(tokens[m]) < row0 || t >= table.rows) {
-        std::fill_n(at(x) + m * D, D, 0.0f);
-        continue;
+    later([ids = std::vector<int32_t>(tokens.begin(), tokens.end()), table, row0, out = at(x)] {
+      const size_t D = table.cols;
+      for (size_t m = 0; m < ids.size(); ++m) {
+        const size_t t = size_t(ids[m]) - row0;
+        if (size_t(ids[m]) < row0 || t >= table.rows) {
+          std::fill_n(out + m * D, D, 0.0f);
+          continue;
+        }
+        to_f32(table.dtype, static_cast<const std::byte*>(table.data) + t * D * dtype_size(table.dtype),
+               out + m * D, D);
       }
-      to_f32(table.dtype, static_cast<const std::byte*>(table.data) + t * D * dtype_size(table.dtype),
-             at(x) + m * D, D);
-    }
+    });
   }
   void rms_norm(Buf in, size_t rows, size_t dim, const Weight& w, float eps, Buf out) override {
-    cpu::rms_norm(at(in), rows, dim, w.data, w.dtype, eps, at(out));
+    later([i = at(in), rows, dim, w, eps, o = at(out)] { cpu::rms_norm(i, rows, dim, w.data, w.dtype, eps, o); });
   }
   void linear(Buf in, size_t M, const Weight& w, const Weight& bias, Buf out, bool prompt) override {
-    owner_.product(at(in), M, w, bias, at(out), prompt);
+    later([this, i = at(in), M, w, bias, o = at(out), prompt] { owner_.product(i, M, w, bias, o, prompt); });
   }
   void rope(Buf b, size_t M, size_t heads, size_t head_dim, std::span<const int32_t> positions,
             std::span<const float> inv_freq) override {
-    cpu::rope(at(b), M, heads, head_dim, positions.data(), inv_freq.data());
+    later([p = at(b), M, heads, head_dim, pos = std::vector<int32_t>(positions.begin(), positions.end()),
+           f = std::vector<float>(inv_freq.begin(), inv_freq.end())] {
+      cpu::rope(p, M, heads, head_dim, pos.data(), f.data());
+    });
   }
-  void swiglu(size_t n) override { cpu::swiglu(at(gate), at(up), at(gate), n); }
+  void swiglu(size_t n) override {
+    later([g = at(gate), u = at(up), n] { cpu::swiglu(g, u, g, n); });
+  }
   void add(Buf into, Buf from, size_t n) override {
-    cpu::add_inplace(at(into), at(from), n);
-    if (owner_.skew_)  // other bits than the CPU's: each sum one ulp up
-      for (size_t i = 0; i < n; ++i) at(into)[i] = std::nextafter(at(into)[i], INFINITY);
+    later([this, to = at(into), f = at(from), n] {
+      cpu::add_inplace(to, f, n);
+      if (owner_.skew_)  // other bits than the CPU's: each sum one ulp up
+        for (size_t i = 0; i < n; ++i) to[i] = std::nextafter(to[i], INFINITY);
+    });
   }
   void gather(Buf from, std::span<const size_t> rows, size_t width, Buf to) override {
-    for (size_t i = 0; i < rows.size(); ++i) std::copy_n(at(from) + rows[i] * width, width, at(to) + i * width);
+    later([f = at(from), r = std::vector<size_t>(rows.begin(), rows.end()), width, t = at(to)] {
+      for (size_t i = 0; i < r.size(); ++i) std::copy_n(f + r[i] * width, width, t + i * width);
+    });
   }
   void scatter(Buf from, std::span<const size_t> rows, size_t width, Buf to) override {
-    for (size_t i = 0; i < rows.size(); ++i) std::copy_n(at(from) + i * width, width, at(to) + rows[i] * width);
+    later([f = at(from), r = std::vector<size_t>(rows.begin(), rows.end()), width, t = at(to)] {
+      for (size_t i = 0; i < r.size(); ++i) std::copy_n(f + i * width, width, t + r[i] * width);
+    });
   }
   void download(Buf b, size_t offset, size_t n, float* host) override {
     owner_.down[b] += n;
+    run_queued();
     std::copy_n(at(b) + offset, n, host);
   }
   void upload(const float* host, size_t n, Buf b, size_t offset) override {
     owner_.up += n;
-    std::copy_n(host, n, at(b) + offset);
+    // Read at the call, as a copy from pageable memory is.
+    later([data = std::vector<float>(host, host + n), to = at(b) + offset] {
+      std::copy(data.begin(), data.end(), to);
+    });
   }
-  void sync() override {}
+  void sync() override { run_queued(); }
 
  private:
+  void later(std::function<void()> step) { queued_.push_back(std::move(step)); }
+  void run_queued() {
+    for (const auto& step : queued_) step();
+    queued_.clear();
+  }
+
   HostRowsLinear& owner_;
   std::vector<float> buf_[kBufs];
+  std::vector<std::function<void()>> queued_;
 };
 
 std::unique_ptr<DeviceRows> HostRowsLinear::rows() { return std::make_unique<HostRows>(*this); }
