@@ -244,7 +244,14 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   }
   m.kv = kvc;
   const size_t per_token = 2 * kvc.num_layers * kvc.kv_heads * kvc.head_dim * dtype_size(kv);
-  const size_t budget = cfg.fast_memory_bytes > 0 ? cfg.fast_memory_bytes : (size_t(1) << 16) * per_token;
+  size_t budget = cfg.fast_memory_bytes > 0 ? cfg.fast_memory_bytes : (size_t(1) << 16) * per_token;
+  if (cfg.fast_memory_bytes == 0 && !device.is_cpu()) {  // fast memory is the GPU's
+    try {
+      budget = device_kv_budget(cuda_memory(device.index), cfg.gpu_memory_utilization, device.str());
+    } catch (const std::exception& e) {
+      throw Error(std::string("EngineConfig.gpu_memory_utilization: ") + e.what());
+    }
+  }
   const size_t overhead = engine_fast_overhead(kvc, cfg.stage_positions, cfg.verify_batch);
   if (budget <= overhead)
     throw Error("EngineConfig.fast_memory_bytes: " + format_bytes(budget) +

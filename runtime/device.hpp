@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/device_budget.hpp"  // DeviceMemory
+
 namespace vc {
 
 struct Device {
@@ -28,5 +30,9 @@ struct Device {
 /// by device-to-device copies of 256 MiB (the median of 5 after a warm-up): the HBM
 /// roofline's rate. 0 when this build has no CUDA or the device cannot be used.
 [[nodiscard]] double cuda_copy_bandwidth(int index);
+
+/// CUDA device `index`'s free and total memory now (cudaMemGetInfo). Throws
+/// vc::Error naming the device when this build has no CUDA or the device cannot say.
+[[nodiscard]] DeviceMemory cuda_memory(int index);
 
 }  // namespace vc

@@ -41,9 +41,15 @@ struct EngineConfig {
   /// Fast-memory budget in bytes for every byte of KV in fast memory (compressed
   /// views, draft tails, full-mode KV, staging of verify and prefill passes); the
   /// block pool holds at most this, and requests wait (FIFO) until their need fits.
-  /// 0: 65,536 tokens of full KV. At tp > 1: per rank (each rank's KV heads' share;
+  /// 0: 65,536 tokens of full KV on the CPU; on a GPU (`device` cuda), the device's
+  /// memory free once the weights are on it, within gpu_memory_utilization
+  /// (runtime/device_budget.hpp). At tp > 1: per rank (each rank's KV heads' share;
   /// a rank's fast memory is its own device's), and so is the default.
   size_t fast_memory_bytes = 0;
+  /// On a GPU with fast_memory_bytes 0: the share (0, 1] of the device's total
+  /// memory this engine may hold, weights and KV; the rest is left for the passes'
+  /// buffers. Ignored on the CPU.
+  double gpu_memory_utilization = 0.9;
   size_t stage_positions = 1024;    ///< KV positions per staged chunk of the full KV
   /// KV positions per paged block (1-4096), in fast memory and in the full tier.
   /// Prefix sharing and remote chunks (remote_chunk_tokens: whole blocks) go by
@@ -248,7 +254,7 @@ struct EngineStats {
   size_t full_tier_bytes_read_refold = 0;      ///< of bytes_read: by view rebuilds
   /// Fast memory: per rank at tp > 1 (the budget of each; used and peak of the
   /// fullest rank), as admission reserves it.
-  size_t fast_memory_budget = 0;               ///< bytes (EngineConfig::fast_memory_bytes)
+  size_t fast_memory_budget = 0;               ///< bytes (EngineConfig::fast_memory_bytes, or its default)
   size_t device_bytes = 0;  ///< device memory the model's backends hold (0 on the CPU): matrices, KV copies
   size_t fast_memory_used = 0, fast_memory_peak = 0;  ///< bytes charged now, and at most
   size_t fast_memory_reserved = 0;             ///< needs of the requests running now

@@ -4,7 +4,7 @@
 // of that request alone on the same GPU: the exactness matrix's concurrency axis on
 // the GPU backend (its rows batched with other requests' in one forward, drafts over
 // views in HBM, verify passes staged from the full tier). Skipped, saying why, where
-// no GPU can be used.
+// no GPU can be used. Also: with no fast_memory_bytes, the budget is the GPU's.
 #include <gtest/gtest.h>
 
 #include <iterator>
@@ -76,6 +76,41 @@ TEST(cuda_engine, requests_served_at_once_on_the_gpu_match_their_full_decoding_a
     ASSERT_TRUE(got.ok) << what << ": " << got.error;
     EXPECT_EQ(got.output_ids, want[i].output_ids) << what;
     EXPECT_EQ(got.output_logprobs, want[i].output_logprobs) << what;
+  }
+}
+
+TEST(cuda_engine, on_the_gpu_the_default_budget_is_what_the_device_has_free_within_the_utilization) {
+  std::string why;
+  if (!on_gpu(why)) GTEST_SKIP() << "no GPU to place the model on: " << why;
+  vericache::EngineConfig ec;
+  ec.model_dir = vc::test::model_dir();
+  ec.device = "cuda:0";  // no fast_memory_bytes: the device's memory sets the budget
+  const vc::DeviceMemory before = vc::cuda_memory(0);
+  {
+    vericache::Engine engine(ec);
+    const size_t budget = engine.stats().fast_memory_budget;
+    EXPECT_GT(budget, size_t(1) << 20);
+    EXPECT_LE(budget, size_t(0.9 * double(before.total)));
+    EXPECT_LT(budget, before.free) << "the engine's own weights came out of what was free";
+    vericache::Request r;
+    std::mt19937 rng(7);
+    r.prompt_ids = vc::test::random_tokens(rng, 200, on_gpu(why)->config().vocab_size,
+                                           on_gpu(why)->config().bos_token_id);
+    r.max_tokens = 16;
+    r.mode = "vericache";
+    r.compressor = "snapkv";
+    r.ignore_eos = true;
+    const auto got = engine.submit(r).result.get();
+    ASSERT_TRUE(got.ok) << got.error;
+    EXPECT_EQ(got.output_ids.size(), 16u);
+  }
+  ec.gpu_memory_utilization = 1e-6;  // less than the weights alone
+  try {
+    vericache::Engine engine(ec);
+    ADD_FAILURE() << "an engine started with no device memory left for its KV";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("gpu_memory_utilization"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
   }
 }
 

@@ -55,4 +55,14 @@ TEST(cli_device, cuda_without_a_usable_gpu_is_an_error_naming_the_device) {
   }
 }
 
+TEST(cli_device, a_gpu_memory_utilization_outside_zero_to_one_is_refused_by_every_command_naming_it) {
+  for (const std::string cmd : {"generate --prompt x", "batch --input /dev/null --output /dev/null", "serve"}) {
+    for (const std::string v : {"0", "1.5", "-0.2", "abc", "nan"}) {
+      const auto r = run_vericache(cmd + " --gpu-memory-utilization " + v, true);
+      EXPECT_EQ(r.code, 1) << cmd << " " << v << ": " << r.out;
+      EXPECT_NE(r.out.find("--gpu-memory-utilization"), std::string::npos) << cmd << " " << v << ": " << r.out;
+    }
+  }
+}
+
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "kernels/error.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
+#include "runtime/device_budget.hpp"
 #include "runtime/model/bounded_input.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -51,6 +52,7 @@ struct BatchArgs {
   size_t max_queue = 0;  // 0 = the number of lines
   std::string kv_dtype = "bf16";
   std::string fast_memory = "0";
+  double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
   size_t block_tokens = kDefaultBlockTokens;
@@ -274,6 +276,7 @@ int run_batch(const BatchArgs& a) {
   cfg.max_queue = a.max_queue > 0 ? a.max_queue : std::max<size_t>(1, lines.size());
   cfg.lockstep = a.lockstep;
   cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
+  cfg.gpu_memory_utilization = a.gpu_memory_utilization;
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   cfg.stage_positions = a.stage_positions;
   cfg.block_tokens = a.block_tokens;
@@ -391,6 +394,7 @@ void add_batch_command(CLI::App& app, Runner& run) {
   add_draft_hierarchy_options(*cmd, a->line_defaults);
   add_block_tokens_option(*cmd, a->block_tokens);
   add_device_option(*cmd, a->device);
+  add_gpu_memory_option(*cmd, a->gpu_memory_utilization);
   add_remote_options(*cmd, a->remote);
   cmd->add_option("--link-gbps", a->link_gbps,
                   "Modelled link bandwidth to the full tier in GB/s (0 = unthrottled)")

@@ -8,6 +8,8 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/error.hpp"
+#include "kvtiers/tier_stats.hpp"
+#include "runtime/device.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/linear_backend.hpp"
 #include "runtime/tp_generator.hpp"
@@ -38,6 +40,7 @@ struct GenerateArgs {
   std::string full_tier = "host";
   std::string disk_dir;
   std::string fast_memory = "0";
+  double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
   std::string full_tier_budget = "0";
   size_t stage_positions = 1024;
   size_t block_tokens = kDefaultBlockTokens;
@@ -109,6 +112,15 @@ int run_generate(const GenerateArgs& a) {
   gc.kv_dtype = a.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   gc.full_tier = a.full_tier;
   gc.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
+  if (gc.fast_memory_bytes == 0 && !device.is_cpu()) {  // fast memory is the GPU's
+    try {
+      gc.fast_memory_bytes = device_kv_budget(cuda_memory(device.index), a.gpu_memory_utilization, device.str());
+    } catch (const std::exception& e) {
+      throw Error(std::string("--gpu-memory-utilization: ") + e.what());
+    }
+    spdlog::info("fast-memory budget {} of {}'s free memory (--gpu-memory-utilization {})",
+                 format_bytes(gc.fast_memory_bytes), device.str(), a.gpu_memory_utilization);
+  }
   gc.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   gc.stage_positions = a.stage_positions;
   gc.block_tokens = a.block_tokens;
@@ -337,6 +349,7 @@ void add_generate_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 24));
   add_block_tokens_option(*cmd, a->block_tokens);
   add_device_option(*cmd, a->device);
+  add_gpu_memory_option(*cmd, a->gpu_memory_utilization);
   cmd->add_option("--row-costs", a->row_costs,
                   "vericache --draft auto: weigh verify passes with this measured row-cost "
                   "curve (the JSON of `vericache bench rows --json`)");

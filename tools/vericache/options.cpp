@@ -130,10 +130,9 @@ void check_ngram_sizes(const RequestInput& q) {
 
 void add_device_option(CLI::App& cmd, std::string& device) {
   cmd.add_option("--device", device,
-                 "Where the weight matrices are multiplied and full-KV attention runs: cpu, "
-                 "or cuda[:N] (the model's matrices copied to GPU N, the KV blocks each pass "
-                 "reads copied up; norms, draft rows over quantized views and sampling stay "
-                 "on the CPU)")
+                 "Where the forward passes run: cpu, or cuda[:N] (the model's weights on GPU N, "
+                 "whole passes there, attention over device copies of the KV the passes read; "
+                 "the KV tiers, compressors and sampling stay on the CPU)")
       ->capture_default_str()
       ->check([](const std::string& s) {
         try {
@@ -144,6 +143,15 @@ void add_device_option(CLI::App& cmd, std::string& device) {
           return what.starts_with("device: ") ? what.substr(8) : what;
         }
       });
+}
+
+void add_gpu_memory_option(CLI::App& cmd, double& utilization) {
+  cmd.add_option("--gpu-memory-utilization", utilization,
+                 "On a GPU without --fast-memory: the share of the device's memory this process "
+                 "may hold (weights and KV); the KV budget is what is left of it once the "
+                 "weights are on the device")
+      ->capture_default_str()
+      ->check(number_in(0.0, 1.0, true));
 }
 
 void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens) {

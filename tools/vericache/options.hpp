@@ -50,6 +50,10 @@ inline constexpr const char* kRemoteRetryHelp =
 /// --device cpu|cuda[:N]: where the weight products run (Model::on_device);
 /// checked as it is parsed.
 void add_device_option(CLI::App& cmd, std::string& device);
+/// --gpu-memory-utilization F (generate, batch, serve): on a GPU without
+/// --fast-memory, the share of the device's memory the process may hold; the KV
+/// budget is what that leaves once the weights are on it (device_kv_budget).
+void add_gpu_memory_option(CLI::App& cmd, double& utilization);
 /// --block-tokens N (generate, batch, serve): KV positions per paged block.
 void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens);
 /// A remote chunk is whole KV blocks: vc::Error naming --remote-chunk and

@@ -22,6 +22,7 @@
 #include "kernels/error.hpp"
 #include "kvtiers/paged_kv_cache.hpp"
 #include "kvtiers/scratch_registry.hpp"
+#include "runtime/device_budget.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "tools/server/chat_template.hpp"
@@ -64,6 +65,7 @@ struct ServeArgs {
   std::string full_tier = "host";
   std::string disk_dir;
   std::string fast_memory = "0";
+  double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
   std::string full_tier_budget = "0";
   std::string kv_dtype = "bf16";
   size_t block_tokens = kDefaultBlockTokens;
@@ -149,6 +151,7 @@ int run_serve(const ServeArgs& a) {
   cfg.verify_batch = a.verify_batch;
   cfg.max_queue = a.max_queue;
   cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
+  cfg.gpu_memory_utilization = a.gpu_memory_utilization;
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   cfg.block_tokens = a.block_tokens;
   if (!a.remote.url.empty()) check_remote_chunk(a.remote.chunk, a.block_tokens);
@@ -288,6 +291,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"bf16", "f32"}));
   add_block_tokens_option(*cmd, a->block_tokens);
   add_device_option(*cmd, a->device);
+  add_gpu_memory_option(*cmd, a->gpu_memory_utilization);
   add_remote_options(*cmd, a->remote);
   cmd->callback([&run, a] { run = [a] { return run_serve(*a); }; });
 }

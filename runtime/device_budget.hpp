@@ -1,0 +1,30 @@
+// The fast-memory budget of a model on a GPU when none is given: on a GPU, fast
+// memory is the device's own (HBM), so the KV budget (views, tails, full-mode
+// blocks, staging; kvtiers/fast_memory.hpp) comes from what the device has free
+// once the model's weights are on it, as vLLM's gpu_memory_utilization sizes its
+// KV cache.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace vc {
+
+/// A device's memory at one moment (cudaMemGetInfo).
+struct DeviceMemory {
+  size_t free = 0;
+  size_t total = 0;
+};
+
+/// The KV budget when `utilization` (0 < u <= 1) of the device's total memory may
+/// be this process's: u * total less what is in use already (total - free: the
+/// weights just copied, other processes), the rest left for the passes' own
+/// buffers (activations, cuBLASLt's workspace, the verify ring). Throws vc::Error
+/// naming `device` and the figures when that leaves nothing, or when `utilization`
+/// is out of range.
+[[nodiscard]] size_t device_kv_budget(const DeviceMemory& memory, double utilization,
+                                      const std::string& device);
+
+/// The default of --gpu-memory-utilization and EngineConfig::gpu_memory_utilization.
+inline constexpr double kDefaultGpuMemoryUtilization = 0.9;
+
+}  // namespace vc
