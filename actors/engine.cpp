@@ -247,7 +247,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   size_t budget = cfg.fast_memory_bytes > 0 ? cfg.fast_memory_bytes : (size_t(1) << 16) * per_token;
   if (cfg.fast_memory_bytes == 0 && !device.is_cpu()) {  // fast memory is the GPU's
     try {
-      budget = device_kv_budget(cuda_memory(device.index), cfg.gpu_memory_utilization, device.str());
+      budget = device_kv_budget(cuda_memory(device.index), cfg.gpu_memory_utilization, device.str(),
+                                host_available_memory());
     } catch (const std::exception& e) {
       throw Error(std::string("EngineConfig.gpu_memory_utilization: ") + e.what());
     }

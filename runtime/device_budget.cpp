@@ -1,8 +1,10 @@
 // device_kv_budget (runtime/device_budget.hpp).
 #include "runtime/device_budget.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "kernels/error.hpp"
@@ -19,7 +21,8 @@ std::string fraction(double u) {
 
 }  // namespace
 
-size_t device_kv_budget(const DeviceMemory& memory, double utilization, const std::string& device) {
+size_t device_kv_budget(const DeviceMemory& memory, double utilization, const std::string& device,
+                        size_t host_available) {
   if (!(utilization > 0.0 && utilization <= 1.0))
     throw Error("gpu memory utilization: expected a fraction in (0, 1], got " + fraction(utilization));
   if (memory.total == 0 || memory.free > memory.total)
@@ -32,7 +35,19 @@ size_t device_kv_budget(const DeviceMemory& memory, double utilization, const st
                 " of its " + format_bytes(memory.total) + " already in use (the model's weights and " +
                 "other processes) against a utilization of " + fraction(utilization) +
                 " (" + format_bytes(size_t(allowed)) + "); raise it or give --fast-memory");
-  return size_t(allowed - used);
+  const size_t budget = size_t(allowed - used);
+  return host_available > 0 ? std::min(budget, host_available / 2) : budget;
+}
+
+size_t host_available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  size_t kib = 0;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
 }
 
 }  // namespace vc

@@ -42,8 +42,8 @@ struct EngineConfig {
   /// views, draft tails, full-mode KV, staging of verify and prefill passes); the
   /// block pool holds at most this, and requests wait (FIFO) until their need fits.
   /// 0: 65,536 tokens of full KV on the CPU; on a GPU (`device` cuda), the device's
-  /// memory free once the weights are on it, within gpu_memory_utilization
-  /// (runtime/device_budget.hpp). At tp > 1: per rank (each rank's KV heads' share;
+  /// memory free once the weights are on it, within gpu_memory_utilization, and
+  /// at most half the host's available memory (runtime/device_budget.hpp). At tp > 1: per rank (each rank's KV heads' share;
   /// a rank's fast memory is its own device's), and so is the default.
   size_t fast_memory_bytes = 0;
   /// On a GPU with fast_memory_bytes 0: the share (0, 1] of the device's total

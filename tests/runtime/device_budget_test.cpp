@@ -36,6 +36,14 @@ TEST(device_budget, the_budget_is_the_utilized_share_of_the_device_less_what_is_
             kGiB);
 }
 
+TEST(device_budget, while_the_host_keeps_its_own_copy_the_budget_is_at_most_half_its_available_memory) {
+  EXPECT_EQ(device_kv_budget({60 * kGiB, 80 * kGiB}, 1.0, "cuda:0", 64 * kGiB), 32 * kGiB);
+  EXPECT_EQ(device_kv_budget({60 * kGiB, 80 * kGiB}, 1.0, "cuda:0", 200 * kGiB), 60 * kGiB);
+  EXPECT_EQ(device_kv_budget({60 * kGiB, 80 * kGiB}, 1.0, "cuda:0", 0), 60 * kGiB) << "0: not known";
+  const size_t host = host_available_memory();
+  EXPECT_GT(host, size_t(64) << 20) << "this machine's MemAvailable";
+}
+
 TEST(device_budget, a_device_already_past_its_share_is_an_error_naming_it_and_the_figures) {
   const std::string e = error_of({5 * kGiB, 80 * kGiB}, 0.9);  // 75 GiB in use > 72 allowed
   EXPECT_NE(e.find("cuda:3"), std::string::npos) << e;

@@ -114,7 +114,8 @@ int run_generate(const GenerateArgs& a) {
   gc.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
   if (gc.fast_memory_bytes == 0 && !device.is_cpu()) {  // fast memory is the GPU's
     try {
-      gc.fast_memory_bytes = device_kv_budget(cuda_memory(device.index), a.gpu_memory_utilization, device.str());
+      gc.fast_memory_bytes = device_kv_budget(cuda_memory(device.index), a.gpu_memory_utilization, device.str(),
+                                            host_available_memory());
     } catch (const std::exception& e) {
       throw Error(std::string("--gpu-memory-utilization: ") + e.what());
     }
