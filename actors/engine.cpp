@@ -255,7 +255,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   }
   const size_t overhead = engine_fast_overhead(kvc, cfg.stage_positions, cfg.verify_batch);
   if (budget <= overhead)
-    throw Error("EngineConfig.fast_memory_bytes: " + format_bytes(budget) +
+    throw Error(std::string("EngineConfig.fast_memory_bytes: ") +
+                (cfg.fast_memory_bytes == 0 ? "its default, " : "") + format_bytes(budget) +
                 " does not cover the staging buffers of the verify and prefill passes (" +
                 format_bytes(overhead) + (d > 1 ? ", per rank" : "") + ")");
   m.request_budget = budget - overhead;

@@ -25,11 +25,14 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& cfg)
   layer_bytes_ = cfg.num_blocks * cfg.kv_heads * cfg.block_tokens * cfg.head_dim *
                  dtype_size(cfg.dtype);
   storage_bytes_ = layer_bytes_ * 2 * cfg.num_layers;
-  void* p = mmap(nullptr, storage_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                 -1, 0);
+  // Address space only (MAP_NORESERVE): pages are committed as blocks are written,
+  // so a budget larger than what the host could commit at once is not refused here.
+  void* p = mmap(nullptr, storage_bytes_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     throw Error("PagedKvCache: cannot reserve " + std::to_string(storage_bytes_) +
-                " bytes of KV storage");
+                " bytes of address space for " + std::to_string(cfg.num_blocks) +
+                " KV blocks (the fast-memory budget's)");
   storage_ = static_cast<std::byte*>(p);
 }
 

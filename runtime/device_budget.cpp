@@ -34,20 +34,37 @@ size_t device_kv_budget(const DeviceMemory& memory, double utilization, const st
     throw Error("device " + device + ": no memory left for the KV cache: " + format_bytes(memory.total - memory.free) +
                 " of its " + format_bytes(memory.total) + " already in use (the model's weights and " +
                 "other processes) against a utilization of " + fraction(utilization) +
-                " (" + format_bytes(size_t(allowed)) + "); raise it or give --fast-memory");
-  const size_t budget = size_t(allowed - used);
+                " (" + format_bytes(size_t(allowed)) + "); raise it or give a fast-memory budget");
+  // Half of it: the device's copy of the cache grows by reallocation (the old and
+  // the new copy held at once while it copies), and views have copies of their own.
+  const size_t budget = size_t((allowed - used) / 2);
   return host_available > 0 ? std::min(budget, host_available / 2) : budget;
 }
 
 size_t host_available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  size_t kib = 0;
-  while (in >> key >> kib) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") return kib * 1024;
+  size_t available = 0;
+  {
+    std::ifstream in("/proc/meminfo");
+    std::string key, unit;
+    size_t kib = 0;
+    while (in >> key >> kib) {
+      std::getline(in, unit);
+      if (key == "MemAvailable:") {
+        available = kib * 1024;
+        break;
+      }
+    }
   }
-  return 0;
+  // A container's memory limit (cgroup v2), which /proc/meminfo does not show.
+  std::ifstream max_in("/sys/fs/cgroup/memory.max"), cur_in("/sys/fs/cgroup/memory.current");
+  std::string max_text;
+  size_t current = 0;
+  if (max_in >> max_text && cur_in >> current && max_text != "max") {
+    const size_t limit = std::stoull(max_text);
+    const size_t room = limit > current ? limit - current : 0;
+    available = available > 0 ? std::min(available, room) : room;
+  }
+  return available;
 }
 
 }  // namespace vc

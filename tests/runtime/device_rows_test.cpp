@@ -145,8 +145,9 @@ class HostRows final : public DeviceRows {
  private:
   void later(std::function<void()> step) { queued_.push_back(std::move(step)); }
   void run_queued() {
-    for (const auto& step : queued_) step();
-    queued_.clear();
+    std::vector<std::function<void()>> steps;
+    steps.swap(queued_);  // a step that throws leaves none of them queued
+    for (const auto& step : steps) step();
   }
 
   HostRowsLinear& owner_;

@@ -113,12 +113,8 @@ int run_generate(const GenerateArgs& a) {
   gc.full_tier = a.full_tier;
   gc.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
   if (gc.fast_memory_bytes == 0 && !device.is_cpu()) {  // fast memory is the GPU's
-    try {
-      gc.fast_memory_bytes = device_kv_budget(cuda_memory(device.index), a.gpu_memory_utilization, device.str(),
-                                            host_available_memory());
-    } catch (const std::exception& e) {
-      throw Error(std::string("--gpu-memory-utilization: ") + e.what());
-    }
+    gc.fast_memory_bytes = device_kv_budget(cuda_memory(device.index), a.gpu_memory_utilization, device.str(),
+                                          host_available_memory());
     spdlog::info("fast-memory budget {} of {}'s free memory (--gpu-memory-utilization {})",
                  format_bytes(gc.fast_memory_bytes), device.str(), a.gpu_memory_utilization);
   }
