@@ -112,6 +112,10 @@ struct GenerateStats {
   double remote_fetch_seconds = 0;   // the full chunks' fetch
   std::string remote_stop_reason;    // why the cached prefix ended where it did ("" = limit)
   size_t remote_chunks_published = 0;  // chunks queued for write-behind publishing
+  // GeneratorConfig::remote_recompute_front: prefix positions prefilled here while
+  // the chunks above them were fetched from the last down (remote_chunks_hit and
+  // remote_positions are then those chunks, which begin here).
+  size_t remote_front_recomputed = 0;
   // The compressed form (GeneratorConfig::remote_compressed_first):
   bool remote_compressed_first = false;  // drafting started from fetched compressed chunks
   size_t remote_compressed_chunks_hit = 0;
@@ -183,6 +187,12 @@ struct GeneratorConfig {
   /// fast-memory bound holds); the rounds after the first verification take their
   /// drafts from these as long as the verifier agrees with them (decode_verified).
   size_t remote_predraft = 256;
+  /// The full flow (full chunks first): the cached prefix's chunks are fetched from
+  /// the last one down while the prefix is prefilled here from the first one up,
+  /// until the two meet, so that the link and the local compute share the prefix
+  /// and its KV is in sooner (the same bits either way: fetched chunks hold what a
+  /// prefill computes). Not with tensor parallelism (ignored there).
+  bool remote_recompute_front = false;
 };
 
 /// Called with each emitted token id; return false to stop.
@@ -217,6 +227,9 @@ class Generator {
   /// Takes the longest cached prefix of `prompt` from the remote store into the
   /// request's full tier entry; returns the positions it covers (0 on any fault).
   size_t fetch_remote_prefix(Request& rq, std::span<const int32_t> prompt);
+  /// As fetch_remote_prefix, meeting the chunks fetched from the back with a local
+  /// prefill from the front (GeneratorConfig::remote_recompute_front).
+  size_t fetch_remote_prefix_meeting(Request& rq, std::span<const int32_t> prompt);
   /// Prefill of a lossy or vericache request with the remote store: compressed
   /// first when the store has the prefix's compressed chunks, else the full chunks,
   /// then local prefill of the rest; publishes what the store lacked.

@@ -24,6 +24,7 @@
 // No token is emitted before the exact logits of the last prompt position exist,
 // and every verified token reads only checked full chunks or local prefill.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 
@@ -95,6 +96,47 @@ size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prom
   return f.positions;
 }
 
+size_t Generator::fetch_remote_prefix_meeting(Request& rq, std::span<const int32_t> prompt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t limit = remote_prefix_limit(*rq.compressor, prompt.size(), rq.opt.stats_window);
+  const size_t T = remote_->layout().chunk_tokens, chunks = limit / T;
+  // front: chunks [0, front) prefilled here; lowest: the back run's lowest chunk so
+  // far (chunks when none yet). The fetcher stops at a chunk the front has taken;
+  // the front stops where the run begins (every chunk above it is fetched).
+  std::atomic<size_t> front{0}, lowest{chunks};
+  std::future<RemoteBackFetch> back = std::async(std::launch::async, [&] {
+    return remote_->fetch_back(prompt, limit, [&](size_t c) {
+      if (c < front.load()) return false;
+      lowest.store(c);
+      return true;
+    });
+  });
+  size_t f = 0;
+  try {
+    while (f < chunks && lowest.load() > f) {
+      (void)prefill_to_tier(*model_, prompt.subspan(f * T, T), rq.tier_id, *full_tier_, *streamer_, cache_,
+                            ws_, rq.opt.prefill_chunk);
+      front.store(++f);
+    }
+  } catch (...) {
+    front.store(chunks);  // the fetcher stops at its next chunk
+    (void)back.get();
+    throw;
+  }
+  front.store(chunks);
+  RemoteBackFetch b = back.get();
+  const size_t used = f < b.end && b.first <= f ? b.end - f : 0;
+  if (used > 0) remote_->append_back(b, f, *full_tier_, rq.tier_id);
+  GenerateStats& s = rq.result.stats;
+  s.remote_front_recomputed = f * T;
+  s.remote_chunks_hit = used;
+  s.remote_positions = used * T;
+  s.remote_bytes_full = b.bytes;
+  s.remote_fetch_seconds = seconds_since(t0);
+  s.remote_stop_reason = b.stop_reason;
+  return (f + used) * T;
+}
+
 PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int32_t> prompt) {
   const GenerateOptions& opt = rq.opt;
   GenerateStats& s = rq.result.stats;
@@ -130,7 +172,8 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
     }
     if (cf.view) return prefill_compressed_first(rq, prompt, std::move(*cf.view));
   }
-  const size_t cached = fetch_remote_prefix(rq, prompt);
+  const size_t cached = cfg_.remote_recompute_front && tp == nullptr ? fetch_remote_prefix_meeting(rq, prompt)
+                                                                    : fetch_remote_prefix(rq, prompt);
   PrefilledRequest p = prefill_compressed(*model_, prompt, rq.seq, cache_, ws_, *rq.compressor,
                                           opt.ratio, opt.stats_window, opt.prefill_chunk,
                                           *full_tier_, *streamer_, rq.tier_id, cached);

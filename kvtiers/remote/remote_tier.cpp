@@ -60,14 +60,15 @@ RemoteTier::~RemoteTier() {
 
 template <class Accept>
 void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit,
-                           Accept&& accept, size_t& chunks, size_t& bytes, std::string& stop_reason) {
+                           Accept&& accept, size_t& chunks, size_t& bytes, std::string& stop_reason,
+                           size_t window) {
   if (begin >= limit) return;
   if (std::string skip = health_->skip_reason(); !skip.empty()) {
     stop_reason = std::move(skip);
     return;
   }
   for (size_t first = begin; first < limit;) {
-    const size_t n = std::min(std::max<size_t>(1, cfg_.fetch_window), limit - first);
+    const size_t n = std::min(std::max<size_t>(1, window > 0 ? window : cfg_.fetch_window), limit - first);
     std::vector<RedisCommand> cmds;
     for (size_t i = first; i < first + n; ++i) cmds.push_back({"GET", keys[i]});
     std::vector<RedisReply> replies;
@@ -180,15 +181,76 @@ RemoteCompressedFetch RemoteTier::fetch_compressed(std::span<const int32_t> toke
 
 size_t RemoteTier::count_compressed(std::span<const int32_t> tokens, size_t max_positions,
                                     const std::string& compressor_spec) {
-  if (!health_->skip_reason().empty()) return 0;
   const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
   const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
+  std::vector<std::string> store_keys;
+  for (size_t i = 0; i < limit; ++i) store_keys.push_back(compressed_chunk_key(keys[i], compressor_spec));
+  return count_run(store_keys);
+}
+
+RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t max_positions,
+                                       const std::function<bool(size_t)>& wanted) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
+  const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
+  std::vector<std::string> store_keys;
+  for (size_t i = 0; i < limit; ++i) store_keys.push_back(full_chunk_key(keys[i]));
+  RemoteBackFetch out;
+  out.end = out.first = count_run(store_keys);
+  if (out.end < limit) {  // where the cached prefix ends, and why
+    const std::string skip = health_->skip_reason();
+    out.stop_reason = !skip.empty() ? skip : "chunk " + std::to_string(out.end) + " not in the store";
+  }
+  // From the last chunk down: position i of the run is chunk end - 1 - i.
+  std::vector<std::string> down(store_keys.rend() - std::ptrdiff_t(out.end), store_keys.rend());
+  size_t chunks = 0;
+  bool met = false;
+  fetch_run(
+      down, 0, down.size(),
+      [&](size_t i, const std::string& value, std::string& why) {
+        const size_t c = out.end - 1 - i;
+        const std::span<const std::byte> payload = decode_chunk_value(value, layout_, keys[c], ChunkKind::full, why);
+        if (payload.empty()) return false;
+        if (!wanted(c)) {
+          met = true;
+          return false;
+        }
+        out.values.emplace_back(value, size_t(payload.data() - reinterpret_cast<const std::byte*>(value.data())));
+        out.first = c;
+        return true;
+      },
+      chunks, out.bytes, out.stop_reason, 1);
+  std::reverse(out.values.begin(), out.values.end());  // fetched from the last down
+  if (met) out.stop_reason = "";  // the caller's own prefill reached the run
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+void RemoteTier::append_back(const RemoteBackFetch& back, size_t from, FullTier& tier, uint64_t id) {
+  const size_t T = layout_.chunk_tokens, cb = T / layout_.block_tokens;
+  const size_t region = cb * block_bytes(layout_);  // one layer's K (or V) of a chunk
+  if (from < back.first || tier.length(id) != from * T)
+    throw Error("remote tier: appending fetched chunks [" + std::to_string(back.first) + ", " +
+                std::to_string(back.end) + ") from chunk " + std::to_string(from) + " to request " +
+                std::to_string(id) + ", which holds " + std::to_string(tier.length(id)) + " positions");
+  for (size_t c = from; c < back.end; ++c) {
+    const auto& [value, offset] = back.values[c - back.first];
+    const std::byte* payload = reinterpret_cast<const std::byte*>(value.data()) + offset;
+    for (size_t l = 0; l < layout_.num_layers; ++l) {
+      const std::byte* k = payload + 2 * l * region;
+      tier.write_blocks(id, l, c * cb, cb, k, k + region);
+    }
+  }
+}
+
+size_t RemoteTier::count_run(const std::vector<std::string>& store_keys) {
+  if (!health_->skip_reason().empty()) return 0;
+  const size_t limit = store_keys.size();
   size_t n = 0;
   for (size_t first = 0; first < limit;) {
     const size_t w = std::min(std::max<size_t>(1, cfg_.fetch_window), limit - first);
     std::vector<RedisCommand> cmds;
-    for (size_t i = first; i < first + w; ++i)
-      cmds.push_back({"EXISTS", compressed_chunk_key(keys[i], compressor_spec)});
+    for (size_t i = first; i < first + w; ++i) cmds.push_back({"EXISTS", store_keys[i]});
     std::vector<RedisReply> replies;
     try {
       replies = fetch_client_.pipeline(cmds);

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -69,6 +70,21 @@ struct RemoteCompressedFetch {
   std::string stop_reason;  // as RemoteFetch's
 };
 
+/// What one fetch_back() found: the run of full chunks [first, end) fetched from the
+/// last down, checked, held until append_back() puts them into a tier.
+struct RemoteBackFetch {
+  size_t first = 0;  // the run's lowest chunk (== end when none was fetched)
+  size_t end = 0;    // one past its highest: the store's cached prefix ends there
+  size_t bytes = 0;  // value bytes received, those of chunks the caller no longer wanted included
+  double seconds = 0;
+  /// Why the run ends at `first`: a chunk missing or refused below it, else why the
+  /// cached prefix ends at `end` ("" when the caller's own prefill met the run and
+  /// the prefix reached the limit).
+  std::string stop_reason;
+  /// values[c - first]: the checked value of chunk c, and where its payload starts.
+  std::vector<std::pair<std::string, size_t>> values;
+};
+
 /// Counters of the publisher (write-behind).
 struct RemotePublishStats {
   size_t queued = 0, sent = 0, dropped_full_queue = 0, failed = 0, skipped_present = 0;
@@ -100,6 +116,21 @@ class RemoteTier {
   /// at a time. Never throws for store faults (see the policy above).
   [[nodiscard]] RemoteFetch fetch_prefix(std::span<const int32_t> tokens, size_t max_positions,
                                          FullTier& tier, uint64_t id, size_t from_positions = 0);
+
+  /// The full chunks of the longest cached prefix of `tokens` (at most
+  /// `max_positions` positions in whole chunks), fetched from the back: the chunks
+  /// the store holds from the first are counted (EXISTS), then fetched from the last
+  /// one down, one GET at a time (so that a stop wastes at most one chunk's
+  /// transfer), each checked as fetch_prefix() checks it. Once chunk c passed its
+  /// checks, `wanted(c)` is asked: false ends the run above it (the caller computes
+  /// the positions below itself, meeting the run from the front). The
+  /// fault policy is fetch_prefix()'s: a missing, refused or unreadable chunk ends
+  /// the run at the chunk above it. Never throws for store faults.
+  [[nodiscard]] RemoteBackFetch fetch_back(std::span<const int32_t> tokens, size_t max_positions,
+                                           const std::function<bool(size_t chunk)>& wanted);
+  /// Appends chunks [from, back.end) of `back` to request `id` of `tier`, which holds
+  /// exactly from * chunk_tokens positions; back.first <= from (else vc::Error).
+  void append_back(const RemoteBackFetch& back, size_t from, FullTier& tier, uint64_t id);
 
   /// The longest cached run, from the first chunk, of the compressed form of
   /// `tokens` under `compressor_spec` (compressor name, parameters and ratio: one
@@ -147,9 +178,13 @@ class RemoteTier {
   /// GETs `keys[begin, limit)` in pipelined windows and hands each value to `accept`
   /// (chunk index, value, why) until one is missing or refused; the counts and the
   /// reason go to `out`.
+  /// How many of `keys`, from the first, the store holds (EXISTS, pipelined); a
+  /// store fault ends the count.
+  [[nodiscard]] size_t count_run(const std::vector<std::string>& keys);
+  /// `window`: GETs per pipelined batch (0: RemoteTierConfig::fetch_window).
   template <class Accept>
   void fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit, Accept&& accept,
-                 size_t& chunks, size_t& bytes, std::string& stop_reason);
+                 size_t& chunks, size_t& bytes, std::string& stop_reason, size_t window = 0);
 
   RemoteTierConfig cfg_;
   RedisEndpoint endpoint_;

@@ -176,6 +176,9 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   gc.remote_timeout_ms = 600000;  // the throttled link is slow on purpose
   gc.remote_compressed_first = false;
   Generator full_first(model, tok, gc);
+  gc.remote_recompute_front = true;  // the chunks from the back, the prefix prefilled from the front
+  Generator full_first_front(model, tok, gc);
+  gc.remote_recompute_front = false;
   gc.remote_compressed_first = true;
   gc.remote_predraft = 0;  // one round's drafts ahead, as before remote_predraft
   Generator compressed_first_one_round(model, tok, gc);
@@ -231,7 +234,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     std::vector<std::string> names = {"recompute",         "full first",
                                       "compressed first",  "compressed first 1 round",
                                       "engine full first", "engine compressed first",
-                                      "full first, full decode"};
+                                      "full first, full decode", "full first, recompute front"};
     std::vector<size_t> lengths(names.size(), n);
     auto add_flow = [&](std::string name, size_t length) {
       names.push_back(std::move(name));
@@ -280,6 +283,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       check(engine_run(engine_full_first, prompt, a), 4);
       check(engine_run(engine_compressed_first, prompt, a), 5);
       check(full_first.generate(prompt, full_decode), 6);
+      check(full_first_front.generate(prompt, opt), 7);
       if (a.behind > 0) {
         (void)full_first.generate(earlier, opt);  // publishes the earlier prompt's chunks
         full_first.remote()->flush();
@@ -325,6 +329,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
                     {"decode_tokens_per_second_median", r.decode_tps},
                     {"prefill_seconds", r.stats.prefill_seconds},
                     {"full_chunks_hit", r.stats.remote_chunks_hit},
+                    {"front_recomputed", r.stats.remote_front_recomputed},
                     {"compressed_chunks_hit", r.stats.remote_compressed_chunks_hit},
                     {"bytes_full", r.stats.remote_bytes_full},
                     {"bytes_compressed", r.stats.remote_bytes_compressed},
@@ -368,15 +373,16 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       "(first token, decode; the other columns from the median run)\n{}\n\n",
       a.model_dir, a.compressor, a.ratio, a.draft, a.fold_every, a.max_tokens, a.chunk, a.predraft,
       a.repeats, link);
-  std::cout << fmt::format("{:>7} {:<28} {:>12} {:>9} {:>10} {:>11} {:>10} {:>13}\n", "prompt",
+  std::cout << fmt::format("{:>7} {:<28} {:>12} {:>9} {:>10} {:>11} {:>10} {:>13} {:>6}\n", "prompt",
                            "flow", "first token", "decode", "prefill", "fetched", "full wait",
-                           "ahead/rounds");
+                           "ahead/rounds", "front");
   for (const FlowRun& r : runs)
     std::cout << fmt::format(
-        "{:>7} {:<28} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s {:>8}/{:<4}\n",
+        "{:>7} {:<28} {:>10.2f} s {:>5.1f} t/s {:>8.2f} s {:>8.2f} MB {:>8.2f} s {:>8}/{:<4} {:>6}\n",
         r.length, r.flow, r.ttft, r.decode_tps, r.stats.prefill_seconds,
         double(r.stats.remote_bytes_full + r.stats.remote_bytes_compressed) / 1e6,
-        r.stats.remote_full_wait_seconds, r.stats.remote_predrafted, r.stats.remote_predraft_rounds);
+        r.stats.remote_full_wait_seconds, r.stats.remote_predrafted, r.stats.remote_predraft_rounds,
+        r.stats.remote_front_recomputed);
   return 0;
 }
 

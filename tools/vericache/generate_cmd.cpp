@@ -53,6 +53,7 @@ struct GenerateArgs {
   int remote_retry_ms = 5000;
   std::string remote_flow = "compressed-first";
   size_t remote_predraft = 256;
+  bool remote_recompute_front = false;
 };
 
 std::string read_prompt(const GenerateArgs& a) {
@@ -130,6 +131,7 @@ int run_generate(const GenerateArgs& a) {
   gc.remote_retry_ms = a.remote_retry_ms;
   gc.remote_compressed_first = a.remote_flow == "compressed-first";
   gc.remote_predraft = a.remote_predraft;
+  gc.remote_recompute_front = a.remote_recompute_front;
   // --tp > 1: one rank per thread over the model's shards (runtime/tp_generator.hpp).
   std::optional<Generator> gen;
   std::optional<TpGenerator> tp_gen;
@@ -176,6 +178,7 @@ int run_generate(const GenerateArgs& a) {
                               {"fetch_seconds", s.remote_fetch_seconds},
                               {"stop_reason", s.remote_stop_reason},
                               {"chunks_published", s.remote_chunks_published},
+                              {"front_recomputed", s.remote_front_recomputed},
                               {"flow", a.remote_flow},
                               {"compressed_first", s.remote_compressed_first},
                               {"compressed_chunks_hit", s.remote_compressed_chunks_hit},
@@ -363,6 +366,9 @@ void add_generate_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(CLI::IsMember({"compressed-first", "full"}));
   cmd->add_option("--remote-predraft", a->remote_predraft, kRemotePredraftHelp)
       ->capture_default_str()->check(integer_in(0, 1 << 20));
+  cmd->add_flag("--remote-recompute-front", a->remote_recompute_front,
+               "Full flow: fetch the cached prefix's chunks from the last one down while "
+               "prefilling it here from the first one up, until the two meet (same tokens)");
   cmd->add_option("--remote-timeout-ms", a->remote_timeout_ms,
                   "Deadline of a connect and of each pipelined batch")
       ->capture_default_str()->check(integer_in(1, 600000));

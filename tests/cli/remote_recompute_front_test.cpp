@@ -1,0 +1,96 @@
+// `generate --remote ... --remote-flow full --remote-recompute-front` against a real
+// redis-server: the cached prefix's chunks come from the last one down while the
+// prefix is prefilled from the first one up until they meet. Whichever side takes a
+// chunk, the tokens and logprobs equal full decoding bit for bit, and together the
+// two cover the prefix the plain full flow takes; a corrupt or dead store leaves the
+// local prefill to cover all of it.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kvtiers/remote/redis_client.hpp"
+#include "tests/cli/cli_support.hpp"
+#include "tests/cli/generate_json.hpp"
+#include "tests/cli/prompt_file.hpp"
+#include "tests/kvtiers/redis_server.hpp"
+
+namespace {
+
+using nlohmann::json;
+using vc::test::expect_same_tokens;
+
+std::string code_prompt() {  // a few hundred tokens of code
+  std::string p = "<|begin_of_text|>";
+  for (int i = 0; i < 14; ++i)
+    p += "def g" + std::to_string(i) + "(y):\n    return y - " + std::to_string(i) + " * " +
+         std::to_string(i + 2) + "\n\n";
+  return p + "class Queue:\n    def put(self, item):";
+}
+
+// Blocks of 16 positions and chunks of 32: the prompt spans many chunks.
+json generate(const std::string& args) { return vc::test::generate_json(args + " --block-tokens 16"); }
+
+size_t covered(const json& j) {  // prefix positions fetched or recomputed in front
+  const json& r = j["stats"]["remote"];
+  return r["positions_hit"].get<size_t>() + r.value("front_recomputed", size_t(0));
+}
+
+TEST(remote_recompute_front, the_fetched_back_and_the_prefilled_front_give_full_decodings_tokens) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  vc::test::PromptFile prompt(code_prompt());
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32 --remote-flow full";
+  for (const std::string sampling : {"", " --temperature 0.7 --top-k 40 --seed 5"}) {
+    const std::string common =
+        "--prompt-file " + prompt.path + " --max-tokens 20 --json --logprobs --ignore-eos" + sampling;
+    const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 8";
+    const json full = generate(common);
+    (void)generate(base + remote);  // publishes
+    const json plain = generate(base + remote);
+    const json met = generate(base + remote + " --remote-recompute-front");
+    expect_same_tokens(full, plain, "full flow" + sampling);
+    expect_same_tokens(full, met, "recompute front" + sampling);
+    const json& rs = met["stats"]["remote"];
+    EXPECT_GT(plain["stats"]["remote"]["chunks_hit"].get<int>(), 3);
+    EXPECT_EQ(covered(met), covered(plain)) << rs;
+    EXPECT_EQ(rs["positions_hit"].get<int>(), 32 * rs["chunks_hit"].get<int>()) << rs;
+    EXPECT_EQ(rs["front_recomputed"].get<int>() % 32, 0) << rs;
+  }
+}
+
+TEST(remote_recompute_front, a_corrupt_or_dead_store_leaves_the_whole_prefix_to_the_front) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  vc::test::PromptFile prompt(code_prompt());
+  const std::string common = "--prompt-file " + prompt.path + " --max-tokens 20 --json --logprobs --ignore-eos";
+  const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 8";
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32 --remote-flow full";
+  const json full = generate(common);
+  (void)generate(base + remote);  // publishes
+  const size_t prefix = covered(generate(base + remote));
+  ASSERT_GT(prefix, 96u);
+
+  // Every chunk's payload flipped: the run from the back ends at the last chunk.
+  vc::RedisClient c(vc::parse_redis_url(server.url()));
+  const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:*", "COUNT", "10000"});
+  for (const auto& k : scan.elements[1].elements) {
+    std::string v = c.command({"GET", k.str}).str;
+    v[v.size() - 5] ^= 0x01;
+    ASSERT_EQ(c.command({"SET", k.str, v}).str, "OK");
+  }
+  json j = generate(base + remote + " --remote-recompute-front");
+  expect_same_tokens(full, j, "corrupt");
+  EXPECT_EQ(j["stats"]["remote"]["chunks_hit"], 0);
+  EXPECT_EQ(j["stats"]["remote"]["front_recomputed"].get<size_t>(), prefix) << j["stats"]["remote"];
+
+  server.kill();
+  j = generate(base + remote + " --remote-recompute-front --remote-timeout-ms 300");
+  expect_same_tokens(full, j, "store down");
+  EXPECT_EQ(j["stats"]["remote"]["chunks_hit"], 0);
+  EXPECT_EQ(j["stats"]["remote"]["front_recomputed"].get<size_t>(), prefix) << j["stats"]["remote"];
+  EXPECT_FALSE(j["stats"]["remote"]["stop_reason"].get<std::string>().empty());
+}
+
+}  // namespace
