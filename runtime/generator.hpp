@@ -228,8 +228,9 @@ class Generator {
   /// request's full tier entry; returns the positions it covers (0 on any fault).
   size_t fetch_remote_prefix(Request& rq, std::span<const int32_t> prompt);
   /// As fetch_remote_prefix, meeting the chunks fetched from the back with a local
-  /// prefill from the front (GeneratorConfig::remote_recompute_front).
-  size_t fetch_remote_prefix_meeting(Request& rq, std::span<const int32_t> prompt);
+  /// prefill from the front (GeneratorConfig::remote_recompute_front); also returns
+  /// the first chunk the store lacks (the front may have computed past it).
+  std::pair<size_t, size_t> fetch_remote_prefix_meeting(Request& rq, std::span<const int32_t> prompt);
   /// Prefill of a lossy or vericache request with the remote store: compressed
   /// first when the store has the prefix's compressed chunks, else the full chunks,
   /// then local prefill of the rest; publishes what the store lacked.

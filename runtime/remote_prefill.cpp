@@ -96,7 +96,7 @@ size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prom
   return f.positions;
 }
 
-size_t Generator::fetch_remote_prefix_meeting(Request& rq, std::span<const int32_t> prompt) {
+std::pair<size_t, size_t> Generator::fetch_remote_prefix_meeting(Request& rq, std::span<const int32_t> prompt) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t limit = remote_prefix_limit(*rq.compressor, prompt.size(), rq.opt.stats_window);
   const size_t T = remote_->layout().chunk_tokens, chunks = limit / T;
@@ -134,7 +134,9 @@ size_t Generator::fetch_remote_prefix_meeting(Request& rq, std::span<const int32
   s.remote_bytes_full = b.bytes;
   s.remote_fetch_seconds = seconds_since(t0);
   s.remote_stop_reason = b.stop_reason;
-  return (f + used) * T;
+  // The store holds chunks [0, b.end), chunk b.failed_at missing or bad among them:
+  // the front may have computed those, to be published.
+  return {(f + used) * T, std::min({f + used, b.end, b.failed_at})};
 }
 
 PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int32_t> prompt) {
@@ -172,14 +174,19 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
     }
     if (cf.view) return prefill_compressed_first(rq, prompt, std::move(*cf.view));
   }
-  const size_t cached = cfg_.remote_recompute_front && tp == nullptr ? fetch_remote_prefix_meeting(rq, prompt)
-                                                                    : fetch_remote_prefix(rq, prompt);
+  const size_t chunk = remote_->layout().chunk_tokens;
+  // The positions in the tier, and the first chunk the store lacks (to publish).
+  const auto [cached, publish_from] = cfg_.remote_recompute_front && tp == nullptr
+                                          ? fetch_remote_prefix_meeting(rq, prompt)
+                                          : [&] {
+                                              const size_t c = fetch_remote_prefix(rq, prompt);
+                                              return std::pair{c, c / chunk};
+                                            }();
   PrefilledRequest p = prefill_compressed(*model_, prompt, rq.seq, cache_, ws_, *rq.compressor,
                                           opt.ratio, opt.stats_window, opt.prefill_chunk,
                                           *full_tier_, *streamer_, rq.tier_id, cached);
   // Write-behind: copies the chunks, never waits for the store.
-  const size_t chunk = remote_->layout().chunk_tokens;
-  s.remote_chunks_published = remote_->publish(prompt, cached / chunk, *full_tier_, rq.tier_id);
+  s.remote_chunks_published = remote_->publish(prompt, publish_from, *full_tier_, rq.tier_id);
   // Compressed chunks serve compressed-first fetches (each rank's its own), not KVzap's.
   if (p.view && !rq.compressor->stats_needs().hidden)
     s.remote_compressed_chunks_published = remote_->publish_compressed(prompt, 0, *p.view, spec);

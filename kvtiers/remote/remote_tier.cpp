@@ -222,6 +222,7 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
       chunks, out.bytes, out.stop_reason, 1);
   std::reverse(out.values.begin(), out.values.end());  // fetched from the last down
   if (met) out.stop_reason = "";  // the caller's own prefill reached the run
+  out.failed_at = !met && out.first > 0 ? out.first - 1 : out.end;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

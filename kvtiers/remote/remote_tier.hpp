@@ -75,6 +75,9 @@ struct RemoteCompressedFetch {
 struct RemoteBackFetch {
   size_t first = 0;  // the run's lowest chunk (== end when none was fetched)
   size_t end = 0;    // one past its highest: the store's cached prefix ends there
+  /// The chunk the run could not take (missing, refused, unreadable), `end` when
+  /// it stopped only where the caller had reached or at chunk 0.
+  size_t failed_at = 0;
   size_t bytes = 0;  // value bytes received, those of chunks the caller no longer wanted included
   double seconds = 0;
   /// Why the run ends at `first`: a chunk missing or refused below it, else why the

@@ -6,7 +6,9 @@
 // local prefill to cover all of it.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -58,6 +60,37 @@ TEST(remote_recompute_front, the_fetched_back_and_the_prefilled_front_give_full_
     EXPECT_EQ(rs["positions_hit"].get<int>(), 32 * rs["chunks_hit"].get<int>()) << rs;
     EXPECT_EQ(rs["front_recomputed"].get<int>() % 32, 0) << rs;
   }
+}
+
+TEST(remote_recompute_front, chunks_the_store_lacked_are_published_whichever_side_computed_them) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const std::string text = code_prompt();
+  vc::test::PromptFile shorter(text.substr(0, text.size() / 3)), prompt(text);
+  const std::string tail = " --max-tokens 8 --json --logprobs --ignore-eos --mode vericache --compressor snapkv "
+                           "--ratio 4 --draft 8 --remote " + server.url() +
+                           " --remote-chunk 32 --remote-flow full --remote-timeout-ms 20000";
+  const std::string plain = "--prompt-file " + prompt.path + tail;
+  // The store holds the first third's chunks (the keys chain over the tokens).
+  const size_t held = generate("--prompt-file " + shorter.path + tail)["stats"]["remote"]["chunks_published"];
+  ASSERT_GE(held, 2u);
+  // The store answers only after a pause: the front computes the whole prefix,
+  // past the chunks the store holds, before the back's first reply.
+  server.pause();
+  std::thread resume([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    server.resume();
+  });
+  const json met = generate(plain + " --remote-recompute-front");
+  resume.join();
+  const json& rs = met["stats"]["remote"];
+  EXPECT_EQ(rs["chunks_hit"], 0) << rs;
+  const size_t prefix = rs["front_recomputed"].get<size_t>();
+  ASSERT_GT(prefix, 32 * held) << rs;
+  // Every chunk of its prefix is in the store now, those past the held ones too: a
+  // plain full flow fetches them all.
+  const json again = generate(plain);
+  EXPECT_EQ(again["stats"]["remote"]["positions_hit"].get<size_t>(), prefix) << rs << "\n" << again["stats"]["remote"];
 }
 
 TEST(remote_recompute_front, a_corrupt_or_dead_store_leaves_the_whole_prefix_to_the_front) {

@@ -60,6 +60,7 @@ TEST_F(remote_back_fetch, every_chunk_comes_from_the_last_down_and_appends_bit_f
   EXPECT_EQ(b.first, 0u);
   EXPECT_EQ(b.end, 5u);
   EXPECT_EQ(b.values.size(), 5u);
+  EXPECT_EQ(b.failed_at, 5u) << "none failed";
   EXPECT_GT(b.bytes, 40 * dst.bytes_per_token());
   front(5, 0);
   r.append_back(b, 0, dst, 5);
@@ -77,6 +78,7 @@ TEST_F(remote_back_fetch, the_run_stops_where_the_callers_prefill_has_reached_an
   EXPECT_EQ(b.first, 2u);
   EXPECT_EQ(b.end, 5u);
   EXPECT_EQ(b.stop_reason, "") << "meeting the caller is no fault";
+  EXPECT_EQ(b.failed_at, 5u);
   front(6, 2);
   r.append_back(b, 2, dst, 6);
   ASSERT_EQ(dst.length(6), 40u);
@@ -112,6 +114,7 @@ TEST_F(remote_back_fetch, a_missing_or_corrupt_chunk_ends_the_run_above_it) {
   EXPECT_EQ(b.end, 5u);
   EXPECT_EQ(b.first, 2u);
   EXPECT_NE(b.stop_reason.find("checksum mismatch"), std::string::npos) << b.stop_reason;
+  EXPECT_EQ(b.failed_at, 1u);
   front(9, 2);
   r.append_back(b, 2, dst, 9);
   for (size_t l = 0; l < 2; ++l) EXPECT_EQ(layer_bytes(dst, 9, l, 40), layer_bytes(src, 1, l, 40)) << "layer " << l;
