@@ -2,6 +2,7 @@
 #include "runtime/device_budget.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -58,9 +59,9 @@ size_t host_available_memory() {
   // A container's memory limit (cgroup v2), which /proc/meminfo does not show.
   std::ifstream max_in("/sys/fs/cgroup/memory.max"), cur_in("/sys/fs/cgroup/memory.current");
   std::string max_text;
-  size_t current = 0;
-  if (max_in >> max_text && cur_in >> current && max_text != "max") {
-    const size_t limit = std::stoull(max_text);
+  size_t current = 0, limit = 0;
+  if (max_in >> max_text && cur_in >> current &&  // "max": no limit; anything unreadable: none known
+      std::from_chars(max_text.data(), max_text.data() + max_text.size(), limit).ec == std::errc()) {
     const size_t room = limit > current ? limit - current : 0;
     available = available > 0 ? std::min(available, room) : room;
   }

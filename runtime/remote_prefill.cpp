@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <tuple>
 
 #include "kvtiers/full_tier.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
@@ -174,14 +175,14 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
     }
     if (cf.view) return prefill_compressed_first(rq, prompt, std::move(*cf.view));
   }
-  const size_t chunk = remote_->layout().chunk_tokens;
   // The positions in the tier, and the first chunk the store lacks (to publish).
-  const auto [cached, publish_from] = cfg_.remote_recompute_front && tp == nullptr
-                                          ? fetch_remote_prefix_meeting(rq, prompt)
-                                          : [&] {
-                                              const size_t c = fetch_remote_prefix(rq, prompt);
-                                              return std::pair{c, c / chunk};
-                                            }();
+  size_t cached = 0, publish_from = 0;
+  if (cfg_.remote_recompute_front && tp == nullptr) {
+    std::tie(cached, publish_from) = fetch_remote_prefix_meeting(rq, prompt);
+  } else {
+    cached = fetch_remote_prefix(rq, prompt);
+    publish_from = cached / remote_->layout().chunk_tokens;
+  }
   PrefilledRequest p = prefill_compressed(*model_, prompt, rq.seq, cache_, ws_, *rq.compressor,
                                           opt.ratio, opt.stats_window, opt.prefill_chunk,
                                           *full_tier_, *streamer_, rq.tier_id, cached);

@@ -12,19 +12,12 @@
 #include "kvtiers/full_tier.hpp"
 #include "tests/actors/kivi_view.hpp"
 #include "tests/kvtiers/redis_server.hpp"
+#include "tests/kvtiers/remote_tier_support.hpp"
 
 namespace vc::actors {
 namespace {
 
-KvCacheConfig small_kv() {
-  KvCacheConfig c;
-  c.num_layers = 2;
-  c.kv_heads = 2;
-  c.head_dim = 8;
-  c.block_tokens = 4;
-  c.num_blocks = 64;
-  return c;
-}
+using test::small_kv;
 
 TEST(net_fetcher, fetches_back_what_it_published_in_segments_and_reports_a_dead_store_as_a_miss) {
   test::RedisServer server;

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvtiers/remote/redis_client.hpp"
 #include "tests/cli/cli_support.hpp"
+#include "tests/cli/corrupt_chunks.hpp"
 #include "tests/cli/prompt_file.hpp"
 #include "tests/cli/generate_json.hpp"
 #include "tests/kvtiers/redis_server.hpp"
@@ -38,16 +38,7 @@ using vc::test::expect_same_tokens;
 constexpr const char* kSmallBlocks = " --block-tokens 16";
 json generate(const std::string& args) { return vc::test::generate_json(args + kSmallBlocks); }
 
-// Flips one payload byte of every chunk this project holds in the store.
-void corrupt_every_chunk(const std::string& url) {
-  vc::RedisClient c(vc::parse_redis_url(url));
-  const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:*", "COUNT", "10000"});
-  for (const auto& k : scan.elements[1].elements) {
-    std::string v = c.command({"GET", k.str}).str;
-    v[v.size() - 5] ^= 0x01;
-    ASSERT_EQ(c.command({"SET", k.str, v}).str, "OK");
-  }
-}
+using vc::test::corrupt_every_chunk;
 
 TEST(remote_cache, a_remote_prefix_hit_gives_the_tokens_and_logprobs_of_full_decoding) {
   vc::test::RedisServer server;

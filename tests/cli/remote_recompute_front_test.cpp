@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvtiers/remote/redis_client.hpp"
 #include "tests/cli/cli_support.hpp"
+#include "tests/cli/corrupt_chunks.hpp"
 #include "tests/cli/generate_json.hpp"
 #include "tests/cli/prompt_file.hpp"
 #include "tests/kvtiers/redis_server.hpp"
@@ -106,13 +106,7 @@ TEST(remote_recompute_front, a_corrupt_or_dead_store_leaves_the_whole_prefix_to_
   ASSERT_GT(prefix, 96u);
 
   // Every chunk's payload flipped: the run from the back ends at the last chunk.
-  vc::RedisClient c(vc::parse_redis_url(server.url()));
-  const auto scan = c.command({"SCAN", "0", "MATCH", "vc:kv:*", "COUNT", "10000"});
-  for (const auto& k : scan.elements[1].elements) {
-    std::string v = c.command({"GET", k.str}).str;
-    v[v.size() - 5] ^= 0x01;
-    ASSERT_EQ(c.command({"SET", k.str, v}).str, "OK");
-  }
+  vc::test::corrupt_every_chunk(server.url());
   json j = generate(base + remote + " --remote-recompute-front");
   expect_same_tokens(full, j, "corrupt");
   EXPECT_EQ(j["stats"]["remote"]["chunks_hit"], 0);

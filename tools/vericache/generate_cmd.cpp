@@ -339,7 +339,8 @@ void add_generate_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(CLI::IsMember({"host", "disk"}));
   cmd->add_option("--disk-dir", a->disk_dir, "vericache: directory of the disk tier");
   cmd->add_option("--fast-memory", a->fast_memory,
-                  "Fast-memory budget for KV (view, blocks, staging), e.g. 256M (0 = unlimited)")
+                  "Fast-memory budget for KV (view, blocks, staging), e.g. 256M (0 = unlimited on "
+                  "the CPU; on a GPU, its free memory: --gpu-memory-utilization)")
       ->capture_default_str()->check(bytes_value());
   cmd->add_option("--full-tier-budget", a->full_tier_budget,
                   "Budget of the full tier (host memory or disk), e.g. 4G (0 = unlimited)")

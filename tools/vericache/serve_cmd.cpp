@@ -282,7 +282,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--disk-dir", a->disk_dir, "Directory of the disk tier (default: a temp dir)");
   cmd->add_option("--fast-memory", a->fast_memory,
                   "Fast-memory budget for all KV in fast memory, e.g. 256M (0 = 65,536 tokens "
-                  "of full KV)")
+                  "of full KV on the CPU; on a GPU, its free memory: --gpu-memory-utilization)")
       ->capture_default_str()->check(bytes_value());
   cmd->add_option("--full-tier-budget", a->full_tier_budget,
                   "Budget of the full tier, e.g. 4G (0 = unlimited)")
