@@ -138,6 +138,18 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
         out.views = join_segment(m.base, std::move(segment), out.fetch);
         return out;
       },
+      [remotes](remote_fetch_back_msg& m) {
+        // Degree 1 only (the scheduler sends none to a group).
+        RemoteBackFetch run;
+        try {
+          run = remotes[0]->fetch_back(m.prompt, m.max_positions, [&](size_t c) { return m.meeting->wanted(c); });
+        } catch (const std::exception& e) {  // store faults never throw; anything else ends the run
+          run = RemoteBackFetch{};
+          run.stop_reason = e.what();
+        }
+        m.meeting->deliver(std::move(run), remotes[0]->layout());
+        return true;
+      },
       [remotes, tiers_of](remote_publish_msg& m) -> remote_published_msg {
         remote_published_msg out;
         const std::vector<FullTier*> t = tiers_of(m.tier);

@@ -117,6 +117,18 @@ struct remote_fetched_msg {
   RemoteFetch fetch;
   std::string error;
 };
+/// scheduler -> net_fetcher, for a request of the full flow with
+/// EngineConfig::remote_recompute_front (degree 1): fetch the cached chunks of
+/// `prompt` (at most `max_positions`) from the last one down, meeting the drafter's
+/// prefill from the front through `meeting` (RemoteTier::fetch_back), and deliver
+/// the run there; the tier is not touched (the drafter appends the run). Answered
+/// by true once delivered.
+struct remote_fetch_back_msg {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  size_t max_positions = 0;
+  std::shared_ptr<BackFetchMeeting> meeting;
+};
 /// scheduler -> net_fetcher, once per request after its prefill (when the prompt
 /// has complete chunks): queue for write-behind publishing the prompt's full chunks
 /// from `first_chunk` on (the ones the store lacked, read from request `id` of
@@ -209,6 +221,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::wire_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::shutdown_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetch_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetched_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetch_back_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_publish_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_published_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetch_compressed_msg)

@@ -86,6 +86,25 @@ void ActorOutbox::remote_fetch_compressed(uint64_t id, const std::vector<int32_t
               core->on_remote_compressed_fetched(id, {}, none);
             });
 }
+std::string ActorOutbox::remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
+                                     size_t create_positions, std::shared_ptr<BackFetchMeeting> meeting) {
+  if (tier_ == nullptr) return "no full tier to fetch into";
+  try {  // before the prefill is sent: the drafter writes the front into it
+    tier_->create(id, create_positions);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  const size_t f = take_fetcher();
+  self_->request(w_.net_fetchers[f], caf::infinite, remote_fetch_back_msg{id, prompt, max_positions, meeting})
+      .then([this, f](bool) { release_fetcher(f); },
+            [this, f, meeting](caf::error& e) {
+              release_fetcher(f);
+              RemoteBackFetch none;  // the front computes everything, waiting for nothing
+              none.stop_reason = "net_fetcher: " + to_string(e);
+              meeting->deliver(std::move(none), ChunkLayout{});
+            });
+  return {};
+}
 void ActorOutbox::finish_prefill(uint64_t id, size_t cached) {
   self_->send(w_.drafter, finish_prefill_msg{id, cached});
 }

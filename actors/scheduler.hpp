@@ -36,6 +36,8 @@ class ActorOutbox final : public Outbox {
   void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
                       RankViews views, const std::string& view_spec,
                       size_t first_view_chunk) override;
+  std::string remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
+                          size_t create_positions, std::shared_ptr<BackFetchMeeting> meeting) override;
   void release_tier(uint64_t id) override;
   void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
                                size_t max_positions, const std::string& view_spec,

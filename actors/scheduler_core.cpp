@@ -73,7 +73,7 @@ void SchedulerCore::admit() {
         c->cf_fetch_end = (c->spec.prompt.size() - 1) / T * T;
         fetch_compressed_segment(*c, 0);
       } else
-        start_remote_fetch(*c, c->remote_limit);
+        start_full_flow(*c);
     } else {
       start_prefill(*c);
     }
@@ -155,6 +155,7 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
     return check_barriers();
   }
   c->cf_active = false;  // lossy, compressed first: decodes over the fetched view
+  if (r.met) note_meeting(*c, *r.met);
   if (c->tier_held) publish_full_chunks(*c, r.views);
   if (!emit(*c, r.token, r.logprob, r.top_logprobs)) next_round(*c);
   check_barriers();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "actors/vericache/engine.hpp"
+#include "kvtiers/remote/back_fetch_meeting.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/draft_batcher.hpp"
 #include "runtime/draft_length.hpp"
@@ -60,6 +61,13 @@ struct RequestCtx {
   bool remote_fetching = false, remote_publishing = false;
   bool tier_held = false;        // the scheduler still has the entry to free
   bool result_pending = false;   // finished while its publish was being queued
+  /// Recompute front (set at submit with `remote`, EngineConfig::remote_recompute_front
+  /// at degree 1): the full flow fetches from the back while the drafter prefills
+  /// from the front (DraftSpec::remote_meeting), instead of fetching first.
+  bool recompute_front = false;
+  /// The first chunk the store may lack, when the prefill says (recompute front);
+  /// else remote_cached's chunks are the store's.
+  std::optional<size_t> publish_from;
   // Compressed first (set at submit with `remote`, for a method that does not score
   // hidden states): the store is asked for the prompt's compressed chunks first; with
   // a hit the drafter prefills the suffix over the fetched view (no full tier), and
@@ -131,6 +139,12 @@ class Outbox {
   virtual void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
                               RankViews views, const std::string& view_spec,
                               size_t first_view_chunk) = 0;
+  /// Recompute front: creates request `id`'s full-tier entry (room for
+  /// `create_positions`), empty, and asks a net_fetcher to fetch the cached chunks of
+  /// `prompt` (at most `max_positions`) from the back, meeting the prefill through
+  /// `meeting`. Returns "" or why the entry could not be made (nothing was sent).
+  virtual std::string remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
+                                  size_t create_positions, std::shared_ptr<BackFetchMeeting> meeting) = 0;
   /// Free request `id`'s full-tier entry (after the mover's pending writes).
   virtual void release_tier(uint64_t id) = 0;
   /// Compressed first: fetch the longest cached compressed prefix of `prompt` (at
@@ -236,6 +250,10 @@ class SchedulerCore {
   std::string push(RequestCtx& c, int32_t tok, float logprob, std::span<const TokenLogprob> top);
   void finish(RequestCtx& c, const std::string& reason, const std::string& error = "");
   void start_prefill(RequestCtx& c);
+  /// The full flow: the fetch from the back meeting the prefill (recompute_front),
+  /// else start_remote_fetch up to remote_limit.
+  void start_full_flow(RequestCtx& c);
+  void start_meeting(RequestCtx& c);
   void start_remote_fetch(RequestCtx& c, size_t max_positions);  // the full chunks
   void fetch_segment(RequestCtx& c, size_t from);  // the next of them, from `from` on
   void fetch_compressed_segment(RequestCtx& c, size_t from);  // compressed first's likewise
@@ -252,6 +270,8 @@ class SchedulerCore {
   /// `first_view_chunk`: the views' chunks from there on (compressed first: those
   /// it did not fetch).
   void publish_full_chunks(RequestCtx& c, RankViews views, size_t first_view_chunk = 0);
+  /// Recompute front: the stats of what each side covered, and where publishing starts.
+  void note_meeting(RequestCtx& c, const MetPrefix& met);
   void free_tier(RequestCtx& c);  // release_tier once, if the scheduler holds it
   void check_barriers();
   [[nodiscard]] size_t remaining(const RequestCtx& c) const;

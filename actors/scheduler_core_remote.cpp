@@ -14,6 +14,27 @@ double since(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
+void SchedulerCore::start_full_flow(RequestCtx& c) {
+  if (c.recompute_front && remote_chunk_ > 0 && std::min(c.remote_limit, c.spec.prompt.size()) >= remote_chunk_)
+    start_meeting(c);
+  else
+    start_remote_fetch(c, c.remote_limit);
+}
+
+void SchedulerCore::start_meeting(RequestCtx& c) {
+  const size_t T = remote_chunk_;
+  const size_t chunks = std::min(c.remote_limit, c.spec.prompt.size()) / T;
+  auto meeting = std::make_shared<BackFetchMeeting>(chunks, T);
+  const std::string error = out_.remote_meet(c.id, c.spec.prompt, chunks * T,
+                                             c.spec.prompt.size() + c.spec.max_new_tokens, meeting);
+  if (!error.empty()) return finish(c, "error", "remote prefix cache: " + error);
+  c.tier_held = true;
+  c.spec.tier_ready = true;  // made by the outbox, empty: the drafter fills it
+  c.spec.remote_cached = 0;
+  c.spec.remote_meeting = std::move(meeting);
+  start_prefill(c);
+}
+
 void SchedulerCore::start_remote_fetch(RequestCtx& c, size_t max_positions) {
   c.remote_fetching = c.tier_held = true;
   const size_t T = std::max<size_t>(remote_chunk_, 1);
@@ -74,7 +95,7 @@ void SchedulerCore::on_remote_compressed_fetched(uint64_t id, RankViews joined,
     views.clear();
   }
   if (views.empty()) {  // the full flow, as without compressed first
-    start_remote_fetch(*c, c->remote_limit);
+    start_full_flow(*c);
     return check_barriers();
   }
   c->cf_active = true;
@@ -120,7 +141,7 @@ void SchedulerCore::maybe_finish_prefill(RequestCtx& c) {
 
 void SchedulerCore::publish_full_chunks(RequestCtx& c, RankViews views, size_t first_view_chunk) {
   // remote: publish the complete chunks the store lacked, and the views' chunks
-  const size_t first = c.spec.remote_cached / remote_chunk_;
+  const size_t first = c.publish_from ? *c.publish_from : c.spec.remote_cached / remote_chunk_;
   const size_t complete = c.spec.prompt.size() / remote_chunk_;
   const bool with_view = !views.empty() && complete > first_view_chunk;
   if (complete > first || with_view) {
@@ -134,6 +155,21 @@ void SchedulerCore::publish_full_chunks(RequestCtx& c, RankViews views, size_t f
   } else if (c.spec.mode == DecodeMode::lossy) {
     free_tier(c);
   }
+}
+
+void SchedulerCore::note_meeting(RequestCtx& c, const MetPrefix& met) {
+  const size_t T = remote_chunk_;
+  auto& s = c.result.stats;
+  s.remote_front_recomputed = met.front_chunks * T;
+  s.remote_chunks_hit = met.fetched_chunks;
+  s.remote_positions = met.fetched_chunks * T;
+  s.remote_bytes_fetched = met.run.bytes;
+  s.remote_fetch_seconds = met.run.seconds;
+  s.remote_stop_reason = met.run.stop_reason;
+  s.remote_fetch_segments = 1;
+  c.spec.remote_cached = met.cached_chunks() * T;
+  c.spec.remote_meeting.reset();  // the run's values go with the drafter's copy
+  c.publish_from = met.publish_from;
 }
 
 void SchedulerCore::free_tier(RequestCtx& c) {

@@ -74,6 +74,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   r.spec = spec;
   r.scorer = scorer;
   bool tier_created = false;  // the cleanup below must not drop an entry it did not make
+  std::optional<MetPrefix> met;
   try {
     PrefilledRequest p;
     if (!spec.fetched_views.empty() && spec.mode != DecodeMode::full) {
@@ -92,9 +93,21 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
         tier_->create(spec.id, spec.prompt.size() + spec.max_new_tokens);
         tier_created = true;
       }
+      size_t cached = spec.tier_ready ? spec.remote_cached : 0;
+      if (spec.remote_meeting) {
+        const size_t T = spec.remote_meeting->chunk_tokens();
+        met = meet_back_fetch(
+            *spec.remote_meeting,
+            [&](size_t f) {
+              (void)prefill_to_tier(*model_, std::span(spec.prompt).subspan(f * T, T), spec.id, *tier_,
+                                    *stream_, cache_, ws_, spec.prefill_chunk);
+            },
+            *tier_, spec.id, /*wait_for_run=*/false);
+        cached = met->cached_chunks() * T;
+        r.spec.remote_meeting.reset();
+      }
       p = prefill_compressed(*model_, spec.prompt, r.seq, cache_, ws_, *planner, spec.ratio,
-                             spec.stats_window, spec.prefill_chunk, *tier_, *stream_, spec.id,
-                             spec.tier_ready ? spec.remote_cached : 0);
+                             spec.stats_window, spec.prefill_chunk, *tier_, *stream_, spec.id, cached);
       r.view_charge = FastCharge(budget_, p.view->held_bytes(),
                                  "the compressed view of request " + std::to_string(spec.id));
       if (spec.mode == DecodeMode::lossy && tier_created) {
@@ -130,6 +143,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
         out.views = {std::make_shared<const CompressedView>(*r.view)};
     }
     out.exact_pending = r.exact_pending;
+    out.met = std::move(met);
     out.fast_bytes_peak = note_fast(r);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     reqs_.emplace(spec.id, std::move(r));

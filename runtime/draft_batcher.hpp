@@ -13,6 +13,7 @@
 
 #include "kvtiers/compressor.hpp"
 #include "kvtiers/full_tier.hpp"
+#include "kvtiers/remote/back_fetch_meeting.hpp"
 #include "runtime/compression.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/generator.hpp"
@@ -48,6 +49,12 @@ struct DraftSpec {
   /// after a lossy prefill, nor at release().
   bool tier_ready = false;
   size_t remote_cached = 0;
+  /// Remote prefix cache, recompute front (EngineConfig::remote_recompute_front; the
+  /// entry is tier_ready and empty): a net_fetcher fetches the cached chunks from the
+  /// last one down meanwhile; prefill() computes the prefix from the first chunk up
+  /// until the two meet (meet_back_fetch), appends the fetched chunks above, then
+  /// prefills the rest. PrefillResult::met says what each side covered. Null: none.
+  std::shared_ptr<BackFetchMeeting> remote_meeting;
   /// Remote prefix cache: PrefillResult::views gets a copy of the prompt's view, for
   /// publishing its compressed chunks (lossy, vericache).
   bool copy_view = false;
@@ -90,6 +97,10 @@ struct PrefillResult {
   /// finish_prefill(): the block drafted from the guess is kept (the guess was the
   /// exact token), so its drafts are the first round's (verify them from p0 = n).
   bool drafts_kept = false;
+  /// DraftSpec::remote_meeting: the chunks prefilled from the front and those
+  /// fetched from the back (the prompt's positions [0, met->cached_chunks() *
+  /// chunk) came from the two), and the first chunk to publish.
+  std::optional<MetPrefix> met;
 };
 
 /// A finished block: drafts (vericache) or final tokens (full, lossy).

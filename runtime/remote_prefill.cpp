@@ -30,6 +30,7 @@
 #include <tuple>
 
 #include "kvtiers/full_tier.hpp"
+#include "kvtiers/remote/back_fetch_meeting.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/compression.hpp"
 #include "runtime/fast_memory_need.hpp"
@@ -100,44 +101,34 @@ size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prom
 std::pair<size_t, size_t> Generator::fetch_remote_prefix_meeting(Request& rq, std::span<const int32_t> prompt) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t limit = remote_prefix_limit(*rq.compressor, prompt.size(), rq.opt.stats_window);
-  const size_t T = remote_->layout().chunk_tokens, chunks = limit / T;
-  // front: chunks [0, front) prefilled here; lowest: the back run's lowest chunk so
-  // far (chunks when none yet). The fetcher stops at a chunk the front has taken;
-  // the front stops where the run begins (every chunk above it is fetched).
-  std::atomic<size_t> front{0}, lowest{chunks};
-  std::future<RemoteBackFetch> back = std::async(std::launch::async, [&] {
-    return remote_->fetch_back(prompt, limit, [&](size_t c) {
-      if (c < front.load()) return false;
-      lowest.store(c);
-      return true;
-    });
+  const size_t T = remote_->layout().chunk_tokens;
+  BackFetchMeeting meeting(limit / T, T);
+  std::future<void> back = std::async(std::launch::async, [&] {
+    meeting.deliver(remote_->fetch_back(prompt, limit, [&](size_t c) { return meeting.wanted(c); }),
+                    remote_->layout());
   });
-  size_t f = 0;
+  MetPrefix met;
   try {
-    while (f < chunks && lowest.load() > f) {
-      (void)prefill_to_tier(*model_, prompt.subspan(f * T, T), rq.tier_id, *full_tier_, *streamer_, cache_,
-                            ws_, rq.opt.prefill_chunk);
-      front.store(++f);
-    }
+    met = meet_back_fetch(
+        meeting,
+        [&](size_t f) {
+          (void)prefill_to_tier(*model_, prompt.subspan(f * T, T), rq.tier_id, *full_tier_, *streamer_,
+                                cache_, ws_, rq.opt.prefill_chunk);
+        },
+        *full_tier_, rq.tier_id, /*wait_for_run=*/true);
   } catch (...) {
-    front.store(chunks);  // the fetcher stops at its next chunk
-    (void)back.get();
+    back.get();  // the fetcher stops at its next chunk
     throw;
   }
-  front.store(chunks);
-  RemoteBackFetch b = back.get();
-  const size_t used = f < b.end && b.first <= f ? b.end - f : 0;
-  if (used > 0) remote_->append_back(b, f, *full_tier_, rq.tier_id);
+  back.get();
   GenerateStats& s = rq.result.stats;
-  s.remote_front_recomputed = f * T;
-  s.remote_chunks_hit = used;
-  s.remote_positions = used * T;
-  s.remote_bytes_full = b.bytes;
+  s.remote_front_recomputed = met.front_chunks * T;
+  s.remote_chunks_hit = met.fetched_chunks;
+  s.remote_positions = met.fetched_chunks * T;
+  s.remote_bytes_full = met.run.bytes;
   s.remote_fetch_seconds = seconds_since(t0);
-  s.remote_stop_reason = b.stop_reason;
-  // The store holds chunks [0, b.end), chunk b.failed_at missing or bad among them:
-  // the front may have computed those, to be published.
-  return {(f + used) * T, std::min({f + used, b.end, b.failed_at})};
+  s.remote_stop_reason = met.run.stop_reason;
+  return {met.cached_chunks() * T, met.publish_from};
 }
 
 PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int32_t> prompt) {

@@ -91,6 +91,12 @@ struct EngineConfig {
   /// vericache token is still verified against the full KV. Lossy requests then
   /// decode over the fetched view. false: the full flow only. Not for KVzap.
   bool remote_compressed_first = true;
+  /// The full flow (without compressed first, or when it finds no compressed
+  /// chunk): a net_fetcher fetches the cached prefix's chunks from the last one down
+  /// while the drafter prefills the prefix from the first one up, until the two meet
+  /// (the link and the cores both work; the same tokens). Degree 1 only (a
+  /// tensor-parallel group fetches from the front). false: fetch, then prefill.
+  bool remote_recompute_front = false;
   /// Compressed first, vericache: the drafter drafts up to this many tokens from its
   /// guess while the full chunks arrive (at least one round's; at most fold_every
   /// plus a round, what the request's tail reservation holds); once the guess proves
@@ -207,6 +213,9 @@ struct RequestStats {
   double remote_fetch_seconds = 0;  ///< summed over its segments (time in the store's fetches)
   size_t remote_fetch_segments = 0; ///< fetches its prefix took (EngineConfig::remote_fetch_segment)
   std::string remote_stop_reason;   ///< why the cached prefix ended there ("" = at the limit)
+  /// EngineConfig::remote_recompute_front: prefix positions the drafter prefilled
+  /// from the front while the chunks above came from the store (remote_chunks_hit)
+  size_t remote_front_recomputed = 0;
   size_t remote_chunks_published = 0;  ///< chunks queued for write-behind publishing
   size_t remote_compressed_chunks_published = 0;  ///< the view's chunks queued likewise
   /// Compressed first (EngineConfig::remote_compressed_first):

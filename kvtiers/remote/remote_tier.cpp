@@ -227,9 +227,10 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
   return out;
 }
 
-void RemoteTier::append_back(const RemoteBackFetch& back, size_t from, FullTier& tier, uint64_t id) {
-  const size_t T = layout_.chunk_tokens, cb = T / layout_.block_tokens;
-  const size_t region = cb * block_bytes(layout_);  // one layer's K (or V) of a chunk
+void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, size_t from, FullTier& tier,
+                        uint64_t id) {
+  const size_t T = layout.chunk_tokens, cb = T / layout.block_tokens;
+  const size_t region = cb * block_bytes(layout);  // one layer's K (or V) of a chunk
   if (from < back.first || tier.length(id) != from * T)
     throw Error("remote tier: appending fetched chunks [" + std::to_string(back.first) + ", " +
                 std::to_string(back.end) + ") from chunk " + std::to_string(from) + " to request " +
@@ -237,7 +238,7 @@ void RemoteTier::append_back(const RemoteBackFetch& back, size_t from, FullTier&
   for (size_t c = from; c < back.end; ++c) {
     const auto& [value, offset] = back.values[c - back.first];
     const std::byte* payload = reinterpret_cast<const std::byte*>(value.data()) + offset;
-    for (size_t l = 0; l < layout_.num_layers; ++l) {
+    for (size_t l = 0; l < layout.num_layers; ++l) {
       const std::byte* k = payload + 2 * l * region;
       tier.write_blocks(id, l, c * cb, cb, k, k + region);
     }

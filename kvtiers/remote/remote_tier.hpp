@@ -96,6 +96,10 @@ struct RemotePublishStats {
   size_t skipped_store_down = 0;    // of `failed`: dropped unsent while the store was skipped
 };
 
+/// RemoteTier::append_back for chunks of `layout`.
+void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, size_t from, FullTier& tier,
+                        uint64_t id);
+
 class RemoteTier {
  public:
   /// Checks the URL (throws vc::Error, one line) and starts the publisher. Connects
@@ -133,7 +137,9 @@ class RemoteTier {
                                            const std::function<bool(size_t chunk)>& wanted);
   /// Appends chunks [from, back.end) of `back` to request `id` of `tier`, which holds
   /// exactly from * chunk_tokens positions; back.first <= from (else vc::Error).
-  void append_back(const RemoteBackFetch& back, size_t from, FullTier& tier, uint64_t id);
+  void append_back(const RemoteBackFetch& back, size_t from, FullTier& tier, uint64_t id) const {
+    append_back_chunks(layout_, back, from, tier, id);
+  }
 
   /// The longest cached run, from the first chunk, of the compressed form of
   /// `tokens` under `compressor_spec` (compressor name, parameters and ratio: one

@@ -22,11 +22,12 @@ using Phase = RequestCtx::Phase;
 struct Call {
   enum Kind {
     prefill, draft, verify, commit, release, fetch, publish, release_tier, fetch_compressed,
-    finish_prefill
+    finish_prefill, meet
   } kind = prefill;
   uint64_t id = 0;
   size_t n = 0;  // draft: tokens; commit: p0; fetch(_compressed): max positions;
-                 // publish: first chunk; finish_prefill: cached positions
+                 // publish: first chunk; finish_prefill: cached positions;
+                 // meet: max positions
   VerifyJob job;          // verify
   std::shared_ptr<const VerifyOutcome> outcome;  // commit
   bool full_tier = false;  // release
@@ -39,6 +40,7 @@ struct Call {
   // publish: `from` is the views' first chunk; fetch_compressed: `create` is the
   // longest suffix worth fetching for
   size_t from = 0, create = 0;
+  std::shared_ptr<BackFetchMeeting> meeting;  // meet
 };
 
 class FakeOutbox final : public Outbox {
@@ -104,6 +106,17 @@ class FakeOutbox final : public Outbox {
     c.view_spec = view_spec;
     calls.push_back(c);
   }
+  std::string remote_meet(uint64_t id, const std::vector<int32_t>&, size_t max_positions,
+                          size_t create_positions, std::shared_ptr<BackFetchMeeting> meeting) override {
+    Call c;
+    c.kind = Call::meet;
+    c.id = id;
+    c.n = max_positions;
+    c.create = create_positions;
+    c.meeting = std::move(meeting);
+    calls.push_back(c);
+    return meet_error;
+  }
   void release_tier(uint64_t id) override {
     Call c;
     c.kind = Call::release_tier;
@@ -136,6 +149,7 @@ class FakeOutbox final : public Outbox {
   std::vector<Call> take() { return std::exchange(calls, {}); }
 
   std::vector<Call> calls;
+  std::string meet_error;  // what remote_meet answers ("" = the entry was made)
 };
 
 struct Submitted {
@@ -171,7 +185,7 @@ PrefillResult prefilled(uint64_t id, int32_t token) {
   return r;
 }
 
-DraftBlock drafts(uint64_t id, std::vector<int32_t> tokens) {
+[[maybe_unused]] DraftBlock drafts(uint64_t id, std::vector<int32_t> tokens) {
   DraftBlock b;
   b.id = id;
   b.tokens = std::move(tokens);
@@ -179,7 +193,7 @@ DraftBlock drafts(uint64_t id, std::vector<int32_t> tokens) {
   return b;
 }
 
-DraftBlock final_block(uint64_t id, std::vector<int32_t> tokens) {
+[[maybe_unused]] DraftBlock final_block(uint64_t id, std::vector<int32_t> tokens) {
   DraftBlock b;
   b.id = id;
   b.logprobs.assign(tokens.size(), -1.0f);
@@ -188,7 +202,7 @@ DraftBlock final_block(uint64_t id, std::vector<int32_t> tokens) {
   return b;
 }
 
-std::shared_ptr<const VerifyOutcome> verified(uint64_t id, std::vector<int32_t> tokens,
+[[maybe_unused]] std::shared_ptr<const VerifyOutcome> verified(uint64_t id, std::vector<int32_t> tokens,
                                               size_t accepted) {
   auto v = std::make_shared<VerifyOutcome>();
   v->id = id;

@@ -16,7 +16,7 @@ Submitted remote_request(uint64_t id, size_t prompt, size_t max_tokens, DecodeMo
   return s;
 }
 
-RemoteFetch hit(size_t chunks) {
+[[maybe_unused]] RemoteFetch hit(size_t chunks) {
   RemoteFetch f;
   f.chunks = chunks;
   f.positions = chunks * kChunk;

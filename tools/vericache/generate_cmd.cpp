@@ -367,9 +367,7 @@ void add_generate_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(CLI::IsMember({"compressed-first", "full"}));
   cmd->add_option("--remote-predraft", a->remote_predraft, kRemotePredraftHelp)
       ->capture_default_str()->check(integer_in(0, 1 << 20));
-  cmd->add_flag("--remote-recompute-front", a->remote_recompute_front,
-               "Full flow: fetch the cached prefix's chunks from the last one down while "
-               "prefilling it here from the first one up, until the two meet (same tokens)");
+  cmd->add_flag("--remote-recompute-front", a->remote_recompute_front, kRemoteRecomputeFrontHelp);
   cmd->add_option("--remote-timeout-ms", a->remote_timeout_ms,
                   "Deadline of a connect and of each pipelined batch")
       ->capture_default_str()->check(integer_in(1, 600000));

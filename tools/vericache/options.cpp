@@ -186,6 +186,7 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
       ->capture_default_str()->check(CLI::IsMember({"compressed-first", "full"}));
   cmd.add_option("--remote-predraft", r.predraft, kRemotePredraftHelp)
       ->capture_default_str()->check(integer_in(0, 1 << 20));
+  cmd.add_flag("--remote-recompute-front", r.recompute_front, kRemoteRecomputeFrontHelp);
   cmd.add_option("--remote-fetchers", r.fetchers,
                  "net_fetcher actors (own connections each): one request's long fetch does not "
                  "hold up the others'")

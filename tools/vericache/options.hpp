@@ -37,7 +37,12 @@ struct RemoteArgs {
   size_t fetch_segment = 8;  // --remote-fetch-segment
   size_t compressed_suffix = 0;  // --remote-compressed-suffix (0: one chunk)
   size_t predraft = 256;  // --remote-predraft
+  bool recompute_front = false;  // --remote-recompute-front
 };
+/// --remote-recompute-front's help, shared by generate and the engine commands.
+inline constexpr const char* kRemoteRecomputeFrontHelp =
+    "Full flow: fetch the cached prefix's chunks from the last one down while prefilling it "
+    "here from the first one up, until the two meet (same tokens; the engine: degree 1 only)";
 /// --remote-predraft's help, shared by generate and the engine commands.
 inline constexpr const char* kRemotePredraftHelp =
     "compressed-first, vericache: draft up to N tokens ahead while the full chunks arrive (at "

@@ -1,0 +1,137 @@
+// SchedulerCore with the remote prefix cache and recompute front, without an actor
+// system: the entry is made and the back fetch asked for before the prefill, which
+// goes out at once (nothing waits for the store); the prefill's account of the
+// meeting sets the stats and where publishing starts; a failure to make the entry
+// fails the request naming it; a compressed-first miss falls back to the meeting.
+#include <gtest/gtest.h>
+
+#include "tests/actors/scheduler_core_remote_support.hpp"
+
+namespace vc::actors {
+namespace {
+
+Submitted front_request(uint64_t id, size_t prompt, size_t max_tokens, size_t limit) {
+  Submitted s = remote_request(id, prompt, max_tokens, DecodeMode::vericache, limit);
+  s.ctx->recompute_front = true;
+  return s;
+}
+
+PrefillResult met_prefill(uint64_t id, size_t front, size_t fetched, size_t publish_from) {
+  PrefillResult r = prefilled(id, 7);
+  MetPrefix m;
+  m.front_chunks = front;
+  m.fetched_chunks = fetched;
+  m.publish_from = publish_from;
+  m.run.bytes = fetched * 1000;
+  m.run.seconds = 0.25;
+  m.run.stop_reason = "";
+  r.met = m;
+  return r;
+}
+
+TEST(scheduler_core_recompute_front, the_back_fetch_and_the_prefill_start_together_over_an_entry_made_first) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = front_request(1, 90, 1, 69);
+  core.submit(a.ctx);
+  auto calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(calls));
+  EXPECT_EQ(64u, calls[0].n) << "whole chunks within the limit of 69";
+  EXPECT_EQ(91u, calls[0].create) << "room for the prompt and its tokens";
+  ASSERT_TRUE(calls[0].meeting);
+  EXPECT_EQ(4u, calls[0].meeting->chunks());
+  EXPECT_EQ(kChunk, calls[0].meeting->chunk_tokens());
+  EXPECT_EQ(calls[0].meeting, calls[1].spec.remote_meeting) << "the drafter meets the same fetch";
+  EXPECT_TRUE(calls[1].spec.tier_ready) << "the scheduler made the entry";
+  EXPECT_EQ(0u, calls[1].spec.remote_cached);
+
+  // The drafter prefilled chunk 0, the store gave chunks 1..3; it lacked none of
+  // them, so publishing starts past the prefix (chunk 4, prefilled after it).
+  core.on_prefilled(met_prefill(1, 1, 3, 4));
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::publish, Call::release}), kinds(calls));
+  EXPECT_EQ(4u, calls[0].n);
+  EXPECT_FALSE(calls[1].full_tier) << "the scheduler frees the entry";
+  core.on_remote_published(1, 0);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::release_tier}), kinds(out.take()));
+  ASSERT_TRUE(ready(a.result));
+  const auto r = a.result.get();
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(16u, r.stats.remote_front_recomputed);
+  EXPECT_EQ(3u, r.stats.remote_chunks_hit);
+  EXPECT_EQ(48u, r.stats.remote_positions);
+  EXPECT_EQ(3000u, r.stats.remote_bytes_fetched);
+  EXPECT_DOUBLE_EQ(0.25, r.stats.remote_fetch_seconds);
+}
+
+TEST(scheduler_core_recompute_front, chunks_the_front_computed_past_what_the_store_held_are_published) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = front_request(1, 70, 1, 69);
+  core.submit(a.ctx);
+  out.take();
+  core.on_prefilled(met_prefill(1, 4, 0, 2));  // the store held 2 chunks; the front took 4
+  const auto calls = out.take();
+  ASSERT_EQ(1u, ids_of(calls, Call::publish).size());
+  EXPECT_EQ(2u, calls[0].n) << "from the first chunk the store lacked, not from the 4 in the tier";
+}
+
+TEST(scheduler_core_recompute_front, an_entry_that_cannot_be_made_fails_the_request_naming_it) {
+  FakeOutbox out;
+  out.meet_error = "full tier: out of room";
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = front_request(1, 70, 4, 69);
+  core.submit(a.ctx);
+  const auto calls = out.take();
+  EXPECT_EQ(0u, ids_of(calls, Call::prefill).size());
+  EXPECT_EQ(0u, ids_of(calls, Call::release_tier).size()) << "nothing was made";
+  ASSERT_TRUE(ready(a.result));
+  const auto r = a.result.get();
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(std::string::npos, r.error.find("remote prefix cache: full tier: out of room")) << r.error;
+  EXPECT_EQ(0u, core.active());
+}
+
+TEST(scheduler_core_recompute_front, a_prefix_shorter_than_a_chunk_is_fetched_as_before) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = front_request(1, 12, 2, 11);
+  core.submit(a.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::fetch}), kinds(out.take()));
+}
+
+TEST(scheduler_core_recompute_front, cancelling_during_the_prefill_frees_the_entry_at_once) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = front_request(1, 70, 4, 69);
+  core.submit(a.ctx);
+  out.take();
+  core.cancel(1);
+  const auto calls = out.take();
+  EXPECT_EQ((std::vector<uint64_t>{1}), ids_of(calls, Call::release_tier));
+  ASSERT_TRUE(ready(a.result));
+  EXPECT_EQ("cancelled", a.result.get().finish_reason);
+  core.on_prefilled(met_prefill(1, 4, 0, 0));  // the drafter's late answer
+  EXPECT_TRUE(out.take().empty());
+}
+
+TEST(scheduler_core_recompute_front, a_compressed_first_miss_takes_the_meeting) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = front_request(1, 70, 4, 69);
+  a.ctx->compressed_first = true;
+  a.ctx->view_spec = "snapkv:4";
+  core.submit(a.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::fetch_compressed}), kinds(out.take()));
+  core.on_remote_compressed_fetched(1, {}, RemoteCompressedFetch{});
+  EXPECT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(out.take()));
+}
+
+}  // namespace
+}  // namespace vc::actors

@@ -1,0 +1,180 @@
+// `vericache batch --remote ... --remote-recompute-front` against a real
+// redis-server: in the engine, a net_fetcher fetches each request's cached chunks
+// from the last one down while the drafter prefills its prefix from the first one
+// up, until they meet. Whichever side takes a chunk, every line's tokens and
+// logprobs equal `batch` in full mode, the two sides cover the prefix the plain
+// full flow fetches, the chunks the store lacked are published, and a corrupt or
+// dead store leaves the whole prefix to the drafter.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_support.hpp"
+#include "tests/cli/corrupt_chunks.hpp"
+#include "tests/kvtiers/redis_server.hpp"
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string code_prompt(int defs) {  // a few hundred tokens of code
+  std::string p = "<|begin_of_text|>";
+  for (int i = 0; i < defs; ++i)
+    p += "def h" + std::to_string(i) + "(z):\n    return z + " + std::to_string(i) + " * " +
+         std::to_string(i + 3) + "\n\n";
+  return p + "class Deque:\n    def append(self, item):";
+}
+
+struct Dir {
+  fs::path path = fs::temp_directory_path() / ("vc-batch-front-" + std::to_string(::getpid()));
+  Dir() {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~Dir() { fs::remove_all(path); }
+};
+
+// Two vericache lines (greedy, sampled) and a lossy one over `prompt`; full mode
+// with mode "full" in every line.
+void write_lines(const Dir& d, const std::string& name, const std::string& prompt, bool full) {
+  std::ofstream in(d.path / name);
+  const auto mode = [&](const char* m) { return full ? "full" : m; };
+  in << json{{"prompt", prompt}, {"max_tokens", 20}, {"mode", mode("vericache")}, {"compressor", "snapkv"},
+             {"draft", 8}, {"logprobs", true}, {"ignore_eos", true}}.dump()
+     << "\n"
+     << json{{"prompt", prompt}, {"max_tokens", 20}, {"mode", mode("vericache")}, {"compressor", "h2o"},
+             {"draft", 6}, {"temperature", 0.7}, {"top_k", 40}, {"seed", 5}, {"logprobs", true},
+             {"ignore_eos", true}}.dump()
+     << "\n"
+     << json{{"prompt", prompt}, {"max_tokens", 12}, {"mode", mode("vericache")}, {"compressor", "kivi"},
+             {"draft", 4}, {"logprobs", true}, {"ignore_eos", true}}.dump()
+     << "\n";
+}
+
+std::vector<json> run_batch(const Dir& d, const std::string& input, const std::string& name,
+                            const std::string& extra) {
+  const fs::path out = d.path / (name + ".jsonl");
+  const auto r = vc::test::run_vericache("batch --block-tokens 16 --input " + (d.path / input).string() +
+                                             " --output " + out.string() + extra,
+                                         true);
+  EXPECT_EQ(r.code, 0) << r.out;
+  std::ifstream in(out);
+  std::vector<json> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(json::parse(l));
+  return lines;
+}
+
+size_t covered(const json& line) {  // prefix positions fetched or recomputed in front
+  const json& r = line["stats"]["remote"];
+  return r["positions_hit"].get<size_t>() + r["front_recomputed"].get<size_t>();
+}
+
+void expect_same_outputs(const std::vector<json>& want, const std::vector<json>& got, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(want[i]["output_ids"], got[i]["output_ids"]) << what << ", line " << i + 1;
+    EXPECT_EQ(want[i]["output_logprobs"], got[i]["output_logprobs"]) << what << ", line " << i + 1;
+  }
+}
+
+const std::string kFull = " --remote-chunk 32 --remote-flow full";
+
+TEST(cli_batch_recompute_front, the_fetched_back_and_the_drafters_front_give_full_decodings_tokens) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  Dir d;
+  const std::string p = code_prompt(14);
+  write_lines(d, "in.jsonl", p, false);
+  write_lines(d, "full.jsonl", p, true);
+  const std::string remote = " --remote " + server.url() + kFull;
+  const auto full = run_batch(d, "full.jsonl", "full", "");
+  (void)run_batch(d, "in.jsonl", "cold", remote);  // publishes at its exit
+  const auto plain = run_batch(d, "in.jsonl", "plain", remote);
+  const auto met = run_batch(d, "in.jsonl", "met", remote + " --remote-recompute-front");
+  expect_same_outputs(full, plain, "full flow");
+  expect_same_outputs(full, met, "recompute front");
+  for (size_t i = 0; i < met.size(); ++i) {
+    SCOPED_TRACE("line " + std::to_string(i + 1));
+    const json& rs = met[i]["stats"]["remote"];
+    EXPECT_GT(plain[i]["stats"]["remote"]["chunks_hit"].get<int>(), 3);
+    EXPECT_EQ(covered(met[i]), plain[i]["stats"]["remote"]["positions_hit"].get<size_t>()) << rs;
+    EXPECT_EQ(rs["positions_hit"].get<int>(), 32 * rs["chunks_hit"].get<int>()) << rs;
+    EXPECT_EQ(rs["front_recomputed"].get<int>() % 32, 0) << rs;
+    EXPECT_EQ(plain[i]["stats"]["remote"]["front_recomputed"], 0);
+  }
+}
+
+TEST(cli_batch_recompute_front, chunks_the_store_lacked_are_published_whichever_side_computed_them) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  Dir d;
+  const std::string p = code_prompt(14);
+  write_lines(d, "short.jsonl", p.substr(0, p.size() / 3), false);
+  write_lines(d, "in.jsonl", p, false);
+  const std::string remote = " --remote " + server.url() + kFull;
+  // The store holds the first third's chunks (the keys chain over the tokens).
+  const auto held = run_batch(d, "short.jsonl", "short", remote);
+  ASSERT_EQ(held.size(), 3u);
+  // The store answers only after a pause: the drafter computes each whole prefix,
+  // past the chunks the store holds, before the back's first reply.
+  server.pause();
+  std::thread resume([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    server.resume();
+  });
+  const auto met = run_batch(d, "in.jsonl", "met", remote + " --remote-recompute-front --remote-timeout-ms 20000");
+  resume.join();
+  const auto again = run_batch(d, "in.jsonl", "again", remote);
+  ASSERT_EQ(met.size(), 3u);
+  for (size_t i = 0; i < met.size(); ++i) {
+    SCOPED_TRACE("line " + std::to_string(i + 1));
+    const json& rs = met[i]["stats"]["remote"];
+    const size_t stored = held[i]["stats"]["remote"]["chunks_published"].get<size_t>();
+    ASSERT_GE(stored, 2u);
+    EXPECT_EQ(rs["chunks_hit"], 0) << rs;
+    EXPECT_GT(rs["front_recomputed"].get<size_t>(), 32 * stored) << rs;
+    // Every chunk of the prefix is in the store now, those past the held ones too:
+    // the plain full flow fetches it all.
+    EXPECT_EQ(again[i]["stats"]["remote"]["positions_hit"], rs["front_recomputed"])
+        << rs << "\n" << again[i]["stats"]["remote"];
+  }
+}
+
+TEST(cli_batch_recompute_front, a_corrupt_or_dead_store_leaves_the_whole_prefix_to_the_drafter) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  Dir d;
+  const std::string p = code_prompt(14);
+  write_lines(d, "in.jsonl", p, false);
+  write_lines(d, "full.jsonl", p, true);
+  const std::string remote = " --remote " + server.url() + kFull;
+  const auto full = run_batch(d, "full.jsonl", "full", "");
+  (void)run_batch(d, "in.jsonl", "cold", remote);
+  const auto plain = run_batch(d, "in.jsonl", "plain", remote);
+  ASSERT_EQ(plain.size(), 3u);
+  ASSERT_GT(plain[0]["stats"]["remote"]["positions_hit"].get<size_t>(), 96u);
+
+  vc::test::corrupt_every_chunk(server.url());  // every payload flipped
+  const auto corrupt = run_batch(d, "in.jsonl", "corrupt", remote + " --remote-recompute-front");
+  expect_same_outputs(full, corrupt, "corrupt");
+  server.kill();
+  const auto down = run_batch(d, "in.jsonl", "down", remote + " --remote-recompute-front --remote-timeout-ms 300");
+  expect_same_outputs(full, down, "store down");
+  for (const auto* run : {&corrupt, &down})
+    for (size_t i = 0; i < run->size(); ++i) {
+      const json& rs = (*run)[i]["stats"]["remote"];
+      EXPECT_EQ(rs["chunks_hit"], 0) << rs;
+      EXPECT_EQ(rs["front_recomputed"], plain[i]["stats"]["remote"]["positions_hit"]) << rs;
+    }
+}
+
+}  // namespace
