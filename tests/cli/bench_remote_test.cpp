@@ -29,22 +29,24 @@ TEST(bench_remote, runs_every_flow_at_every_length_and_states_the_link_rates) {
   const double measured = j["remote_measured_bytes_per_second"].get<double>();
   EXPECT_GT(measured, 0.6 * 6e6) << measured;
   EXPECT_LT(measured, 1.1 * 6e6) << measured;
-  ASSERT_EQ(j["runs"].size(), 16u);
-  const char* flows[8] = {"recompute",         "full first",        "compressed first",
+  ASSERT_EQ(j["runs"].size(), 18u);
+  const char* flows[9] = {"recompute",         "full first",        "compressed first",
                           "compressed first 1 round", "engine full first", "engine compressed first",
-                          "full first, full decode", "full first, recompute front"};
-  for (size_t i = 0; i < 16; ++i) {
+                          "full first, full decode", "full first, recompute front", "engine full first, front"};
+  for (size_t i = 0; i < 18; ++i) {
     const nlohmann::json& run = j["runs"][i];
-    EXPECT_EQ(run["flow"], flows[i % 8]) << run;
-    EXPECT_EQ(run["prompt_tokens"], i < 8 ? 200 : 300) << run;
+    EXPECT_EQ(run["flow"], flows[i % 9]) << run;
+    EXPECT_EQ(run["prompt_tokens"], i < 9 ? 200 : 300) << run;
     EXPECT_GT(run["time_to_first_token_seconds_median"].get<double>(), 0) << run;
   }
-  // Recompute front: the prefix prefilled in front and the chunks fetched from the
-  // back cover what full first fetched.
-  for (size_t i : {7, 15})
+  // Recompute front (generate, the engine): the prefix prefilled in front and the
+  // chunks fetched from the back cover what full first fetched.
+  for (size_t i : {7, 8, 16, 17}) {
+    const size_t full_first = i < 9 ? 1 : 10;
     EXPECT_EQ(j["runs"][i]["front_recomputed"].get<int>() + 64 * j["runs"][i]["full_chunks_hit"].get<int>(),
-              64 * j["runs"][i - 6]["full_chunks_hit"].get<int>())
+              64 * j["runs"][full_first]["full_chunks_hit"].get<int>())
         << j["runs"][i];
+  }
   EXPECT_EQ(j["runs"][0]["full_chunks_hit"], 0);          // recompute: the store was cleared
   for (size_t i : {1, 4, 6}) EXPECT_GT(j["runs"][i]["full_chunks_hit"].get<int>(), 1) << j["runs"][i];
   for (size_t i : {2, 3, 5})
@@ -53,7 +55,7 @@ TEST(bench_remote, runs_every_flow_at_every_length_and_states_the_link_rates) {
   EXPECT_EQ(j["predraft"], 256);
   EXPECT_EQ(j["fold_every"], 64);
   // Full decode: no drafts, one verify pass per token after the first.
-  for (size_t i : {6, 14}) {
+  for (size_t i : {6, 15}) {
     EXPECT_EQ(j["runs"][i]["drafted"], 0) << j["runs"][i];
     EXPECT_EQ(j["runs"][i]["rounds"], 5) << j["runs"][i];
   }
@@ -69,25 +71,25 @@ TEST(bench_remote, behind_and_extend_rows_time_requests_among_other_cached_promp
       false);
   ASSERT_EQ(r.code, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["runs"].size(), 13u);
+  ASSERT_EQ(j["runs"].size(), 14u);
   // --extend: 350 tokens over the 200-token prompt's cached chunks (3 of 64).
-  EXPECT_EQ(j["runs"][10]["flow"], "on cached 200, full first");
-  EXPECT_EQ(j["runs"][11]["flow"], "on cached 200, compressed");
-  EXPECT_EQ(j["runs"][12]["flow"], "on cached 200, default");
-  for (size_t i : {10, 11, 12}) {
+  EXPECT_EQ(j["runs"][11]["flow"], "on cached 200, full first");
+  EXPECT_EQ(j["runs"][12]["flow"], "on cached 200, compressed");
+  EXPECT_EQ(j["runs"][13]["flow"], "on cached 200, default");
+  for (size_t i : {11, 12, 13}) {
     EXPECT_EQ(j["runs"][i]["prompt_tokens"], 350) << j["runs"][i];
     EXPECT_EQ(j["runs"][i]["full_chunks_hit"], 3) << j["runs"][i];
   }
-  EXPECT_EQ(j["runs"][10]["compressed_chunks_hit"], 0) << j["runs"][10];
-  EXPECT_FALSE(j["runs"][10]["compressed_first"].get<bool>());
-  EXPECT_TRUE(j["runs"][11]["compressed_first"].get<bool>()) << "drafts over the cached chunks: " << j["runs"][11];
-  EXPECT_EQ(j["runs"][11]["compressed_chunks_hit"], 3) << j["runs"][11];
-  EXPECT_FALSE(j["runs"][12]["compressed_first"].get<bool>()) << "a 158-position suffix, over a chunk: " << j["runs"][12];
-  EXPECT_EQ(j["runs"][12]["compressed_chunks_hit"], 0) << "counted, not fetched: " << j["runs"][12];
-  EXPECT_EQ(j["runs"][12]["bytes_compressed"], 0) << j["runs"][12];
-  EXPECT_EQ(j["runs"][8]["flow"], "behind 700, whole fetch");
-  EXPECT_EQ(j["runs"][9]["flow"], "behind 700, segments of 2");
-  for (size_t i : {8, 9}) {
+  EXPECT_EQ(j["runs"][11]["compressed_chunks_hit"], 0) << j["runs"][11];
+  EXPECT_FALSE(j["runs"][11]["compressed_first"].get<bool>());
+  EXPECT_TRUE(j["runs"][12]["compressed_first"].get<bool>()) << "drafts over the cached chunks: " << j["runs"][12];
+  EXPECT_EQ(j["runs"][12]["compressed_chunks_hit"], 3) << j["runs"][12];
+  EXPECT_FALSE(j["runs"][13]["compressed_first"].get<bool>()) << "a 158-position suffix, over a chunk: " << j["runs"][13];
+  EXPECT_EQ(j["runs"][13]["compressed_chunks_hit"], 0) << "counted, not fetched: " << j["runs"][13];
+  EXPECT_EQ(j["runs"][13]["bytes_compressed"], 0) << j["runs"][13];
+  EXPECT_EQ(j["runs"][9]["flow"], "behind 700, whole fetch");
+  EXPECT_EQ(j["runs"][10]["flow"], "behind 700, segments of 2");
+  for (size_t i : {9, 10}) {
     const nlohmann::json& run = j["runs"][i];
     EXPECT_EQ(run["prompt_tokens"], 200) << run;
     EXPECT_GT(run["compressed_chunks_hit"].get<int>(), 1) << "its own prompt's chunks: " << run;

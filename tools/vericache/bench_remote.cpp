@@ -7,7 +7,8 @@
 // net_fetcher, scheduler and drafter, the time to first token taken at the first
 // token's callback), and (b) decoding with the full KV alone (draft 0: every token
 // one pass over the whole full KV through the modelled local link, the published
-// baseline; its view is still built, unused). The store is reached through an in-process throttling TCP proxy at
+// baseline; its view is still built, unused), and (b) recomputing the prefix's front
+// while its back is fetched (generate and the engine). The store is reached through an in-process throttling TCP proxy at
 // --remote-bandwidth, or with --remote-link direct as given (a link shaped outside the
 // process: tools/shaped-redis.sh's tc on a veth pair); either way the bench measures the
 // link's read rate first. The full tier's link is modelled at --local-bandwidth
@@ -124,6 +125,7 @@ GenerateResult engine_run(vericache::Engine& engine, const std::vector<int32_t>&
   s.decode_seconds = at.size() > 1 ? secs(at.front(), at.back()) : 0;
   s.prefill_seconds = r.stats.prefill_seconds;
   s.remote_chunks_hit = r.stats.remote_chunks_hit;
+  s.remote_front_recomputed = r.stats.remote_front_recomputed;
   s.remote_compressed_chunks_hit = r.stats.remote_compressed_chunks_hit;
   s.remote_bytes_full = r.stats.remote_bytes_fetched;
   s.remote_bytes_compressed = r.stats.remote_bytes_compressed;
@@ -195,6 +197,9 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   ec.remote_compressed_first = false;
   ec.remote_predraft = a.predraft;
   vericache::Engine engine_full_first(ec);
+  ec.remote_recompute_front = true;
+  vericache::Engine engine_full_first_front(ec);
+  ec.remote_recompute_front = false;
   ec.remote_compressed_first = true;
   vericache::Engine engine_compressed_first(ec);
   // The --extend rows: the full flow alone; compressed first with room for the
@@ -234,7 +239,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     std::vector<std::string> names = {"recompute",         "full first",
                                       "compressed first",  "compressed first 1 round",
                                       "engine full first", "engine compressed first",
-                                      "full first, full decode", "full first, recompute front"};
+                                      "full first, full decode", "full first, recompute front",
+                                      "engine full first, front"};
     std::vector<size_t> lengths(names.size(), n);
     auto add_flow = [&](std::string name, size_t length) {
       names.push_back(std::move(name));
@@ -284,6 +290,7 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       check(engine_run(engine_compressed_first, prompt, a), 5);
       check(full_first.generate(prompt, full_decode), 6);
       check(full_first_front.generate(prompt, opt), 7);
+      check(engine_run(engine_full_first_front, prompt, a), 8);
       if (a.behind > 0) {
         (void)full_first.generate(earlier, opt);  // publishes the earlier prompt's chunks
         full_first.remote()->flush();
