@@ -140,14 +140,7 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
       },
       [remotes](remote_fetch_back_msg& m) {
         // Degree 1 only (the scheduler sends none to a group).
-        RemoteBackFetch run;
-        try {
-          run = remotes[0]->fetch_back(m.prompt, m.max_positions, [&](size_t c) { return m.meeting->wanted(c); });
-        } catch (const std::exception& e) {  // store faults never throw; anything else ends the run
-          run = RemoteBackFetch{};
-          run.stop_reason = e.what();
-        }
-        m.meeting->deliver(std::move(run), remotes[0]->layout());
+        fetch_back_into(*remotes[0], m.prompt, m.max_positions, *m.meeting);
         return true;
       },
       [remotes, tiers_of](remote_publish_msg& m) -> remote_published_msg {
@@ -155,7 +148,11 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
         const std::vector<FullTier*> t = tiers_of(m.tier);
         for (size_t r = 0; r < remotes.size(); ++r) {
           try {
-            const size_t n = remotes[r]->publish(m.prompt, m.first_chunk, *t[r], m.id);
+            // Chunks the store holds from the first on are not sent again.
+            const size_t first =
+                m.skip_held ? std::max(m.first_chunk, remotes[r]->count_full(m.prompt, m.prompt.size()))
+                            : m.first_chunk;
+            const size_t n = remotes[r]->publish(m.prompt, first, *t[r], m.id);
             if (r == 0) out.chunks = n;
           } catch (const std::exception&) {
             // The entry was gone or unreadable: nothing published, nothing wrong.

@@ -90,6 +90,13 @@ struct failed_msg {
   uint64_t id = 0;
   std::string error;
 };
+/// scheduler -> drafter, for a request whose full-tier entry the drafter created
+/// for the scheduler (recompute front): forward release_msg{id} to `mover` (after
+/// the prefill that created it, which this drafter ran first).
+struct release_tier_msg {
+  uint64_t id = 0;
+  caf::actor mover;
+};
 /// drafter -> itself after each batched step while requests are drafting, so other
 /// messages interleave with steps.
 struct step_msg {};
@@ -120,9 +127,9 @@ struct remote_fetched_msg {
 /// scheduler -> net_fetcher, for a request of the full flow with
 /// EngineConfig::remote_recompute_front (degree 1): fetch the cached chunks of
 /// `prompt` (at most `max_positions`) from the last one down, meeting the drafter's
-/// prefill from the front through `meeting` (RemoteTier::fetch_back), and deliver
-/// the run there; the tier is not touched (the drafter appends the run). Answered
-/// by true once delivered.
+/// prefill from the front through `meeting` (fetch_back_into); the tier is not
+/// touched (the drafter creates the entry and appends the chunks it is handed).
+/// Answered by true once delivered.
 struct remote_fetch_back_msg {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
@@ -144,6 +151,9 @@ struct remote_publish_msg {
   RankViews views;  // per rank: its compressed chunks too (empty: full chunks only)
   std::string view_spec;
   size_t first_view_chunk = 0;
+  /// The store's holdings were not known (recompute front, its fetch not heard
+  /// from): the full chunks it holds from the first on (counted) are skipped.
+  bool skip_held = false;
 };
 /// net_fetcher -> the sender of remote_publish_msg: the chunks queued (0 full
 /// chunks after a tier fault: the entry was gone or unreadable).
@@ -215,6 +225,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::stream_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::verified_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::commit_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::release_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::release_tier_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::failed_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::step_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::wire_msg)

@@ -51,12 +51,12 @@ void ActorOutbox::remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, 
 }
 void ActorOutbox::remote_publish(uint64_t id, const std::vector<int32_t>& prompt,
                                  size_t first_chunk, RankViews views,
-                                 const std::string& view_spec, size_t first_view_chunk) {
+                                 const std::string& view_spec, size_t first_view_chunk, bool skip_held) {
   SchedulerCore* core = core_;
   const size_t f = take_fetcher();
   self_->request(w_.net_fetchers[f], caf::infinite,
                  remote_publish_msg{id, prompt, first_chunk, tier_, std::move(views), view_spec,
-                                    first_view_chunk})
+                                    first_view_chunk, skip_held})
       .then([this, core, f, id](remote_published_msg& m) {
               release_fetcher(f);
               core->on_remote_published(id, m.chunks, m.compressed_chunks);
@@ -86,30 +86,27 @@ void ActorOutbox::remote_fetch_compressed(uint64_t id, const std::vector<int32_t
               core->on_remote_compressed_fetched(id, {}, none);
             });
 }
-std::string ActorOutbox::remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
-                                     size_t create_positions, std::shared_ptr<BackFetchMeeting> meeting) {
-  if (tier_ == nullptr) return "no full tier to fetch into";
-  try {  // before the prefill is sent: the drafter writes the front into it
-    tier_->create(id, create_positions);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
+void ActorOutbox::remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
+                              std::shared_ptr<BackFetchMeeting> meeting) {
   const size_t f = take_fetcher();
   self_->request(w_.net_fetchers[f], caf::infinite, remote_fetch_back_msg{id, prompt, max_positions, meeting})
       .then([this, f](bool) { release_fetcher(f); },
             [this, f, meeting](caf::error& e) {
               release_fetcher(f);
-              RemoteBackFetch none;  // the front computes everything, waiting for nothing
+              RemoteBackFetch none;  // the front computes what it has not been handed
               none.stop_reason = "net_fetcher: " + to_string(e);
-              meeting->deliver(std::move(none), ChunkLayout{});
+              meeting->deliver(std::move(none));
             });
-  return {};
 }
 void ActorOutbox::finish_prefill(uint64_t id, size_t cached) {
   self_->send(w_.drafter, finish_prefill_msg{id, cached});
 }
-void ActorOutbox::release_tier(uint64_t id) {
-  if (w_.mover) self_->send(w_.mover, release_msg{id});  // after its pending commits
+void ActorOutbox::release_tier(uint64_t id, bool after_drafter) {
+  if (!w_.mover) return;
+  if (after_drafter)  // the drafter made the entry: after that prefill, then the mover's commits
+    self_->send(w_.drafter, release_tier_msg{id, w_.mover});
+  else
+    self_->send(w_.mover, release_msg{id});  // after its pending commits
 }
 
 caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_active,

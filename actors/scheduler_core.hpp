@@ -65,9 +65,12 @@ struct RequestCtx {
   /// at degree 1): the full flow fetches from the back while the drafter prefills
   /// from the front (DraftSpec::remote_meeting), instead of fetching first.
   bool recompute_front = false;
+  bool meeting_started = false;  // it did: the drafter created the entry (for the scheduler)
   /// The first chunk the store may lack, when the prefill says (recompute front);
-  /// else remote_cached's chunks are the store's.
+  /// else remote_cached's chunks are the store's. publish_skip_held: the prefill
+  /// could not say (publish from publish_from, past what the store holds).
   std::optional<size_t> publish_from;
+  bool publish_skip_held = false;
   // Compressed first (set at submit with `remote`, for a method that does not score
   // hidden states): the store is asked for the prompt's compressed chunks first; with
   // a hit the drafter prefills the suffix over the fetched view (no full tier), and
@@ -133,20 +136,21 @@ class Outbox {
   virtual void remote_fetch(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
                             size_t max_positions, size_t create_positions) = 0;
   /// Queue for write-behind publishing the prompt's full chunks from `first_chunk`
-  /// on and, with `views` (one per rank), its compressed chunks from
+  /// on (with `skip_held`: past those the store holds from the first, counted) and, with `views` (one per rank), its compressed chunks from
   /// `first_view_chunk` on (keyed by `view_spec`); answered through
   /// SchedulerCore::on_remote_published.
   virtual void remote_publish(uint64_t id, const std::vector<int32_t>& prompt, size_t first_chunk,
                               RankViews views, const std::string& view_spec,
-                              size_t first_view_chunk) = 0;
-  /// Recompute front: creates request `id`'s full-tier entry (room for
-  /// `create_positions`), empty, and asks a net_fetcher to fetch the cached chunks of
-  /// `prompt` (at most `max_positions`) from the back, meeting the prefill through
-  /// `meeting`. Returns "" or why the entry could not be made (nothing was sent).
-  virtual std::string remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
-                                  size_t create_positions, std::shared_ptr<BackFetchMeeting> meeting) = 0;
-  /// Free request `id`'s full-tier entry (after the mover's pending writes).
-  virtual void release_tier(uint64_t id) = 0;
+                              size_t first_view_chunk, bool skip_held) = 0;
+  /// Recompute front: ask a net_fetcher to fetch the cached chunks of `prompt` (at
+  /// most `max_positions`) from the back, meeting the drafter's prefill (which
+  /// creates the entry) through `meeting`.
+  virtual void remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
+                           std::shared_ptr<BackFetchMeeting> meeting) = 0;
+  /// Free request `id`'s full-tier entry (after the mover's pending writes);
+  /// `after_drafter`: the drafter created it (recompute front), so the release goes
+  /// through the drafter's mailbox, after the prefill that made it.
+  virtual void release_tier(uint64_t id, bool after_drafter) = 0;
   /// Compressed first: fetch the longest cached compressed prefix of `prompt` (at
   /// most `max_positions`) keyed by `view_spec`; answered through
   /// SchedulerCore::on_remote_compressed_fetched.

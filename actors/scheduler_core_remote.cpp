@@ -25,11 +25,9 @@ void SchedulerCore::start_meeting(RequestCtx& c) {
   const size_t T = remote_chunk_;
   const size_t chunks = std::min(c.remote_limit, c.spec.prompt.size()) / T;
   auto meeting = std::make_shared<BackFetchMeeting>(chunks, T);
-  const std::string error = out_.remote_meet(c.id, c.spec.prompt, chunks * T,
-                                             c.spec.prompt.size() + c.spec.max_new_tokens, meeting);
-  if (!error.empty()) return finish(c, "error", "remote prefix cache: " + error);
-  c.tier_held = true;
-  c.spec.tier_ready = true;  // made by the outbox, empty: the drafter fills it
+  out_.remote_meet(c.id, c.spec.prompt, chunks * T, meeting);
+  c.tier_held = c.meeting_started = true;
+  c.spec.tier_ready = true;  // created by the drafter for the scheduler (DraftSpec::remote_meeting)
   c.spec.remote_cached = 0;
   c.spec.remote_meeting = std::move(meeting);
   start_prefill(c);
@@ -151,7 +149,7 @@ void SchedulerCore::publish_full_chunks(RequestCtx& c, RankViews views, size_t f
                         c.view_spec.empty() ? compressor_spec(c.spec.compressor, c.spec.compressor_params,
                                                               c.spec.ratio)
                                             : c.view_spec,
-                        first_view_chunk);
+                        first_view_chunk, c.publish_skip_held);
   } else if (c.spec.mode == DecodeMode::lossy) {
     free_tier(c);
   }
@@ -170,18 +168,19 @@ void SchedulerCore::note_meeting(RequestCtx& c, const MetPrefix& met) {
   c.spec.remote_cached = met.cached_chunks() * T;
   c.spec.remote_meeting.reset();  // the run's values go with the drafter's copy
   c.publish_from = met.publish_from;
+  c.publish_skip_held = !met.publish_known;
 }
 
 void SchedulerCore::free_tier(RequestCtx& c) {
   if (!c.tier_held) return;
   c.tier_held = false;
-  out_.release_tier(c.id);
+  out_.release_tier(c.id, c.meeting_started);
 }
 
 void SchedulerCore::on_remote_fetched(uint64_t id, const RemoteFetch& f, const std::string& error) {
   auto c = find(id);
   if (!c) {  // finished (cancelled) while its prefix was fetched: free what arrived
-    out_.release_tier(id);
+    out_.release_tier(id, false);
     return;
   }
   if (!error.empty()) {

@@ -97,6 +97,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
           // Freeing never fails for a known request; an unknown one is a no-op.
         }
       },
+      [=](release_tier_msg& m) { self->send(m.mover, release_msg{m.id}); },
       [=](bind_msg& m) {  // every rank's compute threads (rank 0's first: this one)
         batcher->run_on_each_thread([&](int rank, int) { m.binder->bind_calling_thread("drafter", rank); });
         return true;

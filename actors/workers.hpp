@@ -20,7 +20,7 @@
 namespace vc::actors {
 
 /// Handles prefill_msg, finish_prefill_msg, draft_msg, commit_msg, release_msg,
-/// step_msg; reports to
+/// release_tier_msg, step_msg; reports to
 /// `scheduler`.
 caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher> batcher,
                       caf::actor scheduler, std::shared_ptr<TraceRecorder> trace);

@@ -95,6 +95,9 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
       }
       size_t cached = spec.tier_ready ? spec.remote_cached : 0;
       if (spec.remote_meeting) {
+        // The entry is the scheduler's (tier_ready), made here, off its thread.
+        tier_->create(spec.id, spec.prompt.size() + spec.max_new_tokens);
+        tier_created = true;  // until the prefill is through: a failure drops it
         const size_t T = spec.remote_meeting->chunk_tokens();
         met = meet_back_fetch(
             *spec.remote_meeting,
@@ -144,6 +147,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
     }
     out.exact_pending = r.exact_pending;
     out.met = std::move(met);
+    tier_created = false;  // the scheduler's from here on
     out.fast_bytes_peak = note_fast(r);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     reqs_.emplace(spec.id, std::move(r));
@@ -151,6 +155,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   } catch (...) {
     cache_.free(r.seq);
     if (tier_created) tier_->release(spec.id);
+    if (spec.remote_meeting) (void)spec.remote_meeting->stop();  // its fetcher takes nothing more
     throw;
   }
 }

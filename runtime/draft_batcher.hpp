@@ -49,8 +49,8 @@ struct DraftSpec {
   /// after a lossy prefill, nor at release().
   bool tier_ready = false;
   size_t remote_cached = 0;
-  /// Remote prefix cache, recompute front (EngineConfig::remote_recompute_front; the
-  /// entry is tier_ready and empty): a net_fetcher fetches the cached chunks from the
+  /// Remote prefix cache, recompute front (EngineConfig::remote_recompute_front;
+  /// tier_ready, but prefill() creates the entry, for its caller to release): a net_fetcher fetches the cached chunks from the
   /// last one down meanwhile; prefill() computes the prefix from the first chunk up
   /// until the two meet (meet_back_fetch), appends the fetched chunks above, then
   /// prefills the rest. PrefillResult::met says what each side covered. Null: none.

@@ -103,10 +103,8 @@ std::pair<size_t, size_t> Generator::fetch_remote_prefix_meeting(Request& rq, st
   const size_t limit = remote_prefix_limit(*rq.compressor, prompt.size(), rq.opt.stats_window);
   const size_t T = remote_->layout().chunk_tokens;
   BackFetchMeeting meeting(limit / T, T);
-  std::future<void> back = std::async(std::launch::async, [&] {
-    meeting.deliver(remote_->fetch_back(prompt, limit, [&](size_t c) { return meeting.wanted(c); }),
-                    remote_->layout());
-  });
+  std::future<void> back =
+      std::async(std::launch::async, [&] { fetch_back_into(*remote_, prompt, limit, meeting); });
   MetPrefix met;
   try {
     met = meet_back_fetch(

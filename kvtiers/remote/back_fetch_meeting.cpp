@@ -4,24 +4,45 @@
 #include <algorithm>
 
 #include "kvtiers/full_tier.hpp"
-#include "kernels/error.hpp"
 
 namespace vc {
 
-bool BackFetchMeeting::wanted(size_t c) {
-  if (c < front_.load()) return false;
+bool BackFetchMeeting::begin(const ChunkLayout& layout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  layout_ = layout;
+  return !stopped_;
+}
+
+bool BackFetchMeeting::take(size_t c, std::string&& value, size_t payload_offset) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_ || c < front_.load()) return false;
+  if (held_.values.empty()) held_.end = c + 1;
+  held_.first = c;
+  held_.bytes += value.size();
+  held_.values.emplace_back(std::move(value), payload_offset);
   lowest_.store(c);
   return true;
 }
 
-void BackFetchMeeting::deliver(RemoteBackFetch run, const ChunkLayout& layout) {
+void BackFetchMeeting::deliver(RemoteBackFetch run) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (run_) return;
+    run.values.clear();
     run_ = std::move(run);
-    layout_ = layout;
   }
   cv_.notify_all();
+}
+
+RemoteBackFetch BackFetchMeeting::stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_ = true;
+  front_.store(chunks_);
+  RemoteBackFetch out = std::move(held_);
+  held_ = RemoteBackFetch{};
+  std::reverse(out.values.begin(), out.values.end());
+  if (out.values.empty()) out.first = out.end = 0;
+  return out;
 }
 
 const RemoteBackFetch& BackFetchMeeting::wait() {
@@ -35,15 +56,26 @@ const RemoteBackFetch* BackFetchMeeting::delivered() const {
   return run_ ? &*run_ : nullptr;
 }
 
-void BackFetchMeeting::append(size_t from, FullTier& tier, uint64_t id) const {
+ChunkLayout BackFetchMeeting::layout() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!run_) throw Error("remote tier: appending a back fetch that has not been delivered");
-  append_back_chunks(layout_, *run_, from, tier, id);
+  return layout_;
 }
 
-void BackFetchMeeting::drop_values() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (run_) std::vector<std::pair<std::string, size_t>>().swap(run_->values);
+void fetch_back_into(RemoteTier& remote, std::span<const int32_t> tokens, size_t max_positions,
+                     BackFetchMeeting& meeting) {
+  RemoteBackFetch run;
+  try {
+    if (meeting.begin(remote.layout()))
+      run = remote.fetch_back(tokens, max_positions, [&](size_t c, std::string&& value, size_t offset) {
+        return meeting.take(c, std::move(value), offset);
+      });
+    else
+      run.stop_reason = "the front had computed the prefix before the fetch started";
+  } catch (const std::exception& e) {  // store faults never throw; anything else ends the run
+    run = RemoteBackFetch{};
+    run.stop_reason = e.what();
+  }
+  meeting.deliver(std::move(run));
 }
 
 MetPrefix meet_back_fetch(BackFetchMeeting& meeting, const std::function<void(size_t chunk)>& prefill_chunk,
@@ -55,30 +87,34 @@ MetPrefix meet_back_fetch(BackFetchMeeting& meeting, const std::function<void(si
       meeting.took(++f);
     }
   } catch (...) {
-    meeting.stop();
+    (void)meeting.stop();
     throw;
   }
-  meeting.stop();
+  // The chunks the fetcher holds: [held.first, held.end), held.first <= f unless
+  // the front took every chunk (a chunk both sides took is the front's).
+  const RemoteBackFetch held = meeting.stop();
   MetPrefix out;
   out.front_chunks = f;
-  const RemoteBackFetch* run = wait_for_run || meeting.claimed() ? &meeting.wait() : meeting.delivered();
-  if (run == nullptr) {
-    out.run.stop_reason = "the store's answer was not in when the front had computed the prefix";
-    return out;
-  }
-  const size_t used = f < run->end && run->first <= f ? run->end - f : 0;
-  if (used > 0) meeting.append(f, tier, id);
+  const size_t used = !held.values.empty() && held.first <= f && f < held.end ? held.end - f : 0;
+  if (used > 0) append_back_chunks(meeting.layout(), held, f, tier, id);
   out.fetched_chunks = used;
-  // The store holds chunks [0, run->end), chunk run->failed_at missing or bad among
-  // them: the front may have computed those.
-  out.publish_from = std::min({f + used, run->end, run->failed_at});
-  out.run.first = run->first;
-  out.run.end = run->end;
-  out.run.failed_at = run->failed_at;
-  out.run.bytes = run->bytes;
-  out.run.seconds = run->seconds;
-  out.run.stop_reason = run->stop_reason;
-  meeting.drop_values();
+  const RemoteBackFetch* run = wait_for_run ? &meeting.wait() : meeting.delivered();
+  if (run != nullptr) {
+    // The store holds chunks [0, run->end), chunk run->failed_at missing or bad
+    // among them: the front may have computed those.
+    out.publish_from = std::min({f + used, run->end, run->failed_at});
+    out.run = *run;
+  } else if (!held.values.empty()) {
+    // The fetch counted [0, held.end) in the store before its first chunk; it had
+    // not ended, so no chunk it held failed.
+    out.publish_from = held.end;
+    out.run.first = held.first;
+    out.run.end = out.run.failed_at = held.end;
+    out.run.bytes = held.bytes;
+  } else {
+    out.publish_known = false;
+    out.run.stop_reason = "the store's answer was not in when the front had computed the prefix";
+  }
   return out;
 }
 

@@ -2,12 +2,13 @@
 // from the last one down (RemoteTier::fetch_back): shared by the two threads that
 // run them (Generator's fetch thread, or the engine's net_fetcher and drafter).
 //
-//   fetcher: wanted(c) after chunk c passed its checks (false once the front has
-//            taken c: its run ends there), then deliver() once with the run;
-//   front:   may_take(f) before prefilling chunk f (false once the run reaches f),
-//            took(f + 1) after it, stop() when it is done or failed;
-//            wait() for the run only when it has claimed a chunk (claimed()): then
-//            the fetcher is at work and ends within one chunk's transfer.
+//   fetcher: begin(layout) first (false: the front is done already, fetch nothing);
+//            take(c, value) for each chunk that passed its checks (false once the
+//            front has taken c: the run ends there); deliver() once at the end;
+//   front:   may_take(f) before prefilling chunk f (false once the fetcher holds
+//            f), took(f + 1) after it; then stop(), which hands over the chunks
+//            the fetcher holds: the front appends them without waiting for the
+//            chunk in flight.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "kvtiers/remote/remote_tier.hpp"
@@ -32,46 +34,58 @@ class BackFetchMeeting {
   [[nodiscard]] size_t chunk_tokens() const { return chunk_tokens_; }
 
   // The fetcher's side.
-  /// Chunk c arrived whole: true claims it (the front stops below it), false when
-  /// the front has taken it already.
-  bool wanted(size_t c);
-  /// The fetch's run (its values kept for append()) and the layout of its chunks;
-  /// only the first call counts (a net_fetcher's failure may deliver an empty run).
-  void deliver(RemoteBackFetch run, const ChunkLayout& layout);
+  /// The layout of the chunks to come; false when the front has stopped already
+  /// (nothing is wanted: do not fetch).
+  bool begin(const ChunkLayout& layout);
+  /// Chunk c arrived whole (its value, and where its payload starts): true keeps it
+  /// (the front stops below it), false when the front has taken c or stopped.
+  bool take(size_t c, std::string&& value, size_t payload_offset);
+  /// The fetch's counts (its values, if any, are not used); only the first call
+  /// counts (a net_fetcher's failure may deliver an empty run).
+  void deliver(RemoteBackFetch run);
 
   // The front's side.
   [[nodiscard]] bool may_take(size_t f) const { return f < chunks_ && lowest_.load() > f; }
   void took(size_t front) { front_.store(front); }
-  /// The front takes nothing more: a fetcher still running stops at its next chunk.
-  void stop() { front_.store(chunks_); }
-  /// The fetcher has claimed a chunk (so it is at work and ends soon).
-  [[nodiscard]] bool claimed() const { return lowest_.load() < chunks_; }
+  /// The front takes nothing more, and the fetcher nothing more: the run the
+  /// fetcher holds, [first, end) from the last chunk down without a gap (values
+  /// ascending; empty when it holds none).
+  RemoteBackFetch stop();
   /// Blocks until deliver().
   const RemoteBackFetch& wait();
-  /// The run, when delivered already (else null).
+  /// The delivered counts, when in (else null).
   [[nodiscard]] const RemoteBackFetch* delivered() const;
-  /// Appends the run's chunks [from, end) to request `id` of `tier` (holding exactly
-  /// `from` chunks); after wait().
-  void append(size_t from, FullTier& tier, uint64_t id) const;
-  /// Frees the run's values (the counts stay).
-  void drop_values();
+  /// The layout begin() gave (empty before).
+  [[nodiscard]] ChunkLayout layout() const;
 
  private:
   const size_t chunks_, chunk_tokens_;
   std::atomic<size_t> front_{0}, lowest_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<RemoteBackFetch> run_;
+  bool stopped_ = false;
   ChunkLayout layout_;
+  RemoteBackFetch held_;  // values from the last chunk down
+  std::optional<RemoteBackFetch> run_;
 };
+
+/// The fetcher's whole part: fetch_back() of `tokens` (at most `max_positions`) into
+/// `meeting`, then deliver(); fetches nothing when the front is done already. Never
+/// throws (a failure is a run with nothing and its reason).
+void fetch_back_into(RemoteTier& remote, std::span<const int32_t> tokens, size_t max_positions,
+                     BackFetchMeeting& meeting);
 
 /// What a prefill that met a back fetch covered (meet_back_fetch()).
 struct MetPrefix {
   size_t front_chunks = 0;   // chunks [0, front_chunks) prefilled locally
   size_t fetched_chunks = 0; // chunks appended from the back run after them
-  size_t publish_from = 0;   // the first chunk the store may lack (to publish)
-  /// The run as delivered (its values dropped), when the front waited for it or it
-  /// was in; else a run with nothing fetched, reason "not in yet".
+  /// The first chunk the store may lack (to publish), when publish_known; else the
+  /// store was not heard from before the front was done: publish from 0, skipping
+  /// the chunks the store holds (remote_publish's skip_held).
+  size_t publish_from = 0;
+  bool publish_known = true;
+  /// The fetch's counts: those delivered, or, when the fetch had not ended, those of
+  /// the chunks it held (bytes) with an empty reason.
   RemoteBackFetch run;
   [[nodiscard]] size_t cached_chunks() const { return front_chunks + fetched_chunks; }
 };
@@ -79,12 +93,9 @@ struct MetPrefix {
 /// The front's whole part: prefills chunks from the first up through
 /// `prefill_chunk(f)` (which appends chunk f to request `id` of `tier`) while the
 /// back run has not reached them, then appends the run's chunks above the last one
-/// it took. When the run has not claimed a chunk by then (the fetcher had not
-/// started, or found nothing), the front took every chunk, and the run is waited
-/// for only with `wait_for_run` (a fetcher that started with the front; a queued
-/// net_fetcher may start much later): without it, publish_from is the run's if it
-/// was delivered already, else 0 (the publisher skips chunks the store holds). A
-/// throwing prefill stops the fetcher.
+/// it took. It never waits for the chunk in flight; with `wait_for_run` (a fetcher
+/// that started with the front) it waits for the fetch's end to report its counts.
+/// A throwing prefill stops the fetcher.
 [[nodiscard]] MetPrefix meet_back_fetch(BackFetchMeeting& meeting,
                                         const std::function<void(size_t chunk)>& prefill_chunk,
                                         FullTier& tier, uint64_t id, bool wait_for_run);

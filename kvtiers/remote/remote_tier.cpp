@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 
 #include "kvtiers/remote/chunk_value.hpp"
 
@@ -188,8 +189,28 @@ size_t RemoteTier::count_compressed(std::span<const int32_t> tokens, size_t max_
   return count_run(store_keys);
 }
 
+size_t RemoteTier::count_full(std::span<const int32_t> tokens, size_t max_positions) {
+  const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
+  const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
+  std::vector<std::string> store_keys;
+  for (size_t i = 0; i < limit; ++i) store_keys.push_back(full_chunk_key(keys[i]));
+  return count_run(store_keys);
+}
+
 RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t max_positions,
                                        const std::function<bool(size_t)>& wanted) {
+  std::vector<std::pair<std::string, size_t>> values;
+  RemoteBackFetch out = fetch_back(tokens, max_positions, [&](size_t c, std::string&& value, size_t payload_offset) {
+    if (!wanted(c)) return false;
+    values.emplace_back(std::move(value), payload_offset);
+    return true;
+  });
+  out.values.assign(std::make_move_iterator(values.rbegin()), std::make_move_iterator(values.rend()));
+  return out;
+}
+
+RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t max_positions,
+                                       const std::function<bool(size_t, std::string&&, size_t)>& take) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
   const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
@@ -211,16 +232,15 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
         const size_t c = out.end - 1 - i;
         const std::span<const std::byte> payload = decode_chunk_value(value, layout_, keys[c], ChunkKind::full, why);
         if (payload.empty()) return false;
-        if (!wanted(c)) {
+        const size_t offset = size_t(payload.data() - reinterpret_cast<const std::byte*>(value.data()));
+        if (!take(c, std::string(value), offset)) {
           met = true;
           return false;
         }
-        out.values.emplace_back(value, size_t(payload.data() - reinterpret_cast<const std::byte*>(value.data())));
         out.first = c;
         return true;
       },
       chunks, out.bytes, out.stop_reason, 1);
-  std::reverse(out.values.begin(), out.values.end());  // fetched from the last down
   if (met) out.stop_reason = "";  // the caller's own prefill reached the run
   out.failed_at = !met && out.first > 0 ? out.first - 1 : out.end;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

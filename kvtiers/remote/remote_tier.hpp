@@ -135,6 +135,16 @@ class RemoteTier {
   /// the run at the chunk above it. Never throws for store faults.
   [[nodiscard]] RemoteBackFetch fetch_back(std::span<const int32_t> tokens, size_t max_positions,
                                            const std::function<bool(size_t chunk)>& wanted);
+  /// fetch_back() handing each checked chunk's value (and where its payload starts)
+  /// to `take`, which keeps it and returns true, or returns false to end the run
+  /// there; the result's `values` stay empty.
+  [[nodiscard]] RemoteBackFetch fetch_back(
+      std::span<const int32_t> tokens, size_t max_positions,
+      const std::function<bool(size_t chunk, std::string&& value, size_t payload_offset)>& take);
+  /// How many of the full chunks of `tokens` (at most `max_positions` positions in
+  /// whole chunks) the store holds from the first on (EXISTS only; 0 while the store
+  /// is skipped).
+  [[nodiscard]] size_t count_full(std::span<const int32_t> tokens, size_t max_positions);
   /// Appends chunks [from, back.end) of `back` to request `id` of `tier`, which holds
   /// exactly from * chunk_tokens positions; back.first <= from (else vc::Error).
   void append_back(const RemoteBackFetch& back, size_t from, FullTier& tier, uint64_t id) const {

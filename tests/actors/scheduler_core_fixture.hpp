@@ -31,7 +31,8 @@ struct Call {
   VerifyJob job;          // verify
   std::shared_ptr<const VerifyOutcome> outcome;  // commit
   bool full_tier = false;  // release
-  bool ahead = false;      // draft: further ahead (compressed first)
+  bool ahead = false;      // draft: further ahead (compressed first); release_tier: after the
+                           // drafter; publish: skip the chunks the store holds
   size_t kept_ahead = 0;   // commit: drafts kept ahead past the round
   DraftSpec spec;          // prefill
   RankViews views;  // publish: the views' chunks too (one per rank); fetch_compressed: the base
@@ -96,8 +97,9 @@ class FakeOutbox final : public Outbox {
   }
   void remote_publish(uint64_t id, const std::vector<int32_t>&, size_t first_chunk,
                       RankViews views, const std::string& view_spec,
-                      size_t first_view_chunk) override {
+                      size_t first_view_chunk, bool skip_held) override {
     Call c;
+    c.ahead = skip_held;
     c.kind = Call::publish;
     c.id = id;
     c.n = first_chunk;
@@ -106,21 +108,20 @@ class FakeOutbox final : public Outbox {
     c.view_spec = view_spec;
     calls.push_back(c);
   }
-  std::string remote_meet(uint64_t id, const std::vector<int32_t>&, size_t max_positions,
-                          size_t create_positions, std::shared_ptr<BackFetchMeeting> meeting) override {
+  void remote_meet(uint64_t id, const std::vector<int32_t>&, size_t max_positions,
+                   std::shared_ptr<BackFetchMeeting> meeting) override {
     Call c;
     c.kind = Call::meet;
     c.id = id;
     c.n = max_positions;
-    c.create = create_positions;
     c.meeting = std::move(meeting);
     calls.push_back(c);
-    return meet_error;
   }
-  void release_tier(uint64_t id) override {
+  void release_tier(uint64_t id, bool after_drafter) override {
     Call c;
     c.kind = Call::release_tier;
     c.id = id;
+    c.ahead = after_drafter;
     calls.push_back(c);
   }
 
@@ -149,7 +150,6 @@ class FakeOutbox final : public Outbox {
   std::vector<Call> take() { return std::exchange(calls, {}); }
 
   std::vector<Call> calls;
-  std::string meet_error;  // what remote_meet answers ("" = the entry was made)
 };
 
 struct Submitted {

@@ -1,8 +1,10 @@
 // SchedulerCore with the remote prefix cache and recompute front, without an actor
-// system: the entry is made and the back fetch asked for before the prefill, which
-// goes out at once (nothing waits for the store); the prefill's account of the
-// meeting sets the stats and where publishing starts; a failure to make the entry
-// fails the request naming it; a compressed-first miss falls back to the meeting.
+// system: the back fetch is asked for and the prefill (which makes the entry) goes
+// out at once (nothing waits for the store); the prefill's account of the meeting
+// sets the stats and where publishing starts (past what the store holds when it
+// could not say); the entry is released through the drafter, after the prefill
+// that made it; a finished request stops its fetch; a compressed-first miss falls
+// back to the meeting.
 #include <gtest/gtest.h>
 
 #include "tests/actors/scheduler_core_remote_support.hpp"
@@ -16,12 +18,13 @@ Submitted front_request(uint64_t id, size_t prompt, size_t max_tokens, size_t li
   return s;
 }
 
-PrefillResult met_prefill(uint64_t id, size_t front, size_t fetched, size_t publish_from) {
+PrefillResult met_prefill(uint64_t id, size_t front, size_t fetched, size_t publish_from, bool known = true) {
   PrefillResult r = prefilled(id, 7);
   MetPrefix m;
   m.front_chunks = front;
   m.fetched_chunks = fetched;
   m.publish_from = publish_from;
+  m.publish_known = known;
   m.run.bytes = fetched * 1000;
   m.run.seconds = 0.25;
   m.run.stop_reason = "";
@@ -38,12 +41,11 @@ TEST(scheduler_core_recompute_front, the_back_fetch_and_the_prefill_start_togeth
   auto calls = out.take();
   ASSERT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(calls));
   EXPECT_EQ(64u, calls[0].n) << "whole chunks within the limit of 69";
-  EXPECT_EQ(91u, calls[0].create) << "room for the prompt and its tokens";
   ASSERT_TRUE(calls[0].meeting);
   EXPECT_EQ(4u, calls[0].meeting->chunks());
   EXPECT_EQ(kChunk, calls[0].meeting->chunk_tokens());
   EXPECT_EQ(calls[0].meeting, calls[1].spec.remote_meeting) << "the drafter meets the same fetch";
-  EXPECT_TRUE(calls[1].spec.tier_ready) << "the scheduler made the entry";
+  EXPECT_TRUE(calls[1].spec.tier_ready) << "the drafter makes the entry for the scheduler";
   EXPECT_EQ(0u, calls[1].spec.remote_cached);
 
   // The drafter prefilled chunk 0, the store gave chunks 1..3; it lacked none of
@@ -52,9 +54,12 @@ TEST(scheduler_core_recompute_front, the_back_fetch_and_the_prefill_start_togeth
   calls = out.take();
   ASSERT_EQ((std::vector<Call::Kind>{Call::publish, Call::release}), kinds(calls));
   EXPECT_EQ(4u, calls[0].n);
+  EXPECT_FALSE(calls[0].ahead) << "the store's holdings are known";
   EXPECT_FALSE(calls[1].full_tier) << "the scheduler frees the entry";
   core.on_remote_published(1, 0);
-  EXPECT_EQ((std::vector<Call::Kind>{Call::release_tier}), kinds(out.take()));
+  calls = out.take();
+  ASSERT_EQ((std::vector<Call::Kind>{Call::release_tier}), kinds(calls));
+  EXPECT_TRUE(calls[0].ahead) << "through the drafter, after the prefill that made it";
   ASSERT_TRUE(ready(a.result));
   const auto r = a.result.get();
   EXPECT_TRUE(r.ok);
@@ -78,21 +83,39 @@ TEST(scheduler_core_recompute_front, chunks_the_front_computed_past_what_the_sto
   EXPECT_EQ(2u, calls[0].n) << "from the first chunk the store lacked, not from the 4 in the tier";
 }
 
-TEST(scheduler_core_recompute_front, an_entry_that_cannot_be_made_fails_the_request_naming_it) {
+TEST(scheduler_core_recompute_front, a_store_not_heard_from_has_its_held_chunks_skipped_when_publishing) {
   FakeOutbox out;
-  out.meet_error = "full tier: out of room";
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto a = front_request(1, 70, 1, 69);
+  core.submit(a.ctx);
+  out.take();
+  core.on_prefilled(met_prefill(1, 4, 0, 0, /*known=*/false));
+  const auto calls = out.take();
+  ASSERT_EQ(1u, ids_of(calls, Call::publish).size());
+  EXPECT_EQ(0u, calls[0].n);
+  EXPECT_TRUE(calls[0].ahead) << "skip_held: the net_fetcher counts what the store holds";
+}
+
+TEST(scheduler_core_recompute_front, a_failed_prefill_fails_the_request_stops_its_fetch_and_frees_through_the_drafter) {
+  FakeOutbox out;
   SchedulerCore core(out, 2, 4, false, nullptr);
   core.set_remote_chunk_tokens(kChunk);
   auto a = front_request(1, 70, 4, 69);
   core.submit(a.ctx);
+  const auto meeting = out.take()[0].meeting;
+  core.on_failed(1, "full tier: out of room");
   const auto calls = out.take();
-  EXPECT_EQ(0u, ids_of(calls, Call::prefill).size());
-  EXPECT_EQ(0u, ids_of(calls, Call::release_tier).size()) << "nothing was made";
+  ASSERT_EQ((std::vector<uint64_t>{1}), ids_of(calls, Call::release_tier));
+  for (const Call& c : calls)
+    if (c.kind == Call::release_tier) {
+      EXPECT_TRUE(c.ahead);
+    }
   ASSERT_TRUE(ready(a.result));
   const auto r = a.result.get();
   EXPECT_FALSE(r.ok);
-  EXPECT_NE(std::string::npos, r.error.find("remote prefix cache: full tier: out of room")) << r.error;
-  EXPECT_EQ(0u, core.active());
+  EXPECT_NE(std::string::npos, r.error.find("full tier: out of room")) << r.error;
+  EXPECT_FALSE(meeting->begin(ChunkLayout{})) << "its fetch takes nothing";
 }
 
 TEST(scheduler_core_recompute_front, a_prefix_shorter_than_a_chunk_is_fetched_as_before) {
@@ -110,12 +133,17 @@ TEST(scheduler_core_recompute_front, cancelling_during_the_prefill_frees_the_ent
   core.set_remote_chunk_tokens(kChunk);
   auto a = front_request(1, 70, 4, 69);
   core.submit(a.ctx);
-  out.take();
+  const auto meeting = out.take()[0].meeting;
   core.cancel(1);
   const auto calls = out.take();
   EXPECT_EQ((std::vector<uint64_t>{1}), ids_of(calls, Call::release_tier));
+  for (const Call& c : calls)
+    if (c.kind == Call::release_tier) {
+      EXPECT_TRUE(c.ahead) << "after the drafter's prefill, which makes it";
+    }
   ASSERT_TRUE(ready(a.result));
   EXPECT_EQ("cancelled", a.result.get().finish_reason);
+  EXPECT_FALSE(meeting->begin(ChunkLayout{})) << "its fetch takes nothing";
   core.on_prefilled(met_prefill(1, 4, 0, 0));  // the drafter's late answer
   EXPECT_TRUE(out.take().empty());
 }

@@ -1,14 +1,16 @@
 // BackFetchMeeting and meet_back_fetch: a front prefill from the first chunk up and
-// RemoteTier::fetch_back from the last one down on another thread (a real
+// a fetch from the last one down on another thread (fetch_back_into against a real
 // redis-server), as the engine's drafter and net_fetcher run them. Whoever takes a
-// chunk, the entry ends up with the prefix bit for bit; the front waits for the run
-// only once the fetcher has claimed a chunk; a fetcher that never started costs the
-// front nothing; a throwing front stops the fetcher.
+// chunk, the entry ends up with the prefix bit for bit; the front appends the
+// chunks the fetcher holds without waiting for the one in flight; a fetcher that
+// never started costs the front nothing and then fetches nothing; a throwing front
+// stops the fetcher.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -46,72 +48,108 @@ struct back_fetch_meeting : ::testing::Test {
   }
 };
 
-TEST(back_fetch_meeting_claims, a_chunk_goes_to_the_fetcher_only_above_the_front_and_the_front_stops_below_its_claim) {
+TEST(back_fetch_meeting_claims, a_chunk_goes_to_the_fetcher_only_above_the_front_and_stop_hands_over_its_run) {
   BackFetchMeeting m(5, 8);
   EXPECT_TRUE(m.may_take(0));
-  EXPECT_FALSE(m.claimed());
+  EXPECT_TRUE(m.begin(ChunkLayout{}));
   m.took(2);
-  EXPECT_FALSE(m.wanted(1)) << "the front has taken chunk 1";
-  EXPECT_TRUE(m.wanted(3));
-  EXPECT_TRUE(m.claimed());
+  EXPECT_FALSE(m.take(1, "one", 0)) << "the front has taken chunk 1";
+  EXPECT_TRUE(m.take(4, "four", 1));
+  EXPECT_TRUE(m.take(3, "three", 2));
   EXPECT_TRUE(m.may_take(2));
   EXPECT_FALSE(m.may_take(3)) << "the fetcher holds chunk 3";
-  m.stop();
-  EXPECT_FALSE(m.wanted(4)) << "a stopped front leaves the fetcher nothing";
+  const RemoteBackFetch held = m.stop();
+  EXPECT_EQ(held.first, 3u);
+  EXPECT_EQ(held.end, 5u);
+  ASSERT_EQ(held.values.size(), 2u);
+  EXPECT_EQ(held.values[0].first, "three") << "ascending";
+  EXPECT_EQ(held.values[1].second, 1u);
+  EXPECT_EQ(held.bytes, 9u);
+  EXPECT_FALSE(m.take(2, "two", 0)) << "a stopped front leaves the fetcher nothing";
+  EXPECT_FALSE(m.begin(ChunkLayout{})) << "a fetch that starts now fetches nothing";
   EXPECT_EQ(m.delivered(), nullptr);
   RemoteBackFetch first;
   first.end = 5;
-  m.deliver(first, ChunkLayout{});
+  m.deliver(first);
   RemoteBackFetch second;
   second.end = 2;
-  m.deliver(second, ChunkLayout{});
+  m.deliver(second);
   ASSERT_NE(m.delivered(), nullptr);
   EXPECT_EQ(m.delivered()->end, 5u) << "only the first delivery counts";
 }
 
-TEST_F(back_fetch_meeting, a_slow_front_and_a_fetcher_on_its_own_thread_fill_the_prefix_bit_for_bit) {
+TEST_F(back_fetch_meeting, a_front_and_a_fetcher_on_its_own_thread_fill_the_prefix_bit_for_bit) {
   RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
   ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
   r.flush();
   BackFetchMeeting m(5, 8);
-  std::thread fetcher([&] { m.deliver(r.fetch_back(prompt, 40, [&](size_t c) { return m.wanted(c); }), r.layout()); });
+  std::thread fetcher([&] { fetch_back_into(r, prompt, 40, m); });
   dst.create(2);
-  // Each chunk of the front takes long enough for the fetcher to come down a chunk.
+  // The front's first chunk lasts until the fetcher holds chunks 4 down to 2.
   const MetPrefix met = meet_back_fetch(
       m,
       [&](size_t f) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (f == 0 && m.may_take(2) && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         copy_chunk(2, f);
       },
-      dst, 2, /*wait_for_run=*/false);
+      dst, 2, /*wait_for_run=*/true);
   fetcher.join();
   EXPECT_GE(met.front_chunks, 1u);
-  EXPECT_GE(met.fetched_chunks, 1u) << "the fetcher took the back";
+  EXPECT_GE(met.fetched_chunks, 3u) << "the fetcher took the back";
   EXPECT_EQ(met.cached_chunks(), 5u);
   EXPECT_EQ(met.publish_from, 5u) << "the store held every chunk";
+  EXPECT_TRUE(met.publish_known);
   EXPECT_EQ(met.run.stop_reason, "");
-  EXPECT_TRUE(met.run.values.empty());
-  EXPECT_TRUE(m.delivered()->values.empty()) << "the values are freed once appended";
+  EXPECT_GT(met.run.bytes, 0u);
   expect_prefix(2, 40);
 }
 
-TEST_F(back_fetch_meeting, a_fetcher_that_never_started_costs_the_front_nothing) {
-  BackFetchMeeting m(5, 8);
-  dst.create(3);
-  const auto t0 = std::chrono::steady_clock::now();
-  const MetPrefix met = meet_back_fetch(m, [&](size_t f) { copy_chunk(3, f); }, dst, 3, /*wait_for_run=*/false);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
-  EXPECT_EQ(met.front_chunks, 5u);
-  EXPECT_EQ(met.fetched_chunks, 0u);
-  EXPECT_EQ(met.publish_from, 0u) << "what the store holds is unknown: publish all";
-  EXPECT_NE(met.run.stop_reason.find("not in"), std::string::npos) << met.run.stop_reason;
-  expect_prefix(3, 40);
-  // The fetcher starts late: it finds the front everywhere and takes nothing.
+TEST_F(back_fetch_meeting, the_front_appends_what_the_fetcher_holds_without_waiting_for_the_chunk_in_flight) {
   RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
   ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
   r.flush();
-  const RemoteBackFetch late = r.fetch_back(prompt, 40, [&](size_t c) { return m.wanted(c); });
-  EXPECT_TRUE(late.values.empty());
+  std::vector<std::pair<std::string, size_t>> values;  // chunks 4 and 3, as a fetch hands them over
+  (void)r.fetch_back(prompt, 40, [&](size_t c, std::string&& v, size_t offset) {
+    values.emplace_back(std::move(v), offset);
+    return c > 3;
+  });
+  ASSERT_EQ(values.size(), 2u);
+  // This test is the fetcher: it holds chunks 4 and 3, and its GET of chunk 2 never
+  // ends (nothing is delivered).
+  BackFetchMeeting m(5, 8);
+  ASSERT_TRUE(m.begin(r.layout()));
+  ASSERT_TRUE(m.take(4, std::move(values[0].first), values[0].second));
+  ASSERT_TRUE(m.take(3, std::move(values[1].first), values[1].second));
+  dst.create(3);
+  const MetPrefix met = meet_back_fetch(m, [&](size_t f) { copy_chunk(3, f); }, dst, 3, /*wait_for_run=*/false);
+  EXPECT_EQ(met.front_chunks, 3u);
+  EXPECT_EQ(met.fetched_chunks, 2u);
+  EXPECT_EQ(met.publish_from, 5u) << "the fetch counted 5 chunks in the store before its first";
+  EXPECT_TRUE(met.publish_known);
+  EXPECT_GT(met.run.bytes, 0u);
+  expect_prefix(3, 40);
+}
+
+TEST_F(back_fetch_meeting, a_fetcher_that_never_started_costs_the_front_nothing_and_then_fetches_nothing) {
+  BackFetchMeeting m(5, 8);
+  dst.create(4);
+  const MetPrefix met = meet_back_fetch(m, [&](size_t f) { copy_chunk(4, f); }, dst, 4, /*wait_for_run=*/false);
+  EXPECT_EQ(met.front_chunks, 5u);
+  EXPECT_EQ(met.fetched_chunks, 0u);
+  EXPECT_FALSE(met.publish_known) << "what the store holds is unknown";
+  EXPECT_NE(met.run.stop_reason.find("not in"), std::string::npos) << met.run.stop_reason;
+  expect_prefix(4, 40);
+  // The fetch starts late: it sees the front done and asks the store nothing.
+  RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
+  ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
+  r.flush();
+  fetch_back_into(r, prompt, 40, m);
+  ASSERT_NE(m.delivered(), nullptr);
+  EXPECT_EQ(m.delivered()->bytes, 0u);
+  EXPECT_NE(m.delivered()->stop_reason.find("before the fetch started"), std::string::npos)
+      << m.delivered()->stop_reason;
 }
 
 TEST_F(back_fetch_meeting, a_front_that_throws_stops_the_fetcher) {
@@ -119,11 +157,12 @@ TEST_F(back_fetch_meeting, a_front_that_throws_stops_the_fetcher) {
   ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
   r.flush();
   BackFetchMeeting m(5, 8);
-  dst.create(4);
-  EXPECT_THROW((void)meet_back_fetch(m, [](size_t) { throw std::runtime_error("prefill failed"); }, dst, 4, false),
+  dst.create(5);
+  EXPECT_THROW((void)meet_back_fetch(m, [](size_t) { throw std::runtime_error("prefill failed"); }, dst, 5, false),
                std::runtime_error);
-  const RemoteBackFetch b = r.fetch_back(prompt, 40, [&](size_t c) { return m.wanted(c); });
-  EXPECT_TRUE(b.values.empty()) << "nothing wanted after the front stopped";
+  fetch_back_into(r, prompt, 40, m);
+  ASSERT_NE(m.delivered(), nullptr);
+  EXPECT_EQ(m.delivered()->bytes, 0u) << "nothing wanted after the front stopped";
 }
 
 }  // namespace
