@@ -5,7 +5,8 @@
 // and logprobs equal `batch` in full mode and a lossy line's equal `batch` without
 // the store, the two sides cover the prefix the plain full flow fetches, the chunks
 // the store lacked are published (those it held are not sent again), and a corrupt
-// or dead store leaves the whole prefix to the drafter.
+// or dead store leaves the whole prefix to the drafter. A tensor-parallel group
+// ignores the option (its ranks fetch from the front).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -190,6 +191,25 @@ TEST(cli_batch_recompute_front, a_corrupt_or_dead_store_leaves_the_whole_prefix_
       EXPECT_EQ(rs["chunks_hit"], 0) << rs;
       EXPECT_EQ(rs["front_recomputed"], plain[i]["stats"]["remote"]["positions_hit"]) << rs;
     }
+}
+
+TEST(cli_batch_recompute_front, a_tensor_parallel_group_fetches_from_the_front_as_before) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  Dir d;
+  const std::string p = code_prompt(14);
+  write_lines(d, "in.jsonl", p, false);
+  write_lines(d, "full.jsonl", p, true);
+  const std::string remote = " --remote " + server.url() + kFull + " --tp 2";
+  const auto full = run_batch(d, "full.jsonl", "full", " --tp 2");
+  (void)run_batch(d, "in.jsonl", "cold", remote);
+  const auto met = run_batch(d, "in.jsonl", "met", remote + " --remote-recompute-front");
+  expect_same_outputs(full, met, "tp 2");
+  for (const json& line : met) {
+    const json& rs = line["stats"]["remote"];
+    EXPECT_EQ(rs["front_recomputed"], 0) << rs;
+    EXPECT_GT(rs["chunks_hit"].get<int>(), 3) << rs;
+  }
 }
 
 }  // namespace
