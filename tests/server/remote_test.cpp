@@ -1,6 +1,7 @@
 // `vericache serve --remote redis://...` against a real redis-server: a completion's
 // text equals `vericache generate` for the same request, both before the store holds
-// the prompt's prefix and after (when the response's stats show the hit).
+// the prompt's prefix and after (when the response's stats show the hit), in the
+// compressed-first flow and in the full flow recomputing the front.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -34,10 +35,8 @@ size_t stored_chunks(const std::string& url) {
   return scan.elements.at(1).elements.size();
 }
 
-TEST(serve_remote, completion_text_equals_generate_before_and_after_the_store_holds_the_prefix_compressed_first) {
-  RedisServer store;
-  VC_REQUIRE_REDIS(store);
-  const std::string prompt = long_prompt();
+// `generate`'s text for the request the tests send.
+std::string generate_text(const std::string& prompt) {
   const std::string file = "/tmp/vc-serve-remote-" + std::to_string(::getpid()) + ".txt";
   { std::ofstream(file) << prompt; }
   const CliRun g = run_vericache("generate --json --prompt-file " + file +
@@ -45,27 +44,40 @@ TEST(serve_remote, completion_text_equals_generate_before_and_after_the_store_ho
                                      "--ratio 4 --draft 6 --ignore-eos",
                                  false);
   ::unlink(file.c_str());
-  ASSERT_EQ(g.code, 0) << g.out;
-  const std::string expected = json::parse(g.out)["text"].get<std::string>();
+  EXPECT_EQ(g.code, 0) << g.out;
+  return json::parse(g.out)["text"].get<std::string>();
+}
 
-  ServerProcess server({"--remote", store.url(), "--remote-chunk", "64"});
-  const json body = {{"prompt", prompt}, {"max_tokens", 16}, {"mode", "vericache"},
-                     {"compressor", "snapkv"}, {"ratio", 4}, {"draft", "6"}, {"ignore_eos", true}};
-  const HttpResponse cold = http_request(server.port(), "POST", "/v1/completions", body.dump());
-  ASSERT_EQ(cold.status, 200) << cold.body;
-  EXPECT_EQ(cold.json()["choices"][0]["text"], expected);
-  EXPECT_EQ(cold.json()["vericache"]["remote"]["chunks_hit"], 0);
+json completion_body(const std::string& prompt) {
+  return {{"prompt", prompt}, {"max_tokens", 16}, {"mode", "vericache"},
+          {"compressor", "snapkv"}, {"ratio", 4}, {"draft", "6"}, {"ignore_eos", true}};
+}
 
-  // Publishing is write-behind: wait until the store holds the chunks, full and
-  // compressed.
-  const json published = cold.json()["vericache"]["remote"];
+// Publishing is write-behind: wait until the store holds what `published` queued.
+void wait_published(const RedisServer& store, const json& published) {
   const size_t all = published["chunks_published"].get<size_t>() +
                      published["compressed_chunks_published"].get<size_t>();
-  ASSERT_GE(published["compressed_chunks_published"].get<int>(), 3) << published;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (stored_chunks(store.url()) < all && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_GE(stored_chunks(store.url()), all);
+}
+
+TEST(serve_remote, completion_text_equals_generate_before_and_after_the_store_holds_the_prefix_compressed_first) {
+  RedisServer store;
+  VC_REQUIRE_REDIS(store);
+  const std::string prompt = long_prompt();
+  const std::string expected = generate_text(prompt);
+
+  ServerProcess server({"--remote", store.url(), "--remote-chunk", "64"});
+  const json body = completion_body(prompt);
+  const HttpResponse cold = http_request(server.port(), "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(cold.status, 200) << cold.body;
+  EXPECT_EQ(cold.json()["choices"][0]["text"], expected);
+  EXPECT_EQ(cold.json()["vericache"]["remote"]["chunks_hit"], 0);
+  const json published = cold.json()["vericache"]["remote"];
+  ASSERT_GE(published["compressed_chunks_published"].get<int>(), 3) << published;
+  wait_published(store, published);
 
   const HttpResponse warm = http_request(server.port(), "POST", "/v1/completions", body.dump());
   ASSERT_EQ(warm.status, 200) << warm.body;
@@ -75,6 +87,35 @@ TEST(serve_remote, completion_text_equals_generate_before_and_after_the_store_ho
   // The engine drafted from the compressed chunks first (serve's default flow).
   EXPECT_TRUE(j["vericache"]["remote"]["compressed_first"].get<bool>()) << j["vericache"];
   EXPECT_EQ(j["vericache"]["remote"]["compressed_chunks_hit"], published["compressed_chunks_published"]);
+}
+
+TEST(serve_remote, completion_text_equals_generate_with_the_front_recomputed_while_the_back_is_fetched) {
+  RedisServer store;
+  VC_REQUIRE_REDIS(store);
+  const std::string prompt = long_prompt();
+  const std::string expected = generate_text(prompt);
+
+  ServerProcess server({"--remote", store.url(), "--remote-chunk", "64", "--remote-flow", "full",
+                        "--remote-recompute-front"});
+  const json body = completion_body(prompt);
+  const HttpResponse cold = http_request(server.port(), "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(cold.status, 200) << cold.body;
+  EXPECT_EQ(cold.json()["choices"][0]["text"], expected);
+  const json published = cold.json()["vericache"]["remote"];
+  EXPECT_EQ(published["chunks_hit"], 0) << published;
+  ASSERT_GE(published["chunks_published"].get<int>(), 3) << published;
+  wait_published(store, published);
+
+  const HttpResponse warm = http_request(server.port(), "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(warm.status, 200) << warm.body;
+  const json j = warm.json();
+  const json& rs = j["vericache"]["remote"];
+  EXPECT_EQ(j["choices"][0]["text"], expected);
+  EXPECT_FALSE(rs["compressed_first"].get<bool>()) << rs;
+  // The front and the back together cover the cached prefix (whole chunks).
+  const size_t covered = rs["positions_hit"].get<size_t>() + rs["front_recomputed"].get<size_t>();
+  EXPECT_GE(covered, 3u * 64) << rs;
+  EXPECT_EQ(covered % 64, 0u) << rs;
 }
 
 }  // namespace
