@@ -138,9 +138,10 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
         out.views = join_segment(m.base, std::move(segment), out.fetch);
         return out;
       },
-      [remotes](remote_fetch_back_msg& m) {
-        // Degree 1 only (the scheduler sends none to a group).
-        fetch_back_into(*remotes[0], m.prompt, m.max_positions, *m.meeting);
+      [remotes, ranks](remote_fetch_back_msg& m) {
+        ranks->run([&](int r) {  // each rank's chunks into its own meeting
+          fetch_back_into(*remotes[size_t(r)], m.prompt, m.max_positions, *m.meetings.at(size_t(r)));
+        });
         return true;
       },
       [remotes, tiers_of](remote_publish_msg& m) -> remote_published_msg {

@@ -134,7 +134,7 @@ struct remote_fetch_back_msg {
   uint64_t id = 0;
   std::vector<int32_t> prompt;
   size_t max_positions = 0;
-  std::shared_ptr<BackFetchMeeting> meeting;
+  RankMeetings meetings;  // rank r's fetch meets rank r's front
 };
 /// scheduler -> net_fetcher, once per request after its prefill (when the prompt
 /// has complete chunks): queue for write-behind publishing the prompt's full chunks

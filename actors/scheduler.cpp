@@ -87,15 +87,17 @@ void ActorOutbox::remote_fetch_compressed(uint64_t id, const std::vector<int32_t
             });
 }
 void ActorOutbox::remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
-                              std::shared_ptr<BackFetchMeeting> meeting) {
+                              RankMeetings meetings) {
   const size_t f = take_fetcher();
-  self_->request(w_.net_fetchers[f], caf::infinite, remote_fetch_back_msg{id, prompt, max_positions, meeting})
+  self_->request(w_.net_fetchers[f], caf::infinite, remote_fetch_back_msg{id, prompt, max_positions, meetings})
       .then([this, f](bool) { release_fetcher(f); },
-            [this, f, meeting](caf::error& e) {
+            [this, f, meetings](caf::error& e) {
               release_fetcher(f);
-              RemoteBackFetch none;  // the front computes what it has not been handed
-              none.stop_reason = "net_fetcher: " + to_string(e);
-              meeting->deliver(std::move(none));
+              for (const auto& m : meetings) {  // the fronts compute what they were not handed
+                RemoteBackFetch none;
+                none.stop_reason = "net_fetcher: " + to_string(e);
+                m->deliver(std::move(none));
+              }
             });
 }
 void ActorOutbox::finish_prefill(uint64_t id, size_t cached) {

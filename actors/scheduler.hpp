@@ -37,7 +37,7 @@ class ActorOutbox final : public Outbox {
                       RankViews views, const std::string& view_spec,
                       size_t first_view_chunk, bool skip_held) override;
   void remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
-                   std::shared_ptr<BackFetchMeeting> meeting) override;
+                   RankMeetings meetings) override;
   void release_tier(uint64_t id, bool after_drafter) override;
   void remote_fetch_compressed(uint64_t id, const std::vector<int32_t>& prompt, size_t from_positions,
                                size_t max_positions, const std::string& view_spec,

@@ -369,7 +369,7 @@ void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::
   // A remote request's entry is the scheduler's: freed here unless a fetch or a
   // publish still uses it (their replies free it).
   out_.release(c.id, c.spec.mode == DecodeMode::vericache && !c.remote);
-  if (c.spec.remote_meeting) (void)c.spec.remote_meeting->stop();  // its fetcher takes nothing more
+  for (const auto& m : c.spec.remote_meetings) (void)m->stop();  // their fetchers take nothing more
   if (!c.remote_fetching && !c.remote_publishing) free_tier(c);
   if (c.remote_fetching) c.tier_held = false;  // on_remote_fetched frees it
   fast_reserved_ -= std::min(fast_reserved_, c.fast_need);

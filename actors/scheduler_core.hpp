@@ -63,9 +63,10 @@ struct RequestCtx {
   bool result_pending = false;   // finished while its publish was being queued
   /// Recompute front (set at submit with `remote`, EngineConfig::remote_recompute_front
   /// at degree 1): the full flow fetches from the back while the drafter prefills
-  /// from the front (DraftSpec::remote_meeting), instead of fetching first.
+  /// from the front (DraftSpec::remote_meetings), instead of fetching first.
   bool recompute_front = false;
   bool meeting_started = false;  // it did: the drafter created the entry (for the scheduler)
+  size_t tp_degree = 1;          // the engine's: one meeting per rank
   /// The first chunk the store may lack, when the prefill says (recompute front);
   /// else remote_cached's chunks are the store's. publish_skip_held: the prefill
   /// could not say (publish from publish_from, past what the store holds).
@@ -144,9 +145,9 @@ class Outbox {
                               size_t first_view_chunk, bool skip_held) = 0;
   /// Recompute front: ask a net_fetcher to fetch the cached chunks of `prompt` (at
   /// most `max_positions`) from the back, meeting the drafter's prefill (which
-  /// creates the entry) through `meeting`.
+  /// creates the entry) through `meetings` (one per rank).
   virtual void remote_meet(uint64_t id, const std::vector<int32_t>& prompt, size_t max_positions,
-                           std::shared_ptr<BackFetchMeeting> meeting) = 0;
+                           RankMeetings meetings) = 0;
   /// Free request `id`'s full-tier entry (after the mover's pending writes);
   /// `after_drafter`: the drafter created it (recompute front), so the release goes
   /// through the drafter's mailbox, after the prefill that made it.

@@ -24,12 +24,14 @@ void SchedulerCore::start_full_flow(RequestCtx& c) {
 void SchedulerCore::start_meeting(RequestCtx& c) {
   const size_t T = remote_chunk_;
   const size_t chunks = std::min(c.remote_limit, c.spec.prompt.size()) / T;
-  auto meeting = std::make_shared<BackFetchMeeting>(chunks, T);
-  out_.remote_meet(c.id, c.spec.prompt, chunks * T, meeting);
+  RankMeetings meetings;
+  for (size_t r = 0; r < std::max<size_t>(c.tp_degree, 1); ++r)
+    meetings.push_back(std::make_shared<BackFetchMeeting>(chunks, T));
+  out_.remote_meet(c.id, c.spec.prompt, chunks * T, meetings);
   c.tier_held = c.meeting_started = true;
-  c.spec.tier_ready = true;  // created by the drafter for the scheduler (DraftSpec::remote_meeting)
+  c.spec.tier_ready = true;  // created by the drafter for the scheduler (DraftSpec::remote_meetings)
   c.spec.remote_cached = 0;
-  c.spec.remote_meeting = std::move(meeting);
+  c.spec.remote_meetings = std::move(meetings);
   start_prefill(c);
 }
 
@@ -166,7 +168,7 @@ void SchedulerCore::note_meeting(RequestCtx& c, const MetPrefix& met) {
   s.remote_stop_reason = met.run.stop_reason;
   s.remote_fetch_segments = 1;
   c.spec.remote_cached = met.cached_chunks() * T;
-  c.spec.remote_meeting.reset();  // the run's values go with the drafter's copy
+  c.spec.remote_meetings.clear();  // the runs' values go with the drafter's copy
   c.publish_from = met.publish_from;
   c.publish_skip_held = !met.publish_known;
 }

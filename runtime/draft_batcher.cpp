@@ -6,6 +6,7 @@
 
 #include "kernels/error.hpp"
 #include "runtime/kvzap_file.hpp"
+#include "runtime/remote_prefix.hpp"
 #include "runtime/streamed_prefill.hpp"
 
 namespace vc {
@@ -94,20 +95,24 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
         tier_created = true;
       }
       size_t cached = spec.tier_ready ? spec.remote_cached : 0;
-      if (spec.remote_meeting) {
+      if (!spec.remote_meetings.empty()) {
         // The entry is the scheduler's (tier_ready), made here, off its thread.
         tier_->create(spec.id, spec.prompt.size() + spec.max_new_tokens);
         tier_created = true;  // until the prefill is through: a failure drops it
-        const size_t T = spec.remote_meeting->chunk_tokens();
+        const TensorParallelRank* tp = model_->tp();
+        BackFetchMeeting& meeting = *spec.remote_meetings.at(tp != nullptr ? size_t(tp->rank) : 0);
+        std::optional<MeetingRanks> ranks;
+        if (tp != nullptr && tp->degree > 1) ranks = meeting_ranks(*tp);
+        const size_t T = meeting.chunk_tokens();
         met = meet_back_fetch(
-            *spec.remote_meeting,
+            meeting,
             [&](size_t f) {
               (void)prefill_to_tier(*model_, std::span(spec.prompt).subspan(f * T, T), spec.id, *tier_,
                                     *stream_, cache_, ws_, spec.prefill_chunk);
             },
-            *tier_, spec.id, /*wait_for_run=*/false);
+            *tier_, spec.id, /*wait_for_run=*/false, ranks ? &*ranks : nullptr);
         cached = met->cached_chunks() * T;
-        r.spec.remote_meeting.reset();
+        r.spec.remote_meetings.clear();
       }
       p = prefill_compressed(*model_, spec.prompt, r.seq, cache_, ws_, *planner, spec.ratio,
                              spec.stats_window, spec.prefill_chunk, *tier_, *stream_, spec.id, cached);
@@ -155,7 +160,7 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
   } catch (...) {
     cache_.free(r.seq);
     if (tier_created) tier_->release(spec.id);
-    if (spec.remote_meeting) (void)spec.remote_meeting->stop();  // its fetcher takes nothing more
+    for (const auto& m : spec.remote_meetings) (void)m->stop();  // their fetchers take nothing more
     throw;
   }
 }

@@ -53,8 +53,10 @@ struct DraftSpec {
   /// tier_ready, but prefill() creates the entry, for its caller to release): a net_fetcher fetches the cached chunks from the
   /// last one down meanwhile; prefill() computes the prefix from the first chunk up
   /// until the two meet (meet_back_fetch), appends the fetched chunks above, then
-  /// prefills the rest. PrefillResult::met says what each side covered. Null: none.
-  std::shared_ptr<BackFetchMeeting> remote_meeting;
+  /// prefills the rest. PrefillResult::met says what each side covered. One per
+  /// tensor-parallel rank (the drafter of a shard takes its rank's; the ranks'
+  /// fronts agree chunk by chunk). Empty: none.
+  RankMeetings remote_meetings;
   /// Remote prefix cache: PrefillResult::views gets a copy of the prompt's view, for
   /// publishing its compressed chunks (lossy, vericache).
   bool copy_view = false;
@@ -97,7 +99,7 @@ struct PrefillResult {
   /// finish_prefill(): the block drafted from the guess is kept (the guess was the
   /// exact token), so its drafts are the first round's (verify them from p0 = n).
   bool drafts_kept = false;
-  /// DraftSpec::remote_meeting: the chunks prefilled from the front and those
+  /// DraftSpec::remote_meetings: the chunks prefilled from the front and those
   /// fetched from the back (the prompt's positions [0, met->cached_chunks() *
   /// chunk) came from the two), and the first chunk to publish.
   std::optional<MetPrefix> met;

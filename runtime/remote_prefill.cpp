@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <optional>
 #include <tuple>
 
 #include "kvtiers/full_tier.hpp"
@@ -105,6 +106,11 @@ std::pair<size_t, size_t> Generator::fetch_remote_prefix_meeting(Request& rq, st
   BackFetchMeeting meeting(limit / T, T);
   std::future<void> back =
       std::async(std::launch::async, [&] { fetch_back_into(*remote_, prompt, limit, meeting); });
+  // A group's fronts prefill together: each rank meets its own fetch (its KV heads'
+  // chunks), and they agree chunk by chunk (meet_back_fetch's MeetingRanks).
+  const TensorParallelRank* tp = group_of(*model_);
+  std::optional<MeetingRanks> ranks;
+  if (tp != nullptr) ranks = meeting_ranks(*tp);
   MetPrefix met;
   try {
     met = meet_back_fetch(
@@ -113,7 +119,7 @@ std::pair<size_t, size_t> Generator::fetch_remote_prefix_meeting(Request& rq, st
           (void)prefill_to_tier(*model_, prompt.subspan(f * T, T), rq.tier_id, *full_tier_, *streamer_,
                                 cache_, ws_, rq.opt.prefill_chunk);
         },
-        *full_tier_, rq.tier_id, /*wait_for_run=*/true);
+        *full_tier_, rq.tier_id, /*wait_for_run=*/true, ranks ? &*ranks : nullptr);
   } catch (...) {
     back.get();  // the fetcher stops at its next chunk
     throw;
@@ -166,7 +172,7 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
   }
   // The positions in the tier, and the first chunk the store lacks (to publish).
   size_t cached = 0, publish_from = 0;
-  if (cfg_.remote_recompute_front && tp == nullptr) {
+  if (cfg_.remote_recompute_front) {
     std::tie(cached, publish_from) = fetch_remote_prefix_meeting(rq, prompt);
   } else {
     cached = fetch_remote_prefix(rq, prompt);

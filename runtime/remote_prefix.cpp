@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
+#include "runtime/model.hpp"
 #include "runtime/model/fingerprint.hpp"
+#include "runtime/tp_comm.hpp"
 
 namespace vc {
 
@@ -29,6 +32,21 @@ size_t remote_prefix_limit(const Compressor& c, size_t prompt_size, size_t stats
   if (c.needs_stats())
     limit = prompt_size > stats_window ? std::min(limit, prompt_size - stats_window) : 0;
   return limit;
+}
+
+MeetingRanks meeting_ranks(const TensorParallelRank& tp) {
+  // Counts of chunks, exact in a float (far below 2^24).
+  return {[&tp](bool mine) {
+            float x = mine ? 1.0f : 0.0f;
+            tp.comm->all_reduce_sum(tp.rank, &x, 1);
+            return x > 0.5f;
+          },
+          [&tp](size_t mine) {
+            std::vector<float> all(size_t(tp.degree));
+            const float m = float(mine);
+            tp.comm->all_gather(tp.rank, &m, 1, all.data());
+            return size_t(*std::min_element(all.begin(), all.end()));
+          }};
 }
 
 }  // namespace vc

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kvtiers/compressor.hpp"
+#include "kvtiers/remote/back_fetch_meeting.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 
 namespace vc {
@@ -38,5 +39,10 @@ struct RemoteSettings {
 /// (KVzap) takes nothing from the store.
 [[nodiscard]] size_t remote_prefix_limit(const Compressor& c, size_t prompt_size,
                                          size_t stats_window);
+
+struct TensorParallelRank;
+/// How the ranks of `tp`'s group agree while recomputing the front
+/// (meet_back_fetch): over its communicator (`tp` outlives the result).
+[[nodiscard]] MeetingRanks meeting_ranks(const TensorParallelRank& tp);
 
 }  // namespace vc

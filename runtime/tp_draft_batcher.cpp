@@ -65,6 +65,9 @@ PrefillResult TpDraftBatcher::prefill(const DraftSpec& spec) {
     p.compressed_full_bytes += o.compressed_full_bytes;
     p.fast_bytes_peak = std::max(p.fast_bytes_peak, o.fast_bytes_peak);
     p.views.insert(p.views.end(), o.views.begin(), o.views.end());  // rank order
+    // Recompute front: the ranks agreed on the chunks (meet_back_fetch); the
+    // bytes are every rank's.
+    if (p.met && o.met) p.met->run.bytes += o.met->run.bytes;
   }
   return p;
 }

@@ -94,8 +94,8 @@ struct EngineConfig {
   /// The full flow (without compressed first, or when it finds no compressed
   /// chunk): a net_fetcher fetches the cached prefix's chunks from the last one down
   /// while the drafter prefills the prefix from the first one up, until the two meet
-  /// (the link and the cores both work; the same tokens). Degree 1 only (a
-  /// tensor-parallel group fetches from the front). false: fetch, then prefill.
+  /// (the link and the cores both work; the same tokens). At tp > 1 each rank meets
+  /// its own fetch, and the ranks agree chunk by chunk. false: fetch, then prefill.
   bool remote_recompute_front = false;
   /// Compressed first, vericache: the drafter drafts up to this many tokens from its
   /// guess while the full chunks arrive (at least one round's; at most fold_every

@@ -79,10 +79,11 @@ void fetch_back_into(RemoteTier& remote, std::span<const int32_t> tokens, size_t
 }
 
 MetPrefix meet_back_fetch(BackFetchMeeting& meeting, const std::function<void(size_t chunk)>& prefill_chunk,
-                          FullTier& tier, uint64_t id, bool wait_for_run) {
+                          FullTier& tier, uint64_t id, bool wait_for_run, const MeetingRanks* ranks) {
+  const auto go_on = [&](size_t f) { return ranks ? ranks->any(meeting.may_take(f)) : meeting.may_take(f); };
   size_t f = 0;
   try {
-    while (meeting.may_take(f)) {
+    while (go_on(f)) {
       prefill_chunk(f);
       meeting.took(++f);
     }
@@ -92,11 +93,17 @@ MetPrefix meet_back_fetch(BackFetchMeeting& meeting, const std::function<void(si
   }
   // The chunks the fetcher holds: [held.first, held.end), held.first <= f unless
   // the front took every chunk (a chunk both sides took is the front's).
-  const RemoteBackFetch held = meeting.stop();
+  RemoteBackFetch held = meeting.stop();
   MetPrefix out;
   out.front_chunks = f;
-  const size_t used = !held.values.empty() && held.first <= f && f < held.end ? held.end - f : 0;
-  if (used > 0) append_back_chunks(meeting.layout(), held, f, tier, id);
+  const size_t mine = !held.values.empty() && held.first <= f && f < held.end ? held.end - f : 0;
+  const size_t used = ranks ? ranks->min(f + mine) - f : mine;
+  const size_t counted = held.end;  // the fetch found chunks [0, counted) in the store
+  if (used > 0) {
+    held.values.resize(f + used - held.first);
+    held.end = f + used;
+    append_back_chunks(meeting.layout(), held, f, tier, id);
+  }
   out.fetched_chunks = used;
   const RemoteBackFetch* run = wait_for_run ? &meeting.wait() : meeting.delivered();
   if (run != nullptr) {
@@ -107,13 +114,17 @@ MetPrefix meet_back_fetch(BackFetchMeeting& meeting, const std::function<void(si
   } else if (!held.values.empty()) {
     // The fetch counted [0, held.end) in the store before its first chunk; it had
     // not ended, so no chunk it held failed.
-    out.publish_from = held.end;
+    out.publish_from = counted;
     out.run.first = held.first;
-    out.run.end = out.run.failed_at = held.end;
+    out.run.end = out.run.failed_at = counted;
     out.run.bytes = held.bytes;
   } else {
     out.publish_known = false;
     out.run.stop_reason = "the store's answer was not in when the front had computed the prefix";
+  }
+  if (ranks) {  // one publish for the group: from the least, skipping held chunks if any rank cannot say
+    out.publish_from = ranks->min(out.publish_from);
+    out.publish_known = !ranks->any(!out.publish_known);
   }
   return out;
 }

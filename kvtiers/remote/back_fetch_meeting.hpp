@@ -15,9 +15,11 @@
 #include <cstddef>
 #include <functional>
 #include <mutex>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kvtiers/remote/remote_tier.hpp"
 
@@ -69,6 +71,9 @@ class BackFetchMeeting {
   std::optional<RemoteBackFetch> run_;
 };
 
+/// A request's meetings, one per tensor-parallel rank (its KV heads' chunks).
+using RankMeetings = std::vector<std::shared_ptr<BackFetchMeeting>>;
+
 /// The fetcher's whole part: fetch_back() of `tokens` (at most `max_positions`) into
 /// `meeting`, then deliver(); fetches nothing when the front is done already. Never
 /// throws (a failure is a run with nothing and its reason).
@@ -90,14 +95,25 @@ struct MetPrefix {
   [[nodiscard]] size_t cached_chunks() const { return front_chunks + fetched_chunks; }
 };
 
+/// Tensor parallelism: how the ranks of a group agree (each rank has a meeting of
+/// its own, over its KV heads' chunks; their fronts prefill together, in
+/// collectives). Every rank calls them in the same order.
+struct MeetingRanks {
+  std::function<bool(bool mine)> any;      // true when any rank's is
+  std::function<size_t(size_t mine)> min;  // the least over the ranks
+};
+
 /// The front's whole part: prefills chunks from the first up through
 /// `prefill_chunk(f)` (which appends chunk f to request `id` of `tier`) while the
 /// back run has not reached them, then appends the run's chunks above the last one
 /// it took. It never waits for the chunk in flight; with `wait_for_run` (a fetcher
 /// that started with the front) it waits for the fetch's end to report its counts.
-/// A throwing prefill stops the fetcher.
+/// A throwing prefill stops the fetcher. With `ranks` (a group), the fronts go on
+/// while any rank's fetcher does not hold the next chunk, and every rank keeps the
+/// chunks all of them hold (the fewest), so that their prefixes stay equal.
 [[nodiscard]] MetPrefix meet_back_fetch(BackFetchMeeting& meeting,
                                         const std::function<void(size_t chunk)>& prefill_chunk,
-                                        FullTier& tier, uint64_t id, bool wait_for_run);
+                                        FullTier& tier, uint64_t id, bool wait_for_run,
+                                        const MeetingRanks* ranks = nullptr);
 
 }  // namespace vc

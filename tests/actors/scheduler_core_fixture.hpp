@@ -41,7 +41,7 @@ struct Call {
   // publish: `from` is the views' first chunk; fetch_compressed: `create` is the
   // longest suffix worth fetching for
   size_t from = 0, create = 0;
-  std::shared_ptr<BackFetchMeeting> meeting;  // meet
+  RankMeetings meetings;  // meet
 };
 
 class FakeOutbox final : public Outbox {
@@ -109,12 +109,12 @@ class FakeOutbox final : public Outbox {
     calls.push_back(c);
   }
   void remote_meet(uint64_t id, const std::vector<int32_t>&, size_t max_positions,
-                   std::shared_ptr<BackFetchMeeting> meeting) override {
+                   RankMeetings meetings) override {
     Call c;
     c.kind = Call::meet;
     c.id = id;
     c.n = max_positions;
-    c.meeting = std::move(meeting);
+    c.meetings = std::move(meetings);
     calls.push_back(c);
   }
   void release_tier(uint64_t id, bool after_drafter) override {

@@ -41,10 +41,10 @@ TEST(scheduler_core_recompute_front, the_back_fetch_and_the_prefill_start_togeth
   auto calls = out.take();
   ASSERT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(calls));
   EXPECT_EQ(64u, calls[0].n) << "whole chunks within the limit of 69";
-  ASSERT_TRUE(calls[0].meeting);
-  EXPECT_EQ(4u, calls[0].meeting->chunks());
-  EXPECT_EQ(kChunk, calls[0].meeting->chunk_tokens());
-  EXPECT_EQ(calls[0].meeting, calls[1].spec.remote_meeting) << "the drafter meets the same fetch";
+  ASSERT_EQ(calls[0].meetings.size(), 1u) << "one rank";
+  EXPECT_EQ(4u, calls[0].meetings[0]->chunks());
+  EXPECT_EQ(kChunk, calls[0].meetings[0]->chunk_tokens());
+  EXPECT_EQ(calls[0].meetings, calls[1].spec.remote_meetings) << "the drafter meets the same fetch";
   EXPECT_TRUE(calls[1].spec.tier_ready) << "the drafter makes the entry for the scheduler";
   EXPECT_EQ(0u, calls[1].spec.remote_cached);
 
@@ -103,7 +103,7 @@ TEST(scheduler_core_recompute_front, a_failed_prefill_fails_the_request_stops_it
   core.set_remote_chunk_tokens(kChunk);
   auto a = front_request(1, 70, 4, 69);
   core.submit(a.ctx);
-  const auto meeting = out.take()[0].meeting;
+  const auto meeting = out.take()[0].meetings.at(0);
   core.on_failed(1, "full tier: out of room");
   const auto calls = out.take();
   ASSERT_EQ((std::vector<uint64_t>{1}), ids_of(calls, Call::release_tier));
@@ -133,7 +133,7 @@ TEST(scheduler_core_recompute_front, cancelling_during_the_prefill_frees_the_ent
   core.set_remote_chunk_tokens(kChunk);
   auto a = front_request(1, 70, 4, 69);
   core.submit(a.ctx);
-  const auto meeting = out.take()[0].meeting;
+  const auto meeting = out.take()[0].meetings.at(0);
   core.cancel(1);
   const auto calls = out.take();
   EXPECT_EQ((std::vector<uint64_t>{1}), ids_of(calls, Call::release_tier));

@@ -5,8 +5,8 @@
 // and logprobs equal `batch` in full mode and a lossy line's equal `batch` without
 // the store, the two sides cover the prefix the plain full flow fetches, the chunks
 // the store lacked are published (those it held are not sent again), and a corrupt
-// or dead store leaves the whole prefix to the drafter. A tensor-parallel group
-// ignores the option (its ranks fetch from the front).
+// or dead store leaves the whole prefix to the drafter. A tensor-parallel group's
+// ranks each meet their own fetch, at one chunk for all of them.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -193,7 +193,7 @@ TEST(cli_batch_recompute_front, a_corrupt_or_dead_store_leaves_the_whole_prefix_
     }
 }
 
-TEST(cli_batch_recompute_front, a_tensor_parallel_group_fetches_from_the_front_as_before) {
+TEST(cli_batch_recompute_front, a_tensor_parallel_group_meets_each_ranks_fetch_at_one_chunk) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   Dir d;
@@ -201,15 +201,25 @@ TEST(cli_batch_recompute_front, a_tensor_parallel_group_fetches_from_the_front_a
   write_lines(d, "in.jsonl", p, false);
   write_lines(d, "full.jsonl", p, true);
   const std::string remote = " --remote " + server.url() + kFull + " --tp 2";
-  const auto full = run_batch(d, "full.jsonl", "full", " --tp 2");
+  const auto full = run_batch(d, "full.jsonl", "full", " --tp 2");  // the group's own numerics
+  const auto local = run_batch(d, "in.jsonl", "local", " --tp 2");
   (void)run_batch(d, "in.jsonl", "cold", remote);
+  const auto plain = run_batch(d, "in.jsonl", "plain", remote);
   const auto met = run_batch(d, "in.jsonl", "met", remote + " --remote-recompute-front");
   expect_same_outputs(full, met, "tp 2");
-  for (const json& line : met) {
-    const json& rs = line["stats"]["remote"];
-    EXPECT_EQ(rs["front_recomputed"], 0) << rs;
-    EXPECT_GT(rs["chunks_hit"].get<int>(), 3) << rs;
+  expect_same_outputs(local, met, "tp 2, the lossy line too");
+  for (size_t i = 0; i < met.size(); ++i) {
+    SCOPED_TRACE("line " + std::to_string(i + 1));
+    const json& rs = met[i]["stats"]["remote"];
+    EXPECT_EQ(covered(met[i]), plain[i]["stats"]["remote"]["positions_hit"].get<size_t>()) << rs;
+    EXPECT_EQ(rs["front_recomputed"].get<int>() % 32, 0) << rs;
   }
+  // With the store down every rank's front computes the whole prefix.
+  server.kill();
+  const auto down = run_batch(d, "in.jsonl", "down", remote + " --remote-recompute-front --remote-timeout-ms 300");
+  expect_same_outputs(full, down, "tp 2, store down");
+  for (size_t i = 0; i < down.size(); ++i)
+    EXPECT_EQ(down[i]["stats"]["remote"]["front_recomputed"], plain[i]["stats"]["remote"]["positions_hit"]);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // prefix is prefilled from the first one up until they meet. Whichever side takes a
 // chunk, the tokens and logprobs equal full decoding bit for bit, and together the
 // two cover the prefix the plain full flow takes; a corrupt or dead store leaves the
-// local prefill to cover all of it.
+// local prefill to cover all of it; a tensor-parallel group's ranks meet their own
+// fetches at one chunk.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -118,6 +119,24 @@ TEST(remote_recompute_front, a_corrupt_or_dead_store_leaves_the_whole_prefix_to_
   EXPECT_EQ(j["stats"]["remote"]["chunks_hit"], 0);
   EXPECT_EQ(j["stats"]["remote"]["front_recomputed"].get<size_t>(), prefix) << j["stats"]["remote"];
   EXPECT_FALSE(j["stats"]["remote"]["stop_reason"].get<std::string>().empty());
+}
+
+TEST(remote_recompute_front, a_tensor_parallel_group_meets_each_ranks_fetch_at_one_chunk) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  vc::test::PromptFile prompt(code_prompt());
+  const std::string common =
+      "--prompt-file " + prompt.path + " --max-tokens 20 --json --logprobs --ignore-eos --tp 2";
+  const std::string base = common + " --mode vericache --compressor snapkv --ratio 4 --draft 8";
+  const std::string remote = " --remote " + server.url() + " --remote-chunk 32 --remote-flow full";
+  const json full = generate(common);  // the group's own numerics
+  (void)generate(base + remote);        // every rank publishes its chunks
+  const json plain = generate(base + remote);
+  const json met = generate(base + remote + " --remote-recompute-front");
+  expect_same_tokens(full, met, "tp 2, recompute front");
+  EXPECT_GT(plain["stats"]["remote"]["chunks_hit"].get<int>(), 3);
+  EXPECT_EQ(covered(met), covered(plain)) << met["stats"]["remote"];
+  EXPECT_EQ(met["stats"]["remote"]["front_recomputed"].get<int>() % 32, 0) << met["stats"]["remote"];
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ struct RemoteArgs {
 /// --remote-recompute-front's help, shared by generate and the engine commands.
 inline constexpr const char* kRemoteRecomputeFrontHelp =
     "Full flow: fetch the cached prefix's chunks from the last one down while prefilling it "
-    "here from the first one up, until the two meet (same tokens; the engine: degree 1 only)";
+    "here from the first one up, until the two meet (same tokens)";
 /// --remote-predraft's help, shared by generate and the engine commands.
 inline constexpr const char* kRemotePredraftHelp =
     "compressed-first, vericache: draft up to N tokens ahead while the full chunks arrive (at "
