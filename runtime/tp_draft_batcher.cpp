@@ -66,8 +66,18 @@ PrefillResult TpDraftBatcher::prefill(const DraftSpec& spec) {
     p.fast_bytes_peak = std::max(p.fast_bytes_peak, o.fast_bytes_peak);
     p.views.insert(p.views.end(), o.views.begin(), o.views.end());  // rank order
     // Recompute front: the ranks agreed on the chunks (meet_back_fetch); the
-    // bytes are every rank's.
-    if (p.met && o.met) p.met->run.bytes += o.met->run.bytes;
+    // bytes are every rank's, the reason the first rank's that has one.
+    if (p.met.has_value() != o.met.has_value() ||
+        (p.met && (o.met->front_chunks != p.met->front_chunks || o.met->fetched_chunks != p.met->fetched_chunks ||
+                   o.met->publish_from != p.met->publish_from || o.met->publish_known != p.met->publish_known))) {
+      for (auto& b : ranks_) b->release(spec.id);
+      disagree(r, "met its fetch at another chunk", spec.id);
+    }
+    if (p.met) {
+      p.met->run.bytes += o.met->run.bytes;
+      p.met->run.seconds = std::max(p.met->run.seconds, o.met->run.seconds);
+      if (p.met->run.stop_reason.empty()) p.met->run.stop_reason = o.met->run.stop_reason;
+    }
   }
   return p;
 }

@@ -206,6 +206,8 @@ TEST(cli_batch_recompute_front, a_tensor_parallel_group_meets_each_ranks_fetch_a
   (void)run_batch(d, "in.jsonl", "cold", remote);
   const auto plain = run_batch(d, "in.jsonl", "plain", remote);
   const auto met = run_batch(d, "in.jsonl", "met", remote + " --remote-recompute-front");
+  ASSERT_EQ(plain.size(), 4u);
+  ASSERT_GT(plain[0]["stats"]["remote"]["chunks_hit"].get<int>(), 3) << "every rank's chunks are in the store";
   expect_same_outputs(full, met, "tp 2");
   expect_same_outputs(local, met, "tp 2, the lossy line too");
   for (size_t i = 0; i < met.size(); ++i) {

@@ -7,7 +7,9 @@
 // stops the fetcher.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -163,6 +165,74 @@ TEST_F(back_fetch_meeting, a_front_that_throws_stops_the_fetcher) {
   fetch_back_into(r, prompt, 40, m);
   ASSERT_NE(m.delivered(), nullptr);
   EXPECT_EQ(m.delivered()->bytes, 0u) << "nothing wanted after the front stopped";
+}
+
+// Two ranks' agreement for the test: each votes, both read both votes.
+struct TwoRanks {
+  std::barrier<> sync{2};
+  size_t votes[2] = {0, 0};
+  size_t agree(int rank, size_t mine, bool minimum) {
+    votes[rank] = mine;
+    sync.arrive_and_wait();
+    const size_t out = minimum ? std::min(votes[0], votes[1]) : std::max(votes[0], votes[1]);
+    sync.arrive_and_wait();
+    return out;
+  }
+  MeetingRanks of(int rank) {
+    return {[this, rank](bool mine) { return agree(rank, mine ? 1 : 0, false) > 0; },
+            [this, rank](size_t mine) { return agree(rank, mine, true); }};
+  }
+};
+
+TEST_F(back_fetch_meeting, two_ranks_whose_fetches_hold_different_runs_keep_the_chunks_both_hold) {
+  RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
+  ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
+  r.flush();
+  std::vector<std::pair<std::string, size_t>> values;  // chunks 4, 3, 2
+  (void)r.fetch_back(prompt, 40, [&](size_t c, std::string&& v, size_t offset) {
+    values.emplace_back(std::move(v), offset);
+    return c > 2;
+  });
+  ASSERT_EQ(values.size(), 3u);
+  // Rank 0 holds chunks [2, 5); rank 1's store lacks chunk 4, so it holds [2, 4).
+  // The fronts go on while either lacks the next chunk (to chunk 2), then both keep
+  // [2, 4): the chunks both hold.
+  BackFetchMeeting m0(5, 8), m1(5, 8);
+  ASSERT_TRUE(m0.begin(r.layout()));
+  ASSERT_TRUE(m1.begin(r.layout()));
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(m0.take(4 - i, std::string(values[i].first), values[i].second));
+  for (size_t i = 1; i < 3; ++i) ASSERT_TRUE(m1.take(4 - i, std::string(values[i].first), values[i].second));
+  HostFullTier dst1{test::small_kv()};
+  dst.create(6);
+  dst1.create(6);
+  TwoRanks group;
+  MetPrefix met[2];
+  std::thread rank1([&] {
+    const MeetingRanks ranks = group.of(1);
+    met[1] = meet_back_fetch(
+        m1,
+        [&](size_t f) {
+          std::vector<std::byte> k(src.staging_bytes(8)), v(k.size());
+          for (size_t l = 0; l < 2; ++l) {
+            static_cast<FullTier&>(src).read_blocks(1, l, f * 2, 2, k.data(), v.data());
+            static_cast<FullTier&>(dst1).write_blocks(6, l, f * 2, 2, k.data(), v.data());
+          }
+        },
+        dst1, 6, /*wait_for_run=*/false, &ranks);
+  });
+  const MeetingRanks ranks0 = group.of(0);
+  met[0] = meet_back_fetch(m0, [&](size_t f) { copy_chunk(6, f); }, dst, 6, /*wait_for_run=*/false, &ranks0);
+  rank1.join();
+  for (int k = 0; k < 2; ++k) {
+    SCOPED_TRACE("rank " + std::to_string(k));
+    EXPECT_EQ(met[k].front_chunks, 2u);
+    EXPECT_EQ(met[k].fetched_chunks, 2u) << "chunk 4 only rank 0 holds";
+    EXPECT_EQ(met[k].publish_from, 4u) << "rank 1's store ends at chunk 4";
+    EXPECT_TRUE(met[k].publish_known);
+  }
+  expect_prefix(6, 32);
+  ASSERT_EQ(dst1.length(6), 32u);
+  for (size_t l = 0; l < 2; ++l) EXPECT_EQ(layer_bytes(dst1, 6, l, 32), layer_bytes(src, 1, l, 32)) << "layer " << l;
 }
 
 }  // namespace
