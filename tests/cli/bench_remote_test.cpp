@@ -71,24 +71,31 @@ TEST(bench_remote, behind_and_extend_rows_time_requests_among_other_cached_promp
       false);
   ASSERT_EQ(r.code, 0) << r.out;
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["runs"].size(), 14u);
+  ASSERT_EQ(j["runs"].size(), 16u);
   // --extend: 350 tokens over the 200-token prompt's cached chunks (3 of 64).
-  EXPECT_EQ(j["runs"][11]["flow"], "on cached 200, full first");
-  EXPECT_EQ(j["runs"][12]["flow"], "on cached 200, compressed");
-  EXPECT_EQ(j["runs"][13]["flow"], "on cached 200, default");
-  for (size_t i : {11, 12, 13}) {
+  EXPECT_EQ(j["runs"][13]["flow"], "on cached 200, full first");
+  EXPECT_EQ(j["runs"][14]["flow"], "on cached 200, compressed");
+  EXPECT_EQ(j["runs"][15]["flow"], "on cached 200, default");
+  for (size_t i : {13, 14, 15}) {
     EXPECT_EQ(j["runs"][i]["prompt_tokens"], 350) << j["runs"][i];
     EXPECT_EQ(j["runs"][i]["full_chunks_hit"], 3) << j["runs"][i];
   }
-  EXPECT_EQ(j["runs"][11]["compressed_chunks_hit"], 0) << j["runs"][11];
-  EXPECT_FALSE(j["runs"][11]["compressed_first"].get<bool>());
-  EXPECT_TRUE(j["runs"][12]["compressed_first"].get<bool>()) << "drafts over the cached chunks: " << j["runs"][12];
-  EXPECT_EQ(j["runs"][12]["compressed_chunks_hit"], 3) << j["runs"][12];
-  EXPECT_FALSE(j["runs"][13]["compressed_first"].get<bool>()) << "a 158-position suffix, over a chunk: " << j["runs"][13];
-  EXPECT_EQ(j["runs"][13]["compressed_chunks_hit"], 0) << "counted, not fetched: " << j["runs"][13];
-  EXPECT_EQ(j["runs"][13]["bytes_compressed"], 0) << j["runs"][13];
+  EXPECT_EQ(j["runs"][13]["compressed_chunks_hit"], 0) << j["runs"][13];
+  EXPECT_FALSE(j["runs"][13]["compressed_first"].get<bool>());
+  EXPECT_TRUE(j["runs"][14]["compressed_first"].get<bool>()) << "drafts over the cached chunks: " << j["runs"][14];
+  EXPECT_EQ(j["runs"][14]["compressed_chunks_hit"], 3) << j["runs"][14];
+  EXPECT_FALSE(j["runs"][15]["compressed_first"].get<bool>()) << "a 158-position suffix, over a chunk: " << j["runs"][15];
+  EXPECT_EQ(j["runs"][15]["compressed_chunks_hit"], 0) << "counted, not fetched: " << j["runs"][15];
+  EXPECT_EQ(j["runs"][15]["bytes_compressed"], 0) << j["runs"][15];
   EXPECT_EQ(j["runs"][9]["flow"], "behind 700, whole fetch");
   EXPECT_EQ(j["runs"][10]["flow"], "behind 700, segments of 2");
+  EXPECT_EQ(j["runs"][11]["flow"], "behind 700, full first");
+  EXPECT_EQ(j["runs"][12]["flow"], "behind 700, front");
+  EXPECT_FALSE(j["runs"][11]["compressed_first"].get<bool>()) << j["runs"][11];
+  EXPECT_EQ(j["runs"][11]["front_recomputed"], 0) << j["runs"][11];
+  EXPECT_EQ(j["runs"][12]["front_recomputed"].get<int>() + 64 * j["runs"][12]["full_chunks_hit"].get<int>(),
+            64 * j["runs"][11]["full_chunks_hit"].get<int>())
+      << "front and back cover what the full flow fetched: " << j["runs"][12];
   for (size_t i : {9, 10}) {
     const nlohmann::json& run = j["runs"][i];
     EXPECT_EQ(run["prompt_tokens"], 200) << run;

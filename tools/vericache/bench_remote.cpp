@@ -17,7 +17,8 @@
 // engine rows: the request submitted right after one of N cached tokens, into an
 // engine with one net_fetcher, fetching each prefix whole or in segments of
 // --fetch-segment chunks (EngineConfig::remote_fetch_segment; the time to first
-// token is the later request's). With --extend E, three more: the engine's full
+// token is the later request's); and two more without compressed first: the full
+// flow in segments, and recomputing each front while its back is fetched. With --extend E, three more: the engine's full
 // first, compressed first (room for the suffix) and its default (compressed first
 // for a suffix of up to a chunk) for the prompt and E more tokens, over the store
 // holding the prompt's chunks alone (a prompt extending a cached one).
@@ -213,11 +214,17 @@ int run_bench_remote(const BenchRemoteArgs& a) {
   ec.max_active = 2;
   ec.remote_fetchers = 1;
   ec.remote_fetch_segment = 0;
-  std::unique_ptr<vericache::Engine> engine_whole, engine_segments;
+  std::unique_ptr<vericache::Engine> engine_whole, engine_segments, engine_behind_full, engine_behind_front;
   if (a.behind > 0) {
     engine_whole = std::make_unique<vericache::Engine>(ec);
     ec.remote_fetch_segment = a.segment;
     engine_segments = std::make_unique<vericache::Engine>(ec);
+    // The full flow behind the earlier request: fetched in segments, or the front
+    // recomputed by the drafter (which the earlier request's front holds up too).
+    ec.remote_compressed_first = false;
+    engine_behind_full = std::make_unique<vericache::Engine>(ec);
+    ec.remote_recompute_front = true;
+    engine_behind_front = std::make_unique<vericache::Engine>(ec);
   }
   const std::vector<int32_t> earlier = a.behind > 0 ? code_prompt(*tok, a.behind, a.seed + 1)
                                                     : std::vector<int32_t>{};
@@ -250,6 +257,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     const int behind_whole = a.behind > 0 ? add_flow(fmt::format("behind {}, whole fetch", a.behind), n) : -1;
     const int behind_segments =
         a.behind > 0 ? add_flow(fmt::format("behind {}, segments of {}", a.behind, a.segment), n) : -1;
+    const int behind_full = a.behind > 0 ? add_flow(fmt::format("behind {}, full first", a.behind), n) : -1;
+    const int behind_front = a.behind > 0 ? add_flow(fmt::format("behind {}, front", a.behind), n) : -1;
     // --extend: the prompt and E more tokens, over the store holding the prompt's chunks.
     const std::vector<int32_t> extended = a.extend > 0 ? code_prompt(*tok, n + a.extend, a.seed)
                                                        : std::vector<int32_t>{};
@@ -296,6 +305,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
         full_first.remote()->flush();
         check(engine_run(*engine_whole, prompt, a, &earlier), behind_whole);
         check(engine_run(*engine_segments, prompt, a, &earlier), behind_segments);
+        check(engine_run(*engine_behind_full, prompt, a, &earlier), behind_full);
+        check(engine_run(*engine_behind_front, prompt, a, &earlier), behind_front);
       }
       if (a.extend > 0) {  // the store holds the prompt's chunks alone before each
         for (const auto& [config, flow] : {std::pair{&ec_full_first, extend_full},
