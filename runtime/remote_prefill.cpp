@@ -24,7 +24,6 @@
 // No token is emitted before the exact logits of the last prompt position exist,
 // and every verified token reads only checked full chunks or local prefill.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <future>
 #include <optional>

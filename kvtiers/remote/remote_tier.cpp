@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <iterator>
 
 #include "kvtiers/remote/chunk_value.hpp"
 
@@ -83,7 +82,7 @@ void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, s
     }
     for (size_t j = 0; j < n; ++j) {
       const size_t c = first + j;
-      const RedisReply& r = replies[j];
+      RedisReply& r = replies[j];  // `accept` may take the value over
       if (r.type != RedisReply::Type::string) {
         stop_reason = r.type == RedisReply::Type::error
                           ? "chunk " + std::to_string(c) + ": store error: " + r.str
@@ -91,12 +90,13 @@ void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, s
         return;
       }
       std::string why;
+      const size_t size = r.str.size();
       if (!accept(c, r.str, why)) {
         stop_reason = "chunk " + std::to_string(c) + " rejected: " + why;
         return;
       }
       chunks += 1;
-      bytes += r.str.size();
+      bytes += size;
     }
     first += n;
   }
@@ -198,18 +198,6 @@ size_t RemoteTier::count_full(std::span<const int32_t> tokens, size_t max_positi
 }
 
 RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t max_positions,
-                                       const std::function<bool(size_t)>& wanted) {
-  std::vector<std::pair<std::string, size_t>> values;
-  RemoteBackFetch out = fetch_back(tokens, max_positions, [&](size_t c, std::string&& value, size_t payload_offset) {
-    if (!wanted(c)) return false;
-    values.emplace_back(std::move(value), payload_offset);
-    return true;
-  });
-  out.values.assign(std::make_move_iterator(values.rbegin()), std::make_move_iterator(values.rend()));
-  return out;
-}
-
-RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t max_positions,
                                        const std::function<bool(size_t, std::string&&, size_t)>& take) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
@@ -228,12 +216,12 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
   bool met = false;
   fetch_run(
       down, 0, down.size(),
-      [&](size_t i, const std::string& value, std::string& why) {
+      [&](size_t i, std::string& value, std::string& why) {
         const size_t c = out.end - 1 - i;
         const std::span<const std::byte> payload = decode_chunk_value(value, layout_, keys[c], ChunkKind::full, why);
         if (payload.empty()) return false;
         const size_t offset = size_t(payload.data() - reinterpret_cast<const std::byte*>(value.data()));
-        if (!take(c, std::string(value), offset)) {
+        if (!take(c, std::move(value), offset)) {
           met = true;
           return false;
         }

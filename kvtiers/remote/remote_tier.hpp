@@ -71,7 +71,7 @@ struct RemoteCompressedFetch {
 };
 
 /// What one fetch_back() found: the run of full chunks [first, end) fetched from the
-/// last down, checked, held until append_back() puts them into a tier.
+/// last down and checked; with `values` held, append_back_chunks() puts them into a tier.
 struct RemoteBackFetch {
   size_t first = 0;  // the run's lowest chunk (== end when none was fetched)
   size_t end = 0;    // one past its highest: the store's cached prefix ends there
@@ -96,7 +96,9 @@ struct RemotePublishStats {
   size_t skipped_store_down = 0;    // of `failed`: dropped unsent while the store was skipped
 };
 
-/// RemoteTier::append_back for chunks of `layout`.
+/// Appends chunks [from, back.end) of `back` (its values held, ascending from
+/// back.first) to request `id` of `tier`, which holds exactly from * chunk_tokens
+/// positions of chunks of `layout`; back.first <= from (else vc::Error).
 void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, size_t from, FullTier& tier,
                         uint64_t id);
 
@@ -129,15 +131,12 @@ class RemoteTier {
   /// the store holds from the first are counted (EXISTS), then fetched from the last
   /// one down, one GET at a time (so that a stop wastes at most one chunk's
   /// transfer), each checked as fetch_prefix() checks it. Once chunk c passed its
-  /// checks, `wanted(c)` is asked: false ends the run above it (the caller computes
-  /// the positions below itself, meeting the run from the front). The
-  /// fault policy is fetch_prefix()'s: a missing, refused or unreadable chunk ends
-  /// the run at the chunk above it. Never throws for store faults.
-  [[nodiscard]] RemoteBackFetch fetch_back(std::span<const int32_t> tokens, size_t max_positions,
-                                           const std::function<bool(size_t chunk)>& wanted);
-  /// fetch_back() handing each checked chunk's value (and where its payload starts)
-  /// to `take`, which keeps it and returns true, or returns false to end the run
-  /// there; the result's `values` stay empty.
+  /// checks, its value (and where its payload starts) goes to `take`, which keeps
+  /// it and returns true, or returns false to end the run above it (the caller
+  /// computes the positions below itself, meeting the run from the front; see
+  /// BackFetchMeeting). The fault policy is fetch_prefix()'s: a missing, refused or
+  /// unreadable chunk ends the run at the chunk above it. Never throws for store
+  /// faults. The result's `values` stay empty (the caller holds them).
   [[nodiscard]] RemoteBackFetch fetch_back(
       std::span<const int32_t> tokens, size_t max_positions,
       const std::function<bool(size_t chunk, std::string&& value, size_t payload_offset)>& take);
@@ -145,11 +144,6 @@ class RemoteTier {
   /// whole chunks) the store holds from the first on (EXISTS only; 0 while the store
   /// is skipped).
   [[nodiscard]] size_t count_full(std::span<const int32_t> tokens, size_t max_positions);
-  /// Appends chunks [from, back.end) of `back` to request `id` of `tier`, which holds
-  /// exactly from * chunk_tokens positions; back.first <= from (else vc::Error).
-  void append_back(const RemoteBackFetch& back, size_t from, FullTier& tier, uint64_t id) const {
-    append_back_chunks(layout_, back, from, tier, id);
-  }
 
   /// The longest cached run, from the first chunk, of the compressed form of
   /// `tokens` under `compressor_spec` (compressor name, parameters and ratio: one
