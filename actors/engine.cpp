@@ -327,7 +327,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
                          m.tokenizer.get(), m.counters, m.request_budget, cfg.full_tier_bytes,
                          m.tiers[0].get(), m.remote ? m.remote->layout().chunk_tokens : size_t(0),
                          cfg.remote_predraft, cfg.remote_fetch_segment);
-  m.drafter = m.sys->spawn<caf::detached>(actors::drafter_group, m.batcher, m.sched, m.trace);
+  m.drafter = m.sys->spawn<caf::detached>(actors::drafter_group, m.batcher, m.sched, m.trace,
+                                            cfg.slice_prefill);
   m.mover = m.sys->spawn<caf::detached>(actors::mover_group, tier_ptrs, m.streamers, m.trace);
   m.verifier = m.sys->spawn<caf::detached>(actors::verifier_group, verifier, m.mover, m.sched,
                                            m.trace, cfg.verify_batch);

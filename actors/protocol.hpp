@@ -100,6 +100,11 @@ struct release_tier_msg {
 /// drafter -> itself after each batched step while requests are drafting, so other
 /// messages interleave with steps.
 struct step_msg {};
+/// drafter -> itself after each slice of request `id`'s prefill (a chunk of its
+/// prompt), so other messages interleave with the prefill's chunks.
+struct prefill_slice_msg {
+  uint64_t id = 0;
+};
 /// engine -> scheduler, once at the end: cancel everything, drop the worker
 /// handles; replies true.
 struct shutdown_msg {};
@@ -228,6 +233,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::release_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::release_tier_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::failed_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::step_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::prefill_slice_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::wire_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::shutdown_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::remote_fetch_msg)

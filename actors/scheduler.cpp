@@ -18,7 +18,9 @@ void ActorOutbox::commit_drafter(std::shared_ptr<const VerifyOutcome> v, size_t 
 }
 void ActorOutbox::release(uint64_t id, bool full_tier) {
   self_->send(w_.drafter, release_msg{id});
-  if (full_tier) self_->send(w_.mover, release_msg{id});
+  // Through the drafter: after a prefill of the request in flight there stops
+  // (it writes the entry), then the mover's pending commits.
+  if (full_tier && w_.mover) self_->send(w_.drafter, release_tier_msg{id, w_.mover});
 }
 size_t ActorOutbox::take_fetcher() {
   const size_t f =

@@ -354,6 +354,7 @@ void SchedulerCore::cancel_all() {
 
 void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::string& error) {
   auto keep = find(c.id);  // c lives in active_: hold it while erasing
+  const bool prefilling = c.phase == RequestCtx::Phase::prefill;
   c.phase = RequestCtx::Phase::done;
   c.result.finish_reason = reason;
   c.result.ok = error.empty();
@@ -370,7 +371,7 @@ void SchedulerCore::finish(RequestCtx& c, const std::string& reason, const std::
   // publish still uses it (their replies free it).
   out_.release(c.id, c.spec.mode == DecodeMode::vericache && !c.remote);
   for (const auto& m : c.spec.remote_meetings) (void)m->stop();  // their fetchers take nothing more
-  if (!c.remote_fetching && !c.remote_publishing) free_tier(c);
+  if (!c.remote_fetching && !c.remote_publishing) free_tier(c, prefilling);
   if (c.remote_fetching) c.tier_held = false;  // on_remote_fetched frees it
   fast_reserved_ -= std::min(fast_reserved_, c.fast_need);
   tier_reserved_ -= std::min(tier_reserved_, c.tier_need);

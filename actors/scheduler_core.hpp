@@ -277,7 +277,9 @@ class SchedulerCore {
   void publish_full_chunks(RequestCtx& c, RankViews views, size_t first_view_chunk = 0);
   /// Recompute front: the stats of what each side covered, and where publishing starts.
   void note_meeting(RequestCtx& c, const MetPrefix& met);
-  void free_tier(RequestCtx& c);  // release_tier once, if the scheduler holds it
+  /// release_tier once, if the scheduler holds it; `prefilling`: the drafter's
+  /// prefill of it may be in flight (it writes the entry): through the drafter.
+  void free_tier(RequestCtx& c, bool prefilling = false);
   void check_barriers();
   [[nodiscard]] size_t remaining(const RequestCtx& c) const;
   [[nodiscard]] size_t pending_position(const RequestCtx& c) const;

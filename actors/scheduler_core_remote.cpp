@@ -173,10 +173,10 @@ void SchedulerCore::note_meeting(RequestCtx& c, const MetPrefix& met) {
   c.publish_skip_held = !met.publish_known;
 }
 
-void SchedulerCore::free_tier(RequestCtx& c) {
+void SchedulerCore::free_tier(RequestCtx& c, bool prefilling) {
   if (!c.tier_held) return;
   c.tier_held = false;
-  out_.release_tier(c.id, c.meeting_started);
+  out_.release_tier(c.id, c.meeting_started || prefilling);
 }
 
 void SchedulerCore::on_remote_fetched(uint64_t id, const RemoteFetch& f, const std::string& error) {

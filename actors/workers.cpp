@@ -4,23 +4,65 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <deque>
+#include <map>
+#include <string>
 #include <optional>
 
 #include "actors/protocol.hpp"
+#include "actors/sliced_task.hpp"
 #include "runtime/rank_group.hpp"
 #include "runtime/tp_comm.hpp"
 
 namespace vc::actors {
 
 caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher> batcher,
-                      caf::actor scheduler, std::shared_ptr<TraceRecorder> trace) {
+                      caf::actor scheduler, std::shared_ptr<TraceRecorder> trace,
+                      bool slice_prefill) {
   return drafter_group(self, std::make_shared<TpDraftBatcher>(std::move(batcher)),
-                       std::move(scheduler), std::move(trace));
+                       std::move(scheduler), std::move(trace), slice_prefill);
 }
 
+namespace {
+
+/// The drafter's prefills in flight, each a SlicedTask that yields before each chunk
+/// of its prompt (Workspace::chunk_hook), so that draft steps (and the other
+/// prefills) run between its chunks instead of waiting for all of it. A full-mode
+/// prompt waits for the full-mode one in flight, so that it shares that prompt's
+/// prefix blocks as it would after it (PagedKvCache::share_prefix).
+struct PrefillSlices {
+  struct Job {
+    std::unique_ptr<SlicedTask> task;
+    std::shared_ptr<std::optional<PrefillResult>> result;
+    bool full = false;
+    double seconds = 0;  // inside its slices (PrefillResult::seconds: the drafter's time)
+  };
+  std::map<uint64_t, Job> jobs;
+  std::deque<DraftSpec> waiting;  // full-mode prompts
+  std::shared_ptr<PlacementBinder> binder;  // bind_msg's, for the tasks' threads
+  [[nodiscard]] bool full_in_flight() const {
+    for (const auto& [id, j] : jobs)
+      if (j.full) return true;
+    return false;
+  }
+  /// Drops request `id`'s prefill, in flight (cancelled: its cleanups run) or waiting;
+  /// true when it was the full-mode one in flight (the next waiting one may start).
+  bool drop(uint64_t id) {
+    std::erase_if(waiting, [&](const DraftSpec& s) { return s.id == id; });
+    auto it = jobs.find(id);
+    if (it == jobs.end()) return false;
+    const bool full = it->second.full;
+    jobs.erase(it);
+    return full;
+  }
+};
+
+}  // namespace
+
 caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraftBatcher> batcher,
-                            caf::actor scheduler, std::shared_ptr<TraceRecorder> trace) {
+                            caf::actor scheduler, std::shared_ptr<TraceRecorder> trace,
+                            bool slice_prefill) {
   const int track = trace->track("drafter");
   auto stepping = std::make_shared<bool>(false);
   auto kick = [=] {  // keep one step_msg in flight while anything drafts
@@ -29,8 +71,81 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
       self->send(self, step_msg{});
     }
   };
+  // Slices need one rank: a group's ranks meet in collectives inside each chunk.
+  slice_prefill = slice_prefill && batcher->degree() == 1;
+  if (slice_prefill) batcher->rank(0).set_chunk_hook([] { SlicedTask::yield(); });
+  auto slices = std::make_shared<PrefillSlices>();
+  // Runs a slice of request `id`'s prefill; at its end, answers the scheduler and
+  // starts the full-mode prompt waiting, if any.
+  auto run_slice = std::make_shared<std::function<void(uint64_t)>>();
+  auto start_sliced = [=, run = run_slice.get()](DraftSpec spec) {  // no cycle through run_slice
+    const uint64_t id = spec.id;
+    const bool full = spec.mode == DecodeMode::full;
+    if (full && (slices->full_in_flight() || !slices->waiting.empty())) {  // in order
+      slices->waiting.push_back(std::move(spec));
+      return;
+    }
+    PrefillSlices::Job job;
+    job.full = full;
+    job.result = std::make_shared<std::optional<PrefillResult>>();
+    job.task = std::make_unique<SlicedTask>(
+        [batcher, spec = std::move(spec), result = job.result, binder = slices->binder] {
+          if (binder) binder->bind_calling_thread("drafter", 0);
+          result->emplace(batcher->prefill(spec));
+        });
+    slices->jobs.emplace(id, std::move(job));
+    (*run)(id);
+  };
+  // The full-mode prompt waiting first, once none is in flight.
+  auto start_waiting = [=] {
+    if (slices->waiting.empty() || slices->full_in_flight()) return;
+    DraftSpec next = std::move(slices->waiting.front());
+    slices->waiting.pop_front();
+    start_sliced(std::move(next));
+  };
+  *run_slice = [=](uint64_t id) {
+    auto it = slices->jobs.find(id);
+    if (it == slices->jobs.end()) return;  // released meanwhile
+    bool ended = false;
+    std::string error;
+    {
+      auto s = trace->scope(track, "prefill", id);
+      const auto t0 = std::chrono::steady_clock::now();
+      struct Clock {  // the slice's time, however it ends
+        double& seconds;
+        std::chrono::steady_clock::time_point t0;
+        ~Clock() { seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+      } clock{it->second.seconds, t0};
+      try {
+        ended = it->second.task->resume();
+      } catch (const std::exception& e) {
+        ended = true;
+        error = e.what();
+      } catch (...) {
+        ended = true;
+        error = "drafter: prefill of request " + std::to_string(id) + " failed";
+      }
+    }
+    if (!ended) {
+      self->send(self, prefill_slice_msg{id});
+      return;
+    }
+    PrefillSlices::Job job = std::move(it->second);
+    slices->jobs.erase(it);
+    if (error.empty()) {
+      PrefillResult& r = **job.result;
+      r.seconds = job.seconds;  // not the other work run between its slices
+      self->send(scheduler, prefilled_msg{std::move(r)});
+    } else {
+      self->send(scheduler, failed_msg{id, error});
+    }
+    job.task.reset();
+    if (job.full) start_waiting();
+    kick();
+  };
   return {
       [=](prefill_msg& m) {
+        if (slice_prefill) return start_sliced(std::move(m.spec));
         try {
           // The slice ends before the scheduler hears of it: the first token it emits
           // then never falls inside the drafter's prefill.
@@ -44,6 +159,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
           self->send(scheduler, failed_msg{m.spec.id, e.what()});
         }
       },
+      [=](prefill_slice_msg& m) { (*run_slice)(m.id); },
       [=](draft_msg& m) {
         try {
           batcher->start(m.id, m.n, m.ahead);
@@ -91,15 +207,20 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
         }
       },
       [=](release_msg& m) {
+        if (slices->drop(m.id)) start_waiting();  // a prefill in flight stops: nothing of it is kept
         try {
           batcher->release(m.id);
         } catch (const std::exception&) {
           // Freeing never fails for a known request; an unknown one is a no-op.
         }
       },
-      [=](release_tier_msg& m) { self->send(m.mover, release_msg{m.id}); },
+      [=](release_tier_msg& m) {
+        if (slices->drop(m.id)) start_waiting();  // before the entry it writes goes
+        self->send(m.mover, release_msg{m.id});
+      },
       [=](bind_msg& m) {  // every rank's compute threads (rank 0's first: this one)
         batcher->run_on_each_thread([&](int rank, int) { m.binder->bind_calling_thread("drafter", rank); });
+        slices->binder = m.binder;
         return true;
       },
   };

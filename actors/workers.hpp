@@ -21,13 +21,21 @@ namespace vc::actors {
 
 /// Handles prefill_msg, finish_prefill_msg, draft_msg, commit_msg, release_msg,
 /// release_tier_msg, step_msg; reports to
-/// `scheduler`.
+/// `scheduler`. `slice_prefill` (EngineConfig::slice_prefill): a prompt's prefill
+/// runs a chunk at a time (DraftSpec::prefill_chunk), the draft steps of the
+/// requests already decoding and the other prefills in between (a release_msg or
+/// release_tier_msg for a request in prefill stops it; nothing of it is kept);
+/// else each prefill runs whole before the next message.
 caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher> batcher,
-                      caf::actor scheduler, std::shared_ptr<TraceRecorder> trace);
+                      caf::actor scheduler, std::shared_ptr<TraceRecorder> trace,
+                      bool slice_prefill = true);
 
 /// The drafter of a tensor-parallel group: every message runs on all its ranks.
+/// Prefills are sliced at degree 1 only (the ranks meet in collectives inside a
+/// chunk).
 caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraftBatcher> batcher,
-                            caf::actor scheduler, std::shared_ptr<TraceRecorder> trace);
+                            caf::actor scheduler, std::shared_ptr<TraceRecorder> trace,
+                            bool slice_prefill = true);
 
 /// Handles stream_msg (replies with the streamers; one job at a time), commit_msg,
 /// release_msg.

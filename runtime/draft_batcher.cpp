@@ -190,6 +190,7 @@ PrefilledRequest DraftBatcher::prefill_over_fetched_view(const DraftSpec& spec, 
   std::vector<ForwardRow> rows;
   const PromptRows prompt_rows(ws_);
   for (size_t b = covered; b < n; b += step) {
+    between_prefill_chunks(ws_);
     const size_t e = std::min(n, b + step);
     cache_.reserve(r.seq, e);
     rows.clear();

@@ -197,6 +197,11 @@ class DraftBatcher {
   /// Runs f(t) on each of the batcher's compute threads (t = 0: the calling thread),
   /// for thread binding.
   void run_on_each_thread(const std::function<void(int thread)>& f) { ws_.pool().run_on_each(f); }
+  /// Called before each chunk of a prompt's prefill (Workspace::chunk_hook); the
+  /// hook may step() and run the other calls here in between, for other requests
+  /// (the engine's drafter does: actors/workers.cpp). The prefill's request is not
+  /// one of them until prefill() returns.
+  void set_chunk_hook(std::function<void()> hook) { ws_.chunk_hook = std::move(hook); }
 
  private:
   struct Req {

@@ -26,6 +26,25 @@ int default_thread_count() {
 Workspace::Workspace(int threads)
     : pool_(std::make_unique<cpu::ThreadPool>(threads > 0 ? threads : default_thread_count())) {}
 
+void between_prefill_chunks(Workspace& ws) {
+  if (!ws.chunk_hook) return;
+  struct SetAside {
+    Workspace& ws;
+    PrefillStatsCollector* stats = ws.stats;
+    bool prompt_rows = ws.prompt_rows;
+    std::vector<ProvidedRows> providers = std::move(ws.providers);
+    ~SetAside() {
+      ws.stats = stats;
+      ws.prompt_rows = prompt_rows;
+      ws.providers = std::move(providers);
+    }
+  } aside{ws};
+  ws.stats = nullptr;
+  ws.prompt_rows = false;
+  ws.providers.clear();
+  ws.chunk_hook();
+}
+
 namespace {
 
 // Below this many multiply-adds a matmul runs on the calling thread: waking a second
@@ -216,6 +235,7 @@ std::vector<float> prefill(const Model& model, std::span<const int32_t> ids, KvS
   std::vector<float> logits;
   const PromptRows prompt_rows(ws);
   for (size_t b = 0; b < rest.size(); b += chunk) {
+    between_prefill_chunks(ws);
     const size_t e = std::min(rest.size(), b + chunk);
     rows.clear();
     for (size_t i = b; i < e; ++i)

@@ -3,6 +3,7 @@
 // each) or a verify pass (one sequence, L+1 positions).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -102,10 +103,21 @@ class Workspace {
   std::vector<ProvidedRows> providers;
   /// One provider for every row of `rows_in_pass` rows.
   void use_provider(LayerKvProvider& p, size_t rows_in_pass) { providers.assign(1, {&p, 0, rows_in_pass}); }
+  /// Called before each chunk of a prompt's prefill (prefill(), prefill_to_tier(),
+  /// the drafter's pass over a fetched prefix), through between_prefill_chunks():
+  /// the engine's drafter runs other requests' draft steps there (actors/sliced_task.hpp).
+  /// Empty: nothing.
+  std::function<void()> chunk_hook;
 
  private:
   std::unique_ptr<cpu::ThreadPool> pool_;
 };
+
+/// Runs ws.chunk_hook, if any, with the prefill's own settings of `ws` (stats,
+/// prompt_rows, providers) set aside meanwhile and put back after: the passes the
+/// hook runs over the same workspace are plain ones. Between two chunks nothing else
+/// of a prefill lives in the workspace.
+void between_prefill_chunks(Workspace& ws);
 
 /// Marks the passes run while it lives as a prompt's rows (Workspace::prompt_rows),
 /// or with `prompt` false as not (the LM head); the mark before comes back after.

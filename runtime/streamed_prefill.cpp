@@ -21,12 +21,19 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
   const size_t start = tier.length(id);
   std::vector<ForwardRow> rows;
   std::vector<float> logits;
+  // Compression and drafting run without the staging buffers, and a prefill that
+  // throws (or is cancelled between chunks) leaves none behind in the budget.
   struct Restore {
     Workspace& ws;
-    ~Restore() { ws.providers.clear(); }
-  } restore{ws};
+    LayerStreamer& stream;
+    ~Restore() {
+      ws.providers.clear();
+      stream.free_buffers();
+    }
+  } restore{ws, stream};
   const PromptRows prompt_rows(ws);
   for (size_t b = 0; b < prompt.size(); b += chunk) {
+    between_prefill_chunks(ws);
     const size_t e = std::min(prompt.size(), b + chunk);
     rows.clear();
     for (size_t i = b; i < e; ++i)
@@ -39,7 +46,6 @@ std::vector<float> prefill_to_tier(const Model& model, std::span<const int32_t> 
       for (size_t l = 0; l < layers; ++l)
         tier.write(id, l, start + b + r, stream.row_k(l, r), stream.row_v(l, r));
   }
-  stream.free_buffers();  // compression and drafting run without them
   return logits;
 }
 

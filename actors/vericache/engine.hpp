@@ -68,6 +68,13 @@ struct EngineConfig {
   size_t verify_batch = 4;
   size_t max_queue = 256;           ///< waiting requests; beyond it submit answers "overloaded"
   bool lockstep = false;            ///< everyone drafts, then everyone verifies (comparison only)
+  /// The drafter runs a prompt's prefill a chunk (prefill_chunk tokens) at a time,
+  /// with the draft steps of the requests already decoding, and the other prompts'
+  /// chunks, in between: a long prompt no longer stops every other stream while it
+  /// is prefilled. Full-mode prompts still go one after another (so that a prompt
+  /// shares the prefix blocks of the one before). The same tokens either way. At
+  /// tp > 1 each prefill runs whole. false: each prefill runs whole.
+  bool slice_prefill = true;
   bool trace = false;               ///< record slices for write_trace()
   /// Remote prefix cache, "redis://HOST:PORT" ("" = none). Lossy and vericache
   /// requests take the longest cached prefix of their prompt from it (whole chunks,

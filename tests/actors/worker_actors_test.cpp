@@ -52,7 +52,7 @@ TEST(worker_actors, drafter_prefills_drafts_and_verifier_checks_through_the_move
     caf::scoped_actor sched{*rig.sys};
     auto batcher = std::make_shared<DraftBatcher>(rig.model, &rig.tier, 4096, DType::bf16, 1);
     auto streamer = std::make_shared<LayerStreamer>(rig.tier);
-    auto drafter = rig.sys->spawn<caf::detached>(actors::drafter, batcher, caf::actor{sched}, rig.trace);
+    auto drafter = rig.sys->spawn<caf::detached>(actors::drafter, batcher, caf::actor{sched}, rig.trace, true);
     auto mover = rig.sys->spawn<caf::detached>(actors::mover, &rig.tier, streamer, rig.trace);
     auto verifier = rig.sys->spawn<caf::detached>(
         actors::verifier, std::make_shared<Verifier>(rig.model, 1), mover, caf::actor{sched}, rig.trace);
@@ -98,7 +98,7 @@ TEST(worker_actors, a_bad_prefill_is_answered_with_a_failure_for_that_request) {
   {
     caf::scoped_actor sched{*rig.sys};
     auto batcher = std::make_shared<DraftBatcher>(rig.model, &rig.tier, 4096, DType::bf16, 1);
-    auto drafter = rig.sys->spawn<caf::detached>(actors::drafter, batcher, caf::actor{sched}, rig.trace);
+    auto drafter = rig.sys->spawn<caf::detached>(actors::drafter, batcher, caf::actor{sched}, rig.trace, true);
     DraftSpec s = spec(3, 50);
     s.compressor = "no_such_method";
     sched->send(drafter, prefill_msg{s});

@@ -12,6 +12,7 @@ void add_bench_memory_command(CLI::App& bench, Runner& run);
 void add_bench_remote_command(CLI::App& bench, Runner& run);
 void add_bench_tp_command(CLI::App& bench, Runner& run);
 void add_bench_attention_command(CLI::App& bench, Runner& run);
+void add_bench_interleave_command(CLI::App& bench, Runner& run);
 
 void add_bench_command(CLI::App& app, Runner& run) {
   CLI::App* bench = app.add_subcommand("bench", "Measure and print tables");
@@ -25,6 +26,7 @@ void add_bench_command(CLI::App& app, Runner& run) {
   add_bench_remote_command(*bench, run);
   add_bench_tp_command(*bench, run);
   add_bench_attention_command(*bench, run);
+  add_bench_interleave_command(*bench, run);
 }
 
 }  // namespace vc::cli

@@ -43,6 +43,10 @@ struct RemoteArgs {
 inline constexpr const char* kRemoteRecomputeFrontHelp =
     "Full flow: fetch the cached prefix's chunks from the last one down while prefilling it "
     "here from the first one up, until the two meet (same tokens)";
+/// --whole-prefill's help (batch, serve: EngineConfig::slice_prefill off).
+inline constexpr const char* kWholePrefillHelp =
+    "Prefill each prompt whole before anything else runs on the drafter, instead of a chunk at a "
+    "time between the other requests' draft steps (same tokens)";
 /// --remote-predraft's help, shared by generate and the engine commands.
 inline constexpr const char* kRemotePredraftHelp =
     "compressed-first, vericache: draft up to N tokens ahead while the full chunks arrive (at "

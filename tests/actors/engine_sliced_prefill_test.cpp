@@ -1,0 +1,180 @@
+// The drafter prefills a prompt a chunk at a time (EngineConfig::slice_prefill): a
+// request already decoding takes its steps between the chunks of a long prompt
+// arriving after it, both give full decoding's tokens, and a request cancelled in
+// the middle of its prefill leaves nothing behind.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <vericache/engine.hpp>
+
+#include "runtime/generator.hpp"
+#include "tests/runtime/test_support.hpp"
+
+namespace {
+
+using vericache::Engine;
+using vericache::EngineConfig;
+using vericache::Request;
+
+constexpr size_t kLongPrompt = 3000;  // 12 chunks of 256
+
+EngineConfig config(bool slice) {
+  EngineConfig c;
+  c.model_dir = VC_MODEL_DIR;
+  c.trace = true;
+  c.slice_prefill = slice;
+  return c;
+}
+
+Request request(uint32_t seed, size_t prompt_tokens, int max_tokens, const char* mode) {
+  std::mt19937 rng(seed);
+  const auto& cfg = vc::test::tinycode()->config();
+  Request r;
+  r.prompt_ids = vc::test::random_tokens(rng, prompt_tokens, cfg.vocab_size, cfg.bos_token_id);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.mode = mode;
+  r.compressor = "snapkv";
+  r.draft = "8";
+  return r;
+}
+
+// Plain full-KV decoding of `r`, alone.
+std::vector<int32_t> full_decoding(const Request& r) {
+  vc::GeneratorConfig gc;
+  gc.max_context = 4096;
+  vc::Generator gen(vc::test::tinycode(), vc::test::tinycode_tokenizer(), gc);
+  vc::GenerateOptions o;
+  o.max_tokens = r.max_tokens;
+  o.stop_at_eos = false;
+  return gen.generate(r.prompt_ids, o).output_ids;
+}
+
+struct Window {
+  size_t prefill_slices = 0;       // of the long request
+  size_t steps_inside = 0;         // draft steps of the decoding request within its prefill
+};
+
+// From the engine's trace: the long request's prefill slices, and the decoding
+// request's draft steps between the first slice's start and the last one's end.
+Window prefill_window(Engine& engine, uint64_t decoding, uint64_t long_id) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("vericache-sliced-prefill-" + std::to_string(::getpid()) + ".json");
+  engine.write_trace(path.string());
+  const auto j = vc::test::read_json(path.string());
+  std::filesystem::remove(path);
+  auto has = [](const nlohmann::json& e, uint64_t id) {
+    const auto& r = e["args"]["request"];
+    if (r.is_array()) {
+      for (const auto& x : r)
+        if (x.get<uint64_t>() == id) return true;
+      return false;
+    }
+    return r.is_number() && r.get<uint64_t>() == id;
+  };
+  Window w;
+  double first = 1e300, last = -1e300;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X" && e["name"] == "prefill" && e.contains("args") && has(e, long_id)) {
+      ++w.prefill_slices;
+      first = std::min(first, e["ts"].get<double>());
+      last = std::max(last, e["ts"].get<double>() + e["dur"].get<double>());
+    }
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X" && e["name"] == "draft step" && e.contains("args") && has(e, decoding) &&
+        e["ts"].get<double>() > first && e["ts"].get<double>() < last)
+      ++w.steps_inside;
+  return w;
+}
+
+// A full-mode request decoding, then a long vericache prompt submitted once its
+// first token is out.
+struct Pair {
+  vericache::Result decoding, long_one;
+  Window window;
+};
+
+Pair run_pair(bool slice, const Request& decoding, const Request& long_one) {
+  Engine engine(config(slice));
+  std::promise<void> first;
+  bool once = false;
+  auto a = engine.submit(decoding, [&](uint64_t, int32_t) {
+    if (!once) {
+      once = true;
+      first.set_value();
+    }
+  });
+  if (first.get_future().wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    ADD_FAILURE() << "the decoding request has no first token";
+    return {};
+  }
+  auto b = engine.submit(long_one);
+  Pair p;
+  p.decoding = a.result.get();
+  p.long_one = b.result.get();
+  p.window = prefill_window(engine, a.id, b.id);
+  return p;
+}
+
+TEST(engine_sliced_prefill, a_decoding_request_steps_between_the_chunks_of_a_long_prompt_and_both_match_full_decoding) {
+  const Request decoding = request(7, 40, 400, "full");
+  const Request long_one = request(8, kLongPrompt, 12, "vericache");
+  const Pair p = run_pair(true, decoding, long_one);
+  ASSERT_TRUE(p.decoding.ok) << p.decoding.error;
+  ASSERT_TRUE(p.long_one.ok) << p.long_one.error;
+  EXPECT_EQ(full_decoding(decoding), p.decoding.output_ids);
+  EXPECT_EQ(full_decoding(long_one), p.long_one.output_ids);
+  // One slice per chunk (and one before the first), with the other's steps between.
+  EXPECT_GE(p.window.prefill_slices, kLongPrompt / 256);
+  EXPECT_GE(p.window.steps_inside, 4u);
+}
+
+TEST(engine_sliced_prefill, without_slicing_a_long_prompt_is_prefilled_in_one_piece_with_the_same_tokens) {
+  const Request decoding = request(7, 40, 400, "full");
+  const Request long_one = request(8, kLongPrompt, 12, "vericache");
+  const Pair p = run_pair(false, decoding, long_one);
+  ASSERT_TRUE(p.decoding.ok) << p.decoding.error;
+  ASSERT_TRUE(p.long_one.ok) << p.long_one.error;
+  EXPECT_EQ(full_decoding(decoding), p.decoding.output_ids);
+  EXPECT_EQ(full_decoding(long_one), p.long_one.output_ids);
+  EXPECT_EQ(1u, p.window.prefill_slices);
+  EXPECT_EQ(0u, p.window.steps_inside);
+}
+
+TEST(engine_sliced_prefill, a_request_cancelled_during_its_prefill_leaves_nothing_held_and_the_next_matches_full_decoding) {
+  const Request long_one = request(9, kLongPrompt, 8, "vericache");
+  Engine engine(config(true));
+  size_t cancelled = 0;
+  for (int wait_ms : {-1, 0, 2, 10, 30}) {
+    auto sub = engine.submit(long_one);
+    if (wait_ms < 0) {  // once its prefill has written its first chunk to the full tier
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (engine.stats().full_tier_bytes_held == 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    }
+    engine.cancel(sub.id);
+    const auto r = sub.result.get();
+    EXPECT_TRUE(r.finish_reason == "cancelled" || r.ok) << r.error;
+    cancelled += r.finish_reason == "cancelled" && r.output_ids.empty();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((engine.stats().full_tier_bytes_held > 0 || engine.stats().fast_memory_used > 0) &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(0u, engine.stats().full_tier_bytes_held) << "cancelled after " << wait_ms << " ms";
+    EXPECT_EQ(0u, engine.stats().fast_memory_used) << "cancelled after " << wait_ms << " ms";
+  }
+  EXPECT_GE(cancelled, 1u) << "no request was cancelled before its first token";
+  const auto r = engine.submit(long_one).result.get();
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(full_decoding(long_one), r.output_ids);
+}
+
+}  // namespace
