@@ -75,16 +75,10 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
   slice_prefill = slice_prefill && batcher->degree() == 1;
   if (slice_prefill) batcher->rank(0).set_chunk_hook([] { SlicedTask::yield(); });
   auto slices = std::make_shared<PrefillSlices>();
-  // Runs a slice of request `id`'s prefill; at its end, answers the scheduler and
-  // starts the full-mode prompt waiting, if any.
   auto run_slice = std::make_shared<std::function<void(uint64_t)>>();
-  auto start_sliced = [=, run = run_slice.get()](DraftSpec spec) {  // no cycle through run_slice
+  auto launch = [=, run = run_slice.get()](DraftSpec spec) {  // no cycle through run_slice
     const uint64_t id = spec.id;
     const bool full = spec.mode == DecodeMode::full;
-    if (full && (slices->full_in_flight() || !slices->waiting.empty())) {  // in order
-      slices->waiting.push_back(std::move(spec));
-      return;
-    }
     PrefillSlices::Job job;
     job.full = full;
     job.result = std::make_shared<std::optional<PrefillResult>>();
@@ -96,13 +90,21 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     slices->jobs.emplace(id, std::move(job));
     (*run)(id);
   };
+  // A full-mode prompt waits while another is in flight or waiting (in order).
+  auto start_sliced = [=](DraftSpec spec) {
+    if (spec.mode == DecodeMode::full && (slices->full_in_flight() || !slices->waiting.empty()))
+      return slices->waiting.push_back(std::move(spec));
+    launch(std::move(spec));
+  };
   // The full-mode prompt waiting first, once none is in flight.
   auto start_waiting = [=] {
     if (slices->waiting.empty() || slices->full_in_flight()) return;
     DraftSpec next = std::move(slices->waiting.front());
     slices->waiting.pop_front();
-    start_sliced(std::move(next));
+    launch(std::move(next));
   };
+  // Runs a slice of request `id`'s prefill; at its end, answers the scheduler and
+  // starts the full-mode prompt waiting, if any.
   *run_slice = [=](uint64_t id) {
     auto it = slices->jobs.find(id);
     if (it == slices->jobs.end()) return;  // released meanwhile

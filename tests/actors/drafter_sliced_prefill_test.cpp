@@ -71,7 +71,9 @@ TEST(drafter_sliced_prefill, prompts_prefilled_at_once_give_the_answers_of_whole
   const std::vector<DraftSpec> specs = {spec(1, 1500, DecodeMode::vericache),
                                         spec(2, 700, DecodeMode::lossy, "h2o"),
                                         spec(3, 300, DecodeMode::vericache, "kvzip"),
-                                        spec(4, 200, DecodeMode::full)};
+                                        spec(4, 200, DecodeMode::full),
+                                        spec(5, 150, DecodeMode::full),  // wait for 4, in order
+                                        spec(6, 100, DecodeMode::full)};
   const auto sliced = prefill_all(true, specs);
   const auto whole = prefill_all(false, specs);
   ASSERT_EQ(specs.size(), sliced.size());
@@ -88,6 +90,8 @@ TEST(drafter_sliced_prefill, prompts_prefilled_at_once_give_the_answers_of_whole
   // 1500-token one (24 chunks) sent ahead of it.
   EXPECT_LT(sliced.at(3).order, sliced.at(1).order);
   EXPECT_LT(sliced.at(4).order, sliced.at(1).order);
+  EXPECT_LT(sliced.at(4).order, sliced.at(5).order);  // full-mode prompts one after another
+  EXPECT_LT(sliced.at(5).order, sliced.at(6).order);
 }
 
 TEST(drafter_sliced_prefill, a_full_mode_prompt_waiting_behind_a_released_one_starts) {
