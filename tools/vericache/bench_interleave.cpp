@@ -30,9 +30,11 @@ struct BenchInterleaveArgs {
   size_t prompt_tokens = 256;
   int gen_tokens = 256;
   std::string mode = "full";
+  std::string draft = "16";
   int repeats = 3;
   int threads = 0;
   bool json = false;
+  std::string trace;  // --trace: the last sliced run's Chrome trace
 };
 
 using Clock = std::chrono::steady_clock;
@@ -54,6 +56,7 @@ Run run_once(const BenchInterleaveArgs& a, bool slice, const Tokenizer& tok) {
   ec.threads = a.threads;
   ec.slice_prefill = slice;
   ec.max_active = a.decoding + 1;
+  ec.trace = !a.trace.empty();
   vericache::Engine engine(ec);
   std::mutex mu;
   std::vector<std::vector<Clock::time_point>> stamps(a.decoding);
@@ -67,6 +70,7 @@ Run run_once(const BenchInterleaveArgs& a, bool slice, const Tokenizer& tok) {
     r.max_tokens = a.gen_tokens;
     r.ignore_eos = true;
     r.mode = a.mode;
+    r.draft = a.draft;
     subs.push_back(engine.submit(r, [&, i](uint64_t, int32_t) {
       std::lock_guard<std::mutex> lock(mu);
       stamps[i].push_back(Clock::now());
@@ -94,6 +98,7 @@ Run run_once(const BenchInterleaveArgs& a, bool slice, const Tokenizer& tok) {
   if (!lr.ok) throw vc::Error("bench interleave: the long request failed: " + lr.error);
   Run out;
   out.total = seconds(Clock::now() - t0);
+  if (!a.trace.empty() && slice) engine.write_trace(a.trace);
   std::lock_guard<std::mutex> lock(mu);
   out.long_first_token = seconds(long_first - long_submit);
   size_t during = 0;
@@ -135,16 +140,16 @@ int run_bench_interleave(const BenchInterleaveArgs& a) {
   if (a.json) {
     std::cout << nlohmann::json{{"model", a.model_dir},       {"long_tokens", a.long_tokens},
                                 {"decoding", a.decoding},     {"prompt_tokens", a.prompt_tokens},
-                                {"gen_tokens", a.gen_tokens}, {"mode", a.mode},
+                                {"gen_tokens", a.gen_tokens}, {"mode", a.mode}, {"draft", a.draft},
                                 {"repeats", a.repeats},       {"rows", rows}}
                      .dump(2)
               << "\n";
     return 0;
   }
   std::cout << fmt::format(
-      "bench interleave: {}, {} {}-mode requests of {} prompt tokens decoding {} tokens each; "
-      "a {}-token vericache prompt arrives once each has its first token; median of {}\n\n",
-      a.model_dir, a.decoding, a.mode, a.prompt_tokens, a.gen_tokens, a.long_tokens, a.repeats);
+      "bench interleave: {}, {} {}-mode requests of {} prompt tokens decoding {} tokens each "
+      "(draft {}); a {}-token vericache prompt arrives once each has its first token; median of {}\n\n",
+      a.model_dir, a.decoding, a.mode, a.prompt_tokens, a.gen_tokens, a.draft, a.long_tokens, a.repeats);
   std::cout << fmt::format("{:<8} {:>18} {:>22} {:>13} {:>9}\n", "prefill", "long: first token",
                            "decoding while it runs", "longest gap", "all done");
   for (const auto& r : rows)
@@ -175,10 +180,14 @@ void add_bench_interleave_command(CLI::App& bench, Runner& run) {
       ->capture_default_str()->check(integer_in(2, 1 << 20));
   cmd->add_option("--mode", a->mode, "Mode of the decoding requests")
       ->capture_default_str()->check(CLI::IsMember({"full", "vericache", "lossy"}));
+  cmd->add_option("--draft", a->draft,
+                  "Draft length of the decoding requests (full mode: tokens per block, emitted together)")
+      ->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Runs of each (median), alternating")
       ->capture_default_str()->check(integer_in(1, 100));
   cmd->add_option("--threads", a->threads, "Threads per compute actor (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
+  cmd->add_option("--trace", a->trace, "Write the last sliced run's Chrome trace-event JSON here");
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_interleave(*a); }; });
 }
