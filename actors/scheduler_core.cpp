@@ -216,7 +216,7 @@ void SchedulerCore::on_drafted(DraftBlock& b) {
   if (b.final) {
     for (size_t i = 0; i < b.tokens.size(); ++i)
       if (emit(*c, b.tokens[i], b.logprobs[i], top_at(b.top_logprobs, i))) return check_barriers();
-    next_round(*c);
+    if (!b.more) next_round(*c);  // else the block goes on (streamed a step at a time)
     return check_barriers();
   }
   {

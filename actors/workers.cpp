@@ -71,6 +71,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
       self->send(self, step_msg{});
     }
   };
+  batcher->set_stream_final(true);  // full and lossy tokens go out as each step makes them
   // Slices need one rank: a group's ranks meet in collectives inside each chunk.
   slice_prefill = slice_prefill && batcher->degree() == 1;
   if (slice_prefill) batcher->rank(0).set_chunk_hook([] { SlicedTask::yield(); });

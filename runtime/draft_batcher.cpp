@@ -359,6 +359,17 @@ std::vector<DraftBlock> DraftBatcher::step() {
       done.push_back(std::move(r.block));
       it = active_.erase(it);
     } else {
+      if (stream_final_ && r.block.final && !r.block.tokens.empty()) {  // this step's, ahead
+        DraftBlock part;
+        part.id = r.block.id;
+        part.final = part.more = true;
+        std::swap(part.tokens, r.block.tokens);
+        std::swap(part.logprobs, r.block.logprobs);
+        std::swap(part.top_logprobs, r.block.top_logprobs);
+        std::swap(part.seconds, r.block.seconds);
+        part.fast_bytes_peak = r.fast_peak;
+        done.push_back(std::move(part));
+      }
       ++it;
     }
   }

@@ -113,6 +113,9 @@ struct DraftBlock {
   /// Final tokens with sampling.top_logprobs > 0: per token, its top-N list.
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   bool final = false;
+  /// Final tokens the block has so far, sent ahead of its end (set_stream_final):
+  /// the block goes on, and its last part comes with more = false.
+  bool more = false;
   double seconds = 0;           // this request's share of the batched steps
   /// vericache: the view is due to be rebuilt at this round's commit, and its
   /// compressor needs the verify pass's statistics (VerifyJob::collect_stats).
@@ -197,6 +200,10 @@ class DraftBatcher {
   /// Runs f(t) on each of the batcher's compute threads (t = 0: the calling thread),
   /// for thread binding.
   void run_on_each_thread(const std::function<void(int thread)>& f) { ws_.pool().run_on_each(f); }
+  /// step() also returns, for every full or lossy block not done yet, the final tokens
+  /// it decoded in that step (DraftBlock::more), so that a caller can stream them as
+  /// they come rather than a block at a time. Off by default.
+  void set_stream_final(bool on) { stream_final_ = on; }
   /// Called before each chunk of a prompt's prefill (Workspace::chunk_hook); the
   /// hook may step() and run the other calls here in between, for other requests
   /// (the engine's drafter does: actors/workers.cpp). The prefill's request is not
@@ -243,6 +250,7 @@ class DraftBatcher {
   std::vector<uint64_t> active_;  // requests with a block in progress, in start order
   std::vector<uint64_t> last_ids_;
   size_t folds_ = 0;
+  bool stream_final_ = false;
 };
 
 }  // namespace vc

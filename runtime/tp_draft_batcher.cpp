@@ -118,7 +118,8 @@ std::vector<DraftBlock> TpDraftBatcher::step() {
     for (size_t i = 0; i < done.size(); ++i) {
       const DraftBlock& o = out[r][i];
       DraftBlock& b = done[i];
-      if (o.id != b.id || o.tokens != b.tokens || o.logprobs != b.logprobs || o.final != b.final)
+      if (o.id != b.id || o.tokens != b.tokens || o.logprobs != b.logprobs || o.final != b.final ||
+          o.more != b.more)
         disagree(r, "drafted other tokens", b.id);
       b.fast_bytes_peak = std::max(b.fast_bytes_peak, o.fast_bytes_peak);
     }
@@ -130,6 +131,10 @@ void TpDraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
   const int d = degree();
   // A commit may rebuild the view through the compressor: collectives, so at once.
   group_.run([&](int r) { ranks_[size_t(r)]->commit(id, rank_outcome(v, r, d), ahead); });
+}
+
+void TpDraftBatcher::set_stream_final(bool on) {
+  for (auto& b : ranks_) b->set_stream_final(on);
 }
 
 void TpDraftBatcher::release(uint64_t id) {

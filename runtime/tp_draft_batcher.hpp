@@ -37,6 +37,7 @@ class TpDraftBatcher {
   /// exact first token and drafts_kept checked equal across ranks.
   [[nodiscard]] PrefillResult finish_prefill(uint64_t id, size_t cached);
   void release(uint64_t id);
+  void set_stream_final(bool on);  // DraftBatcher::set_stream_final, every rank
 
   [[nodiscard]] const std::vector<uint64_t>& active() const { return ranks_[0]->active(); }
   [[nodiscard]] size_t last_step_rows() const { return ranks_[0]->last_step_rows(); }

@@ -247,6 +247,57 @@ TEST(draft_batcher, full_mode_emits_the_tokens_logprobs_and_top_logprobs_of_gene
   }
 }
 
+// set_stream_final: each step hands over the token it decoded for every full-mode
+// block not done (more = true), the block's end its last one; together, the tokens,
+// logprobs and top logprobs of the blocks without streaming.
+TEST(draft_batcher, streamed_final_tokens_come_one_per_step_and_equal_the_whole_blocks) {
+  struct Out {
+    std::map<uint64_t, std::vector<int32_t>> ids;
+    std::map<uint64_t, std::vector<float>> logprobs;
+    std::map<uint64_t, size_t> tops;
+  };
+  auto run = [](bool stream) {
+    auto b = make_batcher(nullptr);
+    b.set_stream_final(stream);
+    Out o;
+    for (uint64_t id : {1u, 2u}) {
+      DraftSpec s = make_spec(id, prompt(uint32_t(20 + id), 40 + 30 * id), DecodeMode::full);
+      if (id == 2) s.sampling = SamplingParams{0.9f, 50, 0.95f, 77, 3};
+      (void)b.prefill(s);
+      b.start(id, id == 1 ? 16 : 9);
+    }
+    for (int guard = 0; b.busy() && guard < 100; ++guard) {
+      std::map<uint64_t, size_t> parts;
+      for (auto& blk : b.step()) {
+        EXPECT_TRUE(blk.final);
+        if (stream) {
+          EXPECT_EQ(1u, blk.tokens.size()) << "one token per step";
+        } else {
+          EXPECT_FALSE(blk.more);
+        }
+        ++parts[blk.id];
+        o.ids[blk.id].insert(o.ids[blk.id].end(), blk.tokens.begin(), blk.tokens.end());
+        o.logprobs[blk.id].insert(o.logprobs[blk.id].end(), blk.logprobs.begin(), blk.logprobs.end());
+        o.tops[blk.id] += blk.top_logprobs.size();
+      }
+      if (stream) {
+        for (uint64_t id : {1u, 2u}) {
+          EXPECT_LE(parts[id], 1u) << "a request's part per step";
+        }
+      }
+    }
+    return o;
+  };
+  const Out whole = run(false), streamed = run(true);
+  for (uint64_t id : {1u, 2u}) {
+    EXPECT_EQ(id == 1 ? 16u : 9u, streamed.ids.at(id).size());
+    EXPECT_EQ(whole.ids.at(id), streamed.ids.at(id)) << "request " << id;
+    expect_same_bits(whole.logprobs.at(id), streamed.logprobs.at(id), "request " + std::to_string(id));
+    EXPECT_EQ(whole.tops.at(id), streamed.tops.at(id));
+  }
+  EXPECT_EQ(9u, streamed.tops.at(2));
+}
+
 // Draft, verify against the full tier, commit to both tiers: the loop the actors
 // run, one request at a time, here by hand.
 TEST(draft_batcher, commit_keeps_the_verified_kv_and_rolls_back_the_rejected_drafts) {
