@@ -7,6 +7,7 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <map>
 #include <vector>
 
@@ -48,9 +49,12 @@ struct Answer {
 };
 
 // Sends every spec at once to a fresh drafter; its answers by id, in arrival order.
-std::map<uint64_t, Answer> prefill_all(bool slice, const std::vector<DraftSpec>& specs) {
+// `wall`: seconds from the first send to the last answer.
+std::map<uint64_t, Answer> prefill_all(bool slice, const std::vector<DraftSpec>& specs,
+                                       double* wall = nullptr) {
   Rig rig;
   std::map<uint64_t, Answer> out;
+  const auto t0 = std::chrono::steady_clock::now();
   {
     caf::scoped_actor sched{*rig.sys};
     auto batcher = std::make_shared<DraftBatcher>(rig.model, &rig.tier, 16384, DType::bf16, 1);
@@ -60,6 +64,7 @@ std::map<uint64_t, Answer> prefill_all(bool slice, const std::vector<DraftSpec>&
       sched->receive([&](prefilled_msg& m) { out[m.result.id] = Answer{i, m.result}; },
                      [&](failed_msg& m) { ADD_FAILURE() << "request " << m.id << ": " << m.error; },
                      caf::after(std::chrono::seconds(60)) >> [] { ADD_FAILURE() << "no prefill answer"; });
+    if (wall) *wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const auto& s : specs) sched->send(drafter, release_msg{s.id});
     sched->send_exit(drafter, caf::exit_reason::user_shutdown);
   }
@@ -74,7 +79,8 @@ TEST(drafter_sliced_prefill, prompts_prefilled_at_once_give_the_answers_of_whole
                                         spec(4, 200, DecodeMode::full),
                                         spec(5, 150, DecodeMode::full),  // wait for 4, in order
                                         spec(6, 100, DecodeMode::full)};
-  const auto sliced = prefill_all(true, specs);
+  double wall = 0;
+  const auto sliced = prefill_all(true, specs, &wall);
   const auto whole = prefill_all(false, specs);
   ASSERT_EQ(specs.size(), sliced.size());
   ASSERT_EQ(specs.size(), whole.size());
@@ -92,6 +98,11 @@ TEST(drafter_sliced_prefill, prompts_prefilled_at_once_give_the_answers_of_whole
   EXPECT_LT(sliced.at(4).order, sliced.at(1).order);
   EXPECT_LT(sliced.at(4).order, sliced.at(5).order);  // full-mode prompts one after another
   EXPECT_LT(sliced.at(5).order, sliced.at(6).order);
+  // Each prompt's seconds are its own slices': they never overlap, so they add up to
+  // no more than the run.
+  double sum = 0;
+  for (const auto& [id, a] : sliced) sum += a.result.seconds;
+  EXPECT_LE(sum, wall);
 }
 
 TEST(drafter_sliced_prefill, a_full_mode_prompt_waiting_behind_a_released_one_starts) {

@@ -5,10 +5,12 @@
 
 #include "tests/cli/cli_support.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -229,6 +231,43 @@ TEST(cli_batch, trace_and_simulated_link_are_reported) {
   const auto res = read_results(d.path / "out.jsonl");
   ASSERT_EQ(res.size(), 4u);
   for (const auto& j : res) EXPECT_EQ(j["stats"]["vericache"]["full_tier"], "disk");
+}
+
+// --whole-prefill: each prompt's prefill is one slice of the drafter's trace (by
+// default a long prompt's is one per chunk); the tokens are the same.
+TEST(cli_batch, whole_prefill_prefills_each_prompt_in_one_piece_with_the_same_tokens) {
+  std::string code = "<|begin_of_text|>";
+  for (int i = 0; i < 120; ++i) {
+    const std::string n = std::to_string(i);
+    code.append("x").append(n).append(" = ").append(n).append("\n");
+  }
+  std::vector<std::string> lines = {
+      json({{"prompt", code}, {"max_tokens", 12}, {"mode", "vericache"}, {"ignore_eos", true}}).dump(),
+      json({{"prompt", "<|begin_of_text|>def f(x):"}, {"max_tokens", 24}, {"mode", "full"},
+            {"ignore_eos", true}}).dump()};
+  auto run = [&](const std::string& name, const std::string& flag) {
+    TempDir d(name);
+    write_lines(d.path / "in.jsonl", lines);
+    const fs::path trace = d.path / "trace.json";
+    const auto r = run_batch_cli(batch_args(d, " --trace " + quoted(trace.string()) + flag));
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::ifstream in(trace);
+    const json t = json::parse(in);
+    std::map<uint64_t, size_t> slices;  // prefill slices per request
+    for (const auto& e : t["traceEvents"])
+      if (e["ph"] == "X" && e["name"] == "prefill") ++slices[e["args"]["request"].get<uint64_t>()];
+    size_t most = 0;
+    for (const auto& [id, n] : slices) most = std::max(most, n);
+    std::vector<json> ids;
+    for (const auto& j : read_results(d.path / "out.jsonl")) ids.push_back(j["output_ids"]);
+    return std::pair{most, ids};
+  };
+  const auto [sliced_most, sliced_ids] = run("sliced", "");
+  const auto [whole_most, whole_ids] = run("whole", " --whole-prefill");
+  EXPECT_GT(sliced_most, 2u) << "the long prompt in chunks";
+  EXPECT_EQ(1u, whole_most);
+  ASSERT_EQ(2u, whole_ids.size());
+  EXPECT_EQ(sliced_ids, whole_ids);
 }
 
 TEST(cli_batch, output_order_is_input_order) {
