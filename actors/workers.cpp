@@ -12,6 +12,7 @@
 
 #include "actors/protocol.hpp"
 #include "actors/sliced_task.hpp"
+#include "kernels/error.hpp"
 #include "runtime/rank_group.hpp"
 #include "runtime/tp_comm.hpp"
 
@@ -26,15 +27,18 @@ caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher
 
 namespace {
 
-/// The drafter's prefills in flight, each a SlicedTask that yields before each chunk
+/// The drafter's prefills in flight, each run by SlicedTasks that yield before each chunk
 /// of its prompt (Workspace::chunk_hook), so that draft steps (and the other
 /// prefills) run between its chunks instead of waiting for all of it. A full-mode
 /// prompt waits for the full-mode one in flight, so that it shares that prompt's
 /// prefix blocks as it would after it (PagedKvCache::share_prefix).
 struct PrefillSlices {
+  /// One task per tensor-parallel rank: each rank's prefill on a thread of its own
+  /// (the ranks meet in collectives inside a chunk, so their slices run at once,
+  /// and every rank yields before the same chunk).
   struct Job {
-    std::unique_ptr<SlicedTask> task;
-    std::shared_ptr<std::optional<PrefillResult>> result;
+    std::vector<std::unique_ptr<SlicedTask>> tasks;
+    std::shared_ptr<std::vector<std::optional<PrefillResult>>> results;
     bool full = false;
     double seconds = 0;  // inside its slices (PrefillResult::seconds: the drafter's time)
   };
@@ -72,24 +76,42 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     }
   };
   batcher->set_stream_final(true);  // full and lossy tokens go out as each step makes them
-  // Slices need one rank: a group's ranks meet in collectives inside each chunk.
-  slice_prefill = slice_prefill && batcher->degree() == 1;
-  if (slice_prefill) batcher->rank(0).set_chunk_hook([] { SlicedTask::yield(); });
+  if (slice_prefill) batcher->set_chunk_hook([] { SlicedTask::yield(); });
+  const int degree = batcher->degree();
   auto slices = std::make_shared<PrefillSlices>();
   auto run_slice = std::make_shared<std::function<void(uint64_t)>>();
   auto launch = [=, run = run_slice.get()](DraftSpec spec) {  // no cycle through run_slice
     const uint64_t id = spec.id;
-    const bool full = spec.mode == DecodeMode::full;
     PrefillSlices::Job job;
-    job.full = full;
-    job.result = std::make_shared<std::optional<PrefillResult>>();
-    job.task = std::make_unique<SlicedTask>(
-        [batcher, spec = std::move(spec), result = job.result, binder = slices->binder] {
-          if (binder) binder->bind_calling_thread("drafter", 0);
-          result->emplace(batcher->prefill(spec));
-        });
+    job.full = spec.mode == DecodeMode::full;
+    job.results = std::make_shared<std::vector<std::optional<PrefillResult>>>(size_t(degree));
+    auto shared_spec = std::make_shared<const DraftSpec>(std::move(spec));
+    for (int r = 0; r < degree; ++r)
+      job.tasks.push_back(std::make_unique<SlicedTask>(
+          [batcher, r, spec = shared_spec, results = job.results, binder = slices->binder] {
+            if (binder) binder->bind_calling_thread("drafter", r);
+            (*results)[size_t(r)].emplace(batcher->rank_prefill(r, *spec));
+          }));
     slices->jobs.emplace(id, std::move(job));
     (*run)(id);
+  };
+  // One slice of every rank's prefill, at once; true once they have all returned.
+  auto resume_ranks = [=](PrefillSlices::Job& job, uint64_t id) {
+    if (degree == 1) return job.tasks[0]->resume();
+    std::vector<char> ended(size_t(degree), 0);
+    batcher->run_ranks([&](int r) { ended[size_t(r)] = job.tasks[size_t(r)]->resume(); });
+    const auto n = std::count(ended.begin(), ended.end(), char(1));
+    if (n != 0 && n != degree)
+      throw Error("tensor parallelism: the ranks' prefills of request " + std::to_string(id) +
+                  " ended at different chunks");
+    return n == degree;
+  };
+  // The ranks' results made one (checked equal across ranks).
+  auto result_of = [=](PrefillSlices::Job& job, uint64_t id) {
+    if (degree == 1) return std::move(*(*job.results)[0]);
+    std::vector<PrefillResult> out;
+    for (auto& r : *job.results) out.push_back(std::move(*r));
+    return batcher->merge_prefills(id, std::move(out));
   };
   // A full-mode prompt waits while another is in flight or waiting (in order).
   auto start_sliced = [=](DraftSpec spec) {
@@ -120,7 +142,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
         ~Clock() { seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
       } clock{it->second.seconds, t0};
       try {
-        ended = it->second.task->resume();
+        ended = resume_ranks(it->second, id);
       } catch (const std::exception& e) {
         ended = true;
         error = e.what();
@@ -136,13 +158,19 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     PrefillSlices::Job job = std::move(it->second);
     slices->jobs.erase(it);
     if (error.empty()) {
-      PrefillResult& r = **job.result;
-      r.seconds = job.seconds;  // not the other work run between its slices
-      self->send(scheduler, prefilled_msg{std::move(r)});
-    } else {
+      try {
+        PrefillResult r = result_of(job, id);
+        r.seconds = job.seconds;  // not the other work run between its slices
+        self->send(scheduler, prefilled_msg{std::move(r)});
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    job.tasks.clear();  // a rank whose task had not ended is cancelled (its cleanups run)
+    if (!error.empty()) {
+      batcher->release(id);  // what a rank that ended before another failed holds
       self->send(scheduler, failed_msg{id, error});
     }
-    job.task.reset();
     if (job.full) start_waiting();
     kick();
   };

@@ -31,8 +31,9 @@ caf::behavior drafter(caf::event_based_actor* self, std::shared_ptr<DraftBatcher
                       bool slice_prefill = true);
 
 /// The drafter of a tensor-parallel group: every message runs on all its ranks.
-/// Prefills are sliced at degree 1 only (the ranks meet in collectives inside a
-/// chunk).
+/// A sliced prefill runs one task per rank (the ranks meet in collectives inside a
+/// chunk, so each slice runs every rank's at once, and every rank yields before the
+/// same chunk).
 caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraftBatcher> batcher,
                             caf::actor scheduler, std::shared_ptr<TraceRecorder> trace,
                             bool slice_prefill = true);

@@ -50,16 +50,24 @@ PrefillResult TpDraftBatcher::prefill(const DraftSpec& spec) {
   if (d == 1) return ranks_[0]->prefill(spec);
   std::vector<PrefillResult> out(d);
   group_.run([&](int r) { out[size_t(r)] = ranks_[size_t(r)]->prefill(spec); });
+  return merge_prefills(spec.id, std::move(out));
+}
+
+PrefillResult TpDraftBatcher::merge_prefills(uint64_t id, std::vector<PrefillResult> out) {
+  const size_t d = ranks_.size();
+  if (out.size() != d)
+    throw Error("TpDraftBatcher: " + std::to_string(out.size()) + " prefill results for a group of " +
+                std::to_string(d));
   PrefillResult p = std::move(out[0]);
   for (size_t r = 1; r < d; ++r) {
     const PrefillResult& o = out[r];
     if (o.token != p.token || o.logprob != p.logprob) {
-      for (auto& b : ranks_) b->release(spec.id);
-      disagree(r, "chose another first token", spec.id);
+      for (auto& b : ranks_) b->release(id);
+      disagree(r, "chose another first token", id);
     }
     if (o.exact_pending != p.exact_pending) {
-      for (auto& b : ranks_) b->release(spec.id);
-      disagree(r, "started from another head start", spec.id);
+      for (auto& b : ranks_) b->release(id);
+      disagree(r, "started from another head start", id);
     }
     p.compressed_bytes += o.compressed_bytes;
     p.compressed_full_bytes += o.compressed_full_bytes;
@@ -70,8 +78,8 @@ PrefillResult TpDraftBatcher::prefill(const DraftSpec& spec) {
     if (p.met.has_value() != o.met.has_value() ||
         (p.met && (o.met->front_chunks != p.met->front_chunks || o.met->fetched_chunks != p.met->fetched_chunks ||
                    o.met->publish_from != p.met->publish_from || o.met->publish_known != p.met->publish_known))) {
-      for (auto& b : ranks_) b->release(spec.id);
-      disagree(r, "met its fetch at another chunk", spec.id);
+      for (auto& b : ranks_) b->release(id);
+      disagree(r, "met its fetch at another chunk", id);
     }
     if (p.met) {
       p.met->run.bytes += o.met->run.bytes;
@@ -131,6 +139,10 @@ void TpDraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
   const int d = degree();
   // A commit may rebuild the view through the compressor: collectives, so at once.
   group_.run([&](int r) { ranks_[size_t(r)]->commit(id, rank_outcome(v, r, d), ahead); });
+}
+
+void TpDraftBatcher::set_chunk_hook(const std::function<void()>& hook) {
+  for (auto& b : ranks_) b->set_chunk_hook(hook);
 }
 
 void TpDraftBatcher::set_stream_final(bool on) {

@@ -27,6 +27,17 @@ class TpDraftBatcher {
   /// (fast-memory budgets are per rank). A rank's failure fails the operation with
   /// its own error on every rank; nothing of a failed prefill is kept on any rank.
   [[nodiscard]] PrefillResult prefill(const DraftSpec& spec);
+  /// prefill() in parts, for a caller that runs each rank's prefill on a thread of
+  /// its own (the engine's sliced prefill, actors/workers.cpp): rank r's prefill
+  /// alone, which meets the others in collectives, so every rank's must run at once
+  /// (run_ranks); then merge_prefills() of their results, checked as prefill() does.
+  [[nodiscard]] PrefillResult rank_prefill(int r, const DraftSpec& spec) { return rank(r).prefill(spec); }
+  [[nodiscard]] PrefillResult merge_prefills(uint64_t id, std::vector<PrefillResult> out);
+  /// Runs f(r) for every rank at once (RankGroup::run: a throwing rank aborts the
+  /// others' collectives, and its own error is rethrown).
+  void run_ranks(const std::function<void(int rank)>& f) { group_.run(f); }
+  /// DraftBatcher::set_chunk_hook, every rank.
+  void set_chunk_hook(const std::function<void()>& hook);
   void start(uint64_t id, size_t n, bool ahead = false);  // DraftBatcher::start
   [[nodiscard]] bool busy() const { return ranks_[0]->busy(); }
   [[nodiscard]] std::vector<DraftBlock> step();

@@ -73,7 +73,8 @@ struct EngineConfig {
   /// chunks, in between: a long prompt no longer stops every other stream while it
   /// is prefilled. Full-mode prompts still go one after another (so that a prompt
   /// shares the prefix blocks of the one before). The same tokens either way. At
-  /// tp > 1 each prefill runs whole. false: each prefill runs whole.
+  /// tp > 1 every rank's prefill yields before the same chunk. false: each prefill
+  /// runs whole.
   bool slice_prefill = true;
   bool trace = false;               ///< record slices for write_trace()
   /// Remote prefix cache, "redis://HOST:PORT" ("" = none). Lossy and vericache

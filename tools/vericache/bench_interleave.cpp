@@ -33,6 +33,7 @@ struct BenchInterleaveArgs {
   std::string draft = "16";
   int repeats = 3;
   int threads = 0;
+  int tp = 1;
   bool json = false;
   std::string trace;  // --trace: the last sliced run's Chrome trace
 };
@@ -54,6 +55,7 @@ Run run_once(const BenchInterleaveArgs& a, bool slice, const Tokenizer& tok) {
   vericache::EngineConfig ec;
   ec.model_dir = a.model_dir;
   ec.threads = a.threads;
+  ec.tp = a.tp;
   ec.slice_prefill = slice;
   ec.max_active = a.decoding + 1;
   ec.trace = !a.trace.empty();
@@ -141,15 +143,17 @@ int run_bench_interleave(const BenchInterleaveArgs& a) {
     std::cout << nlohmann::json{{"model", a.model_dir},       {"long_tokens", a.long_tokens},
                                 {"decoding", a.decoding},     {"prompt_tokens", a.prompt_tokens},
                                 {"gen_tokens", a.gen_tokens}, {"mode", a.mode}, {"draft", a.draft},
-                                {"repeats", a.repeats},       {"rows", rows}}
+                                {"repeats", a.repeats},       {"tp", a.tp},
+                                {"rows", rows}}
                      .dump(2)
               << "\n";
     return 0;
   }
   std::cout << fmt::format(
       "bench interleave: {}, {} {}-mode requests of {} prompt tokens decoding {} tokens each "
-      "(draft {}); a {}-token vericache prompt arrives once each has its first token; median of {}\n\n",
-      a.model_dir, a.decoding, a.mode, a.prompt_tokens, a.gen_tokens, a.draft, a.long_tokens, a.repeats);
+      "(draft {}); a {}-token vericache prompt arrives once each has its first token; tp {}; median of {}\n\n",
+      a.model_dir, a.decoding, a.mode, a.prompt_tokens, a.gen_tokens, a.draft, a.long_tokens, a.tp,
+      a.repeats);
   std::cout << fmt::format("{:<8} {:>18} {:>22} {:>13} {:>9}\n", "prefill", "long: first token",
                            "decoding while it runs", "longest gap", "all done");
   for (const auto& r : rows)
@@ -185,6 +189,7 @@ void add_bench_interleave_command(CLI::App& bench, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Runs of each (median), alternating")
       ->capture_default_str()->check(integer_in(1, 100));
+  cmd->add_option("--tp", a->tp, "Tensor-parallel degree (CPU ranks)")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Threads per compute actor (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
   cmd->add_option("--trace", a->trace, "Write the last sliced run's Chrome trace-event JSON here");
