@@ -63,6 +63,8 @@ void SlicedTask::run() {
   cv_.notify_all();
 }
 
+bool SlicedTask::in_task() { return current_task != nullptr; }
+
 void SlicedTask::yield() {
   SlicedTask* t = current_task;
   if (t == nullptr) return;

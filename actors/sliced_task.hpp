@@ -33,6 +33,8 @@ class SlicedTask {
   /// From a task's thread: ends the slice and waits for the next resume(). From any
   /// other thread: nothing. Throws Cancelled in a task being dropped.
   static void yield();
+  /// Whether the calling thread is a task's (yield() would end its slice).
+  [[nodiscard]] static bool in_task();
   /// Thrown by yield() in a task being dropped; not a std::exception, so that only
   /// catch (...) cleanups (which rethrow) see it.
   struct Cancelled {};

@@ -76,7 +76,15 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     }
   };
   batcher->set_stream_final(true);  // full and lossy tokens go out as each step makes them
-  if (slice_prefill) batcher->set_chunk_hook([] { SlicedTask::yield(); });
+  // Every rank yields before the same chunk; at degree > 1 they meet first, so a rank
+  // out of step fails the prefill instead of hanging the group (the batcher owns the
+  // hook: a raw pointer, no cycle).
+  if (slice_prefill)
+    batcher->set_chunk_hook([b = batcher.get()](int rank) {
+      if (!SlicedTask::in_task()) return;  // a prefill run whole
+      b->align(rank);
+      SlicedTask::yield();
+    });
   const int degree = batcher->degree();
   auto slices = std::make_shared<PrefillSlices>();
   auto run_slice = std::make_shared<std::function<void(uint64_t)>>();
@@ -168,8 +176,12 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     }
     job.tasks.clear();  // a rank whose task had not ended is cancelled (its cleanups run)
     if (!error.empty()) {
-      batcher->release(id);  // what a rank that ended before another failed holds
       self->send(scheduler, failed_msg{id, error});
+      try {
+        batcher->release(id);  // what a rank that ended before another failed holds
+      } catch (const std::exception&) {
+        // the request has failed already; its release's own error changes nothing
+      }
     }
     if (job.full) start_waiting();
     kick();

@@ -141,8 +141,16 @@ void TpDraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
   group_.run([&](int r) { ranks_[size_t(r)]->commit(id, rank_outcome(v, r, d), ahead); });
 }
 
-void TpDraftBatcher::set_chunk_hook(const std::function<void()>& hook) {
-  for (auto& b : ranks_) b->set_chunk_hook(hook);
+void TpDraftBatcher::set_chunk_hook(const std::function<void(int rank)>& hook) {
+  for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->set_chunk_hook([hook, r] { hook(int(r)); });
+}
+
+void TpDraftBatcher::align(int rank) {
+  if (ranks_.size() == 1) return;
+  float one = 1.0f;
+  group_.comm()->all_reduce_sum(rank, &one, 1);
+  if (one != float(ranks_.size())) throw Error("tensor parallelism: rank " + std::to_string(rank) +
+                                              " met the others out of step before a prefill chunk");
 }
 
 void TpDraftBatcher::set_stream_final(bool on) {

@@ -36,8 +36,14 @@ class TpDraftBatcher {
   /// Runs f(r) for every rank at once (RankGroup::run: a throwing rank aborts the
   /// others' collectives, and its own error is rethrown).
   void run_ranks(const std::function<void(int rank)>& f) { group_.run(f); }
-  /// DraftBatcher::set_chunk_hook, every rank.
-  void set_chunk_hook(const std::function<void()>& hook);
+  /// DraftBatcher::set_chunk_hook, every rank: rank r's calls hook(r).
+  void set_chunk_hook(const std::function<void(int rank)>& hook);
+  /// Called by every rank at once (in a prefill: its chunk hook): returns once all
+  /// have called it, so that no rank goes on while another is still inside a
+  /// collective; a rank that arrives from elsewhere (in another collective) makes
+  /// that one fail on its size check instead of leaving the group waiting. Nothing
+  /// at degree 1.
+  void align(int rank);
   void start(uint64_t id, size_t n, bool ahead = false);  // DraftBatcher::start
   [[nodiscard]] bool busy() const { return ranks_[0]->busy(); }
   [[nodiscard]] std::vector<DraftBlock> step();

@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <vericache/engine.hpp>
 
@@ -70,14 +71,27 @@ bool names(const nlohmann::json& e, uint64_t id) {
   return r.is_number() && r.get<uint64_t>() == id;
 }
 
-// From the engine's trace: the long request's prefill slices, and the decoding
-// request's draft steps between its first slice's start and its last one's end.
-std::pair<size_t, size_t> slices_and_steps_inside(Engine& engine, uint64_t decoding, uint64_t long_id) {
+nlohmann::json trace_of(Engine& engine) {
   const auto path = std::filesystem::temp_directory_path() /
                     ("vericache-sliced-prefill-tp-" + std::to_string(::getpid()) + ".json");
   engine.write_trace(path.string());
-  const auto j = vc::test::read_json(path.string());
+  auto j = vc::test::read_json(path.string());
   std::filesystem::remove(path);
+  return j;
+}
+
+// From the engine's trace: request `id`'s prefill slices.
+size_t prefill_slices(const nlohmann::json& trace, uint64_t id) {
+  size_t n = 0;
+  for (const auto& e : trace["traceEvents"])
+    n += e["ph"] == "X" && e["name"] == "prefill" && e.contains("args") && names(e, id);
+  return n;
+}
+
+// From the engine's trace: the long request's prefill slices, and the decoding
+// request's draft steps between its first slice's start and its last one's end.
+std::pair<size_t, size_t> slices_and_steps_inside(Engine& engine, uint64_t decoding, uint64_t long_id) {
+  const auto j = trace_of(engine);
   size_t slices = 0, inside = 0;
   double first = 1e300, last = -1e300;
   for (const auto& e : j["traceEvents"])
@@ -107,7 +121,7 @@ void expect_nothing_held(Engine& engine, const std::string& when) {
 void wait_for_full_tier_bytes(Engine& engine) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (engine.stats().full_tier_bytes_held == 0 && std::chrono::steady_clock::now() < until)
-    std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 TEST(engine_sliced_prefill_tp, at_two_ranks_a_decoding_request_steps_between_a_long_prompts_chunks_and_both_match_full_decoding) {
@@ -129,7 +143,7 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_decoding_request_steps_between_a_l
   EXPECT_EQ(full_decoding(decoding), ra.output_ids);
   EXPECT_EQ(full_decoding(long_one), rb.output_ids);
   const auto [slices, inside] = slices_and_steps_inside(engine, a.id, b.id);
-  EXPECT_GE(slices, kLongPrompt / 256) << "one slice per chunk (and one before the first)";
+  EXPECT_GE(slices, kLongPrompt / 256 + 1) << "one slice per chunk (and one before the first)";
   EXPECT_GE(inside, 4u) << "the decoding request's steps between the chunks";
 }
 
@@ -137,6 +151,7 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_request_cancelled_during_its_prefi
   const Request long_one = request(9, kLongPrompt, 8, "vericache");
   Engine engine(config());
   size_t cancelled = 0;
+  std::vector<uint64_t> cancelled_ids;
   for (int wait_ms : {-1, 0, 2, 10, 30}) {
     auto sub = engine.submit(long_one);
     if (wait_ms < 0)
@@ -146,10 +161,21 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_request_cancelled_during_its_prefi
     engine.cancel(sub.id);
     const auto r = sub.result.get();
     EXPECT_TRUE(r.finish_reason == "cancelled" || r.ok) << r.error;
-    cancelled += r.finish_reason == "cancelled" && r.output_ids.empty();
+    if (r.finish_reason == "cancelled" && r.output_ids.empty()) {
+      ++cancelled;
+      cancelled_ids.push_back(sub.id);
+    }
     expect_nothing_held(engine, "cancelled after " + std::to_string(wait_ms) + " ms");
   }
   EXPECT_GE(cancelled, 1u) << "no request was cancelled before its first token";
+  // At least one was cancelled between its chunks: some slices ran, not all 13.
+  const auto trace = trace_of(engine);
+  size_t mid = 0;
+  for (uint64_t id : cancelled_ids) {
+    const size_t n = prefill_slices(trace, id);
+    mid += n > 1 && n <= (kLongPrompt + 255) / 256;  // of 13: one before each of 12 chunks, one after
+  }
+  EXPECT_GE(mid, 1u) << "no prefill was cancelled between two of its chunks";
   const auto r = engine.submit(long_one).result.get();
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(full_decoding(long_one), r.output_ids);
@@ -188,6 +214,8 @@ TEST(engine_sliced_prefill_tp, a_rank_failing_in_the_middle_of_a_sliced_prefill_
   EXPECT_FALSE(rv.ok);
   EXPECT_TRUE(rv.output_ids.empty()) << "failed during its prefill, before a first token";
   EXPECT_NE(rv.error.find(".kv"), std::string::npos) << rv.error;
+  EXPECT_EQ(rv.error.find("tensor parallelism: rank"), std::string::npos)
+      << "the failing rank's own error, not the abort the other rank saw: " << rv.error;
   const auto ra = a.result.get();
   ASSERT_TRUE(ra.ok) << ra.error;
   EXPECT_EQ(full_decoding(decoding), ra.output_ids);

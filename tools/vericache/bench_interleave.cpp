@@ -189,7 +189,9 @@ void add_bench_interleave_command(CLI::App& bench, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Runs of each (median), alternating")
       ->capture_default_str()->check(integer_in(1, 100));
-  cmd->add_option("--tp", a->tp, "Tensor-parallel degree (CPU ranks)")->capture_default_str();
+  cmd->add_option("--tp", a->tp, "Tensor-parallel degree (CPU ranks)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--threads", a->threads, "Threads per compute actor (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
   cmd->add_option("--trace", a->trace, "Write the last sliced run's Chrome trace-event JSON here");
