@@ -102,7 +102,7 @@ MetPrefix meet_back_fetch(BackFetchMeeting& meeting, const std::function<void(si
   if (used > 0) {
     held.values.resize(f + used - held.first);
     held.end = f + used;
-    append_back_chunks(meeting.layout(), held, f, tier, id);
+    append_back_chunks_freeing(meeting.layout(), held, f, tier, id);
   }
   out.fetched_chunks = used;
   const RemoteBackFetch* run = wait_for_run ? &meeting.wait() : meeting.delivered();

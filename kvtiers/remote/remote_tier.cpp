@@ -235,8 +235,11 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
   return out;
 }
 
-void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, size_t from, FullTier& tier,
-                        uint64_t id) {
+namespace {
+
+// Appends chunks [from, back.end) of `back`, calling done(c) once chunk c is in.
+template <class Back, class Done>
+void append_chunks(const ChunkLayout& layout, Back& back, size_t from, FullTier& tier, uint64_t id, Done done) {
   const size_t T = layout.chunk_tokens, cb = T / layout.block_tokens;
   const size_t region = cb * block_bytes(layout);  // one layer's K (or V) of a chunk
   if (from < back.first || tier.length(id) != from * T)
@@ -250,7 +253,22 @@ void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, 
       const std::byte* k = payload + 2 * l * region;
       tier.write_blocks(id, l, c * cb, cb, k, k + region);
     }
+    done(c);
   }
+}
+
+}  // namespace
+
+void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, size_t from, FullTier& tier,
+                        uint64_t id) {
+  append_chunks(layout, back, from, tier, id, [](size_t) {});
+}
+
+void append_back_chunks_freeing(const ChunkLayout& layout, RemoteBackFetch& back, size_t from, FullTier& tier,
+                                uint64_t id) {
+  const auto free_value = [&](size_t c) { std::string().swap(back.values[c - back.first].first); };
+  for (size_t c = back.first; c < std::min(from, back.end); ++c) free_value(c);
+  append_chunks(layout, back, from, tier, id, free_value);
 }
 
 size_t RemoteTier::count_run(const std::vector<std::string>& store_keys) {

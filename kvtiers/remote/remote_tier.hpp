@@ -101,6 +101,11 @@ struct RemotePublishStats {
 /// positions of chunks of `layout`; back.first <= from (else vc::Error).
 void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, size_t from, FullTier& tier,
                         uint64_t id);
+/// As append_back_chunks(), freeing each chunk's value once it is in the tier (and
+/// the values below `from`), so that a chunk is held twice, fetched and in the tier,
+/// one at a time: `back` keeps its counts, its values are left empty.
+void append_back_chunks_freeing(const ChunkLayout& layout, RemoteBackFetch& back, size_t from, FullTier& tier,
+                                uint64_t id);
 
 class RemoteTier {
  public:
