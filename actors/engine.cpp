@@ -177,6 +177,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (cfg.verify_batch == 0 || cfg.verify_batch > 64)
     throw Error("EngineConfig.verify_batch: must be 1 to 64, got " + std::to_string(cfg.verify_batch));
   if (cfg.tp < 1) throw Error("EngineConfig.tp: must be at least 1, got " + std::to_string(cfg.tp));
+  if (cfg.prefill_chunk < 1 || cfg.prefill_chunk > 65536)
+    throw Error("EngineConfig.prefill_chunk: must be 1 to 65536 tokens, got " + std::to_string(cfg.prefill_chunk));
   Device device;
   try {
     device = parse_device(cfg.device);
@@ -401,6 +403,7 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
         validate_request(to_input(r), RequestLimits::of(m.model->config()), m.tokenizer.get());
     const GenerateOptions& o = v.options;
     s = make_draft_spec(ctx->id, v.prompt_ids, o);
+    s.prefill_chunk = m.cfg.prefill_chunk;
     // The adaptive draft length runs at any degree: the scheduler's one policy per
     // request times the group's passes (rank 0's, which wait in every collective for
     // the slowest rank) and sends every rank the same length.

@@ -76,6 +76,11 @@ struct EngineConfig {
   /// tp > 1 every rank's prefill yields before the same chunk. false: each prefill
   /// runs whole.
   bool slice_prefill = true;
+  /// Prompt tokens per prefill chunk (1 to 65536): with slice_prefill, the most a
+  /// request already decoding waits for between two steps; smaller chunks shorten
+  /// that wait and cost the long prompt more passes (each reads the weights once).
+  /// The same tokens at every size (the kernels are batch invariant).
+  size_t prefill_chunk = 256;
   bool trace = false;               ///< record slices for write_trace()
   /// Remote prefix cache, "redis://HOST:PORT" ("" = none). Lossy and vericache
   /// requests take the longest cached prefix of their prompt from it (whole chunks,

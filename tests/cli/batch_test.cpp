@@ -234,7 +234,8 @@ TEST(cli_batch, trace_and_simulated_link_are_reported) {
 }
 
 // --whole-prefill: each prompt's prefill is one slice of the drafter's trace (by
-// default a long prompt's is one per chunk); the tokens are the same.
+// default a long prompt's is one per chunk of 256 tokens, with --prefill-chunk 64
+// about four times as many); the tokens are the same; a chunk of 0 is refused.
 TEST(cli_batch, whole_prefill_prefills_each_prompt_in_one_piece_with_the_same_tokens) {
   std::string code = "<|begin_of_text|>";
   for (int i = 0; i < 120; ++i) {
@@ -264,10 +265,16 @@ TEST(cli_batch, whole_prefill_prefills_each_prompt_in_one_piece_with_the_same_to
   };
   const auto [sliced_most, sliced_ids] = run("sliced", "");
   const auto [whole_most, whole_ids] = run("whole", " --whole-prefill");
+  const auto [small_most, small_ids] = run("small-chunks", " --prefill-chunk 64");
   EXPECT_GT(sliced_most, 2u) << "the long prompt in chunks";
   EXPECT_EQ(1u, whole_most);
+  EXPECT_GT(small_most, 2 * sliced_most - 2) << "chunks of 64 instead of 256: about 4x the slices";
   ASSERT_EQ(2u, whole_ids.size());
   EXPECT_EQ(sliced_ids, whole_ids);
+  EXPECT_EQ(sliced_ids, small_ids);
+  const auto refused = run_batch_cli("batch --input in.jsonl --output out.jsonl --prefill-chunk 0");
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.out.find("--prefill-chunk"), std::string::npos) << refused.out;
 }
 
 TEST(cli_batch, output_order_is_input_order) {

@@ -46,6 +46,7 @@ struct BatchArgs {
   double link_gbps = 0;
   bool lockstep = false;
   bool whole_prefill = false;  // --whole-prefill: EngineConfig::slice_prefill off
+  size_t prefill_chunk = 256;  // --prefill-chunk
   std::string trace;
   int threads = 0;
   int tp = 1;  // --tp: tensor-parallel degree (EngineConfig::tp)
@@ -277,6 +278,7 @@ int run_batch(const BatchArgs& a) {
   cfg.max_queue = a.max_queue > 0 ? a.max_queue : std::max<size_t>(1, lines.size());
   cfg.lockstep = a.lockstep;
   cfg.slice_prefill = !a.whole_prefill;
+  cfg.prefill_chunk = a.prefill_chunk;
   cfg.fast_memory_bytes = parse_bytes("--fast-memory", a.fast_memory);
   cfg.gpu_memory_utilization = a.gpu_memory_utilization;
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
@@ -406,6 +408,7 @@ void add_batch_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--lockstep", a->lockstep,
                 "Everyone drafts, then everyone verifies (for comparison)");
   cmd->add_flag("--whole-prefill", a->whole_prefill, kWholePrefillHelp);
+  add_prefill_chunk_option(*cmd, a->prefill_chunk);
   cmd->add_option("--trace", a->trace, "Write a Chrome trace-event JSON file");
   cmd->add_option("--threads", a->threads, "Worker threads per compute actor (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));

@@ -34,6 +34,7 @@ struct BenchInterleaveArgs {
   int repeats = 3;
   int threads = 0;
   int tp = 1;
+  size_t prefill_chunk = 256;
   bool json = false;
   std::string trace;  // --trace: the last sliced run's Chrome trace
 };
@@ -56,6 +57,7 @@ Run run_once(const BenchInterleaveArgs& a, bool slice, const Tokenizer& tok) {
   ec.model_dir = a.model_dir;
   ec.threads = a.threads;
   ec.tp = a.tp;
+  ec.prefill_chunk = a.prefill_chunk;
   ec.slice_prefill = slice;
   ec.max_active = a.decoding + 1;
   ec.trace = !a.trace.empty();
@@ -143,7 +145,7 @@ int run_bench_interleave(const BenchInterleaveArgs& a) {
     std::cout << nlohmann::json{{"model", a.model_dir},       {"long_tokens", a.long_tokens},
                                 {"decoding", a.decoding},     {"prompt_tokens", a.prompt_tokens},
                                 {"gen_tokens", a.gen_tokens}, {"mode", a.mode}, {"draft", a.draft},
-                                {"repeats", a.repeats},       {"tp", a.tp},
+                                {"repeats", a.repeats},       {"tp", a.tp}, {"prefill_chunk", a.prefill_chunk},
                                 {"rows", rows}}
                      .dump(2)
               << "\n";
@@ -151,9 +153,10 @@ int run_bench_interleave(const BenchInterleaveArgs& a) {
   }
   std::cout << fmt::format(
       "bench interleave: {}, {} {}-mode requests of {} prompt tokens decoding {} tokens each "
-      "(draft {}); a {}-token vericache prompt arrives once each has its first token; tp {}; median of {}\n\n",
+      "(draft {}); a {}-token vericache prompt arrives once each has its first token; tp {}; "
+      "prefill chunks of {}; median of {}\n\n",
       a.model_dir, a.decoding, a.mode, a.prompt_tokens, a.gen_tokens, a.draft, a.long_tokens, a.tp,
-      a.repeats);
+      a.prefill_chunk, a.repeats);
   std::cout << fmt::format("{:<8} {:>18} {:>22} {:>13} {:>9}\n", "prefill", "long: first token",
                            "decoding while it runs", "longest gap", "all done");
   for (const auto& r : rows)
@@ -189,6 +192,7 @@ void add_bench_interleave_command(CLI::App& bench, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Runs of each (median), alternating")
       ->capture_default_str()->check(integer_in(1, 100));
+  add_prefill_chunk_option(*cmd, a->prefill_chunk);
   cmd->add_option("--tp", a->tp, "Tensor-parallel degree (CPU ranks)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -161,6 +161,13 @@ void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens) {
       ->capture_default_str()->check(integer_in(1, int64_t(kMaxBlockTokens)));
 }
 
+void add_prefill_chunk_option(CLI::App& cmd, size_t& prefill_chunk) {
+  cmd.add_option("--prefill-chunk", prefill_chunk,
+                 "Prompt tokens per prefill chunk: the most a decoding request waits for between "
+                 "two of its steps while a prompt is prefilled (same tokens at any size)")
+      ->capture_default_str()->check(integer_in(1, 65536));
+}
+
 void check_remote_chunk(size_t chunk_tokens, size_t block_tokens) {
   if (block_tokens > 0 && chunk_tokens % block_tokens != 0)
     throw Error("--remote-chunk: expected whole KV blocks (a multiple of --block-tokens, " +

@@ -65,6 +65,8 @@ void add_device_option(CLI::App& cmd, std::string& device);
 void add_gpu_memory_option(CLI::App& cmd, double& utilization);
 /// --block-tokens N (generate, batch, serve): KV positions per paged block.
 void add_block_tokens_option(CLI::App& cmd, size_t& block_tokens);
+/// --prefill-chunk N (batch, serve, bench interleave: EngineConfig::prefill_chunk).
+void add_prefill_chunk_option(CLI::App& cmd, size_t& prefill_chunk);
 /// A remote chunk is whole KV blocks: vc::Error naming --remote-chunk and
 /// --block-tokens otherwise (checked after parsing, when both are known; the
 /// commands check it when --remote is given).

@@ -70,6 +70,7 @@ struct ServeArgs {
   std::string kv_dtype = "bf16";
   size_t block_tokens = kDefaultBlockTokens;
   bool whole_prefill = false;  // --whole-prefill: EngineConfig::slice_prefill off
+  size_t prefill_chunk = 256;  // --prefill-chunk
   std::string device = "cpu";
   RemoteArgs remote;
 };
@@ -156,6 +157,7 @@ int run_serve(const ServeArgs& a) {
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   cfg.block_tokens = a.block_tokens;
   cfg.slice_prefill = !a.whole_prefill;
+  cfg.prefill_chunk = a.prefill_chunk;
   if (!a.remote.url.empty()) check_remote_chunk(a.remote.chunk, a.block_tokens);
   cfg.remote_url = a.remote.url;
   cfg.remote_chunk_tokens = a.remote.chunk;
@@ -294,6 +296,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"bf16", "f32"}));
   add_block_tokens_option(*cmd, a->block_tokens);
   cmd->add_flag("--whole-prefill", a->whole_prefill, kWholePrefillHelp);
+  add_prefill_chunk_option(*cmd, a->prefill_chunk);
   add_device_option(*cmd, a->device);
   add_gpu_memory_option(*cmd, a->gpu_memory_utilization);
   add_remote_options(*cmd, a->remote);
