@@ -95,8 +95,21 @@ PrefilledRequest prefill_and_compress(const Model& model, std::span<const int32_
   t0 = clock::now();
   std::optional<PrefillStats> stats;
   if (collector) stats = gather_stats(collector->finish(), model);
-  out.view = compress_layers(compressor, prompt.size(), tier_layer_reader(tier, id),
-                             stats ? &*stats : nullptr, model_facts(model, prompt.size()), ratio,
+  // Compression reads the prompt's KV back a layer at a time: with a chunk hook (a
+  // sliced prefill) it yields before each layer too, so that the view's building is
+  // not one long piece after the last chunk.
+  LayerKvReader read = tier_layer_reader(tier, id);
+  if (ws.chunk_hook)
+    read = [read, &ws, last = size_t(-1)](size_t layer, size_t n, size_t first_head, size_t heads,
+                                           LayerKv& kv) mutable {
+      if (layer != last) {
+        last = layer;
+        between_prefill_chunks(ws);
+      }
+      read(layer, n, first_head, heads, kv);
+    };
+  out.view = compress_layers(compressor, prompt.size(), read, stats ? &*stats : nullptr,
+                             model_facts(model, prompt.size()), ratio,
                              compression_slice_heads(tier.config()));
   out.compress_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   if (stats && !stats->hidden_scores.empty()) out.hidden_scores = std::move(stats->hidden_scores);

@@ -173,7 +173,8 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_request_cancelled_during_its_prefi
   size_t mid = 0;
   for (uint64_t id : cancelled_ids) {
     const size_t n = prefill_slices(trace, id);
-    mid += n > 1 && n <= (kLongPrompt + 255) / 256;  // of 13: one before each of 12 chunks, one after
+    // of 13 + layers: one before each of 12 chunks and each layer of the view, one after
+    mid += n > 1 && n <= (kLongPrompt + 255) / 256 + size_t(vc::test::tinycode()->config().num_layers);
   }
   EXPECT_GE(mid, 1u) << "no prefill was cancelled between two of its chunks";
   const auto r = engine.submit(long_one).result.get();
