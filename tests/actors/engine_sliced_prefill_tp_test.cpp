@@ -147,6 +147,26 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_decoding_request_steps_between_a_l
   EXPECT_GE(inside, 4u) << "the decoding request's steps between the chunks";
 }
 
+TEST(engine_sliced_prefill_tp, at_two_ranks_a_model_wide_compressor_yields_at_the_same_layers_and_matches_full_decoding) {
+  // LaProx ranks tokens model-wide and reads each layer back twice while it builds
+  // the view: every rank yields (and meets the others) before each of those reads.
+  Request long_one = request(14, 1200, 12, "vericache");
+  long_one.compressor = "laprox";
+  const Request decoding = request(15, 40, 200, "full");
+  Engine engine(config());
+  auto a = engine.submit(decoding);
+  auto b = engine.submit(long_one);
+  const auto ra = a.result.get();
+  const auto rb = b.result.get();
+  ASSERT_TRUE(ra.ok) << ra.error;
+  ASSERT_TRUE(rb.ok) << rb.error;
+  EXPECT_EQ(full_decoding(decoding), ra.output_ids);
+  EXPECT_EQ(full_decoding(long_one), rb.output_ids);
+  const size_t layers = size_t(vc::test::tinycode()->config().num_layers);
+  EXPECT_EQ(prefill_slices(trace_of(engine), b.id), (1200 + 255) / 256 + 2 * layers + 1)
+      << "one slice before each chunk and each of the view's 2 x layers reads, one to the end";
+}
+
 TEST(engine_sliced_prefill_tp, at_two_ranks_a_request_cancelled_during_its_prefill_leaves_nothing_on_any_rank) {
   const Request long_one = request(9, kLongPrompt, 8, "vericache");
   Engine engine(config());
