@@ -34,6 +34,7 @@ Request request(const std::vector<int32_t>& p, const char* mode, const char* com
   r.max_tokens = 24;
   r.ignore_eos = true;
   r.draft = "8";
+  r.fold_every = 8;  // views rebuilt while other prompts' prefills are between slices
   if (sampled) {
     r.temperature = 0.8f;
     r.top_k = 40;
@@ -53,10 +54,11 @@ std::vector<Request> requests() {
           request(q, "lossy", "h2o", true),         request(q, "full", "snapkv", true)};
 }
 
-std::vector<vericache::Result> run(size_t chunk, const std::vector<Request>& rs) {
+std::vector<vericache::Result> run(size_t chunk, const std::vector<Request>& rs, bool slice = true) {
   EngineConfig c;
   c.model_dir = VC_MODEL_DIR;
   c.prefill_chunk = chunk;
+  c.slice_prefill = slice;
   Engine engine(c);
   std::vector<Engine::Submission> subs;
   for (const auto& r : rs) subs.push_back(engine.submit(r));
@@ -67,18 +69,23 @@ std::vector<vericache::Result> run(size_t chunk, const std::vector<Request>& rs)
 
 TEST(engine_prefill_chunk, every_kind_of_request_gives_the_same_tokens_and_logprobs_at_every_chunk_size) {
   const auto rs = requests();
-  const auto ref = run(256, rs);
+  // The reference prefills each prompt whole, one after another: nothing runs
+  // between its chunks or between the layers of its view's building.
+  const auto ref = run(256, rs, /*slice=*/false);
   for (size_t i = 0; i < ref.size(); ++i) ASSERT_TRUE(ref[i].ok) << i << ": " << ref[i].error;
   // vericache equals full decoding of the same prompt (requests 0/1 greedy; 7 is
   // the sampled full twin of 2 and 4's prompt).
   EXPECT_EQ(ref[0].output_ids, ref[1].output_ids);
   EXPECT_EQ(ref[0].output_ids, ref[3].output_ids);
-  for (size_t chunk : {size_t(64), size_t(7), size_t(1000)}) {
+  for (size_t chunk : {size_t(256), size_t(64), size_t(7), size_t(1000)}) {
     const auto got = run(chunk, rs);
     for (size_t i = 0; i < rs.size(); ++i) {
       ASSERT_TRUE(got[i].ok) << "chunk " << chunk << ", request " << i << ": " << got[i].error;
       EXPECT_EQ(ref[i].output_ids, got[i].output_ids) << "chunk " << chunk << ", request " << i;
       EXPECT_EQ(ref[i].output_logprobs, got[i].output_logprobs) << "chunk " << chunk << ", request " << i;
+      // The views too: what each kept, and how many drafts verification took.
+      EXPECT_EQ(ref[i].stats.compressed_bytes, got[i].stats.compressed_bytes) << "chunk " << chunk << ", request " << i;
+      EXPECT_EQ(ref[i].stats.accepted, got[i].stats.accepted) << "chunk " << chunk << ", request " << i;
     }
   }
 }

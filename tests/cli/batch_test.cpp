@@ -235,7 +235,7 @@ TEST(cli_batch, trace_and_simulated_link_are_reported) {
 
 // --whole-prefill: each prompt's prefill is one slice of the drafter's trace (by
 // default a long prompt's is one per chunk of 256 tokens, with --prefill-chunk 64
-// about four times as many); the tokens are the same; a chunk of 0 is refused.
+// one per chunk of 64); the tokens are the same; a chunk of 0 is refused.
 TEST(cli_batch, whole_prefill_prefills_each_prompt_in_one_piece_with_the_same_tokens) {
   std::string code = "<|begin_of_text|>";
   for (int i = 0; i < 120; ++i) {
@@ -268,7 +268,9 @@ TEST(cli_batch, whole_prefill_prefills_each_prompt_in_one_piece_with_the_same_to
   const auto [small_most, small_ids] = run("small-chunks", " --prefill-chunk 64");
   EXPECT_GT(sliced_most, 2u) << "the long prompt in chunks";
   EXPECT_EQ(1u, whole_most);
-  EXPECT_GT(small_most, 2 * sliced_most - 2) << "chunks of 64 instead of 256: about 4x the slices";
+  // ~736 tokens: 12 chunks of 64 instead of 3 of 256 (the view's layers add as many
+  // slices to both).
+  EXPECT_GE(small_most, sliced_most + 6) << "chunks of 64 instead of 256";
   ASSERT_EQ(2u, whole_ids.size());
   EXPECT_EQ(sliced_ids, whole_ids);
   EXPECT_EQ(sliced_ids, small_ids);
