@@ -244,6 +244,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
       },
       [=](commit_msg& m) {
         try {
+          auto s = trace->scope(track, "commit", m.outcome->id);  // a view's rebuild (fold) runs here
           batcher->commit(m.outcome->id, *m.outcome, m.ahead);
         } catch (const std::exception& e) {
           self->send(scheduler, failed_msg{m.outcome->id, e.what()});
