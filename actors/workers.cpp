@@ -31,7 +31,9 @@ namespace {
 /// of its prompt (Workspace::chunk_hook), so that draft steps (and the other
 /// prefills) run between its chunks instead of waiting for all of it. A full-mode
 /// prompt waits for the full-mode one in flight, so that it shares that prompt's
-/// prefix blocks as it would after it (PagedKvCache::share_prefix).
+/// prefix blocks as it would after it (PagedKvCache::share_prefix). A view's
+/// rebuild during decoding (a fold, DraftBatcher::fold) runs the same way, a layer
+/// per slice; its request takes no step meanwhile, and a draft_msg for it waits.
 struct PrefillSlices {
   /// One task per tensor-parallel rank: each rank's prefill on a thread of its own
   /// (the ranks meet in collectives inside a chunk, so their slices run at once,
@@ -40,6 +42,10 @@ struct PrefillSlices {
     std::vector<std::unique_ptr<SlicedTask>> tasks;
     std::shared_ptr<std::vector<std::optional<PrefillResult>>> results;
     bool full = false;
+    bool fold = false;  // a view's rebuild, not a prefill
+    /// A fold's: the request's draft_msg and commit_msg that came meanwhile, run in
+    /// order once it ends.
+    std::vector<std::function<void()>> deferred;
     double seconds = 0;  // inside its slices (PrefillResult::seconds: the drafter's time)
   };
   std::map<uint64_t, Job> jobs;
@@ -103,6 +109,50 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     slices->jobs.emplace(id, std::move(job));
     (*run)(id);
   };
+  // Request `id`'s deferred fold, a layer per slice on every rank.
+  auto launch_fold = [=, run = run_slice.get()](uint64_t id) {
+    PrefillSlices::Job job;
+    job.fold = true;
+    for (int r = 0; r < degree; ++r)
+      job.tasks.push_back(std::make_unique<SlicedTask>([batcher, r, id, binder = slices->binder] {
+        if (binder) binder->bind_calling_thread("drafter", r);
+        batcher->rank_fold(r, id);
+      }));
+    slices->jobs.emplace(id, std::move(job));
+    (*run)(id);
+  };
+  // A request with a fold in flight: f waits for its end (true), else runs now.
+  auto after_fold = [=](uint64_t id, std::function<void()> f) {
+    auto it = slices->jobs.find(id);
+    if (it == slices->jobs.end() || !it->second.fold) return false;
+    it->second.deferred.push_back(std::move(f));
+    return true;
+  };
+  auto on_draft = std::make_shared<std::function<void(const draft_msg&)>>();
+  *on_draft = [=, self_fn = on_draft.get()](const draft_msg& m) {  // raw: no cycle
+    if (after_fold(m.id, [self_fn, m] { (*self_fn)(m); })) return;
+    try {
+      batcher->start(m.id, m.n, m.ahead);
+      kick();
+    } catch (const std::exception& e) {
+      self->send(scheduler, failed_msg{m.id, e.what()});
+    }
+  };
+  auto on_commit = std::make_shared<std::function<void(const commit_msg&)>>();
+  *on_commit = [=, self_fn = on_commit.get()](const commit_msg& m) {
+    const uint64_t id = m.outcome->id;
+    if (after_fold(id, [self_fn, m] { (*self_fn)(m); })) return;
+    try {
+      // With slicing, a view's rebuild that is due runs after it, a layer per slice.
+      {
+        auto s = trace->scope(track, "commit", id);
+        batcher->commit(id, *m.outcome, m.ahead, /*defer_fold=*/slice_prefill);
+      }
+      if (slice_prefill && batcher->fold_pending(id)) launch_fold(id);
+    } catch (const std::exception& e) {
+      self->send(scheduler, failed_msg{id, e.what()});
+    }
+  };
   // One slice of every rank's prefill, at once; true once they have all returned.
   auto resume_ranks = [=](PrefillSlices::Job& job, uint64_t id) {
     if (degree == 1) return job.tasks[0]->resume();
@@ -142,7 +192,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     bool ended = false;
     std::string error;
     {
-      auto s = trace->scope(track, "prefill", id);
+      auto s = trace->scope(track, it->second.fold ? "fold" : "prefill", id);
       const auto t0 = std::chrono::steady_clock::now();
       struct Clock {  // the slice's time, however it ends
         double& seconds;
@@ -165,6 +215,15 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     }
     PrefillSlices::Job job = std::move(it->second);
     slices->jobs.erase(it);
+    if (job.fold) {
+      job.tasks.clear();
+      if (!error.empty()) {
+        self->send(scheduler, failed_msg{id, error});
+        return kick();
+      }
+      for (const auto& f : job.deferred) f();
+      return kick();
+    }
     if (error.empty()) {
       try {
         PrefillResult r = result_of(job, id);
@@ -203,14 +262,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
         }
       },
       [=](prefill_slice_msg& m) { (*run_slice)(m.id); },
-      [=](draft_msg& m) {
-        try {
-          batcher->start(m.id, m.n, m.ahead);
-          kick();
-        } catch (const std::exception& e) {
-          self->send(scheduler, failed_msg{m.id, e.what()});
-        }
-      },
+      [=](draft_msg& m) { (*on_draft)(m); },
       [=](step_msg&) {
         *stepping = false;
         std::vector<uint64_t> ids;
@@ -242,14 +294,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
           self->send(scheduler, failed_msg{m.id, e.what()});
         }
       },
-      [=](commit_msg& m) {
-        try {
-          auto s = trace->scope(track, "commit", m.outcome->id);  // a view's rebuild (fold) runs here
-          batcher->commit(m.outcome->id, *m.outcome, m.ahead);
-        } catch (const std::exception& e) {
-          self->send(scheduler, failed_msg{m.outcome->id, e.what()});
-        }
-      },
+      [=](commit_msg& m) { (*on_commit)(m); },
       [=](release_msg& m) {
         if (slices->drop(m.id)) start_waiting();  // a prefill in flight stops: nothing of it is kept
         try {

@@ -131,9 +131,21 @@ CompressedView compress_layers(const Compressor& c, size_t n, const LayerKvReade
   return compress_by_layer(c, shape, source, layer_source, facts, ratio, slice_heads).view;
 }
 
+LayerKvReader yielding_reader(LayerKvReader read, Workspace& ws) {
+  if (!ws.chunk_hook) return read;
+  return [read = std::move(read), &ws, last = size_t(-1)](size_t layer, size_t n, size_t first_head,
+                                                          size_t heads, LayerKv& kv) mutable {
+    if (layer != last) {
+      last = layer;
+      between_prefill_chunks(ws);
+    }
+    read(layer, n, first_head, heads, kv);
+  };
+}
+
 std::optional<CompressedView> refold(const Compressor& compressor, FullTier& tier, uint64_t id,
                                      size_t n, const PrefillStats* stats, const Model& model,
-                                     double ratio) {
+                                     double ratio, Workspace* ws) {
   const StatsNeeds needs = compressor.stats_needs();
   if (needs.hidden) {  // the surrogate's scores must cover every position
     if (stats == nullptr || stats->hidden_begin != 0 || stats->n_pos < n ||
@@ -142,8 +154,10 @@ std::optional<CompressedView> refold(const Compressor& compressor, FullTier& tie
   } else if (compressor.needs_stats() && (stats == nullptr || stats->window == 0)) {
     return std::nullopt;
   }
-  return compress_layers(compressor, n, tier_layer_reader(tier, id), stats, model_facts(model, n),
-                         ratio, compression_slice_heads(tier.config()));
+  LayerKvReader read = tier_layer_reader(tier, id);
+  if (ws != nullptr) read = yielding_reader(std::move(read), *ws);
+  return compress_layers(compressor, n, read, stats, model_facts(model, n), ratio,
+                         compression_slice_heads(tier.config()));
 }
 
 PrefilledRequest prefill_request(const Model& model, std::span<const int32_t> prompt,

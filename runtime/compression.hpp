@@ -55,10 +55,14 @@ void copy_tier_rows(FullTier& tier, uint64_t id, size_t from, size_t to, PagedKv
 /// keeps its budget (full bytes / ratio) as the request grows. `stats` (from the
 /// latest verify pass) is needed by methods that need statistics; returns nullopt
 /// when no fold is due or possible.
+/// `read`, calling between_prefill_chunks(ws) before each new layer when ws has a
+/// chunk hook (a sliced prefill or fold yields there), else `read` itself.
+[[nodiscard]] LayerKvReader yielding_reader(LayerKvReader read, Workspace& ws);
+
 [[nodiscard]] std::optional<CompressedView> refold(const Compressor& compressor, FullTier& tier,
                                                    uint64_t id, size_t n,
                                                    const PrefillStats* stats, const Model& model,
-                                                   double ratio);
+                                                   double ratio, Workspace* ws = nullptr);
 
 /// What prefill_request produces.
 struct PrefilledRequest {

@@ -301,7 +301,7 @@ std::vector<DraftBlock> DraftBatcher::step() {
   std::vector<size_t> first_row;
   for (uint64_t id : active_) {
     Req& r = reqs_.at(id);
-    if (r.want == 0) continue;
+    if (r.want == 0 || r.fold_wanted) continue;  // (a pending fold: its view is being rebuilt)
     const CompressedView* view = r.view ? &*r.view : nullptr;
     std::vector<int32_t> g;
     if (!r.block.final && r.spec.draft_hierarchy != DraftHierarchy::none) {  // (none: no lookup)
@@ -376,7 +376,7 @@ std::vector<DraftBlock> DraftBatcher::step() {
   return done;
 }
 
-void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
+void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead, bool defer_fold) {
   Req& r = get(id, "commit");
   if (ahead > 0 && r.pos != r.p0 + v.accepted + ahead)
     throw Error("drafter: commit of request " + std::to_string(id) + ": " + std::to_string(ahead) +
@@ -387,14 +387,14 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
     for (size_t l = 0; l < layers; ++l) cache_.write(l, r.seq, r.p0 + row, v.k(l, row), v.v(l, row));
   if (ahead == 0) cache_.truncate(r.seq, r.p0 + v.accepted + 1);
   if (fold_due(r) && tier_ != nullptr) {
-    std::optional<PrefillStats> logged;  // KVzap: the scores of [0, p0)
-    if (!r.hidden_log.empty()) logged = r.hidden_log.stats(r.p0);
-    if (auto nv = refold(*r.compressor, *tier_, id, r.p0, logged ? &*logged : v.stats.get(),
-                         *model_, r.spec.ratio)) {
-      r.view_charge.resize(nv->held_bytes(), "the compressed view of request " + std::to_string(id));
-      r.view = std::move(*nv);
-      cache_.release_prefix(r.seq, r.p0);
-      ++folds_;
+    std::shared_ptr<const PrefillStats> stats = v.stats;
+    if (!r.hidden_log.empty())  // KVzap: the scores of [0, p0), before this round's
+      stats = std::make_shared<const PrefillStats>(r.hidden_log.stats(r.p0));
+    if (defer_fold) {
+      r.fold_wanted = true;
+      r.fold_stats = std::move(stats);
+    } else {
+      refold_view(id, r, stats.get(), nullptr);
     }
   }
   if (!r.hidden_log.empty()) {
@@ -415,6 +415,33 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
     r.context.resize(r.p0 + 1);
     r.context.insert(r.context.end(), v.tokens.begin(), v.tokens.end());
   }
+}
+
+void DraftBatcher::refold_view(uint64_t id, Req& r, const PrefillStats* stats, Workspace* ws) {
+  if (auto nv = refold(*r.compressor, *tier_, id, r.p0, stats, *model_, r.spec.ratio, ws)) {
+    r.view_charge.resize(nv->held_bytes(), "the compressed view of request " + std::to_string(id));
+    r.view = std::move(*nv);
+    cache_.release_prefix(r.seq, r.p0);
+    ++folds_;
+  }
+}
+
+bool DraftBatcher::fold_pending(uint64_t id) const { return get(id, "fold_pending").fold_wanted; }
+
+void DraftBatcher::fold(uint64_t id) {
+  Req& r = get(id, "fold");
+  if (!r.fold_wanted) return;
+  const std::shared_ptr<const PrefillStats> stats = std::move(r.fold_stats);
+  r.fold_stats.reset();
+  refold_view(id, r, stats.get(), &ws_);
+  r.fold_wanted = false;  // a throwing rebuild leaves it pending: the request fails
+  note_fast(r);
+}
+
+bool DraftBatcher::busy() const {
+  for (uint64_t id : active_)
+    if (!reqs_.at(id).fold_wanted) return true;
+  return false;
 }
 
 bool DraftBatcher::fold_due(const Req& r) const {

@@ -152,7 +152,8 @@ class DraftBatcher {
   /// arrive; the round's start (the guess and its position) stays.
   void start(uint64_t id, size_t n, bool ahead = false);
   /// True when some request has a block in progress.
-  [[nodiscard]] bool busy() const { return !active_.empty(); }
+  /// A request has a block in progress that step() would advance.
+  [[nodiscard]] bool busy() const;
   /// One batched decode step over every request with a block in progress; returns
   /// the blocks that completed.
   [[nodiscard]] std::vector<DraftBlock> step();
@@ -165,7 +166,13 @@ class DraftBatcher {
   /// drafts past the round): nothing is rolled back, the next round starts at that
   /// token, and drafting, when it resumes, continues from the last draft. Throws
   /// vc::Error when the tail does not hold exactly those drafts.
-  void commit(uint64_t id, const VerifyOutcome& v, size_t ahead = 0);
+  /// With `defer_fold`, a view's rebuild that is due is left for fold(): until
+  /// then fold_pending(id) is true and step() leaves the request out.
+  void commit(uint64_t id, const VerifyOutcome& v, size_t ahead = 0, bool defer_fold = false);
+  [[nodiscard]] bool fold_pending(uint64_t id) const;
+  /// The rebuild a deferred commit left (a no-op when none is pending). With a chunk
+  /// hook it yields before each layer it reads back.
+  void fold(uint64_t id);
   /// Compressed first, vericache (PrefillResult::exact_pending): the full tier entry
   /// (created by the caller, tier_ready) now holds the prompt's positions [0, cached)
   /// from the store; prefills [cached, n) exactly into it, puts the exact KV of the
@@ -229,6 +236,9 @@ class DraftBatcher {
     DraftBlock block;
     FastCharge view_charge;   // the view's held bytes, charged to the budget
     bool exact_pending = false;  // compressed first: finish_prefill() is due
+    /// commit(defer_fold): the rebuild fold() runs, and the statistics it uses.
+    bool fold_wanted = false;
+    std::shared_ptr<const PrefillStats> fold_stats;
     size_t fast_peak = 0;
   };
   /// prefill() of a spec with a fetched_view: the suffix over it, into r's tail.
@@ -238,6 +248,8 @@ class DraftBatcher {
   [[nodiscard]] size_t fast_bytes(const Req& r) const;
   Req& get(uint64_t id, const char* op);
   [[nodiscard]] bool fold_due(const Req& r) const;
+  /// Rebuilds r's view over [0, r.p0) (stats: the statistics to plan with).
+  void refold_view(uint64_t id, Req& r, const PrefillStats* stats, Workspace* ws);
   [[nodiscard]] const Req& get(uint64_t id, const char* op) const;
 
   std::shared_ptr<const Model> model_;

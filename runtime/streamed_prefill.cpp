@@ -98,16 +98,7 @@ PrefilledRequest prefill_and_compress(const Model& model, std::span<const int32_
   // Compression reads the prompt's KV back a layer at a time: with a chunk hook (a
   // sliced prefill) it yields before each layer too, so that the view's building is
   // not one long piece after the last chunk.
-  LayerKvReader read = tier_layer_reader(tier, id);
-  if (ws.chunk_hook)
-    read = [read, &ws, last = size_t(-1)](size_t layer, size_t n, size_t first_head, size_t heads,
-                                           LayerKv& kv) mutable {
-      if (layer != last) {
-        last = layer;
-        between_prefill_chunks(ws);
-      }
-      read(layer, n, first_head, heads, kv);
-    };
+  const LayerKvReader read = yielding_reader(tier_layer_reader(tier, id), ws);
   out.view = compress_layers(compressor, prompt.size(), read, stats ? &*stats : nullptr,
                              model_facts(model, prompt.size()), ratio,
                              compression_slice_heads(tier.config()));

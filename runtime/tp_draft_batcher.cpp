@@ -135,10 +135,10 @@ std::vector<DraftBlock> TpDraftBatcher::step() {
   return done;
 }
 
-void TpDraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead) {
+void TpDraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead, bool defer_fold) {
   const int d = degree();
   // A commit may rebuild the view through the compressor: collectives, so at once.
-  group_.run([&](int r) { ranks_[size_t(r)]->commit(id, rank_outcome(v, r, d), ahead); });
+  group_.run([&](int r) { ranks_[size_t(r)]->commit(id, rank_outcome(v, r, d), ahead, defer_fold); });
 }
 
 void TpDraftBatcher::set_chunk_hook(const std::function<void(int rank)>& hook) {

@@ -49,7 +49,12 @@ class TpDraftBatcher {
   [[nodiscard]] std::vector<DraftBlock> step();
   /// Rank r commits rank_outcome(v, r, degree()): its own KV heads' verified rows
   /// (`v` is TpVerifier::run's outcome).
-  void commit(uint64_t id, const VerifyOutcome& v, size_t ahead = 0);
+  void commit(uint64_t id, const VerifyOutcome& v, size_t ahead = 0, bool defer_fold = false);
+  /// DraftBatcher::fold_pending (rank 0's: every rank commits alike).
+  [[nodiscard]] bool fold_pending(uint64_t id) const { return ranks_[0]->fold_pending(id); }
+  /// Rank r's DraftBatcher::fold; like rank_prefill, every rank's must run at once
+  /// (run_ranks: a model-wide compressor's rebuild gathers across the ranks).
+  void rank_fold(int r, uint64_t id) { rank(r).fold(id); }
   /// DraftBatcher::finish_prefill (compressed first) on every rank at once; the
   /// exact first token and drafts_kept checked equal across ranks.
   [[nodiscard]] PrefillResult finish_prefill(uint64_t id, size_t cached);
