@@ -144,10 +144,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     if (after_fold(id, [self_fn, m] { (*self_fn)(m); })) return;
     try {
       // With slicing, a view's rebuild that is due runs after it, a layer per slice.
-      {
-        auto s = trace->scope(track, "commit", id);
-        batcher->commit(id, *m.outcome, m.ahead, /*defer_fold=*/slice_prefill);
-      }
+      batcher->commit(id, *m.outcome, m.ahead, /*defer_fold=*/slice_prefill);
       if (slice_prefill && batcher->fold_pending(id)) launch_fold(id);
     } catch (const std::exception& e) {
       self->send(scheduler, failed_msg{id, e.what()});

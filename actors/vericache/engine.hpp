@@ -73,8 +73,9 @@ struct EngineConfig {
   /// chunks, in between: a long prompt no longer stops every other stream while it
   /// is prefilled. Full-mode prompts still go one after another (so that a prompt
   /// shares the prefix blocks of the one before). The same tokens either way. At
-  /// tp > 1 every rank's prefill yields before the same chunk. false: each prefill
-  /// runs whole.
+  /// tp > 1 every rank's prefill yields before the same chunk. A view is then built,
+  /// and rebuilt during decoding (fold_every), a layer at a time likewise, its
+  /// request taking no step meanwhile. false: each prefill and rebuild runs whole.
   bool slice_prefill = true;
   /// Prompt tokens per prefill chunk (1 to 65536): with slice_prefill, the most a
   /// request already decoding waits for between two steps; smaller chunks shorten
