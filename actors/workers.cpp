@@ -144,7 +144,16 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     if (after_fold(id, [self_fn, m] { (*self_fn)(m); })) return;
     try {
       // With slicing, a view's rebuild that is due runs after it, a layer per slice.
+      // Whole (no slicing): a fold runs inside the commit; it gets a trace slice of
+      // its own (a commit without one gets none: bench throughput's busy fractions
+      // count this track's slices).
+      const size_t folds = batcher->rank(0).folds();
+      const auto b = TraceRecorder::clock::now();
       batcher->commit(id, *m.outcome, m.ahead, /*defer_fold=*/slice_prefill);
+      if (batcher->rank(0).folds() != folds) {
+        const uint64_t ids[] = {id};
+        trace->slice(track, "fold", ids, b, TraceRecorder::clock::now());
+      }
       if (slice_prefill && batcher->fold_pending(id)) launch_fold(id);
     } catch (const std::exception& e) {
       self->send(scheduler, failed_msg{id, e.what()});

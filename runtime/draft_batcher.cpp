@@ -390,11 +390,12 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead, boo
     std::shared_ptr<const PrefillStats> stats = v.stats;
     if (!r.hidden_log.empty())  // KVzap: the scores of [0, p0), before this round's
       stats = std::make_shared<const PrefillStats>(r.hidden_log.stats(r.p0));
-    if (defer_fold) {
+    if (defer_fold) {  // over [0, p0) as now: with drafts ahead p0 moves on below
       r.fold_wanted = true;
       r.fold_stats = std::move(stats);
+      r.fold_n = r.p0;
     } else {
-      refold_view(id, r, stats.get(), nullptr);
+      refold_view(id, r, r.p0, stats.get(), nullptr);
     }
   }
   if (!r.hidden_log.empty()) {
@@ -417,11 +418,11 @@ void DraftBatcher::commit(uint64_t id, const VerifyOutcome& v, size_t ahead, boo
   }
 }
 
-void DraftBatcher::refold_view(uint64_t id, Req& r, const PrefillStats* stats, Workspace* ws) {
-  if (auto nv = refold(*r.compressor, *tier_, id, r.p0, stats, *model_, r.spec.ratio, ws)) {
+void DraftBatcher::refold_view(uint64_t id, Req& r, size_t n, const PrefillStats* stats, Workspace* ws) {
+  if (auto nv = refold(*r.compressor, *tier_, id, n, stats, *model_, r.spec.ratio, ws)) {
     r.view_charge.resize(nv->held_bytes(), "the compressed view of request " + std::to_string(id));
     r.view = std::move(*nv);
-    cache_.release_prefix(r.seq, r.p0);
+    cache_.release_prefix(r.seq, n);
     ++folds_;
   }
 }
@@ -433,7 +434,7 @@ void DraftBatcher::fold(uint64_t id) {
   if (!r.fold_wanted) return;
   const std::shared_ptr<const PrefillStats> stats = std::move(r.fold_stats);
   r.fold_stats.reset();
-  refold_view(id, r, stats.get(), &ws_);
+  refold_view(id, r, r.fold_n, stats.get(), &ws_);
   r.fold_wanted = false;  // a throwing rebuild leaves it pending: the request fails
   note_fast(r);
 }

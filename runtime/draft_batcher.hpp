@@ -239,6 +239,7 @@ class DraftBatcher {
     /// commit(defer_fold): the rebuild fold() runs, and the statistics it uses.
     bool fold_wanted = false;
     std::shared_ptr<const PrefillStats> fold_stats;
+    size_t fold_n = 0;  // the positions it covers: p0 at the commit (which may move p0 on)
     size_t fast_peak = 0;
   };
   /// prefill() of a spec with a fetched_view: the suffix over it, into r's tail.
@@ -248,8 +249,8 @@ class DraftBatcher {
   [[nodiscard]] size_t fast_bytes(const Req& r) const;
   Req& get(uint64_t id, const char* op);
   [[nodiscard]] bool fold_due(const Req& r) const;
-  /// Rebuilds r's view over [0, r.p0) (stats: the statistics to plan with).
-  void refold_view(uint64_t id, Req& r, const PrefillStats* stats, Workspace* ws);
+  /// Rebuilds r's view over [0, n) (stats: the statistics to plan with).
+  void refold_view(uint64_t id, Req& r, size_t n, const PrefillStats* stats, Workspace* ws);
   [[nodiscard]] const Req& get(uint64_t id, const char* op) const;
 
   std::shared_ptr<const Model> model_;

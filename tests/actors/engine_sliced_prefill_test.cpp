@@ -180,10 +180,23 @@ TEST(engine_sliced_prefill, a_request_cancelled_during_its_prefill_leaves_nothin
 
 // A view's rebuild during decoding (a fold) runs a layer per slice when slicing is
 // on: another request's draft steps fall between the slices of one fold.
+// Request `id` named by a trace event's "request" arg (a number or a list).
+bool names_request(const nlohmann::json& e, uint64_t id) {
+  const auto& r = e["args"]["request"];
+  if (r.is_number()) return r.get<uint64_t>() == id;
+  return r.is_array() && std::any_of(r.begin(), r.end(), [&](const auto& x) { return x.template get<uint64_t>() == id; });
+}
+
+// A view's rebuild during decoding (a fold) runs a layer per slice when slicing is
+// on: another request's draft steps fall between the slices of one fold, its own
+// request takes none, and the drafts and rounds are those of the fold run whole.
 TEST(engine_sliced_prefill, a_views_rebuild_runs_a_layer_per_slice_with_the_other_requests_steps_between) {
   Request folding = request(21, 1500, 48, "vericache");
   folding.fold_every = 8;  // a rebuild every 8 verified tokens
   const Request decoding = request(22, 40, 600, "full");
+  const size_t per_fold = size_t(vc::test::tinycode()->config().num_layers) + 1;  // SnapKV
+  std::vector<vericache::Result> folded;  // sliced, then whole
+  std::vector<size_t> fold_slices;
   for (bool slice : {true, false}) {
     Engine engine(config(slice));
     auto a = engine.submit(folding);
@@ -194,41 +207,41 @@ TEST(engine_sliced_prefill, a_views_rebuild_runs_a_layer_per_slice_with_the_othe
     ASSERT_TRUE(rb.ok) << rb.error;
     EXPECT_EQ(full_decoding(folding), ra.output_ids) << "slice " << slice;
     EXPECT_EQ(full_decoding(decoding), rb.output_ids) << "slice " << slice;
+    folded.push_back(ra);
     const auto path = std::filesystem::temp_directory_path() /
                       ("vericache-sliced-fold-" + std::to_string(::getpid()) + ".json");
     engine.write_trace(path.string());
     const auto j = vc::test::read_json(path.string());
     std::filesystem::remove(path);
-    // A fold's slices: one up to the first layer's read, one per layer (SnapKV).
-    const size_t per_fold = size_t(vc::test::tinycode()->config().num_layers) + 1;
     std::vector<std::pair<double, double>> slices;  // the folding request's, in order
-    std::vector<double> steps;                      // the decoding request's starts
+    std::vector<double> steps, own_steps;           // draft steps' starts: the other's, its own
     for (const auto& e : j["traceEvents"]) {
       if (e["ph"] != "X" || !e.contains("args")) continue;
-      const auto& r = e["args"]["request"];
       const double ts = e["ts"].get<double>();
-      if (e["name"] == "fold" && r.is_number() && r.get<uint64_t>() == a.id)
-        slices.emplace_back(ts, ts + e["dur"].get<double>());
-      if (e["name"] == "draft step" && ((r.is_number() && r.get<uint64_t>() == b.id) ||
-                                        (r.is_array() && std::any_of(r.begin(), r.end(), [&](const auto& x) {
-                                           return x.template get<uint64_t>() == b.id;
-                                         }))))
-        steps.push_back(ts);
+      if (e["name"] == "fold" && names_request(e, a.id)) slices.emplace_back(ts, ts + e["dur"].get<double>());
+      if (e["name"] == "draft step" && names_request(e, b.id)) steps.push_back(ts);
+      if (e["name"] == "draft step" && names_request(e, a.id)) own_steps.push_back(ts);
     }
-    if (!slice) {
-      EXPECT_TRUE(slices.empty()) << "without slicing a fold runs inside its commit";
-      continue;
-    }
+    fold_slices.push_back(slices.size());
+    if (!slice) continue;  // whole: one slice per fold, inside its commit
     ASSERT_GE(slices.size(), 2 * per_fold) << "folds in slices of a layer";
     EXPECT_EQ(0u, slices.size() % per_fold) << "whole folds of " << per_fold << " slices";
     std::sort(slices.begin(), slices.end());
     size_t folds_with_steps = 0;
     for (size_t f = 0; f + per_fold <= slices.size(); f += per_fold) {
       const double from = slices[f].first, to = slices[f + per_fold - 1].second;
-      folds_with_steps += std::any_of(steps.begin(), steps.end(), [&](double t) { return t > from && t < to; });
+      const auto inside = [&](double t) { return t > from && t < to; };
+      folds_with_steps += std::any_of(steps.begin(), steps.end(), inside);
+      EXPECT_FALSE(std::any_of(own_steps.begin(), own_steps.end(), inside))
+          << "the folding request stepped during its own fold " << f / per_fold;
     }
     EXPECT_GE(folds_with_steps, 1u) << "the other request's steps between a fold's slices";
   }
+  // The same folds, drafts and rounds either way.
+  EXPECT_EQ(fold_slices[0], fold_slices[1] * per_fold) << "each fold: " << per_fold << " slices, or one";
+  EXPECT_EQ(folded[0].stats.rounds, folded[1].stats.rounds);
+  EXPECT_EQ(folded[0].stats.drafted, folded[1].stats.drafted);
+  EXPECT_EQ(folded[0].stats.accepted, folded[1].stats.accepted);
 }
 
 }  // namespace
