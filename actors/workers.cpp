@@ -166,8 +166,8 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     batcher->run_ranks([&](int r) { ended[size_t(r)] = job.tasks[size_t(r)]->resume(); });
     const auto n = std::count(ended.begin(), ended.end(), char(1));
     if (n != 0 && n != degree)
-      throw Error("tensor parallelism: the ranks' prefills of request " + std::to_string(id) +
-                  " ended at different chunks");
+      throw Error("tensor parallelism: the ranks' " + std::string(job.fold ? "view rebuilds" : "prefills") +
+                  " of request " + std::to_string(id) + " ended at different slices");
     return n == degree;
   };
   // The ranks' results made one (checked equal across ranks).
@@ -212,7 +212,8 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
         error = e.what();
       } catch (...) {
         ended = true;
-        error = "drafter: prefill of request " + std::to_string(id) + " failed";
+        error = "drafter: " + std::string(it->second.fold ? "view rebuild" : "prefill") + " of request " +
+                std::to_string(id) + " failed";
       }
     }
     if (!ended) {
