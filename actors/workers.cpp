@@ -94,32 +94,34 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
   const int degree = batcher->degree();
   auto slices = std::make_shared<PrefillSlices>();
   auto run_slice = std::make_shared<std::function<void(uint64_t)>>();
-  auto launch = [=, run = run_slice.get()](DraftSpec spec) {  // no cycle through run_slice
-    const uint64_t id = spec.id;
-    PrefillSlices::Job job;
-    job.full = spec.mode == DecodeMode::full;
-    job.results = std::make_shared<std::vector<std::optional<PrefillResult>>>(size_t(degree));
-    auto shared_spec = std::make_shared<const DraftSpec>(std::move(spec));
+  // Starts request `id`'s job: work(r) on every rank r, each on a task of its own
+  // (the ranks meet in collectives, so every rank's slice runs at once).
+  auto start_job = [=, run = run_slice.get()](uint64_t id, PrefillSlices::Job job,  // no cycle
+                                              std::function<void(DraftBatcher&, int rank)> work) {
     for (int r = 0; r < degree; ++r)
-      job.tasks.push_back(std::make_unique<SlicedTask>(
-          [batcher, r, spec = shared_spec, results = job.results, binder = slices->binder] {
-            if (binder) binder->bind_calling_thread("drafter", r);
-            (*results)[size_t(r)].emplace(batcher->rank_prefill(r, *spec));
-          }));
-    slices->jobs.emplace(id, std::move(job));
-    (*run)(id);
-  };
-  // Request `id`'s deferred fold, a layer per slice on every rank.
-  auto launch_fold = [=, run = run_slice.get()](uint64_t id) {
-    PrefillSlices::Job job;
-    job.fold = true;
-    for (int r = 0; r < degree; ++r)
-      job.tasks.push_back(std::make_unique<SlicedTask>([batcher, r, id, binder = slices->binder] {
+      job.tasks.push_back(std::make_unique<SlicedTask>([batcher, r, work, binder = slices->binder] {
         if (binder) binder->bind_calling_thread("drafter", r);
-        batcher->rank_fold(r, id);
+        work(batcher->rank(r), r);
       }));
     slices->jobs.emplace(id, std::move(job));
     (*run)(id);
+  };
+  auto launch = [=](DraftSpec spec) {
+    const uint64_t id = spec.id;
+    PrefillSlices::Job job;
+    job.full = spec.mode == DecodeMode::full;
+    auto results = std::make_shared<std::vector<std::optional<PrefillResult>>>(size_t(degree));
+    job.results = results;
+    start_job(id, std::move(job),
+              [spec = std::make_shared<const DraftSpec>(std::move(spec)), results](DraftBatcher& b, int r) {
+                (*results)[size_t(r)].emplace(b.prefill(*spec));
+              });
+  };
+  // Request `id`'s deferred fold, a layer per slice.
+  auto launch_fold = [=](uint64_t id) {
+    PrefillSlices::Job job;
+    job.fold = true;
+    start_job(id, std::move(job), [id](DraftBatcher& b, int) { b.fold(id); });
   };
   // A request with a fold in flight: f waits for its end (true), else runs now.
   auto after_fold = [=](uint64_t id, std::function<void()> f) {

@@ -150,7 +150,7 @@ void TpDraftBatcher::align(int rank) {
   float one = 1.0f;
   group_.comm()->all_reduce_sum(rank, &one, 1);
   if (one != float(ranks_.size())) throw Error("tensor parallelism: rank " + std::to_string(rank) +
-                                              " met the others out of step before a prefill chunk");
+                                              " met the others out of step before a prefill chunk or a view's layer");
 }
 
 void TpDraftBatcher::set_stream_final(bool on) {

@@ -28,10 +28,10 @@ class TpDraftBatcher {
   /// its own error on every rank; nothing of a failed prefill is kept on any rank.
   [[nodiscard]] PrefillResult prefill(const DraftSpec& spec);
   /// prefill() in parts, for a caller that runs each rank's prefill on a thread of
-  /// its own (the engine's sliced prefill, actors/workers.cpp): rank r's prefill
-  /// alone, which meets the others in collectives, so every rank's must run at once
+  /// its own (the engine's sliced prefill, actors/workers.cpp): rank(r).prefill(),
+  /// which meets the others in collectives, so every rank's must run at once
   /// (run_ranks); then merge_prefills() of their results, checked as prefill() does.
-  [[nodiscard]] PrefillResult rank_prefill(int r, const DraftSpec& spec) { return rank(r).prefill(spec); }
+  /// A deferred fold (commit's defer_fold) likewise: rank(r).fold() on every rank.
   [[nodiscard]] PrefillResult merge_prefills(uint64_t id, std::vector<PrefillResult> out);
   /// Runs f(r) for every rank at once (RankGroup::run: a throwing rank aborts the
   /// others' collectives, and its own error is rethrown).
@@ -52,9 +52,6 @@ class TpDraftBatcher {
   void commit(uint64_t id, const VerifyOutcome& v, size_t ahead = 0, bool defer_fold = false);
   /// DraftBatcher::fold_pending (rank 0's: every rank commits alike).
   [[nodiscard]] bool fold_pending(uint64_t id) const { return ranks_[0]->fold_pending(id); }
-  /// Rank r's DraftBatcher::fold; like rank_prefill, every rank's must run at once
-  /// (run_ranks: a model-wide compressor's rebuild gathers across the ranks).
-  void rank_fold(int r, uint64_t id) { rank(r).fold(id); }
   /// DraftBatcher::finish_prefill (compressed first) on every rank at once; the
   /// exact first token and drafts_kept checked equal across ranks.
   [[nodiscard]] PrefillResult finish_prefill(uint64_t id, size_t cached);

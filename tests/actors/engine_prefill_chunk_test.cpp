@@ -11,6 +11,7 @@
 
 #include <vericache/engine.hpp>
 
+#include "tests/actors/engine_trace.hpp"
 #include "tests/error_naming.hpp"
 #include "tests/runtime/test_support.hpp"
 
@@ -100,14 +101,9 @@ size_t prefill_slices(size_t chunk, size_t prompt_tokens) {
   auto sub = engine.submit(request(prompt(prompt_tokens, 5), "vericache", "snapkv", false));
   const auto r = sub.result.get();
   EXPECT_TRUE(r.ok) << r.error;
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("vericache-prefill-chunk-" + std::to_string(::getpid()) + ".json");
-  engine.write_trace(path.string());
-  const auto j = vc::test::read_json(path.string());
-  std::filesystem::remove(path);
   size_t n = 0;
-  for (const auto& e : j["traceEvents"])
-    n += e["ph"] == "X" && e["name"] == "prefill";
+  const auto trace = vc::test::engine_trace(engine);
+  for (const auto& e : trace["traceEvents"]) n += vc::test::slice_of(e, "prefill", sub.id);
   return n;
 }
 

@@ -15,6 +15,7 @@
 #include <vericache/engine.hpp>
 
 #include "runtime/generator.hpp"
+#include "tests/actors/engine_trace.hpp"
 #include "tests/runtime/test_support.hpp"
 
 namespace {
@@ -57,48 +58,11 @@ std::vector<int32_t> full_decoding(const Request& r) {
   return gen.generate(r.prompt_ids, o).output_ids;
 }
 
-struct Window {
-  size_t prefill_slices = 0;       // of the long request
-  size_t steps_inside = 0;         // draft steps of the decoding request within its prefill
-};
-
-// From the engine's trace: the long request's prefill slices, and the decoding
-// request's draft steps between the first slice's start and the last one's end.
-Window prefill_window(Engine& engine, uint64_t decoding, uint64_t long_id) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("vericache-sliced-prefill-" + std::to_string(::getpid()) + ".json");
-  engine.write_trace(path.string());
-  const auto j = vc::test::read_json(path.string());
-  std::filesystem::remove(path);
-  auto has = [](const nlohmann::json& e, uint64_t id) {
-    const auto& r = e["args"]["request"];
-    if (r.is_array()) {
-      for (const auto& x : r)
-        if (x.get<uint64_t>() == id) return true;
-      return false;
-    }
-    return r.is_number() && r.get<uint64_t>() == id;
-  };
-  Window w;
-  double first = 1e300, last = -1e300;
-  for (const auto& e : j["traceEvents"])
-    if (e["ph"] == "X" && e["name"] == "prefill" && e.contains("args") && has(e, long_id)) {
-      ++w.prefill_slices;
-      first = std::min(first, e["ts"].get<double>());
-      last = std::max(last, e["ts"].get<double>() + e["dur"].get<double>());
-    }
-  for (const auto& e : j["traceEvents"])
-    if (e["ph"] == "X" && e["name"] == "draft step" && e.contains("args") && has(e, decoding) &&
-        e["ts"].get<double>() > first && e["ts"].get<double>() < last)
-      ++w.steps_inside;
-  return w;
-}
-
 // A full-mode request decoding, then a long vericache prompt submitted once its
 // first token is out.
 struct Pair {
   vericache::Result decoding, long_one;
-  Window window;
+  vc::test::PrefillWindow window;
 };
 
 Pair run_pair(bool slice, const Request& decoding, const Request& long_one) {
@@ -119,7 +83,7 @@ Pair run_pair(bool slice, const Request& decoding, const Request& long_one) {
   Pair p;
   p.decoding = a.result.get();
   p.long_one = b.result.get();
-  p.window = prefill_window(engine, a.id, b.id);
+  p.window = vc::test::prefill_window(vc::test::engine_trace(engine), a.id, b.id);
   return p;
 }
 
@@ -179,15 +143,6 @@ TEST(engine_sliced_prefill, a_request_cancelled_during_its_prefill_leaves_nothin
 }
 
 // A view's rebuild during decoding (a fold) runs a layer per slice when slicing is
-// on: another request's draft steps fall between the slices of one fold.
-// Request `id` named by a trace event's "request" arg (a number or a list).
-bool names_request(const nlohmann::json& e, uint64_t id) {
-  const auto& r = e["args"]["request"];
-  if (r.is_number()) return r.get<uint64_t>() == id;
-  return r.is_array() && std::any_of(r.begin(), r.end(), [&](const auto& x) { return x.template get<uint64_t>() == id; });
-}
-
-// A view's rebuild during decoding (a fold) runs a layer per slice when slicing is
 // on: another request's draft steps fall between the slices of one fold, its own
 // request takes none, and the drafts and rounds are those of the fold run whole.
 TEST(engine_sliced_prefill, a_views_rebuild_runs_a_layer_per_slice_with_the_other_requests_steps_between) {
@@ -208,19 +163,15 @@ TEST(engine_sliced_prefill, a_views_rebuild_runs_a_layer_per_slice_with_the_othe
     EXPECT_EQ(full_decoding(folding), ra.output_ids) << "slice " << slice;
     EXPECT_EQ(full_decoding(decoding), rb.output_ids) << "slice " << slice;
     folded.push_back(ra);
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("vericache-sliced-fold-" + std::to_string(::getpid()) + ".json");
-    engine.write_trace(path.string());
-    const auto j = vc::test::read_json(path.string());
-    std::filesystem::remove(path);
+    const auto j = vc::test::engine_trace(engine);
     std::vector<std::pair<double, double>> slices;  // the folding request's, in order
     std::vector<double> steps, own_steps;           // draft steps' starts: the other's, its own
     for (const auto& e : j["traceEvents"]) {
-      if (e["ph"] != "X" || !e.contains("args")) continue;
+      if (e["ph"] != "X") continue;
       const double ts = e["ts"].get<double>();
-      if (e["name"] == "fold" && names_request(e, a.id)) slices.emplace_back(ts, ts + e["dur"].get<double>());
-      if (e["name"] == "draft step" && names_request(e, b.id)) steps.push_back(ts);
-      if (e["name"] == "draft step" && names_request(e, a.id)) own_steps.push_back(ts);
+      if (vc::test::slice_of(e, "fold", a.id)) slices.emplace_back(ts, ts + e["dur"].get<double>());
+      if (vc::test::slice_of(e, "draft step", b.id)) steps.push_back(ts);
+      if (vc::test::slice_of(e, "draft step", a.id)) own_steps.push_back(ts);
     }
     fold_slices.push_back(slices.size());
     if (!slice) continue;  // whole: one slice per fold, inside its commit

@@ -17,6 +17,7 @@
 #include <vericache/engine.hpp>
 
 #include "runtime/tp_generator.hpp"
+#include "tests/actors/engine_trace.hpp"
 #include "tests/runtime/test_support.hpp"
 
 namespace {
@@ -61,50 +62,11 @@ std::vector<int32_t> full_decoding(const Request& r) {
   return gen.generate(r.prompt_ids, o).output_ids;
 }
 
-bool names(const nlohmann::json& e, uint64_t id) {
-  const auto& r = e["args"]["request"];
-  if (r.is_array()) {
-    for (const auto& x : r)
-      if (x.get<uint64_t>() == id) return true;
-    return false;
-  }
-  return r.is_number() && r.get<uint64_t>() == id;
-}
-
-nlohmann::json trace_of(Engine& engine) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("vericache-sliced-prefill-tp-" + std::to_string(::getpid()) + ".json");
-  engine.write_trace(path.string());
-  auto j = vc::test::read_json(path.string());
-  std::filesystem::remove(path);
-  return j;
-}
-
-// From the engine's trace: request `id`'s prefill slices.
+// Request `id`'s prefill slices in `trace`.
 size_t prefill_slices(const nlohmann::json& trace, uint64_t id) {
   size_t n = 0;
-  for (const auto& e : trace["traceEvents"])
-    n += e["ph"] == "X" && e["name"] == "prefill" && e.contains("args") && names(e, id);
+  for (const auto& e : trace["traceEvents"]) n += vc::test::slice_of(e, "prefill", id);
   return n;
-}
-
-// From the engine's trace: the long request's prefill slices, and the decoding
-// request's draft steps between its first slice's start and its last one's end.
-std::pair<size_t, size_t> slices_and_steps_inside(Engine& engine, uint64_t decoding, uint64_t long_id) {
-  const auto j = trace_of(engine);
-  size_t slices = 0, inside = 0;
-  double first = 1e300, last = -1e300;
-  for (const auto& e : j["traceEvents"])
-    if (e["ph"] == "X" && e["name"] == "prefill" && e.contains("args") && names(e, long_id)) {
-      ++slices;
-      first = std::min(first, e["ts"].get<double>());
-      last = std::max(last, e["ts"].get<double>() + e["dur"].get<double>());
-    }
-  for (const auto& e : j["traceEvents"])
-    if (e["ph"] == "X" && e["name"] == "draft step" && e.contains("args") && names(e, decoding) &&
-        e["ts"].get<double>() > first && e["ts"].get<double>() < last)
-      ++inside;
-  return {slices, inside};
 }
 
 // Waits (at most 10 s) until the engine holds no full-tier bytes and no fast memory.
@@ -142,9 +104,9 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_decoding_request_steps_between_a_l
   ASSERT_TRUE(rb.ok) << rb.error;
   EXPECT_EQ(full_decoding(decoding), ra.output_ids);
   EXPECT_EQ(full_decoding(long_one), rb.output_ids);
-  const auto [slices, inside] = slices_and_steps_inside(engine, a.id, b.id);
-  EXPECT_GE(slices, kLongPrompt / 256 + 1) << "one slice per chunk (and one before the first)";
-  EXPECT_GE(inside, 4u) << "the decoding request's steps between the chunks";
+  const auto w = vc::test::prefill_window(vc::test::engine_trace(engine), a.id, b.id);
+  EXPECT_GE(w.prefill_slices, kLongPrompt / 256 + 1) << "one slice per chunk (and one before the first)";
+  EXPECT_GE(w.steps_inside, 4u) << "the decoding request's steps between the chunks";
 }
 
 TEST(engine_sliced_prefill_tp, at_two_ranks_a_model_wide_compressor_yields_at_the_same_layers_and_matches_full_decoding) {
@@ -163,7 +125,7 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_model_wide_compressor_yields_at_th
   EXPECT_EQ(full_decoding(decoding), ra.output_ids);
   EXPECT_EQ(full_decoding(long_one), rb.output_ids);
   const size_t layers = size_t(vc::test::tinycode()->config().num_layers);
-  EXPECT_EQ(prefill_slices(trace_of(engine), b.id), (1200 + 255) / 256 + 2 * layers + 1)
+  EXPECT_EQ(prefill_slices(vc::test::engine_trace(engine), b.id), (1200 + 255) / 256 + 2 * layers + 1)
       << "one slice before each chunk and each of the view's 2 x layers reads, one to the end";
 }
 
@@ -189,7 +151,7 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_request_cancelled_during_its_prefi
   }
   EXPECT_GE(cancelled, 1u) << "no request was cancelled before its first token";
   // At least one was cancelled between its chunks: some slices ran, not all 13.
-  const auto trace = trace_of(engine);
+  const auto trace = vc::test::engine_trace(engine);
   size_t mid = 0;
   for (uint64_t id : cancelled_ids) {
     const size_t n = prefill_slices(trace, id);
