@@ -227,6 +227,8 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     if (job.fold) {
       job.tasks.clear();
       if (!error.empty()) {
+        if (error.find("view rebuild") == std::string::npos)
+          error = "drafter: view rebuild of request " + std::to_string(id) + ": " + error;
         self->send(scheduler, failed_msg{id, error});
         return kick();
       }

@@ -15,6 +15,7 @@
 
 #include "runtime/generator.hpp"
 #include "tests/actors/engine_remote_support.hpp"
+#include "tests/actors/engine_trace.hpp"
 #include "tests/error_naming.hpp"
 #include "tools/vericache/throttled_proxy.hpp"
 
@@ -244,6 +245,46 @@ TEST(engine_compressed_first, requests_fetch_through_several_net_fetchers_at_onc
   bad.remote_fetchers = 0;
   vc::test::expect_error_naming([&] { Engine e(bad); },
                                 "EngineConfig.remote_fetchers: must be at least 1, got 0");
+}
+
+TEST(engine_compressed_first, views_rebuilt_after_drafting_ahead_keep_the_tokens_of_full_decoding) {
+  // A request that drafted ahead over a fetched view, then rebuilds it every 4
+  // verified tokens from the full KV it fetched: each rebuild runs a layer per
+  // slice after its commit. (A rebuild seldom falls due at a commit that keeps
+  // drafts ahead: drafting ahead stops fold_every + L tokens past the prompt.)
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  Request req = long_request("vericache", "snapkv", false);
+  req.max_tokens = 48;
+  req.fold_every = 4;
+  Result local;
+  {
+    Engine plain(config());
+    local = run(plain, req);
+  }
+  {
+    Engine engine(config(server.url()));
+    (void)run(engine, req);
+    wait_for_chunks(server.url(), 4);
+  }
+  vc::cli::ThrottledProxy slow("127.0.0.1", server.port(), kSlowLinkBytesPerSecond);
+  EngineConfig sc = config(slow.url());
+  sc.remote_timeout_ms = 60000;
+  sc.trace = true;
+  Engine engine(sc);
+  auto sub = engine.submit(req);
+  const Result r = sub.result.get();
+  ASSERT_TRUE(r.ok) << r.error;
+  expect_same_output(local, r, "rebuilding a fetched view");
+  EXPECT_TRUE(r.stats.remote_compressed_first) << r.stats.remote_compressed_stop_reason;
+  EXPECT_GT(r.stats.remote_predrafted, 6u) << "drafted ahead while the full chunks arrived";
+  size_t fold_slices = 0;
+  const nlohmann::json trace = vc::test::engine_trace(engine);  // a temporary's events would dangle
+  for (const auto& e : trace["traceEvents"])
+    fold_slices += vc::test::slice_of(e, "fold", sub.id);
+  const size_t per_fold = size_t(vc::test::tinycode()->config().num_layers) + 1;  // SnapKV
+  EXPECT_GE(fold_slices, 2 * per_fold) << "views rebuilt, a layer per slice";
+  EXPECT_EQ(0u, held_after_settling(engine));
 }
 
 TEST(engine_compressed_first, a_request_cancelled_while_its_full_chunks_arrive_leaves_nothing_behind) {

@@ -145,11 +145,10 @@ TEST(engine_sliced_prefill, a_request_cancelled_during_its_prefill_leaves_nothin
 // A view's rebuild during decoding (a fold) runs a layer per slice when slicing is
 // on: another request's draft steps fall between the slices of one fold, its own
 // request takes none, and the drafts and rounds are those of the fold run whole.
-TEST(engine_sliced_prefill, a_views_rebuild_runs_a_layer_per_slice_with_the_other_requests_steps_between) {
-  Request folding = request(21, 1500, 48, "vericache");
-  folding.fold_every = 8;  // a rebuild every 8 verified tokens
+// `per_fold`: the slices of one fold (the compressor's layer reads, and one more
+// before the first).
+void expect_sliced_folds(const Request& folding, size_t per_fold) {
   const Request decoding = request(22, 40, 600, "full");
-  const size_t per_fold = size_t(vc::test::tinycode()->config().num_layers) + 1;  // SnapKV
   std::vector<vericache::Result> folded;  // sliced, then whole
   std::vector<size_t> fold_slices;
   for (bool slice : {true, false}) {
@@ -163,36 +162,34 @@ TEST(engine_sliced_prefill, a_views_rebuild_runs_a_layer_per_slice_with_the_othe
     EXPECT_EQ(full_decoding(folding), ra.output_ids) << "slice " << slice;
     EXPECT_EQ(full_decoding(decoding), rb.output_ids) << "slice " << slice;
     folded.push_back(ra);
-    const auto j = vc::test::engine_trace(engine);
-    std::vector<std::pair<double, double>> slices;  // the folding request's, in order
-    std::vector<double> steps, own_steps;           // draft steps' starts: the other's, its own
-    for (const auto& e : j["traceEvents"]) {
-      if (e["ph"] != "X") continue;
-      const double ts = e["ts"].get<double>();
-      if (vc::test::slice_of(e, "fold", a.id)) slices.emplace_back(ts, ts + e["dur"].get<double>());
-      if (vc::test::slice_of(e, "draft step", b.id)) steps.push_back(ts);
-      if (vc::test::slice_of(e, "draft step", a.id)) own_steps.push_back(ts);
-    }
-    fold_slices.push_back(slices.size());
+    const auto w = vc::test::fold_windows(vc::test::engine_trace(engine), a.id, b.id, slice ? per_fold : 1);
+    fold_slices.push_back(w.slices);
     if (!slice) continue;  // whole: one slice per fold, inside its commit
-    ASSERT_GE(slices.size(), 2 * per_fold) << "folds in slices of a layer";
-    EXPECT_EQ(0u, slices.size() % per_fold) << "whole folds of " << per_fold << " slices";
-    std::sort(slices.begin(), slices.end());
-    size_t folds_with_steps = 0;
-    for (size_t f = 0; f + per_fold <= slices.size(); f += per_fold) {
-      const double from = slices[f].first, to = slices[f + per_fold - 1].second;
-      const auto inside = [&](double t) { return t > from && t < to; };
-      folds_with_steps += std::any_of(steps.begin(), steps.end(), inside);
-      EXPECT_FALSE(std::any_of(own_steps.begin(), own_steps.end(), inside))
-          << "the folding request stepped during its own fold " << f / per_fold;
-    }
-    EXPECT_GE(folds_with_steps, 1u) << "the other request's steps between a fold's slices";
+    ASSERT_GE(w.slices, 2 * per_fold) << "folds in slices of a layer";
+    EXPECT_EQ(0u, w.slices % per_fold) << "whole folds of " << per_fold << " slices";
+    EXPECT_EQ(0u, w.with_own_steps) << "the folding request stepped during its own fold";
+    EXPECT_GE(w.with_other_steps, 1u) << "the other request's steps between a fold's slices";
   }
   // The same folds, drafts and rounds either way.
   EXPECT_EQ(fold_slices[0], fold_slices[1] * per_fold) << "each fold: " << per_fold << " slices, or one";
   EXPECT_EQ(folded[0].stats.rounds, folded[1].stats.rounds);
   EXPECT_EQ(folded[0].stats.drafted, folded[1].stats.drafted);
   EXPECT_EQ(folded[0].stats.accepted, folded[1].stats.accepted);
+}
+
+TEST(engine_sliced_prefill, a_views_rebuild_runs_a_layer_per_slice_with_the_other_requests_steps_between) {
+  Request folding = request(21, 1500, 48, "vericache");
+  folding.fold_every = 8;  // a rebuild every 8 verified tokens
+  expect_sliced_folds(folding, size_t(vc::test::tinycode()->config().num_layers) + 1);
+}
+
+// KVzap rebuilds from the scores logged as tokens were verified: its folds read the
+// full KV a layer per slice too, with the same drafts and rounds as run whole.
+TEST(engine_sliced_prefill, a_kvzap_views_rebuild_runs_a_layer_per_slice_with_the_same_rounds_as_whole) {
+  Request folding = request(23, 1500, 48, "vericache");
+  folding.compressor = "kvzap";
+  folding.fold_every = 8;
+  expect_sliced_folds(folding, size_t(vc::test::tinycode()->config().num_layers) + 1);
 }
 
 }  // namespace

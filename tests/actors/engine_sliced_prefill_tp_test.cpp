@@ -1,8 +1,9 @@
 // Sliced prefill at tensor-parallel degree 2: every rank's prefill runs on a task of
 // its own and all of them yield before the same chunk, so a request decoding on the
 // group takes its steps between a long prompt's chunks; both give the group's full
-// decoding; a cancelled prefill leaves nothing on any rank; and a rank failing in
-// the middle of a prefill fails that request alone with its own error.
+// decoding; a view's rebuild runs a layer per slice on every rank; a cancelled
+// prefill leaves nothing on any rank; and a rank failing in the middle of a prefill
+// fails that request alone with its own error.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -127,6 +128,29 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_model_wide_compressor_yields_at_th
   const size_t layers = size_t(vc::test::tinycode()->config().num_layers);
   EXPECT_EQ(prefill_slices(vc::test::engine_trace(engine), b.id), (1200 + 255) / 256 + 2 * layers + 1)
       << "one slice before each chunk and each of the view's 2 x layers reads, one to the end";
+}
+
+TEST(engine_sliced_prefill_tp, at_two_ranks_a_views_rebuild_runs_a_layer_per_slice_with_the_other_requests_steps_between) {
+  // Every rank rebuilds its heads' view on a task of its own; the ranks yield (and
+  // meet) before the same layer, and the other request's steps fall between.
+  Request folding = request(16, 1500, 48, "vericache");
+  folding.fold_every = 8;
+  const Request decoding = request(17, 40, 600, "full");
+  Engine engine(config());
+  auto a = engine.submit(folding);
+  auto b = engine.submit(decoding);
+  const auto ra = a.result.get();
+  const auto rb = b.result.get();
+  ASSERT_TRUE(ra.ok) << ra.error;
+  ASSERT_TRUE(rb.ok) << rb.error;
+  EXPECT_EQ(full_decoding(folding), ra.output_ids);
+  EXPECT_EQ(full_decoding(decoding), rb.output_ids);
+  const size_t per_fold = size_t(vc::test::tinycode()->config().num_layers) + 1;  // SnapKV
+  const auto w = vc::test::fold_windows(vc::test::engine_trace(engine), a.id, b.id, per_fold);
+  ASSERT_GE(w.slices, 2 * per_fold) << "folds in slices of a layer";
+  EXPECT_EQ(0u, w.slices % per_fold) << "whole folds of " << per_fold << " slices";
+  EXPECT_EQ(0u, w.with_own_steps) << "the folding request stepped during its own fold";
+  EXPECT_GE(w.with_other_steps, 1u) << "the other request's steps between a fold's slices";
 }
 
 TEST(engine_sliced_prefill_tp, at_two_ranks_a_request_cancelled_during_its_prefill_leaves_nothing_on_any_rank) {

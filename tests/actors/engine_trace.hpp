@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <vericache/engine.hpp>
@@ -52,6 +54,38 @@ inline PrefillWindow prefill_window(const nlohmann::json& trace, uint64_t decodi
   for (const auto& e : trace["traceEvents"])
     if (slice_of(e, "draft step", decoding) && e["ts"].get<double>() > first && e["ts"].get<double>() < last)
       ++w.steps_inside;
+  return w;
+}
+
+/// Request `folding`'s view rebuilds (folds) in an engine's trace, beside request
+/// `other`'s draft steps: the fold slices, how many folds (runs of `per_fold`
+/// slices in time order) had one of the other request's steps inside, and how many
+/// had one of the folding request's own.
+struct FoldWindows {
+  size_t slices = 0;
+  size_t with_other_steps = 0;
+  size_t with_own_steps = 0;
+};
+inline FoldWindows fold_windows(const nlohmann::json& trace, uint64_t folding, uint64_t other,
+                                size_t per_fold) {
+  std::vector<std::pair<double, double>> slices;
+  std::vector<double> steps, own_steps;  // draft steps' starts: the other's, its own
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const double ts = e["ts"].get<double>();
+    if (slice_of(e, "fold", folding)) slices.emplace_back(ts, ts + e["dur"].get<double>());
+    if (slice_of(e, "draft step", other)) steps.push_back(ts);
+    if (slice_of(e, "draft step", folding)) own_steps.push_back(ts);
+  }
+  std::sort(slices.begin(), slices.end());
+  FoldWindows w;
+  w.slices = slices.size();
+  for (size_t f = 0; per_fold > 0 && f + per_fold <= slices.size(); f += per_fold) {
+    const double from = slices[f].first, to = slices[f + per_fold - 1].second;
+    const auto inside = [&](double t) { return t > from && t < to; };
+    w.with_other_steps += std::any_of(steps.begin(), steps.end(), inside);
+    w.with_own_steps += std::any_of(own_steps.begin(), own_steps.end(), inside);
+  }
   return w;
 }
 
