@@ -33,7 +33,9 @@ namespace {
 /// prompt waits for the full-mode one in flight, so that it shares that prompt's
 /// prefix blocks as it would after it (PagedKvCache::share_prefix). A view's
 /// rebuild during decoding (a fold, DraftBatcher::fold) runs the same way, a layer
-/// per slice; its request takes no step meanwhile, and a draft_msg for it waits.
+/// per slice, and so does a compressed-first request's exact prefill of its suffix
+/// (DraftBatcher::finish_prefill), a chunk per slice; the request takes no step
+/// meanwhile, and a draft_msg or commit_msg for it waits.
 struct PrefillSlices {
   /// One task per tensor-parallel rank: each rank's prefill on a thread of its own
   /// (the ranks meet in collectives inside a chunk, so their slices run at once,
@@ -42,10 +44,15 @@ struct PrefillSlices {
     std::vector<std::unique_ptr<SlicedTask>> tasks;
     std::shared_ptr<std::vector<std::optional<PrefillResult>>> results;
     bool full = false;
-    bool fold = false;  // a view's rebuild, not a prefill
-    /// A fold's: the request's draft_msg and commit_msg that came meanwhile, run in
-    /// order once it ends.
+    /// prefill: DraftBatcher::prefill; fold: a view's rebuild; finish: the exact
+    /// prefill of a compressed-first request (finish_prefill).
+    enum class Kind { prefill, fold, finish } kind = Kind::prefill;
+    /// The request's draft_msg and commit_msg that came meanwhile, run in order once
+    /// it ends.
     std::vector<std::function<void()>> deferred;
+    [[nodiscard]] const char* what() const {
+      return kind == Kind::fold ? "view rebuild" : kind == Kind::finish ? "exact prefill" : "prefill";
+    }
     double seconds = 0;  // inside its slices (PrefillResult::seconds: the drafter's time)
   };
   std::map<uint64_t, Job> jobs;
@@ -120,13 +127,24 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
   // Request `id`'s deferred fold, a layer per slice.
   auto launch_fold = [=](uint64_t id) {
     PrefillSlices::Job job;
-    job.fold = true;
+    job.kind = PrefillSlices::Job::Kind::fold;
     start_job(id, std::move(job), [id](DraftBatcher& b, int) { b.fold(id); });
   };
-  // A request with a fold in flight: f waits for its end (true), else runs now.
+  // Request `id`'s exact prefill (compressed first), a chunk per slice.
+  auto launch_finish = [=](uint64_t id, size_t cached) {
+    PrefillSlices::Job job;
+    job.kind = PrefillSlices::Job::Kind::finish;
+    auto results = std::make_shared<std::vector<std::optional<PrefillResult>>>(size_t(degree));
+    job.results = results;
+    start_job(id, std::move(job), [id, cached, results](DraftBatcher& b, int r) {
+      (*results)[size_t(r)].emplace(b.finish_prefill(id, cached));
+    });
+  };
+  // A request with a fold or an exact prefill in flight: f waits for its end
+  // (true), else runs now.
   auto after_fold = [=](uint64_t id, std::function<void()> f) {
     auto it = slices->jobs.find(id);
-    if (it == slices->jobs.end() || !it->second.fold) return false;
+    if (it == slices->jobs.end() || it->second.kind == PrefillSlices::Job::Kind::prefill) return false;
     it->second.deferred.push_back(std::move(f));
     return true;
   };
@@ -168,8 +186,8 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     batcher->run_ranks([&](int r) { ended[size_t(r)] = job.tasks[size_t(r)]->resume(); });
     const auto n = std::count(ended.begin(), ended.end(), char(1));
     if (n != 0 && n != degree)
-      throw Error("tensor parallelism: the ranks' " + std::string(job.fold ? "view rebuilds" : "prefills") +
-                  " of request " + std::to_string(id) + " ended at different slices");
+      throw Error("tensor parallelism: the ranks' " + std::string(job.what()) + "s of request " +
+                  std::to_string(id) + " ended at different slices");
     return n == degree;
   };
   // The ranks' results made one (checked equal across ranks).
@@ -177,6 +195,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     if (degree == 1) return std::move(*(*job.results)[0]);
     std::vector<PrefillResult> out;
     for (auto& r : *job.results) out.push_back(std::move(*r));
+    if (job.kind == PrefillSlices::Job::Kind::finish) return batcher->merge_finished(id, std::move(out));
     return batcher->merge_prefills(id, std::move(out));
   };
   // A full-mode prompt waits while another is in flight or waiting (in order).
@@ -200,7 +219,12 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     bool ended = false;
     std::string error;
     {
-      auto s = trace->scope(track, it->second.fold ? "fold" : "prefill", id);
+      const auto kind = it->second.kind;
+      auto s = trace->scope(track,
+                            kind == PrefillSlices::Job::Kind::fold     ? "fold"
+                            : kind == PrefillSlices::Job::Kind::finish ? "exact prefill"
+                                                                       : "prefill",
+                            id);
       const auto t0 = std::chrono::steady_clock::now();
       struct Clock {  // the slice's time, however it ends
         double& seconds;
@@ -214,8 +238,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
         error = e.what();
       } catch (...) {
         ended = true;
-        error = "drafter: " + std::string(it->second.fold ? "view rebuild" : "prefill") + " of request " +
-                std::to_string(id) + " failed";
+        error = "drafter: " + std::string(it->second.what()) + " of request " + std::to_string(id) + " failed";
       }
     }
     if (!ended) {
@@ -224,11 +247,29 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     }
     PrefillSlices::Job job = std::move(it->second);
     slices->jobs.erase(it);
-    if (job.fold) {
+    if (job.kind == PrefillSlices::Job::Kind::fold) {
       job.tasks.clear();
       if (!error.empty()) {
         if (error.find("view rebuild") == std::string::npos)
           error = "drafter: view rebuild of request " + std::to_string(id) + ": " + error;
+        self->send(scheduler, failed_msg{id, error});
+        return kick();
+      }
+      for (const auto& f : job.deferred) f();
+      return kick();
+    }
+    if (job.kind == PrefillSlices::Job::Kind::finish) {  // as finish_prefill_msg run whole
+      if (error.empty()) {
+        try {
+          PrefillResult r = result_of(job, id);
+          r.seconds = job.seconds;
+          self->send(scheduler, prefill_finished_msg{std::move(r)});
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+      }
+      job.tasks.clear();
+      if (!error.empty()) {
         self->send(scheduler, failed_msg{id, error});
         return kick();
       }
@@ -294,6 +335,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
         kick();
       },
       [=](finish_prefill_msg& m) {
+        if (slice_prefill) return launch_finish(m.id, m.cached);
         try {
           std::optional<prefill_finished_msg> done;
           {

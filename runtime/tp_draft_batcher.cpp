@@ -96,6 +96,14 @@ PrefillResult TpDraftBatcher::finish_prefill(uint64_t id, size_t cached) {
   // The exact prefill of the suffix meets in collectives: every rank at once.
   std::vector<PrefillResult> out(d);
   group_.run([&](int r) { out[size_t(r)] = ranks_[size_t(r)]->finish_prefill(id, cached); });
+  return merge_finished(id, std::move(out));
+}
+
+PrefillResult TpDraftBatcher::merge_finished(uint64_t id, std::vector<PrefillResult> out) {
+  const size_t d = ranks_.size();
+  if (out.size() != d)
+    throw Error("TpDraftBatcher: " + std::to_string(out.size()) + " finished prefills for a group of " +
+                std::to_string(d));
   const size_t views0 = out[0].views.size();  // rank 0's own: p.views grows below
   PrefillResult p = std::move(out[0]);
   for (size_t r = 1; r < d; ++r) {

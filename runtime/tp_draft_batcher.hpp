@@ -55,6 +55,9 @@ class TpDraftBatcher {
   /// DraftBatcher::finish_prefill (compressed first) on every rank at once; the
   /// exact first token and drafts_kept checked equal across ranks.
   [[nodiscard]] PrefillResult finish_prefill(uint64_t id, size_t cached);
+  /// finish_prefill() in parts, as merge_prefills() for prefill(): the ranks'
+  /// rank(r).finish_prefill() results, checked and made one.
+  [[nodiscard]] PrefillResult merge_finished(uint64_t id, std::vector<PrefillResult> out);
   void release(uint64_t id);
   void set_stream_final(bool on);  // DraftBatcher::set_stream_final, every rank
 

@@ -287,6 +287,107 @@ TEST(engine_compressed_first, views_rebuilt_after_drafting_ahead_keep_the_tokens
   EXPECT_EQ(0u, held_after_settling(engine));
 }
 
+// A 2,000-token prompt whose first 300 tokens are a prompt of their own.
+Request long_suffix_request() {
+  Request longer = long_request("vericache", "snapkv", false);
+  std::mt19937 rng(29);
+  const auto& cfg = vc::test::tinycode()->config();
+  const auto more = vc::test::random_tokens(rng, 1400, cfg.vocab_size, cfg.bos_token_id);
+  longer.prompt_ids.insert(longer.prompt_ids.end(), more.begin() + 1, more.end());  // no second BOS
+  longer.prompt_ids.resize(2000);
+  return longer;
+}
+
+TEST(engine_compressed_first, the_exact_prefill_of_a_long_suffix_runs_a_chunk_per_slice_between_other_requests_steps) {
+  // The store holds a 300-token prompt's chunk; a 2,000-token prompt that starts
+  // with it drafts over the fetched view, then the drafter prefills its 1,744
+  // uncached positions exactly (finish_prefill) a chunk per slice, while a request
+  // already decoding takes its steps between them. Both give the tokens of an
+  // engine without the store.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const Request longer = long_suffix_request();
+  Request shorter = longer;
+  shorter.prompt_ids.resize(300);
+  Request decoding = long_request("full", "snapkv", false);
+  decoding.prompt_ids.resize(40);
+  decoding.max_tokens = 400;
+  Result local_longer, local_decoding;
+  {
+    Engine plain(config());
+    local_longer = run(plain, longer);
+    local_decoding = run(plain, decoding);
+  }
+  EngineConfig c = config(server.url());
+  c.remote_compressed_suffix = 4096;
+  c.trace = true;
+  Engine engine(c);
+  (void)run(engine, shorter);
+  wait_for_chunks(server.url(), 2);  // its full and compressed chunk 0
+  auto a = engine.submit(decoding);
+  auto b = engine.submit(longer);
+  const Result ra = a.result.get(), rb = b.result.get();
+  ASSERT_TRUE(ra.ok) << ra.error;
+  ASSERT_TRUE(rb.ok) << rb.error;
+  expect_same_output(local_decoding, ra, "the decoding request");
+  expect_same_output(local_longer, rb, "the long suffix's request");
+  ASSERT_TRUE(rb.stats.remote_compressed_first) << rb.stats.remote_compressed_stop_reason;
+  const nlohmann::json trace = vc::test::engine_trace(engine);  // a temporary's events would dangle
+  double first = 1e300, last = -1e300;
+  size_t slices = 0, steps_inside = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (vc::test::slice_of(e, "exact prefill", b.id)) {
+      ++slices;
+      first = std::min(first, e["ts"].get<double>());
+      last = std::max(last, e["ts"].get<double>() + e["dur"].get<double>());
+    }
+  for (const auto& e : trace["traceEvents"])
+    if (vc::test::slice_of(e, "draft step", a.id) && e["ts"].get<double>() > first && e["ts"].get<double>() < last)
+      ++steps_inside;
+  EXPECT_GE(slices, (2000 - 256) / 256 + 1) << "a slice per chunk of the uncached suffix";
+  EXPECT_GE(steps_inside, 2u) << "the decoding request's steps between them";
+  EXPECT_EQ(0u, held_after_settling(engine));
+}
+
+TEST(engine_compressed_first, a_request_cancelled_during_its_sliced_exact_prefill_leaves_nothing_behind) {
+  // Cancelled once its exact prefill has run a slice: the prefill stops between
+  // two chunks, nothing of the request is left, and the engine serves the same
+  // prompt next with the tokens of an engine without the store.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const Request longer = long_suffix_request();
+  Request shorter = longer;
+  shorter.prompt_ids.resize(300);
+  Result local;
+  {
+    Engine plain(config());
+    local = run(plain, longer);
+  }
+  EngineConfig c = config(server.url());
+  c.remote_compressed_suffix = 4096;
+  c.trace = true;
+  Engine engine(c);
+  (void)run(engine, shorter);
+  wait_for_chunks(server.url(), 2);
+  auto sub = engine.submit(longer);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool started = false;
+  while (!started && std::chrono::steady_clock::now() < until) {
+    const nlohmann::json trace = vc::test::engine_trace(engine);
+    for (const auto& e : trace["traceEvents"]) started = started || vc::test::slice_of(e, "exact prefill", sub.id);
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(started) << "no exact prefill slice";
+  engine.cancel(sub.id);
+  const Result r = sub.result.get();
+  // A slice is traced at its end: six of the suffix's seven chunks are still to come.
+  EXPECT_EQ("cancelled", r.finish_reason) << r.error;
+  EXPECT_TRUE(r.output_ids.empty()) << "no token before the exact first one";
+  EXPECT_EQ(0u, held_after_settling(engine));
+  expect_same_output(local, run(engine, longer), "after the cancel");
+  EXPECT_EQ(0u, held_after_settling(engine));
+}
+
 TEST(engine_compressed_first, a_request_cancelled_while_its_full_chunks_arrive_leaves_nothing_behind) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
