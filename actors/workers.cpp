@@ -142,7 +142,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
   };
   // A request with a fold or an exact prefill in flight: f waits for its end
   // (true), else runs now.
-  auto after_fold = [=](uint64_t id, std::function<void()> f) {
+  auto after_job = [=](uint64_t id, std::function<void()> f) {
     auto it = slices->jobs.find(id);
     if (it == slices->jobs.end() || it->second.kind == PrefillSlices::Job::Kind::prefill) return false;
     it->second.deferred.push_back(std::move(f));
@@ -150,7 +150,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
   };
   auto on_draft = std::make_shared<std::function<void(const draft_msg&)>>();
   *on_draft = [=, self_fn = on_draft.get()](const draft_msg& m) {  // raw: no cycle
-    if (after_fold(m.id, [self_fn, m] { (*self_fn)(m); })) return;
+    if (after_job(m.id, [self_fn, m] { (*self_fn)(m); })) return;
     try {
       batcher->start(m.id, m.n, m.ahead);
       kick();
@@ -161,7 +161,7 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
   auto on_commit = std::make_shared<std::function<void(const commit_msg&)>>();
   *on_commit = [=, self_fn = on_commit.get()](const commit_msg& m) {
     const uint64_t id = m.outcome->id;
-    if (after_fold(id, [self_fn, m] { (*self_fn)(m); })) return;
+    if (after_job(id, [self_fn, m] { (*self_fn)(m); })) return;
     try {
       // With slicing, a view's rebuild that is due runs after it, a layer per slice.
       // Whole (no slicing): a fold runs inside the commit; it gets a trace slice of
@@ -270,6 +270,8 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
       }
       job.tasks.clear();
       if (!error.empty()) {
+        if (error.find("exact prefill") == std::string::npos)
+          error = "drafter: exact prefill of request " + std::to_string(id) + ": " + error;
         self->send(scheduler, failed_msg{id, error});
         return kick();
       }

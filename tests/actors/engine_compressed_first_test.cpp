@@ -311,7 +311,7 @@ TEST(engine_compressed_first, the_exact_prefill_of_a_long_suffix_runs_a_chunk_pe
   shorter.prompt_ids.resize(300);
   Request decoding = long_request("full", "snapkv", false);
   decoding.prompt_ids.resize(40);
-  decoding.max_tokens = 400;
+  decoding.max_tokens = 1500;  // decoding still when the long one's exact prefill starts
   Result local_longer, local_decoding;
   {
     Engine plain(config());
@@ -349,10 +349,20 @@ TEST(engine_compressed_first, the_exact_prefill_of_a_long_suffix_runs_a_chunk_pe
   EXPECT_EQ(0u, held_after_settling(engine));
 }
 
+// Request `id`'s "exact prefill" slices in `engine`'s trace.
+size_t exact_prefill_slices(Engine& engine, uint64_t id) {
+  const nlohmann::json trace = vc::test::engine_trace(engine);  // a temporary's events would dangle
+  size_t n = 0;
+  for (const auto& e : trace["traceEvents"]) n += vc::test::slice_of(e, "exact prefill", id);
+  return n;
+}
+
 TEST(engine_compressed_first, a_request_cancelled_during_its_sliced_exact_prefill_leaves_nothing_behind) {
   // Cancelled once its exact prefill has run a slice: the prefill stops between
-  // two chunks, nothing of the request is left, and the engine serves the same
-  // prompt next with the tokens of an engine without the store.
+  // two slices, nothing of the request is left (full tier, fast memory), and the
+  // engine serves the same prompt next, to its end, with the tokens of an engine
+  // without the store. A loaded machine may finish the prefill before the cancel
+  // lands: of three tries, one must stop it part-way.
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   const Request longer = long_suffix_request();
@@ -366,26 +376,44 @@ TEST(engine_compressed_first, a_request_cancelled_during_its_sliced_exact_prefil
   EngineConfig c = config(server.url());
   c.remote_compressed_suffix = 4096;
   c.trace = true;
-  Engine engine(c);
-  (void)run(engine, shorter);
-  wait_for_chunks(server.url(), 2);
-  auto sub = engine.submit(longer);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  bool started = false;
-  while (!started && std::chrono::steady_clock::now() < until) {
-    const nlohmann::json trace = vc::test::engine_trace(engine);
-    for (const auto& e : trace["traceEvents"]) started = started || vc::test::slice_of(e, "exact prefill", sub.id);
-    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  size_t stopped_part_way = 0;
+  for (int attempt = 0; attempt < 3 && stopped_part_way == 0; ++attempt) {
+    server.restart();  // the store holds the short prompt's chunk alone
+    Engine engine(c);
+    (void)run(engine, shorter);
+    wait_for_chunks(server.url(), 2);
+    EXPECT_EQ(0u, held_after_settling(engine));
+    const size_t staging = engine.stats().fast_memory_used;
+    auto sub = engine.submit(longer);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (exact_prefill_slices(engine, sub.id) == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    engine.cancel(sub.id);
+    const Result r = sub.result.get();
+    EXPECT_TRUE(r.finish_reason == "cancelled" || r.ok) << r.error;
+    EXPECT_EQ(0u, held_after_settling(engine));
+    // The verifier's staging buffers stay charged between passes: what the short
+    // prompt's run left, and no more.
+    for (int i = 0; i < 5000 && engine.stats().fast_memory_used > staging; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(staging, engine.stats().fast_memory_used) << "the drafter holds nothing of it";
+    const size_t cut = exact_prefill_slices(engine, sub.id);
+    // The same prompt to its end: its slice count is a whole exact prefill's.
+    auto again = engine.submit(longer);
+    const Result ra = again.result.get();
+    ASSERT_TRUE(ra.ok) << ra.error;
+    expect_same_output(local, ra, "after the cancel");
+    ASSERT_TRUE(ra.stats.remote_compressed_first) << ra.stats.remote_compressed_stop_reason;
+    const size_t whole = exact_prefill_slices(engine, again.id);
+    EXPECT_GE(cut, 1u);
+    EXPECT_LE(cut, whole);
+    if (r.finish_reason == "cancelled" && cut < whole) {
+      ++stopped_part_way;
+      EXPECT_TRUE(r.output_ids.empty()) << "no token before the exact first one";
+    }
+    EXPECT_EQ(0u, held_after_settling(engine));
   }
-  ASSERT_TRUE(started) << "no exact prefill slice";
-  engine.cancel(sub.id);
-  const Result r = sub.result.get();
-  // A slice is traced at its end: six of the suffix's seven chunks are still to come.
-  EXPECT_EQ("cancelled", r.finish_reason) << r.error;
-  EXPECT_TRUE(r.output_ids.empty()) << "no token before the exact first one";
-  EXPECT_EQ(0u, held_after_settling(engine));
-  expect_same_output(local, run(engine, longer), "after the cancel");
-  EXPECT_EQ(0u, held_after_settling(engine));
+  EXPECT_EQ(1u, stopped_part_way) << "no cancel stopped an exact prefill part-way";
 }
 
 TEST(engine_compressed_first, a_request_cancelled_while_its_full_chunks_arrive_leaves_nothing_behind) {
