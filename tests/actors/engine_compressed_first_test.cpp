@@ -349,6 +349,65 @@ TEST(engine_compressed_first, the_exact_prefill_of_a_long_suffix_runs_a_chunk_pe
   EXPECT_EQ(0u, held_after_settling(engine));
 }
 
+TEST(engine_compressed_first, an_exact_prefill_interleaved_with_a_local_prefill_and_folds_keeps_every_requests_tokens) {
+  // The drafter's sliced jobs share its workspace and its streamer into the full
+  // tier: a compressed-first request's exact prefill, another vericache prompt's
+  // local prefill (and then its view's rebuilds every 8 tokens), and a full-mode
+  // request's steps all run between one another's slices. Each request's tokens
+  // are those of an engine without the store.
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  const Request longer = long_suffix_request();
+  Request shorter = longer;
+  shorter.prompt_ids.resize(300);
+  Request local_one = long_request("vericache", "h2o", false);  // no prefix in the store
+  std::mt19937 rng(31);
+  const auto& cfg = vc::test::tinycode()->config();
+  local_one.prompt_ids = vc::test::random_tokens(rng, 1800, cfg.vocab_size, cfg.bos_token_id);
+  local_one.max_tokens = 40;
+  local_one.fold_every = 8;
+  Request decoding = long_request("full", "snapkv", false);
+  decoding.prompt_ids.resize(40);
+  decoding.max_tokens = 600;
+  const std::vector<Request> reqs{longer, local_one, decoding};
+  std::vector<Result> want;
+  {
+    Engine plain(config());
+    for (const Request& r : reqs) want.push_back(run(plain, r));
+  }
+  EngineConfig c = config(server.url());
+  c.remote_compressed_suffix = 4096;
+  c.trace = true;
+  Engine engine(c);
+  (void)run(engine, shorter);
+  wait_for_chunks(server.url(), 2);
+  std::vector<Engine::Submission> subs;
+  for (const Request& r : reqs) subs.push_back(engine.submit(r));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Result r = subs[i].result.get();
+    ASSERT_TRUE(r.ok) << r.error;
+    expect_same_output(want[i], r, "request " + std::to_string(i));
+  }
+  EXPECT_EQ(0u, held_after_settling(engine));
+  // They did interleave: the exact prefill's slices fall inside the span of the
+  // local one's prefill and rebuilds.
+  const nlohmann::json trace = vc::test::engine_trace(engine);  // a temporary's events would dangle
+  double from = 1e300, to = -1e300;
+  std::vector<double> exact;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const double ts = e["ts"].get<double>();
+    if (vc::test::slice_of(e, "prefill", subs[1].id) || vc::test::slice_of(e, "fold", subs[1].id)) {
+      from = std::min(from, ts);
+      to = std::max(to, ts + e["dur"].get<double>());
+    }
+    if (vc::test::slice_of(e, "exact prefill", subs[0].id)) exact.push_back(ts);
+  }
+  EXPECT_GE(exact.size(), 2u);
+  EXPECT_TRUE(std::any_of(exact.begin(), exact.end(), [&](double t) { return t > from && t < to; }))
+      << "the exact prefill ran outside the other prompt's prefill and rebuilds";
+}
+
 // Request `id`'s "exact prefill" slices in `engine`'s trace.
 size_t exact_prefill_slices(Engine& engine, uint64_t id) {
   const nlohmann::json trace = vc::test::engine_trace(engine);  // a temporary's events would dangle
