@@ -12,7 +12,7 @@
 //        fixed order; products of two bf16 are exact in f32); weights past K are
 //        read as 0 (masked loads) and subnormal weights count as 0
 //   y[m, n] = reduce(acc) (+ bias[n])  -- the AVX-512 path's reduction tree
-// Register tiles of up to 4 x rows by 4 weight rows hold independent accumulators,
+// Register tiles of up to 6 x rows by 4 weight rows hold independent accumulators,
 // each exactly the computation above; the remainder tiles are the same template.
 #include "kernels/cpu/simd_avx512.hpp"
 // (the traits header first: its reduction and store are the path's own)
@@ -52,7 +52,8 @@ struct Tile {
 // Named accumulators a<row><col> (an array of vectors would live in memory once a
 // loop holds ISA builtins, as in matmul_kernel.hpp); unused ones vanish.
 #define VC_BF_ROW(i, X) X(i, 0) X(i, 1) X(i, 2) X(i, 3)
-#define VC_BF_ALL(X) VC_BF_ROW(0, X) VC_BF_ROW(1, X) VC_BF_ROW(2, X) VC_BF_ROW(3, X)
+#define VC_BF_ALL(X) \
+  VC_BF_ROW(0, X) VC_BF_ROW(1, X) VC_BF_ROW(2, X) VC_BF_ROW(3, X) VC_BF_ROW(4, X) VC_BF_ROW(5, X)
 #define VC_BF_DECLARE(i, j) __m512 a##i##j = _mm512_setzero_ps();
 #define VC_BF_DP_ROW(i)                                                   \
   if constexpr (i < MR) {                                                 \
@@ -68,19 +69,25 @@ struct Tile {
               size_t(NR));                                                                  \
   }
 
+// Six x rows by four weight rows: 24 accumulators, 4 weight vectors and an x vector
+// in the 32 registers; 10 loads per 24 products (4 x 4: 8 per 16).
+constexpr int kTileRows = 6;
+
 template <int MR, int NR>
 inline void tile(const Tile& t) {
-  static_assert(MR >= 1 && MR <= 4 && NR >= 1 && NR <= 4, "tiles are at most 4 x 4");
+  static_assert(MR >= 1 && MR <= kTileRows && NR >= 1 && NR <= 4, "tiles are at most 6 x 4");
   // Rows outside the tile alias row 0 and are never loaded.
   const uint16_t* x0 = t.x;
   const uint16_t* x1 = t.x + (MR > 1 ? t.ldx : 0);
   const uint16_t* x2 = t.x + (MR > 2 ? 2 * t.ldx : 0);
   const uint16_t* x3 = t.x + (MR > 3 ? 3 * t.ldx : 0);
+  const uint16_t* x4 = t.x + (MR > 4 ? 4 * t.ldx : 0);
+  const uint16_t* x5 = t.x + (MR > 5 ? 5 * t.ldx : 0);
   const uint16_t* r0 = t.w;
   const uint16_t* r1 = t.w + (NR > 1 ? t.ldw : 0);
   const uint16_t* r2 = t.w + (NR > 2 ? 2 * t.ldw : 0);
   const uint16_t* r3 = t.w + (NR > 3 ? 3 * t.ldw : 0);
-  (void)x1, (void)x2, (void)x3, (void)r1, (void)r2, (void)r3;
+  (void)x1, (void)x2, (void)x3, (void)x4, (void)x5, (void)r1, (void)r2, (void)r3;
   VC_BF_ALL(VC_BF_DECLARE)
   const __m512bh zero = as_bh(_mm512_setzero_si512());
   for (size_t k = 0; k < t.K; k += kPair) {
@@ -98,12 +105,14 @@ inline void tile(const Tile& t) {
     const __m512bh w2 = NR > 2 ? load_w(r2, k, m) : zero;
     const __m512bh w3 = NR > 3 ? load_w(r3, k, m) : zero;
     (void)w1, (void)w2, (void)w3;
-    VC_BF_DP_ROW(0) VC_BF_DP_ROW(1) VC_BF_DP_ROW(2) VC_BF_DP_ROW(3)
+    VC_BF_DP_ROW(0) VC_BF_DP_ROW(1) VC_BF_DP_ROW(2) VC_BF_DP_ROW(3) VC_BF_DP_ROW(4) VC_BF_DP_ROW(5)
   }
   VC_BF_STORE_ROW(0)
   VC_BF_STORE_ROW(1)
   VC_BF_STORE_ROW(2)
   VC_BF_STORE_ROW(3)
+  VC_BF_STORE_ROW(4)
+  VC_BF_STORE_ROW(5)
 }
 
 #undef VC_BF_ROW
@@ -122,7 +131,7 @@ inline void tile_nr(int nr, const Tile& t) {
   }
 }
 
-template <int MR = 4>
+template <int MR = kTileRows>
 inline void tile_any(int mr, int nr, const Tile& t) {
   if constexpr (MR == 1) {
     tile_nr<1>(nr, t);
@@ -161,8 +170,8 @@ void matmul_cols_avx512bf16(const MatmulJob& job, size_t n0, size_t n1, size_t b
   // passes over them: each weight byte comes from memory once per call.
   for (size_t nb = n0; nb < n1; nb += block_rows) {
     const size_t rows = min_size(block_rows, n1 - nb);
-    for (size_t m = 0; m < job.M; m += 4) {
-      const int mr = int(min_size(4, job.M - m));
+    for (size_t m = 0; m < job.M; m += kTileRows) {
+      const int mr = int(min_size(kTileRows, job.M - m));
       for (size_t n = 0; n < rows; n += 4) {
         const int nr = int(min_size(4, rows - n));
         // While the first x tile passes, fetch the next weight tile ahead: four rows
