@@ -247,19 +247,9 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
     }
     PrefillSlices::Job job = std::move(it->second);
     slices->jobs.erase(it);
-    if (job.kind == PrefillSlices::Job::Kind::fold) {
-      job.tasks.clear();
-      if (!error.empty()) {
-        if (error.find("view rebuild") == std::string::npos)
-          error = "drafter: view rebuild of request " + std::to_string(id) + ": " + error;
-        self->send(scheduler, failed_msg{id, error});
-        return kick();
-      }
-      for (const auto& f : job.deferred) f();
-      return kick();
-    }
-    if (job.kind == PrefillSlices::Job::Kind::finish) {  // as finish_prefill_msg run whole
-      if (error.empty()) {
+    using Kind = PrefillSlices::Job::Kind;
+    if (job.kind != Kind::prefill) {  // a fold, or an exact prefill as finish_prefill_msg run whole
+      if (error.empty() && job.kind == Kind::finish) {
         try {
           PrefillResult r = result_of(job, id);
           r.seconds = job.seconds;
@@ -269,9 +259,9 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
         }
       }
       job.tasks.clear();
-      if (!error.empty()) {
-        if (error.find("exact prefill") == std::string::npos)
-          error = "drafter: exact prefill of request " + std::to_string(id) + ": " + error;
+      if (!error.empty()) {  // the scheduler releases the request
+        if (error.find(job.what()) == std::string::npos)
+          error = "drafter: " + std::string(job.what()) + " of request " + std::to_string(id) + ": " + error;
         self->send(scheduler, failed_msg{id, error});
         return kick();
       }

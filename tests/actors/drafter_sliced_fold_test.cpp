@@ -122,6 +122,22 @@ struct Loop {
     commit_drafter(v, p0);
     return p0;
   }
+  // Requests 1 and 2 prefilled and one round each (the views cover the prompts: no
+  // fold yet); then request 1's second round drafted, verified and written by the
+  // mover, its commit due to make a view's rebuild due. Returns it and its p0 (the
+  // caller sends commit_drafter).
+  std::pair<std::shared_ptr<const VerifyOutcome>, size_t> up_to_a_due_fold() {
+    prefill(1);
+    prefill(2);
+    round(1);
+    round(2);
+    const size_t p0 = next.at(1).second;
+    const DraftBlock blk = draft(1, 4);
+    EXPECT_TRUE(blk.wants_stats) << "the rebuild is due at this round's commit";
+    auto v = verify(blk);
+    if (v) commit_mover(v);
+    return {v, p0};
+  }
   // Request `id`'s "fold" slices in the trace so far.
   size_t fold_slices(uint64_t id) const {
     const auto path = std::filesystem::temp_directory_path() /
@@ -148,18 +164,10 @@ TEST(drafter_sliced_fold, a_fold_whose_full_kv_read_fails_fails_its_request_alon
   } remove_after{dir};
   const auto model = test::tinycode();
   Loop loop(std::make_unique<DiskFullTier>(model->kv_config(16, DType::bf16), dir.string()));
-  loop.prefill(1);
-  loop.prefill(2);
-  loop.round(1);  // the view covers the prompt: no fold yet
-  loop.round(2);
-  // Request 1's second round: its commit makes a rebuild due, which reads the
-  // prompt's KV back from the disk tier; its file goes first.
-  const size_t p0 = loop.next.at(1).second;
-  const DraftBlock blk = loop.draft(1, 4);
-  ASSERT_TRUE(blk.wants_stats) << "the rebuild is due at this round's commit";
-  auto v = loop.verify(blk);
+  // Request 1's second commit makes a rebuild due, which reads the prompt's KV back
+  // from the disk tier; its file goes first.
+  const auto [v, p0] = loop.up_to_a_due_fold();
   ASSERT_TRUE(v);
-  loop.commit_mover(v);
   size_t removed = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
     if (e.path().filename().string() == "req-1.kv") {
@@ -195,16 +203,8 @@ TEST(drafter_sliced_fold, a_request_released_in_the_middle_of_its_fold_leaves_no
   for (int attempt = 0; attempt < 3 && cut_short == 0; ++attempt) {
     const auto model = test::tinycode();
     Loop loop(std::make_unique<HostFullTier>(model->kv_config(16, DType::bf16)));
-    loop.prefill(1);
-    loop.prefill(2);
-    loop.round(1);
-    loop.round(2);
-    const size_t p0 = loop.next.at(1).second;
-    const DraftBlock blk = loop.draft(1, 4);
-    ASSERT_TRUE(blk.wants_stats) << "the rebuild is due at this round's commit";
-    auto v = loop.verify(blk);
+    const auto [v, p0] = loop.up_to_a_due_fold();
     ASSERT_TRUE(v);
-    loop.commit_mover(v);
     loop.commit_drafter(v, p0);
     (*loop.sched)->send(loop.drafter, release_msg{1});
     (*loop.sched)->send(loop.mover, release_msg{1});
