@@ -432,8 +432,7 @@ bool DraftBatcher::fold_pending(uint64_t id) const { return get(id, "fold_pendin
 void DraftBatcher::fold(uint64_t id) {
   Req& r = get(id, "fold");
   if (!r.fold_wanted) return;
-  const std::shared_ptr<const PrefillStats> stats = std::move(r.fold_stats);
-  r.fold_stats.reset();
+  const std::shared_ptr<const PrefillStats> stats = std::move(r.fold_stats);  // leaves it empty
   refold_view(id, r, r.fold_n, stats.get(), &ws_);
   r.fold_wanted = false;  // a throwing rebuild leaves it pending: the request fails
   note_fast(r);

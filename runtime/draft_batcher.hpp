@@ -151,8 +151,8 @@ class DraftBatcher {
   /// from the last draft instead, drafting further ahead while the full chunks
   /// arrive; the round's start (the guess and its position) stays.
   void start(uint64_t id, size_t n, bool ahead = false);
-  /// True when some request has a block in progress.
-  /// A request has a block in progress that step() would advance.
+  /// True when some request has a block in progress that step() would advance (a
+  /// request whose view's rebuild is pending takes no step).
   [[nodiscard]] bool busy() const;
   /// One batched decode step over every request with a block in progress; returns
   /// the blocks that completed.

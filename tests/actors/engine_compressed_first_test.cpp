@@ -287,6 +287,21 @@ TEST(engine_compressed_first, views_rebuilt_after_drafting_ahead_keep_the_tokens
   EXPECT_EQ(0u, held_after_settling(engine));
 }
 
+// An engine over the store that drafts over a fetched prefix followed by a long
+// suffix (remote_compressed_suffix), tracing its slices.
+EngineConfig long_suffix_config(const std::string& url) {
+  EngineConfig c = config(url);
+  c.remote_compressed_suffix = 4096;
+  c.trace = true;
+  return c;
+}
+
+// Runs `shorter` on `engine` and waits for its full and compressed chunk 0 in the store.
+void store_short_prompt(Engine& engine, const std::string& url, const Request& shorter) {
+  (void)run(engine, shorter);
+  wait_for_chunks(url, 2);
+}
+
 // A 2,000-token prompt whose first 300 tokens are a prompt of their own.
 Request long_suffix_request() {
   Request longer = long_request("vericache", "snapkv", false);
@@ -318,12 +333,8 @@ TEST(engine_compressed_first, the_exact_prefill_of_a_long_suffix_runs_a_chunk_pe
     local_longer = run(plain, longer);
     local_decoding = run(plain, decoding);
   }
-  EngineConfig c = config(server.url());
-  c.remote_compressed_suffix = 4096;
-  c.trace = true;
-  Engine engine(c);
-  (void)run(engine, shorter);
-  wait_for_chunks(server.url(), 2);  // its full and compressed chunk 0
+  Engine engine(long_suffix_config(server.url()));
+  store_short_prompt(engine, server.url(), shorter);
   auto a = engine.submit(decoding);
   auto b = engine.submit(longer);
   const Result ra = a.result.get(), rb = b.result.get();
@@ -332,20 +343,9 @@ TEST(engine_compressed_first, the_exact_prefill_of_a_long_suffix_runs_a_chunk_pe
   expect_same_output(local_decoding, ra, "the decoding request");
   expect_same_output(local_longer, rb, "the long suffix's request");
   ASSERT_TRUE(rb.stats.remote_compressed_first) << rb.stats.remote_compressed_stop_reason;
-  const nlohmann::json trace = vc::test::engine_trace(engine);  // a temporary's events would dangle
-  double first = 1e300, last = -1e300;
-  size_t slices = 0, steps_inside = 0;
-  for (const auto& e : trace["traceEvents"])
-    if (vc::test::slice_of(e, "exact prefill", b.id)) {
-      ++slices;
-      first = std::min(first, e["ts"].get<double>());
-      last = std::max(last, e["ts"].get<double>() + e["dur"].get<double>());
-    }
-  for (const auto& e : trace["traceEvents"])
-    if (vc::test::slice_of(e, "draft step", a.id) && e["ts"].get<double>() > first && e["ts"].get<double>() < last)
-      ++steps_inside;
-  EXPECT_GE(slices, (2000 - 256) / 256 + 1) << "a slice per chunk of the uncached suffix";
-  EXPECT_GE(steps_inside, 2u) << "the decoding request's steps between them";
+  const auto w = vc::test::prefill_window(vc::test::engine_trace(engine), a.id, b.id, "exact prefill");
+  EXPECT_GE(w.prefill_slices, (2000 - 256) / 256 + 1) << "a slice per chunk of the uncached suffix";
+  EXPECT_GE(w.steps_inside, 2u) << "the decoding request's steps between them";
   EXPECT_EQ(0u, held_after_settling(engine));
 }
 
@@ -375,12 +375,8 @@ TEST(engine_compressed_first, an_exact_prefill_interleaved_with_a_local_prefill_
     Engine plain(config());
     for (const Request& r : reqs) want.push_back(run(plain, r));
   }
-  EngineConfig c = config(server.url());
-  c.remote_compressed_suffix = 4096;
-  c.trace = true;
-  Engine engine(c);
-  (void)run(engine, shorter);
-  wait_for_chunks(server.url(), 2);
+  Engine engine(long_suffix_config(server.url()));
+  store_short_prompt(engine, server.url(), shorter);
   std::vector<Engine::Submission> subs;
   for (const Request& r : reqs) subs.push_back(engine.submit(r));
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -410,10 +406,7 @@ TEST(engine_compressed_first, an_exact_prefill_interleaved_with_a_local_prefill_
 
 // Request `id`'s "exact prefill" slices in `engine`'s trace.
 size_t exact_prefill_slices(Engine& engine, uint64_t id) {
-  const nlohmann::json trace = vc::test::engine_trace(engine);  // a temporary's events would dangle
-  size_t n = 0;
-  for (const auto& e : trace["traceEvents"]) n += vc::test::slice_of(e, "exact prefill", id);
-  return n;
+  return vc::test::count_slices(vc::test::engine_trace(engine), "exact prefill", id);
 }
 
 TEST(engine_compressed_first, a_request_cancelled_during_its_sliced_exact_prefill_leaves_nothing_behind) {
@@ -432,15 +425,11 @@ TEST(engine_compressed_first, a_request_cancelled_during_its_sliced_exact_prefil
     Engine plain(config());
     local = run(plain, longer);
   }
-  EngineConfig c = config(server.url());
-  c.remote_compressed_suffix = 4096;
-  c.trace = true;
   size_t stopped_part_way = 0;
   for (int attempt = 0; attempt < 3 && stopped_part_way == 0; ++attempt) {
     server.restart();  // the store holds the short prompt's chunk alone
-    Engine engine(c);
-    (void)run(engine, shorter);
-    wait_for_chunks(server.url(), 2);
+    Engine engine(long_suffix_config(server.url()));
+    store_short_prompt(engine, server.url(), shorter);
     EXPECT_EQ(0u, held_after_settling(engine));
     const size_t staging = engine.stats().fast_memory_used;
     auto sub = engine.submit(longer);

@@ -164,11 +164,7 @@ void expect_sliced_folds(const Request& folding, size_t per_fold) {
     folded.push_back(ra);
     const auto w = vc::test::fold_windows(vc::test::engine_trace(engine), a.id, b.id, slice ? per_fold : 1);
     fold_slices.push_back(w.slices);
-    if (!slice) continue;  // whole: one slice per fold, inside its commit
-    ASSERT_GE(w.slices, 2 * per_fold) << "folds in slices of a layer";
-    EXPECT_EQ(0u, w.slices % per_fold) << "whole folds of " << per_fold << " slices";
-    EXPECT_EQ(0u, w.with_own_steps) << "the folding request stepped during its own fold";
-    EXPECT_GE(w.with_other_steps, 1u) << "the other request's steps between a fold's slices";
+    if (slice) vc::test::expect_folds_sliced(w, per_fold);  // whole: one slice per fold, in its commit
   }
   // The same folds, drafts and rounds either way.
   EXPECT_EQ(fold_slices[0], fold_slices[1] * per_fold) << "each fold: " << per_fold << " slices, or one";

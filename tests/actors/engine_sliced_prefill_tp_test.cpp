@@ -65,9 +65,21 @@ std::vector<int32_t> full_decoding(const Request& r) {
 
 // Request `id`'s prefill slices in `trace`.
 size_t prefill_slices(const nlohmann::json& trace, uint64_t id) {
-  size_t n = 0;
-  for (const auto& e : trace["traceEvents"]) n += vc::test::slice_of(e, "prefill", id);
-  return n;
+  return vc::test::count_slices(trace, "prefill", id);
+}
+
+// Submits x then y to `engine`, waits for both and checks each gives the group's
+// full decoding; their ids.
+std::pair<uint64_t, uint64_t> run_pair_as_full_decoding(Engine& engine, const Request& x, const Request& y) {
+  auto a = engine.submit(x);
+  auto b = engine.submit(y);
+  const auto ra = a.result.get();
+  const auto rb = b.result.get();
+  EXPECT_TRUE(ra.ok) << ra.error;
+  EXPECT_TRUE(rb.ok) << rb.error;
+  EXPECT_EQ(full_decoding(x), ra.output_ids);
+  EXPECT_EQ(full_decoding(y), rb.output_ids);
+  return {a.id, b.id};
 }
 
 // Waits (at most 10 s) until the engine holds no full-tier bytes and no fast memory.
@@ -117,16 +129,9 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_model_wide_compressor_yields_at_th
   long_one.compressor = "laprox";
   const Request decoding = request(15, 40, 200, "full");
   Engine engine(config());
-  auto a = engine.submit(decoding);
-  auto b = engine.submit(long_one);
-  const auto ra = a.result.get();
-  const auto rb = b.result.get();
-  ASSERT_TRUE(ra.ok) << ra.error;
-  ASSERT_TRUE(rb.ok) << rb.error;
-  EXPECT_EQ(full_decoding(decoding), ra.output_ids);
-  EXPECT_EQ(full_decoding(long_one), rb.output_ids);
+  const auto [a, b] = run_pair_as_full_decoding(engine, decoding, long_one);
   const size_t layers = size_t(vc::test::tinycode()->config().num_layers);
-  EXPECT_EQ(prefill_slices(vc::test::engine_trace(engine), b.id), (1200 + 255) / 256 + 2 * layers + 1)
+  EXPECT_EQ(prefill_slices(vc::test::engine_trace(engine), b), (1200 + 255) / 256 + 2 * layers + 1)
       << "one slice before each chunk and each of the view's 2 x layers reads, one to the end";
 }
 
@@ -137,20 +142,9 @@ TEST(engine_sliced_prefill_tp, at_two_ranks_a_views_rebuild_runs_a_layer_per_sli
   folding.fold_every = 8;
   const Request decoding = request(17, 40, 600, "full");
   Engine engine(config());
-  auto a = engine.submit(folding);
-  auto b = engine.submit(decoding);
-  const auto ra = a.result.get();
-  const auto rb = b.result.get();
-  ASSERT_TRUE(ra.ok) << ra.error;
-  ASSERT_TRUE(rb.ok) << rb.error;
-  EXPECT_EQ(full_decoding(folding), ra.output_ids);
-  EXPECT_EQ(full_decoding(decoding), rb.output_ids);
+  const auto [a, b] = run_pair_as_full_decoding(engine, folding, decoding);
   const size_t per_fold = size_t(vc::test::tinycode()->config().num_layers) + 1;  // SnapKV
-  const auto w = vc::test::fold_windows(vc::test::engine_trace(engine), a.id, b.id, per_fold);
-  ASSERT_GE(w.slices, 2 * per_fold) << "folds in slices of a layer";
-  EXPECT_EQ(0u, w.slices % per_fold) << "whole folds of " << per_fold << " slices";
-  EXPECT_EQ(0u, w.with_own_steps) << "the folding request stepped during its own fold";
-  EXPECT_GE(w.with_other_steps, 1u) << "the other request's steps between a fold's slices";
+  vc::test::expect_folds_sliced(vc::test::fold_windows(vc::test::engine_trace(engine), a, b, per_fold), per_fold);
 }
 
 TEST(engine_sliced_prefill_tp, at_two_ranks_a_request_cancelled_during_its_prefill_leaves_nothing_on_any_rank) {

@@ -1,6 +1,7 @@
 // Reading an Engine's trace in tests: the engine's Chrome trace-event JSON, and
 // whether an event names a request (its "request" arg: one id or a list).
 #pragma once
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,17 +37,26 @@ inline bool slice_of(const nlohmann::json& e, const char* name, uint64_t id) {
          std::any_of(r.begin(), r.end(), [&](const auto& x) { return x.template get<uint64_t>() == id; });
 }
 
-/// A long request's prefill slices, and another request's draft steps between the
+/// Request `id`'s slices named `name` in `trace`.
+inline size_t count_slices(const nlohmann::json& trace, const char* name, uint64_t id) {
+  size_t n = 0;
+  for (const auto& e : trace["traceEvents"]) n += slice_of(e, name, id);
+  return n;
+}
+
+/// A long request's prefill slices (`name`: "prefill", or "exact prefill" for a
+/// compressed-first request's), and another request's draft steps between the
 /// first slice's start and the last one's end.
 struct PrefillWindow {
   size_t prefill_slices = 0;
   size_t steps_inside = 0;
 };
-inline PrefillWindow prefill_window(const nlohmann::json& trace, uint64_t decoding, uint64_t long_id) {
+inline PrefillWindow prefill_window(const nlohmann::json& trace, uint64_t decoding, uint64_t long_id,
+                                    const char* name = "prefill") {
   PrefillWindow w;
   double first = 1e300, last = -1e300;
   for (const auto& e : trace["traceEvents"])
-    if (slice_of(e, "prefill", long_id)) {
+    if (slice_of(e, name, long_id)) {
       ++w.prefill_slices;
       first = std::min(first, e["ts"].get<double>());
       last = std::max(last, e["ts"].get<double>() + e["dur"].get<double>());
@@ -87,6 +97,15 @@ inline FoldWindows fold_windows(const nlohmann::json& trace, uint64_t folding, u
     w.with_own_steps += std::any_of(own_steps.begin(), own_steps.end(), inside);
   }
   return w;
+}
+
+/// Folds sliced a layer each: at least two whole folds of `per_fold` slices, none
+/// with a step of the folding request inside, one at least with the other's.
+inline void expect_folds_sliced(const FoldWindows& w, size_t per_fold) {
+  EXPECT_GE(w.slices, 2 * per_fold) << "folds in slices of a layer";
+  EXPECT_EQ(0u, w.slices % per_fold) << "whole folds of " << per_fold << " slices";
+  EXPECT_EQ(0u, w.with_own_steps) << "the folding request stepped during its own fold";
+  EXPECT_GE(w.with_other_steps, 1u) << "the other request's steps between a fold's slices";
 }
 
 }  // namespace vc::test
