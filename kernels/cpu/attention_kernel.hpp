@@ -159,6 +159,49 @@ inline void merge_block_output(const AttnBuffers& b, const float* fab, size_t d0
   }
 }
 
+/// acc[h][i] = sum over positions t < c, in order, of p_h(t) * v_t[d0 + i W ..]
+/// (fma), for the nv head_dim vectors from d0 (the rest zero), p_h(t) the block's
+/// probabilities in b.sc. Kept out of line: inlined, GCC kept the caller's merge
+/// factors in registers across this loop and spilled an accumulator to the stack,
+/// putting a store and a reload on its chain every position.
+template <class T, int HB, class VS>
+[[gnu::noinline]] void weighted_v(const VS& vs, const AttnBuffers& b, size_t D, size_t c,
+                                  size_t d0, size_t nv, typename T::V (&out)[HB][T::DV]) {
+  using V = typename T::V;
+  constexpr size_t W = T::W;
+  constexpr int DV = T::DV;
+  V acc[HB][DV];
+  for (int h = 0; h < HB; ++h)
+    for (int i = 0; i < DV; ++i) acc[h][i] = T::zero();
+  if (nv == size_t(DV)) {
+    for (size_t t = 0; t < c; ++t) {
+      V vv[DV];
+      for (int i = 0; i < DV; ++i) {
+        const size_t d = d0 + size_t(i) * W;
+        vv[i] = vs.at(t, d, D - d < W ? D - d : W);
+      }
+      for (int h = 0; h < HB; ++h) {
+        const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
+        for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
+      }
+    }
+  } else {  // the last, narrower pass over head_dim
+    for (size_t t = 0; t < c; ++t) {
+      V vv[DV];
+      for (int i = 0; i < DV; ++i) {
+        const size_t d = d0 + size_t(i) * W;
+        vv[i] = size_t(i) < nv ? vs.at(t, d, D - d < W ? D - d : W) : T::zero();
+      }
+      for (int h = 0; h < HB; ++h) {
+        const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
+        for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
+      }
+    }
+  }
+  for (int h = 0; h < HB; ++h)
+    for (int i = 0; i < DV; ++i) out[h][i] = acc[h][i];
+}
+
 /// One KV block (c valid positions, head_dim D) for query heads h0 .. h0+HB: scores,
 /// probabilities, weighted V, merged into the heads' running state. K and V rows
 /// come from ks.at(t, d, len) and vs.at(t, d, len) (PagedRows, or rows dequantized
@@ -207,33 +250,7 @@ void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0
   for (size_t d0 = 0; d0 < D; d0 += size_t(DV) * W) {
     const size_t nv = (D - d0 + W - 1) / W < size_t(DV) ? (D - d0 + W - 1) / W : size_t(DV);
     V acc[HB][DV];
-    for (int h = 0; h < HB; ++h)
-      for (int i = 0; i < DV; ++i) acc[h][i] = T::zero();
-    if (nv == size_t(DV)) {
-      for (size_t t = 0; t < c; ++t) {
-        V vv[DV];
-        for (int i = 0; i < DV; ++i) {
-          const size_t d = d0 + size_t(i) * W;
-          vv[i] = vs.at(t, d, D - d < W ? D - d : W);
-        }
-        for (int h = 0; h < HB; ++h) {
-          const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
-          for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
-        }
-      }
-    } else {  // the last, narrower pass over head_dim
-      for (size_t t = 0; t < c; ++t) {
-        V vv[DV];
-        for (int i = 0; i < DV; ++i) {
-          const size_t d = d0 + size_t(i) * W;
-          vv[i] = size_t(i) < nv ? vs.at(t, d, D - d < W ? D - d : W) : T::zero();
-        }
-        for (int h = 0; h < HB; ++h) {
-          const V p = T::set1(b.sc[size_t(h) * b.bp + t]);
-          for (int i = 0; i < DV; ++i) acc[h][i] = T::fmadd(p, vv[i], acc[h][i]);
-        }
-      }
-    }
+    weighted_v<T, HB>(vs, b, D, c, d0, nv, acc);
     merge_block_output<T, HB, DV>(b, fab, d0, nv, acc);
   }
 
