@@ -132,8 +132,10 @@ struct remote_fetched_msg {
 /// scheduler -> net_fetcher, for a request of the full flow with
 /// EngineConfig::remote_recompute_front (degree 1): fetch the cached chunks of
 /// `prompt` (at most `max_positions`) from the last one down, meeting the drafter's
-/// prefill from the front through `meeting` (fetch_back_into); the tier is not
-/// touched (the drafter creates the entry and appends the chunks it is handed).
+/// prefill from the front through `meeting` (fetch_back_into): the drafter creates
+/// the entry and binds the meeting to it, and from then on each chunk taken is
+/// written into the entry ahead of the front (before, at most the meeting's hold
+/// limit waits in memory).
 /// Answered by true once delivered.
 struct remote_fetch_back_msg {
   uint64_t id = 0;

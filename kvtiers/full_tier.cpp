@@ -264,10 +264,11 @@ void FullTier::read_layer(uint64_t id, size_t layer, size_t n_pos, KvStaging& st
 void FullTier::truncate(uint64_t id, size_t length) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   Slot& s = slot(id, "truncate");
-  if (length >= s.length) return;
+  if (length >= s.held()) return;
   for (size_t& ll : s.layer_length) ll = std::min(ll, length);
-  s.length = length;
-  on_truncate(s, length);
+  s.length = std::min(s.length, length);
+  s.ahead_begin = s.ahead_end = 0;  // it lay above the length: nothing of it is kept
+  on_truncate(s, s.length);
 }
 
 bool FullTier::release_if_present(uint64_t id) {
@@ -300,8 +301,8 @@ size_t FullTier::layer_length(uint64_t id, size_t layer) const {
 }
 
 void FullTier::check_capacity(uint64_t id, const Slot& s, size_t new_length) const {
-  if (capacity_ == 0 || new_length <= s.length) return;
-  const size_t after = bytes_held_total() + (new_length - s.length) * bytes_per_token();
+  if (capacity_ == 0 || new_length <= s.held()) return;
+  const size_t after = bytes_held_total() + (new_length - s.held()) * bytes_per_token();
   if (after > capacity_)
     throw Error(where(id) + ": the " + std::string(kind()) + " full tier's budget of " +
                 format_bytes(capacity_) + " is exhausted (" + format_bytes(bytes_held_total()) +
@@ -312,8 +313,13 @@ void FullTier::check_capacity(uint64_t id, const Slot& s, size_t new_length) con
 size_t FullTier::bytes_held_total() const {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   size_t n = 0;
-  for (const auto& [id, s] : slots_) n += s->length;
+  for (const auto& [id, s] : slots_) n += s->held();
   return n * bytes_per_token();
+}
+
+size_t FullTier::bytes_held(uint64_t id) const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return slot(id, "bytes_held").held() * bytes_per_token();
 }
 
 void FullTier::close_all() {

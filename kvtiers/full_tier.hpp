@@ -3,6 +3,7 @@
 // RAM or a disk). The verify pass stages one layer at a time from it and attends
 // over the staging buffer with cpu::attention_row, bit-identically to decode.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -62,7 +64,8 @@ class KvStaging {
 /// can stream one request while another request's verified KV is committed.
 ///
 /// Byte accounting is logical: a position of one layer is 2 * kv_heads * head_dim *
-/// dtype_size bytes (K and V). held = length * bytes_per_token; written counts the
+/// dtype_size bytes (K and V). held = length (or the end of a run written ahead,
+/// write_blocks_ahead) * bytes_per_token; written counts the
 /// positions stored by write()/copy_from(); read counts the positions delivered by
 /// read_layer().
 class FullTier {
@@ -151,7 +154,29 @@ class FullTier {
   void write_blocks(uint64_t id, size_t layer, size_t first_block, size_t n_blocks,
                     const void* k, const void* v);
 
-  /// Drops positions >= `length` in every layer (rollback); no-op if not shorter.
+  /// A run of whole blocks written ahead of the prefill: blocks [first_block,
+  /// first_block + n_blocks) of every layer, above the positions each layer holds
+  /// (k[l], v[l]: layer l's raw bytes as write_blocks takes them). How the chunks
+  /// a back fetch brings from the last one down go straight into the entry while
+  /// its front is still prefilled (kvtiers/remote/back_fetch_meeting.hpp). The run
+  /// is not part of the request's length until join_ahead(), but it is held (the
+  /// budget counts it) and stays where it is. It grows downward: a later write must
+  /// end where the run begins. Throws vc::Error, writing nothing, when a layer holds
+  /// positions at or past first_block or the blocks do not end at the run.
+  void write_blocks_ahead(uint64_t id, size_t first_block, size_t n_blocks,
+                          std::span<const std::byte* const> k, std::span<const std::byte* const> v);
+  /// The run written ahead: positions [first, second), {0, 0} when there is none.
+  [[nodiscard]] std::pair<size_t, size_t> ahead(uint64_t id) const;
+  /// The run becomes part of the request up to position `end` (at most the run's
+  /// end): every layer, which must hold at least the run's first position (writes
+  /// past it landed in the run and are kept), then holds max(its length, end).
+  /// What the run held past `end` is dropped.
+  void join_ahead(uint64_t id, size_t end);
+  /// Forgets the run written ahead (no-op without one).
+  void drop_ahead(uint64_t id);
+
+  /// Drops positions >= `length` in every layer (rollback), and a run written ahead
+  /// that ends past it; no-op if not shorter than what the request holds.
   void truncate(uint64_t id, size_t length);
   /// Forgets request `id` and frees its storage.
   void release(uint64_t id);
@@ -165,7 +190,8 @@ class FullTier {
 
   /// Bytes of K+V per token over all layers (as PagedKvCache::bytes_per_token).
   [[nodiscard]] size_t bytes_per_token() const { return 2 * cfg_.num_layers * row_bytes_; }
-  [[nodiscard]] size_t bytes_held(uint64_t id) const { return length(id) * bytes_per_token(); }
+  /// Bytes of KV request `id` holds: its length, or the end of a run written ahead.
+  [[nodiscard]] size_t bytes_held(uint64_t id) const;
   [[nodiscard]] size_t bytes_held_total() const;
   [[nodiscard]] size_t bytes_read_total() const {
     std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -188,7 +214,16 @@ class FullTier {
     virtual ~Slot() = default;
     std::vector<size_t> layer_length;  // [num_layers]
     size_t length = 0;                 // max of layer_length
+    size_t ahead_begin = 0, ahead_end = 0;  // the run written ahead (none when equal)
+    /// Positions the slot holds, the run written ahead included.
+    [[nodiscard]] size_t held() const { return std::max(length, ahead_end); }
   };
+  /// Whether block `block` of `layer` holds written positions (below the layer's
+  /// length, or in the run written ahead).
+  [[nodiscard]] bool block_written(const Slot& s, size_t layer, size_t block) const {
+    const size_t p = block * cfg_.block_tokens;
+    return p < s.layer_length[layer] || (p >= s.ahead_begin && p < s.ahead_end);
+  }
   /// Where one layer's K and V of one block are written.
   struct BlockRef {
     std::byte* k = nullptr;

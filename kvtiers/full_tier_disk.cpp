@@ -175,7 +175,7 @@ void DiskFullTier::relayout(uint64_t id, DiskSlot& d, size_t capacity_blocks) {
     fail("cannot size " + tmp + ": " + errno_text());
   std::vector<std::byte> buf(std::min(kCopyChunk, d.region));
   for (size_t r = 0; r < 2 * cfg_.num_layers; ++r) {
-    const size_t used = blocks_for(d.layer_length[r / 2]) * block_bytes();
+    const size_t used = blocks_for(std::max(d.layer_length[r / 2], d.ahead_end)) * block_bytes();
     for (size_t off = 0; off < used; off += buf.size()) {
       const size_t n = std::min(buf.size(), used - off);
       const ssize_t got = pread_full(d.fd, buf.data(), n, r * d.region + off);
@@ -213,7 +213,7 @@ FullTier::BlockRef DiskFullTier::block_for_write(uint64_t id, Slot& s, size_t la
   if (d.pending_block[layer] != block) {
     flush(id, d, layer);
     d.pending_block[layer] = kNoBlock;
-    if (block * cfg_.block_tokens < d.layer_length[layer]) {  // holds written positions
+    if (block_written(d, layer, block)) {
       const size_t off = block * bb;
       const ssize_t a = pread_full(d.fd, k, bb, 2 * layer * d.region + off);
       const ssize_t b =

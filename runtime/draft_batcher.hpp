@@ -52,8 +52,8 @@ struct DraftSpec {
   /// Remote prefix cache, recompute front (EngineConfig::remote_recompute_front;
   /// tier_ready, but prefill() creates the entry, for its caller to release): a net_fetcher fetches the cached chunks from the
   /// last one down meanwhile; prefill() computes the prefix from the first chunk up
-  /// until the two meet (meet_back_fetch), appends the fetched chunks above, then
-  /// prefills the rest. PrefillResult::met says what each side covered. One per
+  /// until the two meet (meet_back_fetch: once the entry exists, the fetched chunks
+  /// go into it ahead of the front and are joined there), then prefills the rest. PrefillResult::met says what each side covered. One per
   /// tensor-parallel rank (the drafter of a shard takes its rank's; the ranks'
   /// fronts agree chunk by chunk). Empty: none.
   RankMeetings remote_meetings;

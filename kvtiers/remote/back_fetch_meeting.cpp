@@ -15,11 +15,21 @@ bool BackFetchMeeting::begin(const ChunkLayout& layout) {
 
 bool BackFetchMeeting::take(size_t c, std::string&& value, size_t payload_offset) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_ || c < front_.load()) return false;
-  if (held_.values.empty()) held_.end = c + 1;
-  held_.first = c;
-  held_.bytes += value.size();
-  held_.values.emplace_back(std::move(value), payload_offset);
+  if (stopped_ || c < claimed_) return false;
+  const size_t bytes = value.size();
+  if (tier_ != nullptr) {
+    write_chunk_ahead(layout_, c, value, payload_offset, *tier_, id_);
+  } else if (held_bytes_ + bytes > hold_limit_) {
+    refusal_ = "holding chunk " + std::to_string(c) + " would pass the " + format_bytes(hold_limit_) +
+               " a back fetch may hold before the prefill takes its chunks";
+    return false;
+  } else {
+    held_bytes_ += bytes;
+    run_taken_.values.emplace_back(std::move(value), payload_offset);
+  }
+  if (run_taken_.end == 0) run_taken_.end = c + 1;
+  run_taken_.first = c;
+  run_taken_.bytes += bytes;
   lowest_.store(c);
   return true;
 }
@@ -29,19 +39,47 @@ void BackFetchMeeting::deliver(RemoteBackFetch run) {
     std::lock_guard<std::mutex> lock(mu_);
     if (run_) return;
     run.values.clear();
+    if (!refusal_.empty()) run.stop_reason = refusal_;
     run_ = std::move(run);
   }
   cv_.notify_all();
 }
 
+std::string BackFetchMeeting::refusal() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refusal_;
+}
+
+void BackFetchMeeting::bind(FullTier& tier, uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tier_ = &tier;
+  id_ = id;
+  // From the last chunk down, as they came: the run grows downward.
+  std::vector<std::pair<std::string, size_t>> held = std::move(run_taken_.values);
+  run_taken_.values.clear();
+  held_bytes_ = 0;
+  for (size_t i = 0; i < held.size(); ++i) {
+    write_chunk_ahead(layout_, run_taken_.end - 1 - i, held[i].first, held[i].second, tier, id);
+    std::string().swap(held[i].first);
+  }
+}
+
+bool BackFetchMeeting::claim(size_t f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (f >= chunks_ || lowest_.load() <= f) return false;
+  claimed_ = std::max(claimed_, f + 1);
+  return true;
+}
+
 RemoteBackFetch BackFetchMeeting::stop() {
   std::lock_guard<std::mutex> lock(mu_);
   stopped_ = true;
-  front_.store(chunks_);
-  RemoteBackFetch out = std::move(held_);
-  held_ = RemoteBackFetch{};
+  claimed_ = chunks_;
+  RemoteBackFetch out = std::move(run_taken_);
+  run_taken_ = RemoteBackFetch{};
+  held_bytes_ = 0;
   std::reverse(out.values.begin(), out.values.end());
-  if (out.values.empty()) out.first = out.end = 0;
+  if (out.end == 0) out.first = 0;
   return out;
 }
 
@@ -59,6 +97,11 @@ const RemoteBackFetch* BackFetchMeeting::delivered() const {
 ChunkLayout BackFetchMeeting::layout() const {
   std::lock_guard<std::mutex> lock(mu_);
   return layout_;
+}
+
+size_t BackFetchMeeting::held_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_bytes_;
 }
 
 void fetch_back_into(RemoteTier& remote, std::span<const int32_t> tokens, size_t max_positions,
@@ -80,30 +123,31 @@ void fetch_back_into(RemoteTier& remote, std::span<const int32_t> tokens, size_t
 
 MetPrefix meet_back_fetch(BackFetchMeeting& meeting, const std::function<void(size_t chunk)>& prefill_chunk,
                           FullTier& tier, uint64_t id, bool wait_for_run, const MeetingRanks* ranks) {
-  const auto go_on = [&](size_t f) { return ranks ? ranks->any(meeting.may_take(f)) : meeting.may_take(f); };
+  const auto go_on = [&](size_t f) { return ranks ? ranks->any(meeting.claim(f)) : meeting.claim(f); };
   size_t f = 0;
   try {
-    while (go_on(f)) {
-      prefill_chunk(f);
-      meeting.took(++f);
-    }
+    meeting.bind(tier, id);
+    while (go_on(f)) prefill_chunk(f++);
   } catch (...) {
     (void)meeting.stop();
+    try {
+      tier.drop_ahead(id);
+    } catch (...) {  // the entry is gone: nothing was left in it
+    }
     throw;
   }
-  // The chunks the fetcher holds: [held.first, held.end), held.first <= f unless
-  // the front took every chunk (a chunk both sides took is the front's).
+  // The run the fetcher took: [held.first, held.end), written ahead into the entry;
+  // held.first <= f unless it took none (a chunk a rank's front also prefilled is
+  // the front's, rewritten in place).
   RemoteBackFetch held = meeting.stop();
   MetPrefix out;
   out.front_chunks = f;
-  const size_t mine = !held.values.empty() && held.first <= f && f < held.end ? held.end - f : 0;
+  const bool took = held.end > 0;
+  const size_t mine = took && held.first <= f && f < held.end ? held.end - f : 0;
   const size_t used = ranks ? ranks->min(f + mine) - f : mine;
   const size_t counted = held.end;  // the fetch found chunks [0, counted) in the store
-  if (used > 0) {
-    held.values.resize(f + used - held.first);
-    held.end = f + used;
-    append_back_chunks_freeing(meeting.layout(), held, f, tier, id);
-  }
+  if (used > 0) tier.join_ahead(id, (f + used) * meeting.chunk_tokens());
+  else tier.drop_ahead(id);
   out.fetched_chunks = used;
   const RemoteBackFetch* run = wait_for_run ? &meeting.wait() : meeting.delivered();
   if (run != nullptr) {
@@ -111,7 +155,7 @@ MetPrefix meet_back_fetch(BackFetchMeeting& meeting, const std::function<void(si
     // among them: the front may have computed those.
     out.publish_from = std::min({f + used, run->end, run->failed_at});
     out.run = *run;
-  } else if (!held.values.empty()) {
+  } else if (took) {
     // The fetch counted [0, held.end) in the store before its first chunk; it had
     // not ended, so no chunk it held failed.
     out.publish_from = counted;

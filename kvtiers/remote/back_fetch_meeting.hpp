@@ -4,11 +4,17 @@
 //
 //   fetcher: begin(layout) first (false: the front is done already, fetch nothing);
 //            take(c, value) for each chunk that passed its checks (false once the
-//            front has taken c: the run ends there); deliver() once at the end;
-//   front:   may_take(f) before prefilling chunk f (false once the fetcher holds
-//            f), took(f + 1) after it; then stop(), which hands over the chunks
-//            the fetcher holds: the front appends them without waiting for the
-//            chunk in flight.
+//            front has claimed c: the run ends there); deliver() once at the end;
+//   front:   bind(tier, id) once the request's full-tier entry exists; claim(f)
+//            before prefilling chunk f (false once the fetcher holds f); then
+//            stop(), which reports the run the fetcher took: the front joins it
+//            (FullTier::join_ahead) without waiting for the chunk in flight.
+//
+// A chunk taken after bind() goes straight into the entry, written ahead of the
+// front (FullTier::write_blocks_ahead), so the fetch holds at most the chunk it is
+// writing. Before bind() (the engine's drafter has not reached the request yet)
+// taken chunks wait in memory, at most `hold_limit` bytes of them: a chunk past it
+// ends the run, and the front computes what the fetch did not bring.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -25,12 +31,15 @@
 
 namespace vc {
 
+/// Bytes of chunks a back fetch may hold in memory before its front binds it.
+inline constexpr size_t kBackFetchHoldBytes = size_t(64) << 20;
+
 class BackFetchMeeting {
  public:
   /// `chunks`: the prefix's whole chunks the two sides share (the fetch's limit), of
   /// `chunk_tokens` positions each.
-  BackFetchMeeting(size_t chunks, size_t chunk_tokens)
-      : chunks_(chunks), chunk_tokens_(chunk_tokens), lowest_(chunks) {}
+  BackFetchMeeting(size_t chunks, size_t chunk_tokens, size_t hold_limit = kBackFetchHoldBytes)
+      : chunks_(chunks), chunk_tokens_(chunk_tokens), hold_limit_(hold_limit), lowest_(chunks) {}
 
   [[nodiscard]] size_t chunks() const { return chunks_; }
   [[nodiscard]] size_t chunk_tokens() const { return chunk_tokens_; }
@@ -40,18 +49,30 @@ class BackFetchMeeting {
   /// (nothing is wanted: do not fetch).
   bool begin(const ChunkLayout& layout);
   /// Chunk c arrived whole (its value, and where its payload starts): true keeps it
-  /// (the front stops below it), false when the front has taken c or stopped.
+  /// (written ahead into the bound entry, or held until bind()), false when the
+  /// front has claimed c or stopped, or holding it would pass the hold limit. A
+  /// tier fault writing it throws (the run ends there).
   bool take(size_t c, std::string&& value, size_t payload_offset);
   /// The fetch's counts (its values, if any, are not used); only the first call
   /// counts (a net_fetcher's failure may deliver an empty run).
   void deliver(RemoteBackFetch run);
+  /// Why take() last refused a chunk other than for the front ("" if it did not).
+  [[nodiscard]] std::string refusal() const;
 
   // The front's side.
-  [[nodiscard]] bool may_take(size_t f) const { return f < chunks_ && lowest_.load() > f; }
-  void took(size_t front) { front_.store(front); }
+  /// The request's entry in `tier` (created, holding no more than the front has
+  /// prefilled): the chunks held so far are written ahead into it, and every later
+  /// one as it is taken. A tier fault throws (the chunks held are dropped).
+  void bind(FullTier& tier, uint64_t id);
+  /// Whether the fetcher does not hold chunk f: then f is the front's (the fetcher
+  /// takes nothing at or below it). False also once f is past the last chunk.
+  bool claim(size_t f);
+  /// Whether the fetcher holds chunk c (a query; claims nothing).
+  [[nodiscard]] bool holds(size_t c) const { return c < chunks_ && lowest_.load() <= c; }
   /// The front takes nothing more, and the fetcher nothing more: the run the
-  /// fetcher holds, [first, end) from the last chunk down without a gap (values
-  /// ascending; empty when it holds none).
+  /// fetcher took, [first, end) from the last chunk down without a gap (values,
+  /// ascending, only for chunks still held because bind() was never called; empty
+  /// run when it took none).
   RemoteBackFetch stop();
   /// Blocks until deliver().
   const RemoteBackFetch& wait();
@@ -59,15 +80,22 @@ class BackFetchMeeting {
   [[nodiscard]] const RemoteBackFetch* delivered() const;
   /// The layout begin() gave (empty before).
   [[nodiscard]] ChunkLayout layout() const;
+  /// Bytes of chunk values held in memory now (taken before bind()).
+  [[nodiscard]] size_t held_bytes() const;
 
  private:
-  const size_t chunks_, chunk_tokens_;
-  std::atomic<size_t> front_{0}, lowest_;
+  const size_t chunks_, chunk_tokens_, hold_limit_;
+  std::atomic<size_t> lowest_;  // the fetcher's lowest chunk (chunks_: none)
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  size_t claimed_ = 0;  // chunks [0, claimed_) are the front's
   bool stopped_ = false;
   ChunkLayout layout_;
-  RemoteBackFetch held_;  // values from the last chunk down
+  FullTier* tier_ = nullptr;
+  uint64_t id_ = 0;
+  RemoteBackFetch run_taken_;  // first, end, bytes; values only while unbound
+  size_t held_bytes_ = 0;
+  std::string refusal_;
   std::optional<RemoteBackFetch> run_;
 };
 
@@ -103,13 +131,14 @@ struct MeetingRanks {
   std::function<size_t(size_t mine)> min;  // the least over the ranks
 };
 
-/// The front's whole part: prefills chunks from the first up through
-/// `prefill_chunk(f)` (which appends chunk f to request `id` of `tier`) while the
-/// back run has not reached them, then appends the run's chunks above the last one
-/// it took. It never waits for the chunk in flight; with `wait_for_run` (a fetcher
-/// that started with the front) it waits for the fetch's end to report its counts.
-/// A throwing prefill stops the fetcher. With `ranks` (a group), the fronts go on
-/// while any rank's fetcher does not hold the next chunk, and every rank keeps the
+/// The front's whole part: binds the meeting to request `id` of `tier`, prefills
+/// chunks from the first up through `prefill_chunk(f)` (which appends chunk f to
+/// the entry) while the back run has not reached them, then joins the run written
+/// ahead above the last one it took. It never waits for the chunk in flight; with
+/// `wait_for_run` (a fetcher that started with the front) it waits for the fetch's
+/// end to report its counts. A throwing prefill stops the fetcher. With `ranks` (a
+/// group), the fronts go on while any rank's fetcher does not hold the next chunk
+/// (a rank whose fetcher does prefills it over its run), and every rank keeps the
 /// chunks all of them hold (the fewest), so that their prefixes stay equal.
 [[nodiscard]] MetPrefix meet_back_fetch(BackFetchMeeting& meeting,
                                         const std::function<void(size_t chunk)>& prefill_chunk,

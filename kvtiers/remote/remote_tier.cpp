@@ -235,11 +235,8 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
   return out;
 }
 
-namespace {
-
-// Appends chunks [from, back.end) of `back`, calling done(c) once chunk c is in.
-template <class Back, class Done>
-void append_chunks(const ChunkLayout& layout, Back& back, size_t from, FullTier& tier, uint64_t id, Done done) {
+void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, size_t from, FullTier& tier,
+                        uint64_t id) {
   const size_t T = layout.chunk_tokens, cb = T / layout.block_tokens;
   const size_t region = cb * block_bytes(layout);  // one layer's K (or V) of a chunk
   if (from < back.first || tier.length(id) != from * T)
@@ -253,22 +250,20 @@ void append_chunks(const ChunkLayout& layout, Back& back, size_t from, FullTier&
       const std::byte* k = payload + 2 * l * region;
       tier.write_blocks(id, l, c * cb, cb, k, k + region);
     }
-    done(c);
   }
 }
 
-}  // namespace
-
-void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, size_t from, FullTier& tier,
-                        uint64_t id) {
-  append_chunks(layout, back, from, tier, id, [](size_t) {});
-}
-
-void append_back_chunks_freeing(const ChunkLayout& layout, RemoteBackFetch& back, size_t from, FullTier& tier,
-                                uint64_t id) {
-  const auto free_value = [&](size_t c) { std::string().swap(back.values[c - back.first].first); };
-  for (size_t c = back.first; c < std::min(from, back.end); ++c) free_value(c);
-  append_chunks(layout, back, from, tier, id, free_value);
+void write_chunk_ahead(const ChunkLayout& layout, size_t c, const std::string& value, size_t payload_offset,
+                       FullTier& tier, uint64_t id) {
+  const size_t cb = layout.chunk_tokens / layout.block_tokens;
+  const size_t region = cb * block_bytes(layout);  // one layer's K (or V) of a chunk
+  const std::byte* payload = reinterpret_cast<const std::byte*>(value.data()) + payload_offset;
+  std::vector<const std::byte*> k(layout.num_layers), v(layout.num_layers);
+  for (size_t l = 0; l < layout.num_layers; ++l) {
+    k[l] = payload + 2 * l * region;
+    v[l] = k[l] + region;
+  }
+  tier.write_blocks_ahead(id, c * cb, cb, k, v);
 }
 
 size_t RemoteTier::count_run(const std::vector<std::string>& store_keys) {

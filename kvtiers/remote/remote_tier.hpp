@@ -101,11 +101,11 @@ struct RemotePublishStats {
 /// positions of chunks of `layout`; back.first <= from (else vc::Error).
 void append_back_chunks(const ChunkLayout& layout, const RemoteBackFetch& back, size_t from, FullTier& tier,
                         uint64_t id);
-/// As append_back_chunks(), freeing each chunk's value once it is in the tier (and
-/// the values below `from`), so that a chunk is held twice, fetched and in the tier,
-/// one at a time: `back` keeps its counts, its values are left empty.
-void append_back_chunks_freeing(const ChunkLayout& layout, RemoteBackFetch& back, size_t from, FullTier& tier,
-                                uint64_t id);
+/// Writes chunk c of `layout` (a checked value, its payload from `payload_offset`)
+/// into request `id` of `tier` ahead of what the entry holds
+/// (FullTier::write_blocks_ahead): a back fetch's chunk, the run growing downward.
+void write_chunk_ahead(const ChunkLayout& layout, size_t c, const std::string& value, size_t payload_offset,
+                       FullTier& tier, uint64_t id);
 
 class RemoteTier {
  public:

@@ -109,10 +109,18 @@ TEST(cli_batch_recompute_front, the_fetched_back_and_the_drafters_front_give_ful
   (void)run_batch(d, "in.jsonl", "cold", remote);  // publishes at its exit
   const auto plain = run_batch(d, "in.jsonl", "plain", remote);
   const auto met = run_batch(d, "in.jsonl", "met", remote + " --remote-recompute-front");
+  // With the full tier on disk the fetched chunks go into the requests' files.
+  const auto met_disk = run_batch(d, "in.jsonl", "met-disk",
+                                  remote + " --remote-recompute-front --full-tier disk --disk-dir " +
+                                      (d.path / "kv").string());
   ASSERT_EQ(met.size(), 4u);
   expect_same_outputs(full, plain, "full flow");
   expect_same_outputs(full, met, "recompute front");
   expect_same_outputs(local, met, "recompute front, the lossy line too");
+  expect_same_outputs(full, met_disk, "recompute front, disk tier");
+  expect_same_outputs(local, met_disk, "recompute front, disk tier, the lossy line too");
+  for (size_t i = 0; i < met_disk.size(); ++i)
+    EXPECT_EQ(covered(met_disk[i]), covered(met[i])) << "line " << i + 1 << ": " << met_disk[i]["stats"]["remote"];
   for (size_t i = 0; i < met.size(); ++i) {
     SCOPED_TRACE("line " + std::to_string(i + 1));
     const json& rs = met[i]["stats"]["remote"];

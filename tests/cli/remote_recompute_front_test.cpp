@@ -53,8 +53,11 @@ TEST(remote_recompute_front, the_fetched_back_and_the_prefilled_front_give_full_
     (void)generate(base + remote);  // publishes
     const json plain = generate(base + remote);
     const json met = generate(base + remote + " --remote-recompute-front");
+    const json met_disk = generate(base + remote + " --remote-recompute-front --full-tier disk");
     expect_same_tokens(full, plain, "full flow" + sampling);
     expect_same_tokens(full, met, "recompute front" + sampling);
+    expect_same_tokens(full, met_disk, "recompute front, disk tier" + sampling);
+    EXPECT_EQ(covered(met_disk), covered(plain)) << met_disk["stats"]["remote"];
     const json& rs = met["stats"]["remote"];
     EXPECT_GT(plain["stats"]["remote"]["chunks_hit"].get<int>(), 3);
     EXPECT_EQ(covered(met), covered(plain)) << rs;

@@ -1,10 +1,11 @@
 // BackFetchMeeting and meet_back_fetch: a front prefill from the first chunk up and
 // a fetch from the last one down on another thread (fetch_back_into against a real
 // redis-server), as the engine's drafter and net_fetcher run them. Whoever takes a
-// chunk, the entry ends up with the prefix bit for bit; the front appends the
-// chunks the fetcher holds without waiting for the one in flight; a fetcher that
-// never started costs the front nothing and then fetches nothing; a throwing front
-// stops the fetcher.
+// chunk, the entry ends up with the prefix bit for bit; once bound, taken chunks go
+// straight into the entry ahead of the front, and before it at most the hold limit
+// waits in memory; the front joins what the fetcher took without waiting for the
+// chunk in flight; a fetcher that never started costs the front nothing and then
+// fetches nothing; a throwing front stops the fetcher.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,14 +53,18 @@ struct back_fetch_meeting : ::testing::Test {
 
 TEST(back_fetch_meeting_claims, a_chunk_goes_to_the_fetcher_only_above_the_front_and_stop_hands_over_its_run) {
   BackFetchMeeting m(5, 8);
-  EXPECT_TRUE(m.may_take(0));
+  EXPECT_FALSE(m.holds(0));
   EXPECT_TRUE(m.begin(ChunkLayout{}));
-  m.took(2);
-  EXPECT_FALSE(m.take(1, "one", 0)) << "the front has taken chunk 1";
+  EXPECT_TRUE(m.claim(0));
+  EXPECT_TRUE(m.claim(1));
+  EXPECT_FALSE(m.take(1, "one", 0)) << "the front has claimed chunk 1";
   EXPECT_TRUE(m.take(4, "four", 1));
   EXPECT_TRUE(m.take(3, "three", 2));
-  EXPECT_TRUE(m.may_take(2));
-  EXPECT_FALSE(m.may_take(3)) << "the fetcher holds chunk 3";
+  EXPECT_EQ(m.held_bytes(), 9u) << "unbound: the values wait in memory";
+  EXPECT_FALSE(m.holds(2));
+  EXPECT_TRUE(m.holds(3));
+  EXPECT_FALSE(m.claim(3)) << "the fetcher holds chunk 3";
+  EXPECT_FALSE(m.claim(5)) << "past the last chunk";
   const RemoteBackFetch held = m.stop();
   EXPECT_EQ(held.first, 3u);
   EXPECT_EQ(held.end, 5u);
@@ -67,6 +72,7 @@ TEST(back_fetch_meeting_claims, a_chunk_goes_to_the_fetcher_only_above_the_front
   EXPECT_EQ(held.values[0].first, "three") << "ascending";
   EXPECT_EQ(held.values[1].second, 1u);
   EXPECT_EQ(held.bytes, 9u);
+  EXPECT_EQ(m.held_bytes(), 0u);
   EXPECT_FALSE(m.take(2, "two", 0)) << "a stopped front leaves the fetcher nothing";
   EXPECT_FALSE(m.begin(ChunkLayout{})) << "a fetch that starts now fetches nothing";
   EXPECT_EQ(m.delivered(), nullptr);
@@ -92,7 +98,7 @@ TEST_F(back_fetch_meeting, a_front_and_a_fetcher_on_its_own_thread_fill_the_pref
       m,
       [&](size_t f) {
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-        while (f == 0 && m.may_take(2) && std::chrono::steady_clock::now() < until)
+        while (f == 0 && !m.holds(2) && std::chrono::steady_clock::now() < until)
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         copy_chunk(2, f);
       },
@@ -108,41 +114,107 @@ TEST_F(back_fetch_meeting, a_front_and_a_fetcher_on_its_own_thread_fill_the_pref
   expect_prefix(2, 40);
 }
 
-TEST_F(back_fetch_meeting, the_front_appends_what_the_fetcher_holds_without_waiting_for_the_chunk_in_flight) {
+// Chunks 4, 3 and 2 of the store, as a fetch from the back hands them over.
+std::vector<std::pair<std::string, size_t>> back_values(RemoteTier& r, const std::vector<int32_t>& prompt) {
+  std::vector<std::pair<std::string, size_t>> values;
+  (void)r.fetch_back(prompt, 40, [&](size_t c, std::string&& v, size_t offset) {
+    values.emplace_back(std::move(v), offset);
+    return c > 2;
+  });
+  return values;
+}
+
+TEST_F(back_fetch_meeting, the_front_joins_what_the_fetcher_took_without_waiting_for_the_chunk_in_flight) {
   RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
   ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
   r.flush();
-  std::vector<std::pair<std::string, size_t>> values;  // chunks 4 and 3, as a fetch hands them over
-  (void)r.fetch_back(prompt, 40, [&](size_t c, std::string&& v, size_t offset) {
-    values.emplace_back(std::move(v), offset);
-    return c > 3;
-  });
-  ASSERT_EQ(values.size(), 2u);
-  // This test is the fetcher: it holds chunks 4 and 3, and its GET of chunk 2 never
-  // ends (nothing is delivered).
+  std::vector<std::pair<std::string, size_t>> values = back_values(r, prompt);
+  ASSERT_EQ(values.size(), 3u);
+  // This test is the fetcher: it holds chunks 4 and 3 before the front binds the
+  // meeting, and its GET of chunk 2 never ends (nothing is delivered).
   BackFetchMeeting m(5, 8);
   ASSERT_TRUE(m.begin(r.layout()));
   ASSERT_TRUE(m.take(4, std::move(values[0].first), values[0].second));
   ASSERT_TRUE(m.take(3, std::move(values[1].first), values[1].second));
+  EXPECT_GT(m.held_bytes(), 0u);
   dst.create(3);
-  const MetPrefix met = meet_back_fetch(m, [&](size_t f) { copy_chunk(3, f); }, dst, 3, /*wait_for_run=*/false);
+  const MetPrefix met = meet_back_fetch(
+      m,
+      [&](size_t f) {
+        if (f == 0) {  // bound: the chunks held went into the entry, above the front
+          EXPECT_EQ(m.held_bytes(), 0u);
+          EXPECT_EQ(dst.ahead(3), (std::pair<size_t, size_t>{24, 40}));
+        }
+        copy_chunk(3, f);
+      },
+      dst, 3, /*wait_for_run=*/false);
   EXPECT_EQ(met.front_chunks, 3u);
   EXPECT_EQ(met.fetched_chunks, 2u);
   EXPECT_EQ(met.publish_from, 5u) << "the fetch counted 5 chunks in the store before its first";
   EXPECT_TRUE(met.publish_known);
   EXPECT_GT(met.run.bytes, 0u);
+  EXPECT_EQ(dst.ahead(3), (std::pair<size_t, size_t>{0, 0})) << "joined";
   expect_prefix(3, 40);
+}
+
+TEST_F(back_fetch_meeting, once_bound_a_taken_chunk_goes_straight_into_the_entry_and_nothing_waits_in_memory) {
+  RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
+  ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
+  r.flush();
+  std::vector<std::pair<std::string, size_t>> values = back_values(r, prompt);
+  ASSERT_EQ(values.size(), 3u);
+  BackFetchMeeting m(5, 8);
+  ASSERT_TRUE(m.begin(r.layout()));
+  dst.create(4);
+  const MetPrefix met = meet_back_fetch(
+      m,
+      [&](size_t f) {
+        if (f == 0) {  // the fetcher's chunks 4 and 3 arrive during the front's first
+          ASSERT_TRUE(m.take(4, std::move(values[0].first), values[0].second));
+          EXPECT_EQ(dst.ahead(4), (std::pair<size_t, size_t>{32, 40}));
+          ASSERT_TRUE(m.take(3, std::move(values[1].first), values[1].second));
+          EXPECT_EQ(dst.ahead(4), (std::pair<size_t, size_t>{24, 40}));
+          EXPECT_EQ(m.held_bytes(), 0u);
+          EXPECT_EQ(dst.bytes_held(4), 40 * dst.bytes_per_token());
+        }
+        copy_chunk(4, f);
+      },
+      dst, 4, /*wait_for_run=*/false);
+  EXPECT_EQ(met.front_chunks, 3u);
+  EXPECT_EQ(met.fetched_chunks, 2u);
+  expect_prefix(4, 40);
+}
+
+TEST_F(back_fetch_meeting, before_the_front_binds_it_a_fetch_holds_no_more_than_its_limit) {
+  RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
+  ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
+  r.flush();
+  std::vector<std::pair<std::string, size_t>> values = back_values(r, prompt);
+  ASSERT_EQ(values.size(), 3u);
+  BackFetchMeeting m(5, 8, /*hold_limit=*/values[0].first.size() + 10);  // room for one chunk
+  ASSERT_TRUE(m.begin(r.layout()));
+  ASSERT_TRUE(m.take(4, std::move(values[0].first), values[0].second));
+  EXPECT_FALSE(m.take(3, std::move(values[1].first), values[1].second)) << "past the limit";
+  EXPECT_NE(m.refusal().find("would pass the"), std::string::npos) << m.refusal();
+  m.deliver(RemoteBackFetch{});
+  ASSERT_NE(m.delivered(), nullptr);
+  EXPECT_EQ(m.delivered()->stop_reason, m.refusal()) << "the run says why it ended";
+  dst.create(5);
+  const MetPrefix met = meet_back_fetch(m, [&](size_t f) { copy_chunk(5, f); }, dst, 5, /*wait_for_run=*/false);
+  EXPECT_EQ(met.front_chunks, 4u) << "the front computed what the fetch did not bring";
+  EXPECT_EQ(met.fetched_chunks, 1u);
+  expect_prefix(5, 40);
 }
 
 TEST_F(back_fetch_meeting, a_fetcher_that_never_started_costs_the_front_nothing_and_then_fetches_nothing) {
   BackFetchMeeting m(5, 8);
-  dst.create(4);
-  const MetPrefix met = meet_back_fetch(m, [&](size_t f) { copy_chunk(4, f); }, dst, 4, /*wait_for_run=*/false);
+  dst.create(14);
+  const MetPrefix met = meet_back_fetch(m, [&](size_t f) { copy_chunk(14, f); }, dst, 14, /*wait_for_run=*/false);
   EXPECT_EQ(met.front_chunks, 5u);
   EXPECT_EQ(met.fetched_chunks, 0u);
   EXPECT_FALSE(met.publish_known) << "what the store holds is unknown";
   EXPECT_NE(met.run.stop_reason.find("not in"), std::string::npos) << met.run.stop_reason;
-  expect_prefix(4, 40);
+  expect_prefix(14, 40);
   // The fetch starts late: it sees the front done and asks the store nothing.
   RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
   ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
@@ -159,8 +231,8 @@ TEST_F(back_fetch_meeting, a_front_that_throws_stops_the_fetcher) {
   ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
   r.flush();
   BackFetchMeeting m(5, 8);
-  dst.create(5);
-  EXPECT_THROW((void)meet_back_fetch(m, [](size_t) { throw std::runtime_error("prefill failed"); }, dst, 5, false),
+  dst.create(15);
+  EXPECT_THROW((void)meet_back_fetch(m, [](size_t) { throw std::runtime_error("prefill failed"); }, dst, 15, false),
                std::runtime_error);
   fetch_back_into(r, prompt, 40, m);
   ASSERT_NE(m.delivered(), nullptr);
@@ -188,20 +260,17 @@ TEST_F(back_fetch_meeting, two_ranks_whose_fetches_hold_different_runs_keep_the_
   RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
   ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
   r.flush();
-  std::vector<std::pair<std::string, size_t>> values;  // chunks 4, 3, 2
-  (void)r.fetch_back(prompt, 40, [&](size_t c, std::string&& v, size_t offset) {
-    values.emplace_back(std::move(v), offset);
-    return c > 2;
-  });
+  const std::vector<std::pair<std::string, size_t>> values = back_values(r, prompt);  // chunks 4, 3, 2
   ASSERT_EQ(values.size(), 3u);
-  // Rank 0 holds chunks [2, 5); rank 1's store lacks chunk 4, so it holds [2, 4).
-  // The fronts go on while either lacks the next chunk (to chunk 2), then both keep
-  // [2, 4): the chunks both hold.
+  // Rank 0 holds chunks [2, 5); rank 1's store lacks chunk 4 and its GET of chunk 2
+  // is in flight, so it holds [3, 4). The fronts go on while either lacks the next
+  // chunk (rank 0 prefills chunk 2 over its own run), then both keep [3, 4): the
+  // chunks both hold.
   BackFetchMeeting m0(5, 8), m1(5, 8);
   ASSERT_TRUE(m0.begin(r.layout()));
   ASSERT_TRUE(m1.begin(r.layout()));
   for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(m0.take(4 - i, std::string(values[i].first), values[i].second));
-  for (size_t i = 1; i < 3; ++i) ASSERT_TRUE(m1.take(4 - i, std::string(values[i].first), values[i].second));
+  ASSERT_TRUE(m1.take(3, std::string(values[1].first), values[1].second));
   HostFullTier dst1{test::small_kv()};
   dst.create(6);
   dst1.create(6);
@@ -225,8 +294,8 @@ TEST_F(back_fetch_meeting, two_ranks_whose_fetches_hold_different_runs_keep_the_
   rank1.join();
   for (int k = 0; k < 2; ++k) {
     SCOPED_TRACE("rank " + std::to_string(k));
-    EXPECT_EQ(met[k].front_chunks, 2u);
-    EXPECT_EQ(met[k].fetched_chunks, 2u) << "chunk 4 only rank 0 holds";
+    EXPECT_EQ(met[k].front_chunks, 3u);
+    EXPECT_EQ(met[k].fetched_chunks, 1u) << "chunk 4 only rank 0 holds";
     EXPECT_EQ(met[k].publish_from, 4u) << "rank 1's store ends at chunk 4";
     EXPECT_TRUE(met[k].publish_known);
   }

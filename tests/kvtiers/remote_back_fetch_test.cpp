@@ -104,16 +104,6 @@ TEST_F(remote_back_fetch, the_run_stops_where_the_callers_prefill_has_reached_an
   front(7, 3);
   append_back_chunks(r.layout(), b, 3, dst, 7);
   for (size_t l = 0; l < 2; ++l) EXPECT_EQ(layer_bytes(dst, 7, l, 40), layer_bytes(src, 1, l, 40)) << "layer " << l;
-  // Freeing as it goes (the meeting's way): the same bytes in the tier, and each
-  // value, those below `from` too, freed once it is there; the counts stay.
-  RemoteBackFetch freeing = b;
-  front(9, 3);
-  append_back_chunks_freeing(r.layout(), freeing, 3, dst, 9);
-  for (size_t l = 0; l < 2; ++l) EXPECT_EQ(layer_bytes(dst, 9, l, 40), layer_bytes(src, 1, l, 40)) << "layer " << l;
-  for (const auto& [value, offset] : freeing.values)
-    EXPECT_LE(value.capacity(), std::string().capacity()) << "its memory given back, not only emptied";
-  EXPECT_EQ(freeing.bytes, b.bytes);
-  EXPECT_EQ(freeing.end, b.end);
   // Below the run, or onto an entry of another length: an error, nothing written.
   front(8, 1);
   EXPECT_THROW(append_back_chunks(r.layout(), b, 1, dst, 8), Error);

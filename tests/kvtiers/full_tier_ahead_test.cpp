@@ -1,0 +1,153 @@
+// A run of blocks written ahead of a request's prefill (FullTier::write_blocks_ahead,
+// join_ahead, drop_ahead), on the host and the disk tier: the chunks a back fetch
+// brings from the last one down go into the entry above the front and become its
+// positions where the two meet, bit for bit as appending them in order would.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "kvtiers/full_tier.hpp"
+#include "tests/kvtiers/remote_tier_support.hpp"
+
+namespace vc {
+namespace {
+
+using test::layer_bytes;
+
+struct full_tier_ahead : ::testing::TestWithParam<bool> {  // true: the disk tier
+  std::string dir;
+  std::unique_ptr<FullTier> src, dst;
+  size_t bpt = 0;  // bytes per token
+  void SetUp() override {
+    char tmpl[] = "/tmp/vc-tier-ahead-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    src = std::make_unique<HostFullTier>(test::small_kv());
+    dst = GetParam() ? std::unique_ptr<FullTier>(std::make_unique<DiskFullTier>(test::small_kv(), dir))
+                     : std::make_unique<HostFullTier>(test::small_kv(), /*chunk_blocks=*/2);
+    test::fill(*src, 1, 48);
+    bpt = dst->bytes_per_token();
+  }
+  void TearDown() override {
+    dst.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  // Blocks [b, b + n) of every layer of the source, as write_blocks_ahead takes them.
+  void write_ahead(uint64_t id, size_t b, size_t n) {
+    std::vector<std::vector<std::byte>> k(2), v(2);
+    std::vector<const std::byte*> kp, vp;
+    for (size_t l = 0; l < 2; ++l) {
+      k[l].resize(src->staging_bytes(n * 4));
+      v[l].resize(k[l].size());
+      src->read_blocks(1, l, b, n, k[l].data(), v[l].data());
+      kp.push_back(k[l].data());
+      vp.push_back(v[l].data());
+    }
+    dst->write_blocks_ahead(id, b, n, kp, vp);
+  }
+  // The front: blocks [b, b + n) appended to every layer.
+  void append(uint64_t id, size_t b, size_t n) {
+    std::vector<std::byte> k(src->staging_bytes(n * 4)), v(k.size());
+    for (size_t l = 0; l < 2; ++l) {
+      src->read_blocks(1, l, b, n, k.data(), v.data());
+      dst->write_blocks(id, l, b, n, k.data(), v.data());
+    }
+  }
+  void expect_source_bits(uint64_t id, size_t n) {
+    ASSERT_EQ(dst->length(id), n);
+    for (size_t l = 0; l < 2; ++l) EXPECT_EQ(layer_bytes(*dst, id, l, n), layer_bytes(*src, 1, l, n)) << "layer " << l;
+  }
+  std::string message_of(const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no vc::Error)";
+  }
+};
+
+TEST_P(full_tier_ahead, a_run_written_from_the_top_down_joins_the_front_with_the_bits_of_appending_in_order) {
+  dst->create(7);  // no size hint: the disk tier's file grows at the first write ahead
+  write_ahead(7, 8, 2);  // positions [32, 40), then [24, 32) below them
+  write_ahead(7, 6, 2);
+  EXPECT_EQ(dst->ahead(7), (std::pair<size_t, size_t>{24, 40}));
+  EXPECT_EQ(dst->length(7), 0u) << "the run is not the request's until it is joined";
+  EXPECT_EQ(dst->bytes_held(7), 40 * bpt) << "but it is held";
+  EXPECT_EQ(dst->bytes_held_total(), 40 * bpt);
+  append(7, 0, 6);  // the front, up to the run
+  EXPECT_EQ(dst->length(7), 24u);
+  dst->join_ahead(7, 40);
+  EXPECT_EQ(dst->ahead(7), (std::pair<size_t, size_t>{0, 0}));
+  expect_source_bits(7, 40);
+  append(7, 10, 2);  // decoding goes on past it
+  expect_source_bits(7, 48);
+}
+
+TEST_P(full_tier_ahead, a_join_keeps_what_the_front_rewrote_inside_the_run_and_drops_the_run_past_its_end) {
+  dst->create(8, 48);
+  write_ahead(8, 4, 6);  // positions [16, 40)
+  append(8, 0, 6);       // a rank whose front went on into its run: to 24
+  dst->join_ahead(8, 32);
+  expect_source_bits(8, 32);
+  EXPECT_EQ(dst->bytes_held(8), 32 * bpt) << "the run past 32 is gone";
+  // A host chunk of 2 blocks: 2 layers x (K, V) x 2 blocks x 128 bytes.
+  if (!GetParam()) {
+    EXPECT_EQ(static_cast<HostFullTier&>(*dst).bytes_allocated(), 4 * 1024u) << "its chunks past 32 positions freed";
+  }
+  append(8, 8, 2);  // written again from the front, as the prefill of the rest would
+  expect_source_bits(8, 40);
+}
+
+TEST_P(full_tier_ahead, a_run_that_lies_below_the_front_or_leaves_a_gap_is_refused_and_nothing_changes) {
+  dst->create(9, 48);
+  append(9, 0, 2);  // 8 positions
+  EXPECT_NE(message_of([&] { write_ahead(9, 1, 2); }).find("already holds 8 positions"), std::string::npos);
+  EXPECT_NE(message_of([&] { dst->join_ahead(9, 8); }).find("no run was written ahead"), std::string::npos);
+  write_ahead(9, 6, 2);  // [24, 32)
+  const std::string gap = message_of([&] { write_ahead(9, 3, 2); });  // [12, 20): not down to 24
+  EXPECT_NE(gap.find("does not end where the run written ahead begins (24)"), std::string::npos) << gap;
+  EXPECT_NE(gap.find("request 9"), std::string::npos) << gap;
+  const std::string short_front = message_of([&] { dst->join_ahead(9, 32); });
+  EXPECT_NE(short_front.find("holds 8 positions, short of the run written ahead from 24"), std::string::npos)
+      << short_front;
+  append(9, 2, 4);
+  EXPECT_NE(message_of([&] { dst->join_ahead(9, 36); }).find("ends at 32"), std::string::npos);
+  EXPECT_EQ(dst->ahead(9), (std::pair<size_t, size_t>{24, 32})) << "every refusal left the run as it was";
+  dst->join_ahead(9, 32);
+  expect_source_bits(9, 32);
+}
+
+TEST_P(full_tier_ahead, the_budget_counts_the_run_and_drop_or_truncate_gives_it_back) {
+  dst->set_capacity_bytes(40 * bpt);
+  dst->create(10, 48);
+  const std::string over = message_of([&] { write_ahead(10, 8, 4); });  // to 48 positions
+  EXPECT_NE(over.find("budget"), std::string::npos) << over;
+  write_ahead(10, 8, 2);  // to 40: within it
+  EXPECT_EQ(dst->bytes_held_total(), 40 * bpt);
+  dst->create(11);
+  EXPECT_NE(message_of([&] { append(11, 0, 1); }).find("budget"), std::string::npos)
+      << "the run's 40 positions fill the budget";
+  dst->drop_ahead(10);
+  EXPECT_EQ(dst->bytes_held_total(), 0u);
+  EXPECT_EQ(dst->ahead(10), (std::pair<size_t, size_t>{0, 0}));
+  dst->drop_ahead(10);  // none: nothing to do
+  append(10, 0, 2);
+  write_ahead(10, 4, 2);
+  dst->truncate(10, 4);  // a rollback below the run forgets it
+  EXPECT_EQ(dst->ahead(10), (std::pair<size_t, size_t>{0, 0}));
+  EXPECT_EQ(dst->bytes_held_total(), 4 * bpt);
+  expect_source_bits(10, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(tiers, full_tier_ahead, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "disk" : "host"; });
+
+}  // namespace
+}  // namespace vc
