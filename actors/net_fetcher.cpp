@@ -140,7 +140,18 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
       },
       [remotes, ranks](remote_fetch_back_msg& m) {
         ranks->run([&](int r) {  // each rank's chunks into its own meeting
-          fetch_back_into(*remotes[size_t(r)], m.prompt, m.max_positions, *m.meetings.at(size_t(r)));
+          BackFetchMeeting& mine = *m.meetings.at(size_t(r));
+          fetch_back_into(*remotes[size_t(r)], m.prompt, m.max_positions, mine);
+          // The ranks keep the chunks all of them hold: below this rank's run (all
+          // of them, when it took none) the others' fetches bring nothing of use.
+          const RemoteBackFetch& run = *mine.delivered();
+          const size_t floor = run.end > run.first ? run.first : mine.chunks();
+          const std::string why = "tensor-parallel rank " + std::to_string(r) + "'s run " +
+                                  (run.end > run.first ? "ends at chunk " + std::to_string(floor)
+                                                       : std::string("took no chunk")) +
+                                  ": the group keeps no chunk below it";
+          for (size_t o = 0; o < m.meetings.size(); ++o)
+            if (o != size_t(r)) m.meetings[o]->keep_above(floor, why);
         });
         return true;
       },

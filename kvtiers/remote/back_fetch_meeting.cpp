@@ -16,6 +16,10 @@ bool BackFetchMeeting::begin(const ChunkLayout& layout) {
 bool BackFetchMeeting::take(size_t c, std::string&& value, size_t payload_offset) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || c < claimed_) return false;
+  if (c < floor_) {
+    refusal_ = floor_why_;
+    return false;
+  }
   const size_t bytes = value.size();
   if (tier_ != nullptr) {
     write_chunk_ahead(layout_, c, value, payload_offset, *tier_, id_);
@@ -62,6 +66,13 @@ void BackFetchMeeting::bind(FullTier& tier, uint64_t id) {
     write_chunk_ahead(layout_, run_taken_.end - 1 - i, held[i].first, held[i].second, tier, id);
     std::string().swap(held[i].first);
   }
+}
+
+void BackFetchMeeting::keep_above(size_t c, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (c <= floor_) return;
+  floor_ = c;
+  floor_why_ = why;
 }
 
 bool BackFetchMeeting::claim(size_t f) {

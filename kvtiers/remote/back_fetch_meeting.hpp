@@ -58,6 +58,10 @@ class BackFetchMeeting {
   void deliver(RemoteBackFetch run);
   /// Why take() last refused a chunk other than for the front ("" if it did not).
   [[nodiscard]] std::string refusal() const;
+  /// A tensor-parallel group keeps only the chunks every rank holds: once another
+  /// rank's run has ended at chunk c (or taken none: c = chunks()), chunks below c
+  /// are of no use here and take() refuses them, `why` its refusal.
+  void keep_above(size_t c, const std::string& why);
 
   // The front's side.
   /// The request's entry in `tier` (created, holding no more than the front has
@@ -89,6 +93,8 @@ class BackFetchMeeting {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   size_t claimed_ = 0;  // chunks [0, claimed_) are the front's
+  size_t floor_ = 0;    // chunks below it are of no use (keep_above)
+  std::string floor_why_;
   bool stopped_ = false;
   ChunkLayout layout_;
   FullTier* tier_ = nullptr;

@@ -1,6 +1,7 @@
 // The net_fetcher actor against a real redis-server, driven by a caf::scoped_actor:
 // a prefix published through it comes back through it bit for bit; with the store
-// gone a fetch answers an empty prefix and its reason instead of an error.
+// gone a fetch answers an empty prefix and its reason instead of an error; in a
+// tensor-parallel group, a rank whose back fetch takes no chunk stops the others'.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -13,6 +14,7 @@
 #include "tests/actors/kivi_view.hpp"
 #include "tests/kvtiers/redis_server.hpp"
 #include "tests/kvtiers/remote_tier_support.hpp"
+#include "tests/kvtiers/tcp_proxy.hpp"
 
 namespace vc::actors {
 namespace {
@@ -98,6 +100,49 @@ TEST(net_fetcher, fetches_back_what_it_published_in_segments_and_reports_a_dead_
   }
 }
 
+
+TEST(net_fetcher, a_group_rank_whose_back_fetch_takes_no_chunk_stops_the_other_ranks_fetch) {
+  test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  HostFullTier tier(small_kv());
+  const std::vector<int32_t> prompt = test::tokens(44);  // 5 whole chunks of 8
+  test::fill(tier, 1, prompt.size());
+  RemoteTierConfig rc0 = test::remote_cfg(server.url()), rc1 = rc0;
+  rc0.tp_degree = rc1.tp_degree = 2;
+  rc1.tp_rank = 1;
+  {  // the store holds rank 0's chunks, none of rank 1's
+    RemoteTier publisher(rc0, small_kv(), 5);
+    ASSERT_EQ(publisher.publish(prompt, 0, tier, 1), 5u);
+    publisher.flush();
+  }
+  // Rank 0 reaches the store through a proxy that delays each reply 300 ms: its
+  // first chunk comes long after rank 1's count found none.
+  test::TcpProxy slow(server.port(), {.reply_delay = std::chrono::milliseconds(300)});
+  rc0.url = slow.url();
+  std::vector<std::shared_ptr<RemoteTier>> remotes = {std::make_shared<RemoteTier>(rc0, small_kv(), 5),
+                                                      std::make_shared<RemoteTier>(rc1, small_kv(), 5)};
+  RankMeetings meetings = {std::make_shared<BackFetchMeeting>(5, 8), std::make_shared<BackFetchMeeting>(5, 8)};
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys(cfg);
+  {
+    caf::scoped_actor self{sys};
+    auto fetcher = sys.spawn<caf::detached>(net_fetcher_group, remotes, std::vector<FullTier*>{&tier, &tier});
+    self->request(fetcher, std::chrono::seconds(30), remote_fetch_back_msg{2, prompt, 40, meetings})
+        .receive([](bool) {}, [](const caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    self->send_exit(fetcher, caf::exit_reason::user_shutdown);
+  }
+  const RemoteBackFetch* run0 = meetings[0]->delivered();
+  const RemoteBackFetch* run1 = meetings[1]->delivered();
+  ASSERT_NE(run0, nullptr);
+  ASSERT_NE(run1, nullptr);
+  EXPECT_EQ(run1->end, 0u) << "rank 1's store holds none of its chunks";
+  EXPECT_EQ(run0->end, 5u) << "rank 0's holds all five";
+  EXPECT_EQ(run0->first, run0->end) << "rank 0 took none: the group could keep none";
+  EXPECT_NE(run0->stop_reason.find("tensor-parallel rank 1's run took no chunk"), std::string::npos)
+      << run0->stop_reason;
+  EXPECT_EQ(meetings[0]->held_bytes(), 0u);
+}
 
 // Positions [a, b) of `v`.
 std::shared_ptr<const CompressedView> slice_of(const CompressedView& v, size_t a, size_t b) {

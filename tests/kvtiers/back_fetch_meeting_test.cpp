@@ -65,6 +65,9 @@ TEST(back_fetch_meeting_claims, a_chunk_goes_to_the_fetcher_only_above_the_front
   EXPECT_TRUE(m.holds(3));
   EXPECT_FALSE(m.claim(3)) << "the fetcher holds chunk 3";
   EXPECT_FALSE(m.claim(5)) << "past the last chunk";
+  m.keep_above(3, "another rank's run ends at chunk 3");
+  EXPECT_FALSE(m.take(2, "two", 0)) << "below the group's floor";
+  EXPECT_EQ(m.refusal(), "another rank's run ends at chunk 3");
   const RemoteBackFetch held = m.stop();
   EXPECT_EQ(held.first, 3u);
   EXPECT_EQ(held.end, 5u);

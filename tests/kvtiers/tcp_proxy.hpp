@@ -1,6 +1,6 @@
 // An in-process TCP proxy on a loopback port in front of a store, for transfer
 // faults: it forwards both ways, and on the store-to-client side it can drop the
-// connection after a number of bytes, or flip one byte at an offset. Threads and
+// connection after a number of bytes, flip one byte at an offset, or delay replies. Threads and
 // sockets end with the object.
 #pragma once
 #include <arpa/inet.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <mutex>
 #include <thread>
@@ -21,6 +22,7 @@ class TcpProxy {
   struct Faults {
     size_t drop_after = 0;   // close both sides once this many reply bytes went through (0: never)
     size_t flip_at = 0;      // XOR 0x01 into reply byte number flip_at - 1 (0: never)
+    std::chrono::milliseconds reply_delay{0};  // each read of reply bytes waits this long first
   };
 
   TcpProxy(int upstream_port, Faults f) : upstream_(upstream_port), faults_(f) {
@@ -86,6 +88,7 @@ class TcpProxy {
       const ssize_t n = read(from, buf, sizeof(buf));
       if (n <= 0) break;
       size_t m = size_t(n);
+      if (reply && faults_.reply_delay.count() > 0) std::this_thread::sleep_for(faults_.reply_delay);
       if (reply) {
         const size_t before = reply_bytes_.fetch_add(m);
         if (faults_.flip_at > before && faults_.flip_at <= before + m) buf[faults_.flip_at - 1 - before] ^= 0x01;
