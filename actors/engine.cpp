@@ -435,7 +435,8 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
       ctx->remote = true;
       const auto compressor = make_compressor(s.compressor, s.compressor_params);
       ctx->remote_limit = remote_prefix_limit(*compressor, s.prompt.size(), s.stats_window);
-      ctx->recompute_front = m.cfg.remote_recompute_front;
+      ctx->recompute_front = m.cfg.remote_recompute_front || m.cfg.remote_recompute_front_when_idle;
+      ctx->recompute_front_when_idle = m.cfg.remote_recompute_front_when_idle && !m.cfg.remote_recompute_front;
       ctx->tp_degree = size_t(m.cfg.tp);
       // The view's compressed chunks are published for compressed-first fetches,
       // which a compressor scoring hidden states never makes (remote_prefix.hpp).

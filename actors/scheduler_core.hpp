@@ -65,6 +65,9 @@ struct RequestCtx {
   /// at degree 1): the full flow fetches from the back while the drafter prefills
   /// from the front (DraftSpec::remote_meetings), instead of fetching first.
   bool recompute_front = false;
+  /// EngineConfig::remote_recompute_front_when_idle: only when no other request is
+  /// admitted as the full flow starts.
+  bool recompute_front_when_idle = false;
   bool meeting_started = false;  // it did: the drafter created the entry (for the scheduler)
   size_t tp_degree = 1;          // the engine's: one meeting per rank
   /// The first chunk the store may lack, when the prefill says (recompute front);

@@ -15,7 +15,10 @@ double since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 void SchedulerCore::start_full_flow(RequestCtx& c) {
-  if (c.recompute_front && remote_chunk_ > 0 && std::min(c.remote_limit, c.spec.prompt.size()) >= remote_chunk_)
+  // When idle only: the front is recomputed for a request alone in the engine;
+  // beside others the plain flow leaves the cores to their decoding.
+  const bool front = c.recompute_front && (!c.recompute_front_when_idle || active_.size() == 1);
+  if (front && remote_chunk_ > 0 && std::min(c.remote_limit, c.spec.prompt.size()) >= remote_chunk_)
     start_meeting(c);
   else
     start_remote_fetch(c, c.remote_limit);
@@ -160,6 +163,7 @@ void SchedulerCore::publish_full_chunks(RequestCtx& c, RankViews views, size_t f
 void SchedulerCore::note_meeting(RequestCtx& c, const MetPrefix& met) {
   const size_t T = remote_chunk_;
   auto& s = c.result.stats;
+  s.remote_recompute_front = true;
   s.remote_front_recomputed = met.front_chunks * T;
   s.remote_chunks_hit = met.fetched_chunks;
   s.remote_positions = met.fetched_chunks * T;

@@ -111,6 +111,12 @@ struct EngineConfig {
   /// (the link and the cores both work; the same tokens). At tp > 1 each rank meets
   /// its own fetch, and the ranks agree chunk by chunk. false: fetch, then prefill.
   bool remote_recompute_front = false;
+  /// Recompute the front only for a request alone in the engine when its full flow
+  /// starts (no other request admitted); beside others it takes the plain full flow,
+  /// so that a prefill the store could have spared never takes the cores from their
+  /// decoding. Alone, its first token comes as with remote_recompute_front. Implies
+  /// remote_recompute_front for the requests it lets through.
+  bool remote_recompute_front_when_idle = false;
   /// Compressed first, vericache: the drafter drafts up to this many tokens from its
   /// guess while the full chunks arrive (at least one round's; at most fold_every
   /// plus a round, what the request's tail reservation holds); once the guess proves
@@ -227,6 +233,9 @@ struct RequestStats {
   double remote_fetch_seconds = 0;  ///< summed over its segments (time in the store's fetches)
   size_t remote_fetch_segments = 0; ///< fetches its prefix took (EngineConfig::remote_fetch_segment)
   std::string remote_stop_reason;   ///< why the cached prefix ended there ("" = at the limit)
+  /// The full flow met a fetch from the back with a prefill from the front
+  /// (EngineConfig::remote_recompute_front, or _when_idle for a request alone)
+  bool remote_recompute_front = false;
   /// EngineConfig::remote_recompute_front: prefix positions the drafter prefilled
   /// from the front while the chunks above came from the store (remote_chunks_hit)
   size_t remote_front_recomputed = 0;

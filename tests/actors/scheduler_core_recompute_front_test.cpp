@@ -63,11 +63,38 @@ TEST(scheduler_core_recompute_front, the_back_fetch_and_the_prefill_start_togeth
   ASSERT_TRUE(ready(a.result));
   const auto r = a.result.get();
   EXPECT_TRUE(r.ok);
+  EXPECT_TRUE(r.stats.remote_recompute_front);
   EXPECT_EQ(16u, r.stats.remote_front_recomputed);
   EXPECT_EQ(3u, r.stats.remote_chunks_hit);
   EXPECT_EQ(48u, r.stats.remote_positions);
   EXPECT_EQ(3000u, r.stats.remote_bytes_fetched);
   EXPECT_DOUBLE_EQ(0.25, r.stats.remote_fetch_seconds);
+}
+
+TEST(scheduler_core_recompute_front, when_idle_only_a_request_alone_in_the_engine_recomputes_its_front) {
+  FakeOutbox out;
+  SchedulerCore core(out, 3, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto when_idle = [](uint64_t id) {
+    Submitted s = front_request(id, 90, 1, 69);
+    s.ctx->recompute_front_when_idle = true;
+    return s;
+  };
+  auto a = when_idle(1);
+  core.submit(a.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(out.take())) << "alone: front and back";
+  auto b = when_idle(2);
+  core.submit(b.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::fetch}), kinds(out.take())) << "beside request 1: fetch, then prefill";
+  auto c = front_request(3, 90, 1, 69);  // recompute front always
+  core.submit(c.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(out.take())) << "its own setting";
+  core.on_prefilled(met_prefill(1, 1, 3, 4));
+  out.take();
+  core.on_remote_published(1, 0);
+  out.take();
+  ASSERT_TRUE(ready(a.result));
+  EXPECT_TRUE(a.result.get().stats.remote_recompute_front);
 }
 
 TEST(scheduler_core_recompute_front, chunks_the_front_computed_past_what_the_store_held_are_published) {

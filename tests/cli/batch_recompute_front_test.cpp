@@ -132,6 +132,34 @@ TEST(cli_batch_recompute_front, the_fetched_back_and_the_drafters_front_give_ful
   }
 }
 
+TEST(cli_batch_recompute_front, when_idle_the_first_request_recomputes_its_front_and_all_give_full_decodings_tokens) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  Dir d;
+  const std::string p = code_prompt(14);
+  write_lines(d, "in.jsonl", p, false);
+  write_lines(d, "full.jsonl", p, true);
+  const std::string remote = " --remote " + server.url() + kFull;
+  const auto full = run_batch(d, "full.jsonl", "full", "");
+  (void)run_batch(d, "in.jsonl", "cold", remote);  // publishes at its exit
+  const auto plain = run_batch(d, "in.jsonl", "plain", remote);
+  const auto idle = run_batch(d, "in.jsonl", "idle", remote + " --remote-recompute-front-when-idle");
+  ASSERT_EQ(idle.size(), 4u);
+  expect_same_outputs(full, idle, "recompute front when idle");
+  // The first line is admitted alone: its front is recomputed. The others, as
+  // admitted beside it or after it, take one flow or the other; either covers the
+  // prefix the store holds.
+  EXPECT_TRUE(idle[0]["stats"]["remote"]["recompute_front"].get<bool>()) << idle[0]["stats"]["remote"];
+  for (size_t i = 0; i < idle.size(); ++i) {
+    const json& rs = idle[i]["stats"]["remote"];
+    EXPECT_EQ(covered(idle[i]), plain[i]["stats"]["remote"]["positions_hit"].get<size_t>())
+        << "line " << i + 1 << ": " << rs;
+    if (!rs["recompute_front"].get<bool>()) {
+      EXPECT_EQ(rs["front_recomputed"], 0) << "line " << i + 1;
+    }
+  }
+}
+
 TEST(cli_batch_recompute_front, chunks_the_store_lacked_are_published_whichever_side_computed_them) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);

@@ -12,6 +12,7 @@ inline nlohmann::json remote_stats_json(const vericache::RequestStats& s) {
           {"bytes_fetched_full", s.remote_bytes_fetched},
           {"fetch_seconds", s.remote_fetch_seconds},
           {"fetch_segments", s.remote_fetch_segments},
+          {"recompute_front", s.remote_recompute_front},
           {"front_recomputed", s.remote_front_recomputed},
           {"stop_reason", s.remote_stop_reason},
           {"chunks_published", s.remote_chunks_published},

@@ -194,6 +194,9 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
   cmd.add_option("--remote-predraft", r.predraft, kRemotePredraftHelp)
       ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd.add_flag("--remote-recompute-front", r.recompute_front, kRemoteRecomputeFrontHelp);
+  cmd.add_flag("--remote-recompute-front-when-idle", r.recompute_front_when_idle,
+               "As --remote-recompute-front, but only for a request alone in the engine when its "
+               "fetch starts; beside others, fetch then prefill (their decoding keeps the cores)");
   cmd.add_option("--remote-fetchers", r.fetchers,
                  "net_fetcher actors (own connections each): one request's long fetch does not "
                  "hold up the others'")

@@ -38,6 +38,7 @@ struct RemoteArgs {
   size_t compressed_suffix = 0;  // --remote-compressed-suffix (0: one chunk)
   size_t predraft = 256;  // --remote-predraft
   bool recompute_front = false;  // --remote-recompute-front
+  bool recompute_front_when_idle = false;  // --remote-recompute-front-when-idle
 };
 /// --remote-recompute-front's help, shared by generate and the engine commands.
 inline constexpr const char* kRemoteRecomputeFrontHelp =
