@@ -147,7 +147,7 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
           const RemoteBackFetch& run = *mine.delivered();
           const size_t floor = run.end > run.first ? run.first : mine.chunks();
           const std::string why = "tensor-parallel rank " + std::to_string(r) + "'s run " +
-                                  (run.end > run.first ? "ends at chunk " + std::to_string(floor)
+                                  (run.end > run.first ? "reaches down to chunk " + std::to_string(floor)
                                                        : std::string("took no chunk")) +
                                   ": the group keeps no chunk below it";
           for (size_t o = 0; o < m.meetings.size(); ++o)

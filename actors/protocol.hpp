@@ -130,7 +130,7 @@ struct remote_fetched_msg {
   std::string error;
 };
 /// scheduler -> net_fetcher, for a request of the full flow with
-/// EngineConfig::remote_recompute_front (degree 1): fetch the cached chunks of
+/// EngineConfig::remote_recompute_front (any degree: one meeting per rank): fetch the cached chunks of
 /// `prompt` (at most `max_positions`) from the last one down, meeting the drafter's
 /// prefill from the front through `meeting` (fetch_back_into): the drafter creates
 /// the entry and binds the meeting to it, and from then on each chunk taken is

@@ -15,9 +15,11 @@ double since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 void SchedulerCore::start_full_flow(RequestCtx& c) {
-  // When idle only: the front is recomputed for a request alone in the engine;
-  // beside others the plain flow leaves the cores to their decoding.
-  const bool front = c.recompute_front && (!c.recompute_front_when_idle || active_.size() == 1);
+  // When idle only: the front is recomputed for a request alone in the engine (none
+  // other admitted, none waiting to be); beside others the plain flow leaves the
+  // cores to their decoding.
+  const bool front =
+      c.recompute_front && (!c.recompute_front_when_idle || (active_.size() == 1 && queue_.empty()));
   if (front && remote_chunk_ > 0 && std::min(c.remote_limit, c.spec.prompt.size()) >= remote_chunk_)
     start_meeting(c);
   else

@@ -170,13 +170,13 @@ class FullTier {
   /// The run becomes part of the request up to position `end` (at most the run's
   /// end): every layer, which must hold at least the run's first position (writes
   /// past it landed in the run and are kept), then holds max(its length, end).
-  /// What the run held past `end` is dropped.
+  /// What the run held past `end` is dropped (its storage stays the request's).
   void join_ahead(uint64_t id, size_t end);
   /// Forgets the run written ahead (no-op without one).
   void drop_ahead(uint64_t id);
 
-  /// Drops positions >= `length` in every layer (rollback), and a run written ahead
-  /// that ends past it; no-op if not shorter than what the request holds.
+  /// Drops positions >= `length` in every layer (rollback), and any run written
+  /// ahead; no-op if not shorter than what the request holds.
   void truncate(uint64_t id, size_t length);
   /// Forgets request `id` and frees its storage.
   void release(uint64_t id);

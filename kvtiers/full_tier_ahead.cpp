@@ -61,16 +61,13 @@ void FullTier::join_ahead(uint64_t id, size_t end) {
                   std::to_string(s.ahead_begin));
   for (size_t& ll : s.layer_length) ll = std::max(ll, end);
   s.length = std::max(s.length, end);
-  s.ahead_begin = s.ahead_end = 0;
-  on_truncate(s, s.length);  // storage past `end` the run had
+  s.ahead_begin = s.ahead_end = 0;  // its storage past `end` stays the request's (within its size)
 }
 
 void FullTier::drop_ahead(uint64_t id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   Slot& s = slot(id, "drop_ahead");
-  if (s.ahead_end <= s.ahead_begin) return;
-  s.ahead_begin = s.ahead_end = 0;
-  on_truncate(s, s.length);
+  s.ahead_begin = s.ahead_end = 0;  // its storage stays the request's, rewritten as it grows
 }
 
 }  // namespace vc

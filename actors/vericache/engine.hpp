@@ -112,7 +112,7 @@ struct EngineConfig {
   /// its own fetch, and the ranks agree chunk by chunk. false: fetch, then prefill.
   bool remote_recompute_front = false;
   /// Recompute the front only for a request alone in the engine when its full flow
-  /// starts (no other request admitted); beside others it takes the plain full flow,
+  /// starts (no other request admitted or waiting); beside others it takes the plain full flow,
   /// so that a prefill the store could have spared never takes the cores from their
   /// decoding. Alone, its first token comes as with remote_recompute_front. Implies
   /// remote_recompute_front for the requests it lets through.

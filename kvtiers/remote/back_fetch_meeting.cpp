@@ -13,20 +13,34 @@ bool BackFetchMeeting::begin(const ChunkLayout& layout) {
   return !stopped_;
 }
 
+void BackFetchMeeting::end_run(std::string why) {
+  ended_ = true;
+  refusal_ = std::move(why);
+}
+
 bool BackFetchMeeting::take(size_t c, std::string&& value, size_t payload_offset) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_ || c < claimed_) return false;
+  std::unique_lock<std::mutex> lock(mu_);
+  const size_t bytes = value.size();
+  // Unbound with the hold full: wait for the bind (or the front's stop).
+  if (tier_ == nullptr && held_bytes_ + bytes > hold_limit_ &&
+      !cv_.wait_for(lock, bind_wait_, [&] { return tier_ != nullptr || stopped_ || ended_; })) {
+    end_run("holding chunk " + std::to_string(c) + " would pass the " + format_bytes(hold_limit_) +
+            " a back fetch may hold, and the prefill had not taken the chunks within " +
+            std::to_string(bind_wait_.count()) + " ms");
+    return false;
+  }
+  if (stopped_ || ended_ || c < claimed_) return false;
   if (c < floor_) {
     refusal_ = floor_why_;
     return false;
   }
-  const size_t bytes = value.size();
   if (tier_ != nullptr) {
-    write_chunk_ahead(layout_, c, value, payload_offset, *tier_, id_);
-  } else if (held_bytes_ + bytes > hold_limit_) {
-    refusal_ = "holding chunk " + std::to_string(c) + " would pass the " + format_bytes(hold_limit_) +
-               " a back fetch may hold before the prefill takes its chunks";
-    return false;
+    try {
+      write_chunk_ahead(layout_, c, value, payload_offset, *tier_, id_);
+    } catch (const std::exception& e) {  // the chunks before it stay in the entry
+      end_run("writing chunk " + std::to_string(c) + " into the entry: " + e.what());
+      return false;
+    }
   } else {
     held_bytes_ += bytes;
     run_taken_.values.emplace_back(std::move(value), payload_offset);
@@ -55,17 +69,32 @@ std::string BackFetchMeeting::refusal() const {
 }
 
 void BackFetchMeeting::bind(FullTier& tier, uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  tier_ = &tier;
-  id_ = id;
-  // From the last chunk down, as they came: the run grows downward.
-  std::vector<std::pair<std::string, size_t>> held = std::move(run_taken_.values);
-  run_taken_.values.clear();
-  held_bytes_ = 0;
-  for (size_t i = 0; i < held.size(); ++i) {
-    write_chunk_ahead(layout_, run_taken_.end - 1 - i, held[i].first, held[i].second, tier, id);
-    std::string().swap(held[i].first);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tier_ = &tier;
+    id_ = id;
+    // From the last chunk down, as they came: the run grows downward.
+    std::vector<std::pair<std::string, size_t>> held = std::move(run_taken_.values);
+    run_taken_.values.clear();
+    held_bytes_ = 0;
+    try {
+      for (size_t i = 0; i < held.size(); ++i) {
+        write_chunk_ahead(layout_, run_taken_.end - 1 - i, held[i].first, held[i].second, tier, id);
+        std::string().swap(held[i].first);
+      }
+    } catch (const std::exception& e) {  // none of the run is kept: the front computes it
+      end_run(std::string("writing the chunks held into the entry: ") + e.what());
+      const size_t bytes = run_taken_.bytes;
+      run_taken_ = RemoteBackFetch{};
+      run_taken_.bytes = bytes;
+      lowest_.store(chunks_);
+      try {
+        tier.drop_ahead(id);
+      } catch (...) {  // the entry is gone: nothing of the run is left in it
+      }
+    }
   }
+  cv_.notify_all();
 }
 
 void BackFetchMeeting::keep_above(size_t c, const std::string& why) {
@@ -83,7 +112,7 @@ bool BackFetchMeeting::claim(size_t f) {
 }
 
 RemoteBackFetch BackFetchMeeting::stop() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   stopped_ = true;
   claimed_ = chunks_;
   RemoteBackFetch out = std::move(run_taken_);
@@ -91,6 +120,8 @@ RemoteBackFetch BackFetchMeeting::stop() {
   held_bytes_ = 0;
   std::reverse(out.values.begin(), out.values.end());
   if (out.end == 0) out.first = 0;
+  lock.unlock();
+  cv_.notify_all();  // a fetch waiting for the bind gives up
   return out;
 }
 

@@ -14,9 +14,12 @@
 // front (FullTier::write_blocks_ahead), so the fetch holds at most the chunk it is
 // writing. Before bind() (the engine's drafter has not reached the request yet)
 // taken chunks wait in memory, at most `hold_limit` bytes of them: a chunk past it
-// ends the run, and the front computes what the fetch did not bring.
+// waits for the bind (at most `bind_wait`, then the run ends there and the front
+// computes what the fetch did not bring). A tier fault writing a chunk ends the run
+// there too (the chunks before it stay); one at the bind drops the chunks held.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -33,13 +36,17 @@ namespace vc {
 
 /// Bytes of chunks a back fetch may hold in memory before its front binds it.
 inline constexpr size_t kBackFetchHoldBytes = size_t(64) << 20;
+/// How long a fetch whose hold is full waits for the bind before its run ends.
+inline constexpr std::chrono::milliseconds kBackFetchBindWait{5000};
 
 class BackFetchMeeting {
  public:
   /// `chunks`: the prefix's whole chunks the two sides share (the fetch's limit), of
   /// `chunk_tokens` positions each.
-  BackFetchMeeting(size_t chunks, size_t chunk_tokens, size_t hold_limit = kBackFetchHoldBytes)
-      : chunks_(chunks), chunk_tokens_(chunk_tokens), hold_limit_(hold_limit), lowest_(chunks) {}
+  BackFetchMeeting(size_t chunks, size_t chunk_tokens, size_t hold_limit = kBackFetchHoldBytes,
+                   std::chrono::milliseconds bind_wait = kBackFetchBindWait)
+      : chunks_(chunks), chunk_tokens_(chunk_tokens), hold_limit_(hold_limit), bind_wait_(bind_wait),
+        lowest_(chunks) {}
 
   [[nodiscard]] size_t chunks() const { return chunks_; }
   [[nodiscard]] size_t chunk_tokens() const { return chunk_tokens_; }
@@ -50,8 +57,8 @@ class BackFetchMeeting {
   bool begin(const ChunkLayout& layout);
   /// Chunk c arrived whole (its value, and where its payload starts): true keeps it
   /// (written ahead into the bound entry, or held until bind()), false when the
-  /// front has claimed c or stopped, or holding it would pass the hold limit. A
-  /// tier fault writing it throws (the run ends there).
+  /// front has claimed c or stopped, when the hold stayed full past the bind wait,
+  /// or when writing it into the entry failed (refusal() says why).
   bool take(size_t c, std::string&& value, size_t payload_offset);
   /// The fetch's counts (its values, if any, are not used); only the first call
   /// counts (a net_fetcher's failure may deliver an empty run).
@@ -66,7 +73,8 @@ class BackFetchMeeting {
   // The front's side.
   /// The request's entry in `tier` (created, holding no more than the front has
   /// prefilled): the chunks held so far are written ahead into it, and every later
-  /// one as it is taken. A tier fault throws (the chunks held are dropped).
+  /// one as it is taken. On a tier fault the run is dropped and ends (the front
+  /// computes the prefix; refusal() says why).
   void bind(FullTier& tier, uint64_t id);
   /// Whether the fetcher does not hold chunk f: then f is the front's (the fetcher
   /// takes nothing at or below it). False also once f is past the last chunk.
@@ -88,7 +96,11 @@ class BackFetchMeeting {
   [[nodiscard]] size_t held_bytes() const;
 
  private:
+  /// The run ends: nothing more is taken, `why` says so.
+  void end_run(std::string why);
+
   const size_t chunks_, chunk_tokens_, hold_limit_;
+  const std::chrono::milliseconds bind_wait_;
   std::atomic<size_t> lowest_;  // the fetcher's lowest chunk (chunks_: none)
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -96,6 +108,7 @@ class BackFetchMeeting {
   size_t floor_ = 0;    // chunks below it are of no use (keep_above)
   std::string floor_why_;
   bool stopped_ = false;
+  bool ended_ = false;  // the run ended on the fetcher's side (end_run)
   ChunkLayout layout_;
   FullTier* tier_ = nullptr;
   uint64_t id_ = 0;

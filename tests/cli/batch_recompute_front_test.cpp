@@ -146,10 +146,12 @@ TEST(cli_batch_recompute_front, when_idle_the_first_request_recomputes_its_front
   const auto idle = run_batch(d, "in.jsonl", "idle", remote + " --remote-recompute-front-when-idle");
   ASSERT_EQ(idle.size(), 4u);
   expect_same_outputs(full, idle, "recompute front when idle");
-  // The first line is admitted alone: its front is recomputed. The others, as
-  // admitted beside it or after it, take one flow or the other; either covers the
-  // prefix the store holds.
+  // The first line is admitted alone: its front is recomputed. The others take
+  // one flow or the other as they find the engine; either covers the prefix the
+  // store holds.
   EXPECT_TRUE(idle[0]["stats"]["remote"]["recompute_front"].get<bool>()) << idle[0]["stats"]["remote"];
+  // The second is admitted at once beside it (concurrency 8, no memory limit).
+  EXPECT_FALSE(idle[1]["stats"]["remote"]["recompute_front"].get<bool>()) << idle[1]["stats"]["remote"];
   for (size_t i = 0; i < idle.size(); ++i) {
     const json& rs = idle[i]["stats"]["remote"];
     EXPECT_EQ(covered(idle[i]), plain[i]["stats"]["remote"]["positions_hit"].get<size_t>())

@@ -194,11 +194,13 @@ TEST_F(back_fetch_meeting, before_the_front_binds_it_a_fetch_holds_no_more_than_
   r.flush();
   std::vector<std::pair<std::string, size_t>> values = back_values(r, prompt);
   ASSERT_EQ(values.size(), 3u);
-  BackFetchMeeting m(5, 8, /*hold_limit=*/values[0].first.size() + 10);  // room for one chunk
+  // Room for one chunk; the front never binds within the 50 ms wait.
+  BackFetchMeeting m(5, 8, /*hold_limit=*/values[0].first.size() + 10, std::chrono::milliseconds(50));
   ASSERT_TRUE(m.begin(r.layout()));
   ASSERT_TRUE(m.take(4, std::move(values[0].first), values[0].second));
-  EXPECT_FALSE(m.take(3, std::move(values[1].first), values[1].second)) << "past the limit";
+  EXPECT_FALSE(m.take(3, std::move(values[1].first), values[1].second)) << "past the limit, unbound";
   EXPECT_NE(m.refusal().find("would pass the"), std::string::npos) << m.refusal();
+  EXPECT_NE(m.refusal().find("within 50 ms"), std::string::npos) << m.refusal();
   m.deliver(RemoteBackFetch{});
   ASSERT_NE(m.delivered(), nullptr);
   EXPECT_EQ(m.delivered()->stop_reason, m.refusal()) << "the run says why it ended";
@@ -207,6 +209,39 @@ TEST_F(back_fetch_meeting, before_the_front_binds_it_a_fetch_holds_no_more_than_
   EXPECT_EQ(met.front_chunks, 4u) << "the front computed what the fetch did not bring";
   EXPECT_EQ(met.fetched_chunks, 1u);
   expect_prefix(5, 40);
+}
+
+TEST_F(back_fetch_meeting, a_fetch_whose_hold_is_full_waits_for_the_bind_and_goes_on_into_the_entry) {
+  RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
+  ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
+  r.flush();
+  std::vector<std::pair<std::string, size_t>> values = back_values(r, prompt);
+  ASSERT_EQ(values.size(), 3u);
+  const size_t one = values[0].first.size();
+  BackFetchMeeting m(5, 8, /*hold_limit=*/one + 10, std::chrono::seconds(60));
+  ASSERT_TRUE(m.begin(r.layout()));
+  ASSERT_TRUE(m.take(4, std::move(values[0].first), values[0].second));
+  std::atomic<bool> took3{false};
+  std::thread fetcher([&] { took3 = m.take(3, std::move(values[1].first), values[1].second); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(m.holds(3)) << "still waiting for the bind";
+  EXPECT_EQ(m.held_bytes(), one) << "the chunk that waits is not held";
+  dst.create(16);
+  const MetPrefix met = meet_back_fetch(
+      m,
+      [&](size_t f) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (f == 0 && !m.holds(3) && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        copy_chunk(16, f);
+      },
+      dst, 16, /*wait_for_run=*/false);
+  fetcher.join();
+  EXPECT_TRUE(took3) << "the bind let the waiting chunk in";
+  EXPECT_EQ(m.held_bytes(), 0u);
+  EXPECT_EQ(met.front_chunks, 3u);
+  EXPECT_EQ(met.fetched_chunks, 2u);
+  expect_prefix(16, 40);
 }
 
 TEST_F(back_fetch_meeting, a_fetcher_that_never_started_costs_the_front_nothing_and_then_fetches_nothing) {

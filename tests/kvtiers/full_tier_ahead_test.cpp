@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -74,7 +75,7 @@ struct full_tier_ahead : ::testing::TestWithParam<bool> {  // true: the disk tie
 };
 
 TEST_P(full_tier_ahead, a_run_written_from_the_top_down_joins_the_front_with_the_bits_of_appending_in_order) {
-  dst->create(7);  // no size hint: the disk tier's file grows at the first write ahead
+  dst->create(7);  // no size hint
   write_ahead(7, 8, 2);  // positions [32, 40), then [24, 32) below them
   write_ahead(7, 6, 2);
   EXPECT_EQ(dst->ahead(7), (std::pair<size_t, size_t>{24, 40}));
@@ -92,17 +93,45 @@ TEST_P(full_tier_ahead, a_run_written_from_the_top_down_joins_the_front_with_the
 
 TEST_P(full_tier_ahead, a_join_keeps_what_the_front_rewrote_inside_the_run_and_drops_the_run_past_its_end) {
   dst->create(8, 48);
+  const size_t allocated = GetParam() ? 0 : static_cast<HostFullTier&>(*dst).bytes_allocated();
   write_ahead(8, 4, 6);  // positions [16, 40)
   append(8, 0, 6);       // a rank whose front went on into its run: to 24
   dst->join_ahead(8, 32);
   expect_source_bits(8, 32);
   EXPECT_EQ(dst->bytes_held(8), 32 * bpt) << "the run past 32 is gone";
-  // A host chunk of 2 blocks: 2 layers x (K, V) x 2 blocks x 128 bytes.
   if (!GetParam()) {
-    EXPECT_EQ(static_cast<HostFullTier&>(*dst).bytes_allocated(), 4 * 1024u) << "its chunks past 32 positions freed";
+    EXPECT_EQ(static_cast<HostFullTier&>(*dst).bytes_allocated(), allocated)
+        << "the storage the request was created with stays (the prefill rewrites it)";
   }
   append(8, 8, 2);  // written again from the front, as the prefill of the rest would
   expect_source_bits(8, 40);
+}
+
+TEST_P(full_tier_ahead, a_position_written_into_a_block_of_the_run_keeps_the_rest_of_the_block) {
+  dst->create(12, 48);
+  write_ahead(12, 4, 6);  // positions [16, 40)
+  append(12, 0, 4);       // the front, to 16
+  // A rank's front going on into its run one position at a time (write(), as a
+  // decode step writes): 16 and 17, in the run's first block. The disk tier holds
+  // one block per layer in memory; it must read the run's block back first.
+  std::vector<std::byte> k(src->staging_bytes(4)), v(k.size());
+  std::vector<float> kr(2 * 8), vr(kr.size());
+  for (size_t p = 16; p < 18; ++p)
+    for (size_t l = 0; l < 2; ++l) {
+      src->read_blocks(1, l, 4, 1, k.data(), v.data());  // block 4: [kv_heads, 4 positions, 8]
+      for (size_t h = 0; h < 2; ++h)
+        for (size_t d = 0; d < 8; ++d) {
+          const size_t at = ((h * 4 + p - 16) * 8 + d) * 2;  // bf16
+          const uint32_t kb = uint32_t(uint8_t(k[at])) | uint32_t(uint8_t(k[at + 1])) << 8;
+          const uint32_t vb = uint32_t(uint8_t(v[at])) | uint32_t(uint8_t(v[at + 1])) << 8;
+          const uint32_t kf = kb << 16, vf = vb << 16;
+          std::memcpy(&kr[h * 8 + d], &kf, 4);
+          std::memcpy(&vr[h * 8 + d], &vf, 4);
+        }
+      dst->write(12, l, p, kr.data(), vr.data());
+    }
+  dst->join_ahead(12, 40);
+  expect_source_bits(12, 40);  // 18-19 came from the run, read back around the writes
 }
 
 TEST_P(full_tier_ahead, a_run_that_lies_below_the_front_or_leaves_a_gap_is_refused_and_nothing_changes) {
