@@ -96,18 +96,31 @@ void expect_same_outputs(const std::vector<json>& want, const std::vector<json>&
 
 const std::string kFull = " --remote-chunk 32 --remote-flow full";
 
+// The four lines in in.jsonl and their full-mode twins in full.jsonl, over a store
+// that holds their chunks: the full-mode run, and a run of the plain full flow.
+struct Published {
+  std::string remote;
+  std::vector<json> full, plain;
+};
+
+Published publish_lines(const vc::test::RedisServer& server, const Dir& d) {
+  const std::string p = code_prompt(14);
+  write_lines(d, "in.jsonl", p, false);
+  write_lines(d, "full.jsonl", p, true);
+  Published out;
+  out.remote = " --remote " + server.url() + kFull;
+  out.full = run_batch(d, "full.jsonl", "full", "");
+  (void)run_batch(d, "in.jsonl", "cold", out.remote);  // publishes at its exit
+  out.plain = run_batch(d, "in.jsonl", "plain", out.remote);
+  return out;
+}
+
 TEST(cli_batch_recompute_front, the_fetched_back_and_the_drafters_front_give_full_decodings_tokens) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   Dir d;
-  const std::string p = code_prompt(14);
-  write_lines(d, "in.jsonl", p, false);
-  write_lines(d, "full.jsonl", p, true);
-  const std::string remote = " --remote " + server.url() + kFull;
-  const auto full = run_batch(d, "full.jsonl", "full", "");
+  const auto [remote, full, plain] = publish_lines(server, d);
   const auto local = run_batch(d, "in.jsonl", "local", "");
-  (void)run_batch(d, "in.jsonl", "cold", remote);  // publishes at its exit
-  const auto plain = run_batch(d, "in.jsonl", "plain", remote);
   const auto met = run_batch(d, "in.jsonl", "met", remote + " --remote-recompute-front");
   // With the full tier on disk the fetched chunks go into the requests' files.
   const auto met_disk = run_batch(d, "in.jsonl", "met-disk",
@@ -136,13 +149,7 @@ TEST(cli_batch_recompute_front, when_idle_the_first_request_recomputes_its_front
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);
   Dir d;
-  const std::string p = code_prompt(14);
-  write_lines(d, "in.jsonl", p, false);
-  write_lines(d, "full.jsonl", p, true);
-  const std::string remote = " --remote " + server.url() + kFull;
-  const auto full = run_batch(d, "full.jsonl", "full", "");
-  (void)run_batch(d, "in.jsonl", "cold", remote);  // publishes at its exit
-  const auto plain = run_batch(d, "in.jsonl", "plain", remote);
+  const auto [remote, full, plain] = publish_lines(server, d);
   const auto idle = run_batch(d, "in.jsonl", "idle", remote + " --remote-recompute-front-when-idle");
   ASSERT_EQ(idle.size(), 4u);
   expect_same_outputs(full, idle, "recompute front when idle");
