@@ -202,6 +202,76 @@ template <class T, int HB, class VS>
     for (int i = 0; i < DV; ++i) out[h][i] = acc[h][i];
 }
 
+/// acc[h][p] = the dot product of head h's query with the K row of position
+/// min(t + p, c - 1), lanes not yet reduced (the matmul's per-element order).
+template <class T, int HB, class KS>
+inline void score_lanes(const KS& ks, const AttnBuffers& b, size_t D, size_t c, size_t t,
+                        typename T::V (&acc)[HB][4]) {
+  using V = typename T::V;
+  constexpr size_t W = T::W;
+  size_t kp[4];
+  for (int p = 0; p < 4; ++p) kp[p] = t + size_t(p) < c ? t + size_t(p) : c - 1;
+  for (int h = 0; h < HB; ++h)
+    for (int p = 0; p < 4; ++p) acc[h][p] = T::zero();
+  for (size_t d = 0; d < D; d += W) {
+    const size_t len = D - d < W ? D - d : W;
+    V qv[HB];
+    for (int h = 0; h < HB; ++h) qv[h] = T::load(b.qs + size_t(h) * b.dp + d);
+    for (int p = 0; p < 4; ++p) {
+      const V kvec = ks.at(kp[p], d, len);
+      for (int h = 0; h < HB; ++h) acc[h][p] = T::fmadd(qv[h], kvec, acc[h][p]);
+    }
+  }
+}
+
+/// The block's scores into b.sc (head h at b.sc + h * b.bp), c valid positions;
+/// lanes past c up to the next multiple of four (of W where the traits reduce
+/// sixteen at once) hold repeats, overwritten by block_probabilities.
+template <class T, int HB, class KS>
+inline void block_scores(const KS& ks, const AttnBuffers& b, size_t D, size_t c) {
+  using V = typename T::V;
+  if constexpr (requires(V v) { T::reduce16_finish(v, v); }) {
+    // Sixteen positions per step, their sums reduced together and stored whole (a
+    // vector load of the scores then reads one store, not four partial ones).
+    static_assert(T::W == 16);
+    for (size_t t = 0; t < c; t += 16) {
+      V r[HB], u[HB];
+      for (size_t s = 0; s < 4; ++s) {
+        V acc[HB][4];
+        if (t + 4 * s < c) {
+          score_lanes<T, HB>(ks, b, D, c, t + 4 * s, acc);
+        } else {
+          for (int h = 0; h < HB; ++h)
+            for (int p = 0; p < 4; ++p) acc[h][p] = T::zero();
+        }
+        for (int h = 0; h < HB; ++h) {
+          const V q = T::reduce4_quarters(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+          if (s == 0 || s == 2) {
+            r[h] = q;
+          } else if (s == 1) {
+            u[h] = T::reduce16_pair(r[h], q);
+          } else {
+            T::store(b.sc + size_t(h) * b.bp + t,
+                     T::reduce16_finish(u[h], T::reduce16_pair(r[h], q)));
+          }
+        }
+      }
+    }
+  } else {
+    // Four positions at a time (a last partial group repeats position c-1; the
+    // extra results are not stored).
+    for (size_t t = 0; t < c; t += 4) {
+      V acc[HB][4];
+      score_lanes<T, HB>(ks, b, D, c, t, acc);
+      const size_t n = c - t < 4 ? c - t : 4;
+      for (int h = 0; h < HB; ++h) {
+        T::store4(b.sc + size_t(h) * b.bp + t,
+                  T::reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), nullptr, n);
+      }
+    }
+  }
+}
+
 /// One KV block (c valid positions, head_dim D) for query heads h0 .. h0+HB: scores,
 /// probabilities, weighted V, merged into the heads' running state. K and V rows
 /// come from ks.at(t, d, len) and vs.at(t, d, len) (PagedRows, or rows dequantized
@@ -219,29 +289,7 @@ void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0
   float(&run_max)[HB] = hp.run_max;
   float(&run_sum)[HB] = hp.run_sum;
 
-  // Scores, four positions at a time (a last partial group repeats position c-1;
-  // the extra results are not stored).
-  for (size_t t = 0; t < c; t += 4) {
-    size_t kp[4];
-    for (int p = 0; p < 4; ++p) kp[p] = t + size_t(p) < c ? t + size_t(p) : c - 1;
-    V acc[HB][4];
-    for (int h = 0; h < HB; ++h)
-      for (int p = 0; p < 4; ++p) acc[h][p] = T::zero();
-    for (size_t d = 0; d < D; d += W) {
-      const size_t len = D - d < W ? D - d : W;
-      V qv[HB];
-      for (int h = 0; h < HB; ++h) qv[h] = T::load(b.qs + size_t(h) * b.dp + d);
-      for (int p = 0; p < 4; ++p) {
-        const V kvec = ks.at(kp[p], d, len);
-        for (int h = 0; h < HB; ++h) acc[h][p] = T::fmadd(qv[h], kvec, acc[h][p]);
-      }
-    }
-    const size_t n = c - t < 4 ? c - t : 4;
-    for (int h = 0; h < HB; ++h) {
-      T::store4(b.sc + size_t(h) * b.bp + t, T::reduce4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]),
-                nullptr, n);
-    }
-  }
+  block_scores<T, HB>(ks, b, D, c);
 
   float fab[W] = {};
   block_probabilities<T, HB>(b, c, run_max, run_sum, fab);

@@ -95,15 +95,37 @@ struct Avx512Simd {
   /// of one vector, so each sum is the same as if it had been reduced alone
   /// (padding vectors are simply zero).
   using V4 = __m128;
-  static V4 reduce4(V a0, V a1, V a2, V a3) {
+  /// The first steps of reduce4: quarter j of the result holds a_j's (q0 + q2) +
+  /// (q1 + q3), lane by lane (x0 .. x3).
+  static V reduce4_quarters(V a0, V a1, V a2, V a3) {
     // [a0.q0+q2, a0.q1+q3, a1.q0+q2, a1.q1+q3] and the same for a2, a3.
     const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
                                      _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
     const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
                                      _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  /// Sixteen reduce4 sums at once: r_i = reduce4_quarters of vectors 4i .. 4i+3;
+  /// lane n of reduce16_finish(reduce16_pair(r0, r1), reduce16_pair(r2, r3)) is
+  /// vector n's (x0 + x1) + (x2 + x3), the bits reduce4 gives it (each add combines
+  /// the same two values; only their lanes differ). Three adds and seven shuffles
+  /// where four reduce4 take eight adds and twelve.
+  /// Per quarter j: [A.(x0+x1), A.(x2+x3), B.(x0+x1), B.(x2+x3)] for A = ra, B = rb.
+  static V reduce16_pair(V ra, V rb) {
+    return _mm512_add_ps(_mm512_shuffle_ps(ra, rb, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(ra, rb, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  static V reduce16_finish(V u, V w) {
+    // Quarter j, lane k: the sum of vector 4k + j; then put vector n in lane n.
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(u, w, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(u, w, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
+  }
+  static V4 reduce4(V a0, V a1, V a2, V a3) {
     // Quarter j: a_j's (q0+q2) + (q1+q3).
-    __m512 r = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 r = reduce4_quarters(a0, a1, a2, a3);
     r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(2, 3, 0, 1)));
     r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(1, 0, 3, 2)));
     // Lane 0 of each quarter -> lanes 0..3 (a 128-bit extract of lane block 0 is free).
