@@ -5,6 +5,7 @@
 #include "runtime/forward_attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 
@@ -32,15 +33,25 @@ size_t tile_blocks(const cpu::PagedKv& kv) {
 
 // Rows [r0, r0 + M) (states begun) merge blocks [b_begin, b_end) of `kv` a tile of
 // blocks at a time, every row reading a tile while it is in cache, rows split across
-// the pool. Per row the blocks still come in position order, so each row's bits are
-// those of one pass over the whole range (AttentionRowState).
+// the pool in groups that share passes over a block (AttentionRowState::add_rows:
+// several rows' query heads of a KV head at once, when a KV head has few of them).
+// Per row the blocks still come in position order, so each row's bits are those of
+// one pass over the whole range (AttentionRowState).
 void attend_tiles(const cpu::PagedKv& kv, size_t r0, size_t M, size_t b_begin, size_t b_end,
                   Workspace& ws) {
   const size_t tile = tile_blocks(kv);
+  const size_t rp =
+      M > 1 ? cpu::attention_rows_per_pass(ws.attn_states[r0].heads(), kv.kv_heads) : 1;
+  const size_t groups = (M + rp - 1) / rp;
   for (size_t b0 = b_begin; b0 < b_end; b0 += tile) {
     const size_t b1 = std::min(b_end, b0 + tile);
-    ws.pool().parallel_for(M, 1, [&](size_t b, size_t e) {
-      for (size_t m = b; m < e; ++m) ws.attn_states[r0 + m].add(kv, b0, b1);
+    ws.pool().parallel_for(groups, 1, [&](size_t b, size_t e) {
+      std::array<cpu::AttentionRowState*, cpu::kAttentionMaxRowsPerPass> rows{};
+      for (size_t i = b; i < e; ++i) {
+        const size_t m0 = i * rp, n = std::min(rp, M - m0);
+        for (size_t k = 0; k < n; ++k) rows[k] = &ws.attn_states[r0 + m0 + k];
+        cpu::AttentionRowState::add_rows({rows.data(), n}, kv, b0, b1);
+      }
     });
   }
 }

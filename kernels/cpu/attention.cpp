@@ -19,18 +19,35 @@ namespace {
 using AttnFn = void (*)(const float*, size_t, const PagedKv&, size_t, float, float*, float*,
                         size_t, size_t);
 
-AttnFn attention_fn(SimdPath p) {
+// One SIMD path's entry points (attention_paths.hpp) and query heads per pass.
+struct AttnPath {
+  AttnFn row;
+  AttnBlocksFn blocks;
+  AttnFinishFn finish;
+  AttnRowsBlocksFn rows_blocks;
+  size_t heads_per_pass;
+};
+
+const AttnPath& attn_path(SimdPath p) {
+  static constexpr AttnPath kScalar{attention_scalar, attention_blocks_scalar,
+                                    attention_finish_scalar, attention_rows_blocks_scalar,
+                                    kAttentionHeadsPerPassScalar};
+  static constexpr AttnPath kAvx2{attention_avx2, attention_blocks_avx2, attention_finish_avx2,
+                                  attention_rows_blocks_avx2, kAttentionHeadsPerPassAvx2};
+  static constexpr AttnPath kAvx512{attention_avx512, attention_blocks_avx512,
+                                    attention_finish_avx512, attention_rows_blocks_avx512,
+                                    kAttentionHeadsPerPassAvx512};
   switch (p) {
     case SimdPath::avx512bf16:
     case SimdPath::amx:
     case SimdPath::avx512:
-      return attention_avx512;
+      return kAvx512;
     case SimdPath::avx2:
-      return attention_avx2;
+      return kAvx2;
     case SimdPath::scalar:
       break;
   }
-  return attention_scalar;
+  return kScalar;
 }
 
 // Throws vc::Error for shapes the kernels cannot use.
@@ -109,7 +126,7 @@ void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_c
       }
     return;
   }
-  const Call c{q, n_heads, &kv, n_ctx, scale, out, max_sum, attention_fn(active_simd_path())};
+  const Call c{q, n_heads, &kv, n_ctx, scale, out, max_sum, attn_path(active_simd_path()).row};
   if (pool == nullptr || pool->threads() == 1 || kv.kv_heads == 1 ||
       n_ctx < kMinParallelPositions) {
     run_heads(c, 0, kv.kv_heads);
@@ -120,38 +137,6 @@ void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_c
 }
 
 // ---- AttentionRowState ---------------------------------------------------------
-
-namespace {
-
-AttnBlocksFn blocks_fn(SimdPath p) {
-  switch (p) {
-    case SimdPath::avx512bf16:
-    case SimdPath::amx:
-    case SimdPath::avx512:
-      return attention_blocks_avx512;
-    case SimdPath::avx2:
-      return attention_blocks_avx2;
-    case SimdPath::scalar:
-      break;
-  }
-  return attention_blocks_scalar;
-}
-
-AttnFinishFn finish_fn(SimdPath p) {
-  switch (p) {
-    case SimdPath::avx512bf16:
-    case SimdPath::amx:
-    case SimdPath::avx512:
-      return attention_finish_avx512;
-    case SimdPath::avx2:
-      return attention_finish_avx2;
-    case SimdPath::scalar:
-      break;
-  }
-  return attention_finish_scalar;
-}
-
-}  // namespace
 
 void AttentionRowState::begin(const float* q, size_t n_heads, const PagedKv& shape, size_t n_ctx,
                               float scale) {
@@ -182,7 +167,7 @@ void AttentionRowState::add(const PagedKv& kv, size_t block_begin, size_t block_
     if (kv.block_table[j] < 0)
       throw Error("AttentionRowState::add: block_table[" + std::to_string(j) + "] = " +
                   std::to_string(kv.block_table[j]) + " (negative)");
-  const AttnBlocksFn fn = blocks_fn(active_simd_path());
+  const AttnBlocksFn fn = attn_path(active_simd_path()).blocks;
   auto run = [&](size_t g0, size_t g1) {
     thread_local std::vector<float> sc;
     const size_t need = kAttentionMaxHeadsPerPass * ((block_tokens_ + 15) / 16 * 16);
@@ -199,6 +184,61 @@ void AttentionRowState::add(const PagedKv& kv, size_t block_begin, size_t block_
   next_block_ = block_end;
 }
 
+size_t attention_rows_per_pass(size_t n_heads, size_t kv_heads) {
+  const size_t pass = attn_path(active_simd_path()).heads_per_pass;
+  if (kv_heads == 0 || n_heads % kv_heads != 0) return 1;
+  const size_t group = n_heads / kv_heads;
+  static_assert(kAttentionHeadsPerPassAvx512 <= kAttentionMaxRowsPerPass &&
+                kAttentionHeadsPerPassAvx2 <= kAttentionMaxRowsPerPass &&
+                kAttentionHeadsPerPassScalar <= kAttentionMaxRowsPerPass);
+  return group >= pass ? 1 : pass / group;
+}
+
+void AttentionRowState::add_rows(std::span<AttentionRowState* const> rows, const PagedKv& kv,
+                                 size_t block_begin, size_t block_end) {
+  if (rows.empty()) return;
+  const AttentionRowState& r0 = *rows[0];
+  // The rows with blocks left from block_begin (as add(), a row past its last block
+  // takes none), and blocks [block_begin, whole), whole for each of them.
+  thread_local std::vector<AttentionRowState*> active;
+  active.clear();
+  size_t whole = block_end;
+  for (AttentionRowState* r : rows) {
+    if (r->n_heads_ != r0.n_heads_ || r->kv_heads_ != r0.kv_heads_ || r->head_dim_ != r0.head_dim_ ||
+        r->block_tokens_ != r0.block_tokens_)
+      throw Error("AttentionRowState::add_rows: rows begun over different shapes");
+    if (block_begin >= r->n_blocks_) continue;
+    if (r->next_block_ != block_begin)
+      throw Error("AttentionRowState::add_rows: a row is at block " + std::to_string(r->next_block_) +
+                  ", not at block_begin " + std::to_string(block_begin));
+    active.push_back(r);
+    whole = std::min(whole, r->n_ctx_ / r->block_tokens_);
+  }
+  if (active.size() > 1 && whole > block_begin &&
+      attention_rows_per_pass(r0.n_heads_, r0.kv_heads_) > 1) {
+    if (kv.kv_heads != r0.kv_heads_ || kv.head_dim != r0.head_dim_ ||
+        kv.block_tokens != r0.block_tokens_)
+      throw Error("AttentionRowState::add_rows: the KV's shape differs from the one begin() saw");
+    if (kv.k == nullptr || kv.v == nullptr || kv.block_table == nullptr)
+      throw Error("AttentionRowState::add_rows: null K, V or block table");
+    for (size_t j = block_begin; j < whole; ++j)
+      if (kv.block_table[j] < 0)
+        throw Error("AttentionRowState::add_rows: block_table[" + std::to_string(j) + "] = " +
+                    std::to_string(kv.block_table[j]) + " (negative)");
+    thread_local std::vector<float*> states;
+    thread_local std::vector<float> sc;
+    states.clear();
+    for (AttentionRowState* r : active) states.push_back(r->state_.data());
+    const size_t need = kAttentionMaxHeadsPerPass * ((r0.block_tokens_ + 15) / 16 * 16);
+    if (sc.size() < need) sc.resize(need);
+    attn_path(active_simd_path()).rows_blocks(r0.n_heads_, kv, block_begin, whole, states.data(),
+                                       states.size(), sc.data());
+    for (AttentionRowState* r : active) r->next_block_ = whole;
+    block_begin = whole;
+  }
+  for (AttentionRowState* r : active) r->add(kv, block_begin, block_end);
+}
+
 void AttentionRowState::max_sum(float* out) const {
   const float* stats = state_.data() + 2 * n_heads_ * ((head_dim_ + 15) / 16 * 16);
   std::copy_n(stats, 2 * n_heads_, out);
@@ -212,7 +252,7 @@ void AttentionRowState::finish(float* out) const {
   if (next_block_ < n_blocks_)
     throw Error("AttentionRowState::finish: blocks " + std::to_string(next_block_) + ".." +
                 std::to_string(n_blocks_ - 1) + " were never added");
-  finish_fn(active_simd_path())(n_heads_, kv_heads_, head_dim_, state_.data(), out, 0, kv_heads_);
+  attn_path(active_simd_path()).finish(n_heads_, kv_heads_, head_dim_, state_.data(), out, 0, kv_heads_);
 }
 
 }  // namespace vc::cpu

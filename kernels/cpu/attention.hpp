@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
@@ -47,6 +48,13 @@ void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_c
 void attention_row(const float* q, size_t n_heads, const PagedKv& kv, size_t n_ctx,
                    float scale, float* out, ThreadPool* pool, float* max_sum = nullptr);
 
+/// Rows whose query heads on one KV head share a pass of AttentionRowState::add_rows
+/// on the active SIMD path (1: each row alone, as when a KV head has as many
+/// query heads as a pass takes).
+[[nodiscard]] size_t attention_rows_per_pass(size_t n_heads, size_t kv_heads);
+/// The most attention_rows_per_pass returns.
+inline constexpr size_t kAttentionMaxRowsPerPass = 4;
+
 /// attention_row split over calls, for KV that arrives in chunks of blocks (a verify
 /// or prefill pass staging the full KV a chunk at a time): begin(), then add() for
 /// consecutive block ranges in ascending order starting at block 0, then finish().
@@ -62,6 +70,13 @@ class AttentionRowState {
   /// block_begin must be where the previous add() ended (0 first). With `pool`, the
   /// KV heads are split across its threads (bit-identical either way).
   void add(const PagedKv& kv, size_t block_begin, size_t block_end, ThreadPool* pool = nullptr);
+  /// add() for several rows of one sequence at once (each begun over KV of this
+  /// shape, each at block_begin): over the blocks whole for every row, a KV head's
+  /// query heads of several rows share one pass (attention_rows_per_pass), each K
+  /// and V vector loaded once for all of them; the rest row by row. Each row's bits
+  /// are those of its own add() over the same blocks.
+  static void add_rows(std::span<AttentionRowState* const> rows, const PagedKv& kv,
+                       size_t block_begin, size_t block_end);
   /// Merges the next block from K and V rows held as quantized codes, dequantized in
   /// registers (dequant_attention.hpp): the bits of add() over the same block's
   /// dequantized fp32 rows. States of one KV head only.
@@ -74,6 +89,8 @@ class AttentionRowState {
   /// out: [n_heads][2], each head's softmax maximum and sum over the blocks added so
   /// far (after the last add(), the row's own: what finish() divides by).
   void max_sum(float* out) const;
+  /// Query heads of the row (begin()'s n_heads).
+  [[nodiscard]] size_t heads() const { return n_heads_; }
   /// Blocks the row attends to: ceil(n_ctx / block_tokens).
   [[nodiscard]] size_t blocks() const { return n_blocks_; }
 

@@ -69,25 +69,41 @@ struct PagedRows {
   }
 };
 
-/// A pass over query heads h0 .. h0+HB: its slices of the buffers (b.qs / b.o rows
-/// h0.., stats h0..) and the heads' running max and sum, loaded from the state;
-/// store() writes them back.
+/// The HB query heads of one pass over a KV block: each head's scaled query,
+/// running output and (max, sum) in its row's state, and the running max and sum
+/// loaded into the pass; store() writes them back. The heads are h0 .. h0+HB of one
+/// row's state, or the same `per_row` heads of several rows (rows of one sequence,
+/// all on one KV head): every lane operation of the pass stays within one head, so
+/// a head's bits do not depend on which heads share its pass.
 template <int HB>
 struct HeadPass {
-  AttnBuffers b;
+  const float* qs[HB];
+  float* o[HB];
+  float* stats[HB];
+  float* sc;  // [HB][bp] scores, then probabilities, of the block
+  size_t bp;
   float run_max[HB], run_sum[HB];
-  HeadPass(const AttnBuffers& buf, size_t h0)
-      : b{buf.qs + h0 * buf.dp, buf.o + h0 * buf.dp, buf.stats + 2 * h0, buf.sc, buf.dp, buf.bp} {
-    for (int h = 0; h < HB; ++h) {
-      run_max[h] = b.stats[2 * h];
-      run_sum[h] = b.stats[2 * h + 1];
-    }
+  HeadPass(const AttnBuffers& buf, size_t h0) : sc(buf.sc), bp(buf.bp) {
+    for (int h = 0; h < HB; ++h) bind(h, buf, h0 + size_t(h));
+  }
+  /// Heads h0 .. h0+per_row of rows[0], then of rows[1], ... (HB / per_row rows).
+  HeadPass(const AttnBuffers* rows, size_t per_row, size_t h0) : sc(rows[0].sc), bp(rows[0].bp) {
+    for (int h = 0; h < HB; ++h) bind(h, rows[size_t(h) / per_row], h0 + size_t(h) % per_row);
   }
   void store() const {
     for (int h = 0; h < HB; ++h) {
-      b.stats[2 * h] = run_max[h];
-      b.stats[2 * h + 1] = run_sum[h];
+      stats[h][0] = run_max[h];
+      stats[h][1] = run_sum[h];
     }
+  }
+
+ private:
+  void bind(int i, const AttnBuffers& buf, size_t h) {
+    qs[i] = buf.qs + h * buf.dp;
+    o[i] = buf.o + h * buf.dp;
+    stats[i] = buf.stats + 2 * h;
+    run_max[i] = stats[i][0];
+    run_sum[i] = stats[i][1];
   }
 };
 
@@ -97,8 +113,9 @@ struct HeadPass {
 /// M') and fab[2h+1] = exp(m_j - M') (fab: W floats, zeroed), with the running max
 /// and sum moved to M' and L' = fma(L, a, l_j * b).
 template <class T, int HB>
-inline void block_probabilities(const AttnBuffers& b, size_t c, float (&run_max)[HB],
-                                float (&run_sum)[HB], float* fab) {
+inline void block_probabilities(HeadPass<HB>& hp, size_t c, float* fab) {
+  float(&run_max)[HB] = hp.run_max;
+  float(&run_sum)[HB] = hp.run_sum;
   using V = typename T::V;
   constexpr size_t W = T::W;
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -108,7 +125,7 @@ inline void block_probabilities(const AttnBuffers& b, size_t c, float (&run_max)
   V psum[4];
   for (int h = 0; h < 4; ++h) psum[h] = T::zero();
   for (int h = 0; h < HB; ++h) {
-    float* sc = b.sc + size_t(h) * b.bp;
+    float* sc = hp.sc + size_t(h) * hp.bp;
     for (size_t t = c; t < cw; ++t) sc[t] = neg_inf;
     V mv = T::load(sc);
     for (size_t t = W; t < cw; t += W) mv = T::max(mv, T::load(sc + t));
@@ -146,14 +163,14 @@ inline void block_probabilities(const AttnBuffers& b, size_t c, float (&run_max)
 /// O' = fma(O, a, o_j * b) for head_dim vectors [d0 / W, d0 / W + nv) of heads
 /// h0.. (b's slices), o_j the block's weighted V in acc.
 template <class T, int HB, int DV>
-inline void merge_block_output(const AttnBuffers& b, const float* fab, size_t d0, size_t nv,
+inline void merge_block_output(const HeadPass<HB>& hp, const float* fab, size_t d0, size_t nv,
                                const typename T::V (&acc)[HB][DV]) {
   using V = typename T::V;
   constexpr size_t W = T::W;
   for (int h = 0; h < HB; ++h) {
     const V va = T::set1(fab[2 * h]), vbf = T::set1(fab[2 * h + 1]);
     for (size_t i = 0; i < nv; ++i) {
-      float* o = b.o + size_t(h) * b.dp + d0 + i * W;
+      float* o = hp.o[h] + d0 + i * W;
       T::store(o, T::fmadd(T::load(o), va, T::mul(acc[h][i], vbf)));
     }
   }
@@ -165,7 +182,7 @@ inline void merge_block_output(const AttnBuffers& b, const float* fab, size_t d0
 /// factors in registers across this loop and spilled an accumulator to the stack,
 /// putting a store and a reload on its chain every position.
 template <class T, int HB, class VS>
-[[gnu::noinline]] void weighted_v(const VS& vs, const AttnBuffers& b, size_t D, size_t c,
+[[gnu::noinline]] void weighted_v(const VS& vs, const HeadPass<HB>& b, size_t D, size_t c,
                                   size_t d0, size_t nv, typename T::V (&out)[HB][T::DV]) {
   using V = typename T::V;
   constexpr size_t W = T::W;
@@ -205,7 +222,7 @@ template <class T, int HB, class VS>
 /// acc[h][p] = the dot product of head h's query with the K row of position
 /// min(t + p, c - 1), lanes not yet reduced (the matmul's per-element order).
 template <class T, int HB, class KS>
-inline void score_lanes(const KS& ks, const AttnBuffers& b, size_t D, size_t c, size_t t,
+inline void score_lanes(const KS& ks, const HeadPass<HB>& b, size_t D, size_t c, size_t t,
                         typename T::V (&acc)[HB][4]) {
   using V = typename T::V;
   constexpr size_t W = T::W;
@@ -216,7 +233,7 @@ inline void score_lanes(const KS& ks, const AttnBuffers& b, size_t D, size_t c, 
   for (size_t d = 0; d < D; d += W) {
     const size_t len = D - d < W ? D - d : W;
     V qv[HB];
-    for (int h = 0; h < HB; ++h) qv[h] = T::load(b.qs + size_t(h) * b.dp + d);
+    for (int h = 0; h < HB; ++h) qv[h] = T::load(b.qs[h] + d);
     for (int p = 0; p < 4; ++p) {
       const V kvec = ks.at(kp[p], d, len);
       for (int h = 0; h < HB; ++h) acc[h][p] = T::fmadd(qv[h], kvec, acc[h][p]);
@@ -228,7 +245,7 @@ inline void score_lanes(const KS& ks, const AttnBuffers& b, size_t D, size_t c, 
 /// lanes past c up to the next multiple of four (of W where the traits reduce
 /// sixteen at once) hold repeats, overwritten by block_probabilities.
 template <class T, int HB, class KS>
-inline void block_scores(const KS& ks, const AttnBuffers& b, size_t D, size_t c) {
+inline void block_scores(const KS& ks, const HeadPass<HB>& b, size_t D, size_t c) {
   using V = typename T::V;
   if constexpr (requires(V v) { T::reduce16_finish(v, v); }) {
     // Sixteen positions per step, their sums reduced together and stored whole (a
@@ -272,49 +289,83 @@ inline void block_scores(const KS& ks, const AttnBuffers& b, size_t D, size_t c)
   }
 }
 
-/// One KV block (c valid positions, head_dim D) for query heads h0 .. h0+HB: scores,
-/// probabilities, weighted V, merged into the heads' running state. K and V rows
-/// come from ks.at(t, d, len) and vs.at(t, d, len) (PagedRows, or rows dequantized
-/// in registers: dequant_attention_kernel.hpp); the arithmetic on them is the same
-/// whatever their source, so equal values give equal bits.
+/// One KV block (c valid positions, head_dim D) for the heads of a pass: scores,
+/// probabilities, weighted V, merged into the heads' running state (in hp; the
+/// caller stores it). K and V rows come from ks.at(t, d, len) and vs.at(t, d, len)
+/// (PagedRows, or rows dequantized in registers: dequant_attention_kernel.hpp); the
+/// arithmetic on them is the same whatever their source, so equal values give
+/// equal bits.
 template <class T, int HB, class KS, class VS>
-void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0,
-                       const AttnBuffers& buf) {
+void attend_pass(const KS& ks, const VS& vs, size_t D, size_t c, HeadPass<HB>& hp) {
   using V = typename T::V;
   constexpr size_t W = T::W;
   constexpr int DV = T::DV;
   static_assert(HB <= 4 && 2 * HB <= int(W), "at most 4 heads; their merge factors fit one vector");
-  HeadPass<HB> hp(buf, h0);
-  const AttnBuffers& b = hp.b;
-  float(&run_max)[HB] = hp.run_max;
-  float(&run_sum)[HB] = hp.run_sum;
-
-  block_scores<T, HB>(ks, b, D, c);
+  block_scores<T, HB>(ks, hp, D, c);
 
   float fab[W] = {};
-  block_probabilities<T, HB>(b, c, run_max, run_sum, fab);
+  block_probabilities<T, HB>(hp, c, fab);
 
   // Weighted V of the block, DV vectors of head_dim per pass, position order.
   for (size_t d0 = 0; d0 < D; d0 += size_t(DV) * W) {
     const size_t nv = (D - d0 + W - 1) / W < size_t(DV) ? (D - d0 + W - 1) / W : size_t(DV);
     V acc[HB][DV];
-    weighted_v<T, HB>(vs, b, D, c, d0, nv, acc);
-    merge_block_output<T, HB, DV>(b, fab, d0, nv, acc);
+    weighted_v<T, HB>(vs, hp, D, c, d0, nv, acc);
+    merge_block_output<T, HB, DV>(hp, fab, d0, nv, acc);
   }
+}
 
+/// attend_pass for query heads h0 .. h0+HB of one row's state.
+template <class T, int HB, class KS, class VS>
+void attend_block_rows(const KS& ks, const VS& vs, size_t D, size_t c, size_t h0,
+                       const AttnBuffers& buf) {
+  HeadPass<HB> hp(buf, h0);
+  attend_pass<T, HB>(ks, vs, D, c, hp);
   hp.store();
 }
+
+/// The K and V rows of KV head g in block j of the paged layout.
+template <class T, DType KT, bool kTail>
+struct PagedBlock {
+  PagedRows<T, KT, kTail> k, v;
+  PagedBlock(const PagedKv& kv, size_t g, size_t j) : k(), v() {
+    const size_t D = kv.head_dim, esz = sizeof(WElem<KT>);
+    const size_t off = (size_t(kv.block_table[j]) * kv.kv_heads + g) * kv.block_tokens * D * esz;
+    k = {static_cast<const char*>(kv.k) + off, D * esz};
+    v = {static_cast<const char*>(kv.v) + off, D * esz};
+  }
+};
 
 /// One KV block j of the paged layout for query heads h0 .. h0+HB (all on KV head g).
 template <class T, DType KT, bool kTail, int HB>
 void attend_block(const PagedKv& kv, size_t g, size_t h0, size_t j, size_t n_ctx,
                   const AttnBuffers& buf) {
-  const size_t D = kv.head_dim, bt = kv.block_tokens, esz = sizeof(WElem<KT>);
+  const size_t bt = kv.block_tokens;
   const size_t c = (j + 1) * bt <= n_ctx ? bt : n_ctx - j * bt;  // valid positions
-  const size_t off = (size_t(kv.block_table[j]) * kv.kv_heads + g) * bt * D * esz;
-  const PagedRows<T, KT, kTail> ks{static_cast<const char*>(kv.k) + off, D * esz};
-  const PagedRows<T, KT, kTail> vs{static_cast<const char*>(kv.v) + off, D * esz};
-  attend_block_rows<T, HB>(ks, vs, D, c, h0, buf);
+  const PagedBlock<T, KT, kTail> blk(kv, g, j);
+  attend_block_rows<T, HB>(blk.k, blk.v, kv.head_dim, c, h0, buf);
+}
+
+/// One whole KV block j for the query heads of KV head g (group of them from h0)
+/// of rows[0 .. HB / group), in one pass.
+template <class T, DType KT, bool kTail, int HB>
+void attend_block_of_rows(const PagedKv& kv, size_t g, size_t group, size_t j,
+                          const AttnBuffers* rows) {
+  const PagedBlock<T, KT, kTail> blk(kv, g, j);
+  HeadPass<HB> hp(rows, group, g * group);
+  attend_pass<T, HB>(blk.k, blk.v, kv.head_dim, kv.block_tokens, hp);
+  hp.store();
+}
+
+template <class T, DType KT, bool kTail, int HB = T::HB>
+void attend_block_of_rows_n(int hb, const PagedKv& kv, size_t g, size_t group, size_t j,
+                            const AttnBuffers* rows) {
+  if constexpr (HB == 1) {
+    attend_block_of_rows<T, KT, kTail, 1>(kv, g, group, j, rows);
+  } else {
+    if (hb == HB) return attend_block_of_rows<T, KT, kTail, HB>(kv, g, group, j, rows);
+    attend_block_of_rows_n<T, KT, kTail, HB - 1>(hb, kv, g, group, j, rows);
+  }
 }
 
 template <class T, DType KT, bool kTail, int HB = T::HB>
@@ -372,6 +423,49 @@ void attention_blocks_typed(size_t n_heads, const PagedKv& kv, size_t n_ctx, siz
   }
 }
 
+/// Blocks [j_begin, j_end), whole for every row, for all KV heads of n_rows rows'
+/// states (rows of one sequence, each with all its earlier blocks merged): a KV
+/// head's query heads of T::HB / group rows share one pass, so each K and V vector
+/// is loaded once for all of them. Each row's bits are those of
+/// attention_blocks_typed over the same blocks (HeadPass).
+template <class T, DType KT, bool kTail>
+void attention_rows_blocks_typed(size_t n_heads, const PagedKv& kv, size_t j_begin, size_t j_end,
+                                 float* const* states, size_t n_rows, float* sc) {
+  const size_t D = kv.head_dim, bt = kv.block_tokens, esz = sizeof(WElem<KT>);
+  const size_t group = n_heads / kv.kv_heads;
+  const size_t dp = (D + 15) / 16 * 16, bp = (bt + 15) / 16 * 16;
+  const size_t rp = group >= size_t(T::HB) ? 1 : size_t(T::HB) / group;  // rows per pass
+  const size_t span = kv.kv_heads * bt * D * esz;
+  AttnBuffers rows[kAttentionMaxHeadsPerPass];
+  for (size_t j = j_begin; j < j_end; ++j) {
+    const size_t jp = j + kPrefetchAhead;
+    if (jp < j_end && kv.block_table[jp] != kv.block_table[jp - 1] + 1) {
+      const size_t poff = size_t(kv.block_table[jp]) * span;
+      for (size_t i = 0; i < span; i += 64) {
+        __builtin_prefetch(static_cast<const char*>(kv.k) + poff + i, 0, kPrefetchLocality);
+        __builtin_prefetch(static_cast<const char*>(kv.v) + poff + i, 0, kPrefetchLocality);
+      }
+    }
+    for (size_t r0 = 0; r0 < n_rows; r0 += rp) {
+      const size_t nr = n_rows - r0 < rp ? n_rows - r0 : rp;
+      for (size_t r = 0; r < nr; ++r) {
+        float* st = states[r0 + r];
+        rows[r] = {st, st + n_heads * dp, st + 2 * n_heads * dp, sc, dp, bp};
+      }
+      for (size_t g = 0; g < kv.kv_heads; ++g) {
+        if (rp == 1) {
+          for (size_t h = g * group; h < (g + 1) * group; h += T::HB) {
+            const size_t hb = (g + 1) * group - h < size_t(T::HB) ? (g + 1) * group - h : T::HB;
+            attend_block_n<T, KT, kTail>(int(hb), kv, g, h, j, (j + 1) * bt, rows[0]);
+          }
+        } else {
+          attend_block_of_rows_n<T, KT, kTail>(int(nr * group), kv, g, group, j, rows);
+        }
+      }
+    }
+  }
+}
+
 /// out[h] = running output / running sum for the query heads of KV heads
 /// [g_begin, g_end).
 template <class T>
@@ -417,6 +511,24 @@ void attention_path(const float* q, size_t n_heads, const PagedKv& kv, size_t n_
                                                g_begin, g_end)                            \
                 : attention_typed<T, dt, false>(q, n_heads, kv, n_ctx, scale, out, scratch, \
                                                 g_begin, g_end);
+  switch (kv.dtype) {
+    VC_ATTN_CASE(DType::f32)
+    VC_ATTN_CASE(DType::bf16)
+    VC_ATTN_CASE(DType::f16)
+  }
+#undef VC_ATTN_CASE
+}
+
+template <class T>
+void attention_rows_blocks_path(size_t n_heads, const PagedKv& kv, size_t j_begin, size_t j_end,
+                                float* const* states, size_t n_rows, float* sc) {
+  const bool tail = kv.head_dim % T::W != 0;
+#define VC_ATTN_CASE(dt)                                                                       \
+  case dt:                                                                                     \
+    return tail ? attention_rows_blocks_typed<T, dt, true>(n_heads, kv, j_begin, j_end, states, \
+                                                           n_rows, sc)                         \
+                : attention_rows_blocks_typed<T, dt, false>(n_heads, kv, j_begin, j_end,        \
+                                                            states, n_rows, sc);
   switch (kv.dtype) {
     VC_ATTN_CASE(DType::f32)
     VC_ATTN_CASE(DType::bf16)

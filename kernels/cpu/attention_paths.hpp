@@ -66,6 +66,17 @@ void attention_finish_scalar(size_t, size_t, size_t, const float*, float*, size_
 void attention_finish_avx2(size_t, size_t, size_t, const float*, float*, size_t, size_t);
 void attention_finish_avx512(size_t, size_t, size_t, const float*, float*, size_t, size_t);
 
+/// One path's AttentionRowState::add_rows over blocks [j_begin, j_end), whole for
+/// every row: n_rows states (attention_state_floats each) of one sequence's rows.
+using AttnRowsBlocksFn = void (*)(size_t n_heads, const PagedKv& kv, size_t j_begin,
+                                  size_t j_end, float* const* states, size_t n_rows, float* sc);
+void attention_rows_blocks_scalar(size_t, const PagedKv&, size_t, size_t, float* const*, size_t, float*);
+void attention_rows_blocks_avx2(size_t, const PagedKv&, size_t, size_t, float* const*, size_t, float*);
+void attention_rows_blocks_avx512(size_t, const PagedKv&, size_t, size_t, float* const*, size_t, float*);
+/// Query heads per pass of each path (its traits' HB).
+constexpr size_t kAttentionHeadsPerPassScalar = 2, kAttentionHeadsPerPassAvx2 = 2,
+                 kAttentionHeadsPerPassAvx512 = 4;
+
 /// accumulate_attention_transposed (attention_scores.hpp) for one path, over the
 /// key groups [grp_begin, grp_end) (attention_accumulate_kernel.hpp).
 using AccumulateFn = void (*)(const float* q, size_t ldq, size_t rows, const float* kt, size_t D,

@@ -17,6 +17,12 @@ void attention_blocks_scalar(size_t n_heads, const PagedKv& kv, size_t n_ctx, si
   attention_blocks_path<ScalarSimd>(n_heads, kv, n_ctx, j_begin, j_end, state, sc, g_begin, g_end);
 }
 
+void attention_rows_blocks_scalar(size_t n_heads, const PagedKv& kv, size_t j_begin, size_t j_end,
+                            float* const* states, size_t n_rows, float* sc) {
+  static_assert(ScalarSimd::HB == kAttentionHeadsPerPassScalar);
+  attention_rows_blocks_path<ScalarSimd>(n_heads, kv, j_begin, j_end, states, n_rows, sc);
+}
+
 void attention_finish_scalar(size_t n_heads, size_t kv_heads, size_t head_dim, const float* state,
                        float* out, size_t g_begin, size_t g_end) {
   attention_finish_typed<ScalarSimd>(n_heads, kv_heads, head_dim, state, out, g_begin, g_end);

@@ -60,7 +60,11 @@ void attend_factored_rows(const U& uk, const U& uv, const QuantSideBlock& k,
   constexpr int DV = T::DV;
   static_assert(HB <= 4 && 2 * HB <= int(W), "at most 4 heads; their merge factors fit one vector");
   HeadPass<HB> hp(buf, h0);
-  const AttnBuffers& b = hp.b;
+  // b: the pass's scores (sc, bp) and the query row stride (dp) of the qk scratch.
+  const struct {
+    float* sc;
+    size_t bp, dp;
+  } b{hp.sc, hp.bp, buf.dp};
   FactoredScratch& fs = factored_scratch();
   const size_t nvec = D / W;
 
@@ -78,7 +82,7 @@ void attend_factored_rows(const U& uk, const U& uv, const QuantSideBlock& k,
       for (int h = 0; h < HB; ++h) {
         V cz = T::zero();
         for (size_t d = 0; d < D; d += W) {
-          const V q = T::load(b.qs + size_t(h) * b.dp + d);
+          const V q = T::load(hp.qs[h] + d);
           T::store(qk + size_t(h) * b.dp + d, T::mul(q, T::load(s + d)));
           cz = T::fmadd(q, T::load(z + d), cz);
         }
@@ -126,7 +130,7 @@ void attend_factored_rows(const U& uk, const U& uv, const QuantSideBlock& k,
   }
 
   float fab[W] = {};
-  block_probabilities<T, HB>(b, c, hp.run_max, hp.run_sum, fab);
+  block_probabilities<T, HB>(hp, c, fab);
 
   // Values: each position's scale and zero per group, p * scale per head, and the
   // zero terms sum_t p(t) * zero(t, g) (pad positions: p = 0).
@@ -193,7 +197,7 @@ void attend_factored_rows(const U& uk, const U& uv, const QuantSideBlock& k,
       for (size_t i = 0; i < nv; ++i) {
         acc[h][i] = T::add(acc[h][i], T::set1(zsum[size_t(h) * gv + gi[i]]));
       }
-    merge_block_output<T, HB, DV>(b, fab, d0, nv, acc);
+    merge_block_output<T, HB, DV>(hp, fab, d0, nv, acc);
   }
 
   hp.store();
