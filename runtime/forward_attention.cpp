@@ -40,17 +40,22 @@ size_t tile_blocks(const cpu::PagedKv& kv) {
 void attend_tiles(const cpu::PagedKv& kv, size_t r0, size_t M, size_t b_begin, size_t b_end,
                   Workspace& ws) {
   const size_t tile = tile_blocks(kv);
+  // Groups of at most rows-per-pass rows, no larger than keeps every thread busy,
+  // their sizes differing by one at most (the bits do not depend on the grouping).
+  const size_t threads = size_t(std::max(1, ws.pool().threads()));
   const size_t rp =
-      M > 1 ? cpu::attention_rows_per_pass(ws.attn_states[r0].heads(), kv.kv_heads) : 1;
+      M > 1 ? std::min(cpu::attention_rows_per_pass(ws.attn_states[r0].heads(), kv.kv_heads),
+                       (M + threads - 1) / threads)
+            : 1;
   const size_t groups = (M + rp - 1) / rp;
   for (size_t b0 = b_begin; b0 < b_end; b0 += tile) {
     const size_t b1 = std::min(b_end, b0 + tile);
     ws.pool().parallel_for(groups, 1, [&](size_t b, size_t e) {
       std::array<cpu::AttentionRowState*, cpu::kAttentionMaxRowsPerPass> rows{};
       for (size_t i = b; i < e; ++i) {
-        const size_t m0 = i * rp, n = std::min(rp, M - m0);
-        for (size_t k = 0; k < n; ++k) rows[k] = &ws.attn_states[r0 + m0 + k];
-        cpu::AttentionRowState::add_rows({rows.data(), n}, kv, b0, b1);
+        const size_t m0 = i * M / groups, m1 = (i + 1) * M / groups;
+        for (size_t m = m0; m < m1; ++m) rows[m - m0] = &ws.attn_states[r0 + m];
+        cpu::AttentionRowState::add_rows({rows.data(), m1 - m0}, kv, b0, b1);
       }
     });
   }

@@ -207,6 +207,8 @@ void AttentionRowState::add_rows(std::span<AttentionRowState* const> rows, const
     if (r->n_heads_ != r0.n_heads_ || r->kv_heads_ != r0.kv_heads_ || r->head_dim_ != r0.head_dim_ ||
         r->block_tokens_ != r0.block_tokens_)
       throw Error("AttentionRowState::add_rows: rows begun over different shapes");
+    for (const AttentionRowState* seen : active)
+      if (seen == r) throw Error("AttentionRowState::add_rows: a row is listed twice");
     if (block_begin >= r->n_blocks_) continue;
     if (r->next_block_ != block_begin)
       throw Error("AttentionRowState::add_rows: a row is at block " + std::to_string(r->next_block_) +

@@ -28,6 +28,17 @@ void attention_finish_avx512(size_t n_heads, size_t kv_heads, size_t head_dim, c
   attention_finish_typed<Avx512Simd>(n_heads, kv_heads, head_dim, state, out, g_begin, g_end);
 }
 
+void score_sums_avx512(const float* in, float* wide, float* narrow) {
+  using T = Avx512Simd;
+  T::V r[4];
+  for (int i = 0; i < 4; ++i) {
+    const float* v = in + 64 * i;
+    r[i] = T::reduce4_quarters(T::load(v), T::load(v + 16), T::load(v + 32), T::load(v + 48));
+    T::reduce4(T::load(v), T::load(v + 16), T::load(v + 32), T::load(v + 48), narrow + 4 * i);
+  }
+  T::store(wide, T::reduce16_finish(T::reduce16_pair(r[0], r[1]), T::reduce16_pair(r[2], r[3])));
+}
+
 void accumulate_attention_avx512(const float* q, size_t ldq, size_t rows, const float* kt,
                       size_t D, size_t ncols, const size_t* len, const float* row_max,
                       const float* row_inv_sum, float* acc, size_t grp_begin,

@@ -243,7 +243,8 @@ inline void score_lanes(const KS& ks, const HeadPass<HB>& b, size_t D, size_t c,
 
 /// The block's scores into b.sc (head h at b.sc + h * b.bp), c valid positions;
 /// lanes past c up to the next multiple of four (of W where the traits reduce
-/// sixteen at once) hold repeats, overwritten by block_probabilities.
+/// sixteen at once) hold repeats of position c - 1 or zeros, overwritten by
+/// block_probabilities.
 template <class T, int HB, class KS>
 inline void block_scores(const KS& ks, const HeadPass<HB>& b, size_t D, size_t c) {
   using V = typename T::V;

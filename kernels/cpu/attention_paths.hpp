@@ -77,6 +77,11 @@ void attention_rows_blocks_avx512(size_t, const PagedKv&, size_t, size_t, float*
 constexpr size_t kAttentionHeadsPerPassScalar = 2, kAttentionHeadsPerPassAvx2 = 2,
                  kAttentionHeadsPerPassAvx512 = 4;
 
+/// For tests of the AVX-512 score reduction (CPUs with AVX-512 only): `in` is 16
+/// vectors of 16 floats; wide[n] is vector n's sum as reduce16 gives it, narrow[n]
+/// as reduce4 does.
+void score_sums_avx512(const float* in, float* wide, float* narrow);
+
 /// accumulate_attention_transposed (attention_scores.hpp) for one path, over the
 /// key groups [grp_begin, grp_end) (attention_accumulate_kernel.hpp).
 using AccumulateFn = void (*)(const float* q, size_t ldq, size_t rows, const float* kt, size_t D,

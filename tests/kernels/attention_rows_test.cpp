@@ -81,34 +81,36 @@ RowsOut attend_rows(const Kv& kv, const std::vector<float>& q, size_t n_heads, s
 
 TEST(attention_rows, rows_sharing_passes_get_the_bits_of_each_row_added_alone) {
   std::mt19937 rng(7);
+  // (query heads, KV heads, head_dim): one, two and four query heads per KV head;
+  // a head_dim that is not a multiple of the vector width.
+  const std::tuple<size_t, size_t, size_t> shapes[] = {{4, 4, 64}, {6, 3, 40}, {4, 2, 64}, {8, 2, 32}};
+  // Rows within one block (positions 100..104: the last block partial for all),
+  // across a block's end (120..128: some rows' last block is whole, others' is the
+  // next one) and over several blocks (30..69: rows done before later chunks
+  // begin); 1, 2, 3, 5, 9 and 40 rows.
+  const std::pair<size_t, size_t> runs[] = {{100, 5}, {120, 9}, {300, 1}, {30, 2}, {47, 3}, {30, 40}};
   for_each_simd_path([&](SimdPath path) {
     for (DType t : kAllDTypes) {
-      // (query heads, KV heads, head_dim): one, two and four query heads per KV head;
-      // a head_dim that is not a multiple of the vector width.
-      for (auto [n_heads, kv_heads, D] : {std::tuple{4u, 4u, 64u}, std::tuple{6u, 3u, 40u},
-                                          std::tuple{4u, 2u, 64u}, std::tuple{8u, 2u, 32u}}) {
-        const size_t bt = 16, blocks = 40;
-        const Kv kv = random_kv(rng, t, kv_heads, D, bt, blocks);
-        // Rows within one block (positions 100..104: the last block partial for
-        // all), across a block's end (positions 120..128: some rows' last block
-        // is whole, others' is the next one) and over several blocks (30..69:
-        // rows done before later chunks begin); 1, 2, 3, 9 and 40 rows.
-        for (auto [first, n] : {std::pair{100u, 5u}, std::pair{120u, 9u}, std::pair{300u, 1u},
-                                std::pair{30u, 2u}, std::pair{47u, 3u}, std::pair{30u, 40u}}) {
-          const auto q = random_floats(rng, n * n_heads * D, -2.f, 2.f);
-          for (size_t chunk : {1u, 3u, 64u}) {
-            const RowsOut alone = attend_rows(kv, q, n_heads, first, n, chunk, false);
-            const RowsOut together = attend_rows(kv, q, n_heads, first, n, chunk, true);
-            const std::string at = std::string(simd_path_name(path)) + " " + std::string(dtype_name(t)) +
-                                   " heads " + std::to_string(n_heads) + "/" +
-                                   std::to_string(kv_heads) + " rows " + std::to_string(first) +
-                                   "+" + std::to_string(n) + " chunk " + std::to_string(chunk);
-            ASSERT_EQ(std::memcmp(alone.out.data(), together.out.data(), alone.out.size() * 4), 0)
-                << at;
-            ASSERT_EQ(std::memcmp(alone.max_sum.data(), together.max_sum.data(),
-                                  alone.max_sum.size() * 4),
-                      0)
-                << at;
+      for (auto [n_heads, kv_heads, D] : shapes) {
+        for (size_t bt : {16u, 20u}) {  // 20: blocks that end inside a 16-lane vector
+          const Kv kv = random_kv(rng, t, kv_heads, D, bt, 640 / bt);
+          for (auto [first, n] : runs) {
+            const auto q = random_floats(rng, n * n_heads * D, -2.f, 2.f);
+            for (size_t chunk : {1u, 3u, 64u}) {
+              const RowsOut alone = attend_rows(kv, q, n_heads, first, n, chunk, false);
+              const RowsOut together = attend_rows(kv, q, n_heads, first, n, chunk, true);
+              const std::string at =
+                  std::string(simd_path_name(path)) + " " + std::string(dtype_name(t)) + " heads " +
+                  std::to_string(n_heads) + "/" + std::to_string(kv_heads) + " block " +
+                  std::to_string(bt) + " rows " + std::to_string(first) + "+" + std::to_string(n) +
+                  " chunk " + std::to_string(chunk);
+              ASSERT_EQ(std::memcmp(alone.out.data(), together.out.data(), alone.out.size() * 4), 0)
+                  << at;
+              ASSERT_EQ(std::memcmp(alone.max_sum.data(), together.max_sum.data(),
+                                    alone.max_sum.size() * 4),
+                        0)
+                  << at;
+            }
           }
         }
       }
@@ -147,6 +149,21 @@ TEST(attention_rows, rows_not_at_the_first_block_or_of_another_shape_are_errors)
   std::vector<AttentionRowState*> mixed{&b, &c};
   test::expect_error_naming([&] { AttentionRowState::add_rows(mixed, kv.view, 0, 4); },
                             "add_rows: rows begun over different shapes");
+  // The same row twice would merge its blocks twice into one state.
+  AttentionRowState d;
+  d.begin(q.data(), 4, kv.view, 100, 0.25f);
+  std::vector<AttentionRowState*> twice{&d, &b, &d};
+  test::expect_error_naming([&] { AttentionRowState::add_rows(twice, kv.view, 0, 4); },
+                            "add_rows: a row is listed twice");
+  // A block the rows attend to that the table does not map, named.
+  Kv holed = random_kv(rng, DType::bf16, 2, 64, 16, 8);
+  holed.table[1] = -1;
+  AttentionRowState e, f;
+  e.begin(q.data(), 4, holed.view, 100, 0.25f);
+  f.begin(q.data() + 4 * 64, 4, holed.view, 101, 0.25f);
+  std::vector<AttentionRowState*> pair{&e, &f};
+  test::expect_error_naming([&] { AttentionRowState::add_rows(pair, holed.view, 0, 4); },
+                            "block_table[1] = -1");
 }
 
 }  // namespace
