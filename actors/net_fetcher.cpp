@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "actors/protocol.hpp"
+#include "kvtiers/remote/back_fetch_board.hpp"
 #include "runtime/rank_group.hpp"
 #include "runtime/tp_comm.hpp"
 
@@ -144,12 +145,7 @@ caf::behavior behavior_over(std::vector<std::shared_ptr<RemoteTier>> remotes,
           fetch_back_into(*remotes[size_t(r)], m.prompt, m.max_positions, mine);
           // The ranks keep the chunks all of them hold: below this rank's run (all
           // of them, when it took none) the others' fetches bring nothing of use.
-          const RemoteBackFetch& run = *mine.delivered();
-          const size_t floor = run.end > run.first ? run.first : mine.chunks();
-          const std::string why = "tensor-parallel rank " + std::to_string(r) + "'s run " +
-                                  (run.end > run.first ? "reaches down to chunk " + std::to_string(floor)
-                                                       : std::string("took no chunk")) +
-                                  ": the group keeps no chunk below it";
+          const auto [floor, why] = group_floor(mine, size_t(r));
           for (size_t o = 0; o < m.meetings.size(); ++o)
             if (o != size_t(r)) m.meetings[o]->keep_above(floor, why);
         });

@@ -22,6 +22,7 @@ namespace vc {
 class FullTier;
 class LayerStreamer;
 class RemoteTier;
+class BackFetchBoard;
 class Verifier;
 struct PrefilledRequest;
 
@@ -219,6 +220,10 @@ class Generator {
   [[nodiscard]] PagedKvCache& cache() { return cache_; }
   /// The remote prefix cache (nullptr without GeneratorConfig::remote_url).
   [[nodiscard]] RemoteTier* remote() { return remote_.get(); }
+  /// As rank `rank` of a tensor-parallel group (TpGenerator), post the end of each
+  /// back fetch (remote_recompute_front) on `board` and take the other ranks'
+  /// there: a fetch stops below chunks another rank's run did not bring.
+  void share_back_fetches(std::shared_ptr<BackFetchBoard> board, size_t rank);
 
  private:
   struct Request;
@@ -251,6 +256,8 @@ class Generator {
   std::unique_ptr<LayerStreamer> streamer_;
   std::unique_ptr<Verifier> verifier_;
   std::unique_ptr<RemoteTier> remote_;
+  std::shared_ptr<BackFetchBoard> back_board_;  // share_back_fetches
+  size_t back_rank_ = 0, back_fetches_ = 0;
   uint64_t next_request_id_ = 1;
 };
 

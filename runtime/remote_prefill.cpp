@@ -30,6 +30,7 @@
 #include <tuple>
 
 #include "kvtiers/full_tier.hpp"
+#include "kvtiers/remote/back_fetch_board.hpp"
 #include "kvtiers/remote/back_fetch_meeting.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/compression.hpp"
@@ -98,13 +99,30 @@ size_t Generator::fetch_remote_prefix(Request& rq, std::span<const int32_t> prom
   return f.positions;
 }
 
+void Generator::share_back_fetches(std::shared_ptr<BackFetchBoard> board, size_t rank) {
+  back_board_ = std::move(board);
+  back_rank_ = rank;
+}
+
 std::pair<size_t, size_t> Generator::fetch_remote_prefix_meeting(Request& rq, std::span<const int32_t> prompt) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t limit = remote_prefix_limit(*rq.compressor, prompt.size(), rq.opt.stats_window);
   const size_t T = remote_->layout().chunk_tokens;
   BackFetchMeeting meeting(limit / T, T);
-  std::future<void> back =
-      std::async(std::launch::async, [&] { fetch_back_into(*remote_, prompt, limit, meeting); });
+  // A tensor-parallel rank posts its run's end for the others (and takes theirs).
+  const size_t fetch_no = back_fetches_++;
+  if (back_board_) back_board_->join(fetch_no, back_rank_, prompt, meeting);
+  struct Leave {
+    BackFetchBoard* board;
+    size_t rank;
+    ~Leave() {
+      if (board != nullptr) board->leave(rank);
+    }
+  } leave{back_board_.get(), back_rank_};
+  std::future<void> back = std::async(std::launch::async, [&] {
+    fetch_back_into(*remote_, prompt, limit, meeting);
+    if (back_board_) back_board_->ended(fetch_no, back_rank_, meeting);
+  });
   // A group's fronts prefill together: each rank meets its own fetch (its KV heads'
   // chunks), and they agree chunk by chunk (meet_back_fetch's MeetingRanks).
   const TensorParallelRank* tp = group_of(*model_);

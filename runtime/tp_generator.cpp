@@ -4,6 +4,7 @@
 
 #include "kernels/error.hpp"
 #include "kvtiers/compressor.hpp"
+#include "kvtiers/remote/back_fetch_board.hpp"
 #include "runtime/rank_group.hpp"
 
 namespace vc {
@@ -24,6 +25,11 @@ TpGenerator::TpGenerator(std::shared_ptr<const Model> model,
   for (int r = 0; r < degree; ++r)
     ranks_.push_back(
         std::make_unique<Generator>(Model::shard(model, r, comm_), tokenizer_, cfg));
+  // Each rank runs its own back fetch; once one's run ends, the others stop below it.
+  if (!cfg.remote_url.empty() && degree > 1) {
+    const auto board = std::make_shared<BackFetchBoard>(size_t(degree));
+    for (int r = 0; r < degree; ++r) ranks_[size_t(r)]->share_back_fetches(board, size_t(r));
+  }
 }
 
 TpGenerator::~TpGenerator() = default;
