@@ -152,6 +152,17 @@ void AttentionRowState::begin(const float* q, size_t n_heads, const PagedKv& sha
   attention_state_init(q, n_heads, kv_heads_, head_dim_, scale, state_.data(), 0, kv_heads_);
 }
 
+void AttentionRowState::check_blocks(const char* fn, const PagedKv& kv, size_t block_begin,
+                                     size_t block_end) {
+  const std::string at = std::string("AttentionRowState::") + fn + ": ";
+  if (kv.k == nullptr || kv.v == nullptr || kv.block_table == nullptr)
+    throw Error(at + "null K, V or block table");
+  for (size_t j = block_begin; j < block_end; ++j)
+    if (kv.block_table[j] < 0)
+      throw Error(at + "block_table[" + std::to_string(j) + "] = " +
+                  std::to_string(kv.block_table[j]) + " (negative)");
+}
+
 void AttentionRowState::add(const PagedKv& kv, size_t block_begin, size_t block_end,
                             ThreadPool* pool) {
   if (kv.kv_heads != kv_heads_ || kv.head_dim != head_dim_ || kv.block_tokens != block_tokens_)
@@ -161,12 +172,7 @@ void AttentionRowState::add(const PagedKv& kv, size_t block_begin, size_t block_
                 std::to_string(next_block_) + ", got " + std::to_string(block_begin));
   block_end = std::min(block_end, n_blocks_);
   if (block_begin >= block_end) return;
-  if (kv.k == nullptr || kv.v == nullptr || kv.block_table == nullptr)
-    throw Error("AttentionRowState::add: null K, V or block table");
-  for (size_t j = block_begin; j < block_end; ++j)
-    if (kv.block_table[j] < 0)
-      throw Error("AttentionRowState::add: block_table[" + std::to_string(j) + "] = " +
-                  std::to_string(kv.block_table[j]) + " (negative)");
+  check_blocks("add", kv, block_begin, block_end);
   const AttnBlocksFn fn = attn_path(active_simd_path()).blocks;
   auto run = [&](size_t g0, size_t g1) {
     thread_local std::vector<float> sc;
@@ -221,12 +227,7 @@ void AttentionRowState::add_rows(std::span<AttentionRowState* const> rows, const
     if (kv.kv_heads != r0.kv_heads_ || kv.head_dim != r0.head_dim_ ||
         kv.block_tokens != r0.block_tokens_)
       throw Error("AttentionRowState::add_rows: the KV's shape differs from the one begin() saw");
-    if (kv.k == nullptr || kv.v == nullptr || kv.block_table == nullptr)
-      throw Error("AttentionRowState::add_rows: null K, V or block table");
-    for (size_t j = block_begin; j < whole; ++j)
-      if (kv.block_table[j] < 0)
-        throw Error("AttentionRowState::add_rows: block_table[" + std::to_string(j) + "] = " +
-                    std::to_string(kv.block_table[j]) + " (negative)");
+    check_blocks("add_rows", kv, block_begin, whole);
     thread_local std::vector<float*> states;
     thread_local std::vector<float> sc;
     states.clear();

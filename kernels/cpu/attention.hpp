@@ -95,6 +95,9 @@ class AttentionRowState {
   [[nodiscard]] size_t blocks() const { return n_blocks_; }
 
  private:
+  /// Throws vc::Error (from AttentionRowState::fn) when `kv` has no K, V or block
+  /// table, or maps a block of [block_begin, block_end) to a negative slot.
+  static void check_blocks(const char* fn, const PagedKv& kv, size_t block_begin, size_t block_end);
   /// Valid rows of the next block, after checking an add_quantized* may add it.
   [[nodiscard]] size_t next_quantized_block(const char* fn) const;
 
