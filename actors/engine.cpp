@@ -435,8 +435,11 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
       ctx->remote = true;
       const auto compressor = make_compressor(s.compressor, s.compressor_params);
       ctx->remote_limit = remote_prefix_limit(*compressor, s.prompt.size(), s.stats_window);
-      ctx->recompute_front = m.cfg.remote_recompute_front || m.cfg.remote_recompute_front_when_idle;
-      ctx->recompute_front_when_idle = m.cfg.remote_recompute_front_when_idle && !m.cfg.remote_recompute_front;
+      ctx->recompute_front = m.cfg.remote_recompute_front || m.cfg.remote_recompute_front_when_idle ||
+                             m.cfg.remote_recompute_front_priced;
+      ctx->recompute_front_priced = m.cfg.remote_recompute_front_priced && !m.cfg.remote_recompute_front;
+      ctx->recompute_front_when_idle = m.cfg.remote_recompute_front_when_idle && !m.cfg.remote_recompute_front &&
+                                       !m.cfg.remote_recompute_front_priced;
       ctx->tp_degree = size_t(m.cfg.tp);
       // The view's compressed chunks are published for compressed-first fetches,
       // which a compressor scoring hidden states never makes (remote_prefix.hpp).

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/front_price.hpp"
 #include "actors/vericache/engine.hpp"
 #include "kvtiers/remote/back_fetch_meeting.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
@@ -68,6 +69,9 @@ struct RequestCtx {
   /// EngineConfig::remote_recompute_front_when_idle: only when no other request is
   /// admitted as the full flow starts.
   bool recompute_front_when_idle = false;
+  /// EngineConfig::remote_recompute_front_priced: when the time it saves this request
+  /// exceeds the time it takes from the others (price_front).
+  bool recompute_front_priced = false;
   bool meeting_started = false;  // it did: the drafter created the entry (for the scheduler)
   size_t tp_degree = 1;          // the engine's: one meeting per rank
   /// The first chunk the store may lack, when the prefill says (recompute front);
@@ -306,6 +310,8 @@ class SchedulerCore {
   size_t remote_chunk_ = 0;
   size_t remote_predraft_ = 0;
   size_t remote_segment_ = 0;
+  // The link's and the prefill's seconds per position so far (recompute_front_priced).
+  FrontRates front_rates_;
   // Requests whose publish is being queued (the reply frees their entry), finished or not.
   std::unordered_map<uint64_t, std::shared_ptr<RequestCtx>> publishing_;
 };

@@ -17,9 +17,17 @@ double since(std::chrono::steady_clock::time_point t) {
 void SchedulerCore::start_full_flow(RequestCtx& c) {
   // When idle only: the front is recomputed for a request alone in the engine (none
   // other admitted, none waiting to be); beside others the plain flow leaves the
-  // cores to their decoding.
-  const bool front =
-      c.recompute_front && (!c.recompute_front_when_idle || (active_.size() == 1 && queue_.empty()));
+  // cores to their decoding. Priced: when it saves this request more time than it
+  // takes from the others (price_front, from the rates measured so far).
+  const size_t others = active_.size() - 1 + queue_.size();
+  bool front = c.recompute_front;
+  if (front && c.recompute_front_priced) {
+    const FrontPrice price = price_front(others, front_rates_);
+    front = price.recompute;
+    c.result.stats.remote_front_price = price.why;
+  } else if (front && c.recompute_front_when_idle) {
+    front = others == 0;
+  }
   if (front && remote_chunk_ > 0 && std::min(c.remote_limit, c.spec.prompt.size()) >= remote_chunk_)
     start_meeting(c);
   else
@@ -197,6 +205,7 @@ void SchedulerCore::on_remote_fetched(uint64_t id, const RemoteFetch& f, const s
     return check_barriers();
   }
   auto& s = c->result.stats;
+  front_rates_.add_fetch(f.chunks * remote_chunk_, f.seconds);
   s.remote_chunks_hit += f.chunks;
   s.remote_positions = f.positions;
   s.remote_bytes_fetched += f.bytes_full;

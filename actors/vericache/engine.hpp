@@ -117,6 +117,14 @@ struct EngineConfig {
   /// decoding. Alone, its first token comes as with remote_recompute_front. Implies
   /// remote_recompute_front for the requests it lets through.
   bool remote_recompute_front_when_idle = false;
+  /// Recompute the front when it saves the request more time than it takes from the
+  /// others: beside n other requests (admitted or waiting), when fetching a position
+  /// has taken more than n times as long as prefilling one, by the engine's
+  /// measurements so far (the plain fetches' and prefills' seconds per position;
+  /// none yet: fetch, then prefill). Alone: always. The request's stats say why
+  /// (RequestStats::remote_front_price). remote_recompute_front takes precedence;
+  /// this one over _when_idle.
+  bool remote_recompute_front_priced = false;
   /// Compressed first, vericache: the drafter drafts up to this many tokens from its
   /// guess while the full chunks arrive (at least one round's; at most fold_every
   /// plus a round, what the request's tail reservation holds); once the guess proves
@@ -239,6 +247,8 @@ struct RequestStats {
   /// EngineConfig::remote_recompute_front: prefix positions the drafter prefilled
   /// from the front while the chunks above came from the store (remote_chunks_hit)
   size_t remote_front_recomputed = 0;
+  /// EngineConfig::remote_recompute_front_priced: the decision's reasons, one line
+  std::string remote_front_price;
   size_t remote_chunks_published = 0;  ///< chunks queued for write-behind publishing
   size_t remote_compressed_chunks_published = 0;  ///< the view's chunks queued likewise
   /// Compressed first (EngineConfig::remote_compressed_first):

@@ -97,6 +97,69 @@ TEST(scheduler_core_recompute_front, when_idle_only_a_request_alone_in_the_engin
   EXPECT_TRUE(a.result.get().stats.remote_recompute_front);
 }
 
+TEST(scheduler_core_recompute_front, priced_beside_others_it_recomputes_only_once_the_link_proves_slow_enough) {
+  FakeOutbox out;
+  SchedulerCore core(out, 4, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  auto priced = [](uint64_t id) {
+    Submitted s = front_request(id, 90, 1, 69);
+    s.ctx->recompute_front_priced = true;
+    return s;
+  };
+  auto a = priced(1);
+  core.submit(a.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(out.take())) << "alone: front and back";
+  // Beside request 1, nothing measured yet: the plain flow.
+  auto b = priced(2);
+  core.submit(b.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::fetch}), kinds(out.take()));
+  // Its fetch: 64 positions in 0.64 s (10 ms each); its prefill of the other 26: 0.26 s.
+  RemoteFetch f = hit(4);
+  f.seconds = 0.64;
+  core.on_remote_fetched(2, f, "");
+  EXPECT_EQ((std::vector<Call::Kind>{Call::prefill}), kinds(out.take()));
+  PrefillResult p = prefilled(2, 7);
+  p.seconds = 0.26;  // 10 ms a position: fetching is not slower
+  core.on_prefilled(p);
+  out.take();
+  auto c = priced(3);
+  core.submit(c.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::fetch}), kinds(out.take())) << "10 ms vs 10 ms: fetch";
+  RemoteFetch g = hit(4);
+  g.seconds = 0.64;
+  core.on_remote_fetched(3, g, "");
+  out.take();
+  // A plain request's prefill of 90 positions in 0.09 s, and request 3's of 26 in
+  // 0.26 s: 0.61 s over 142 positions prefilled (4.3 ms each), 10 ms fetched.
+  auto d = make_request(4, 90, 1, 4, DecodeMode::vericache);
+  core.submit(d.ctx);
+  out.take();
+  PrefillResult q = prefilled(4, 7);
+  q.seconds = 0.09;
+  core.on_prefilled(q);
+  PrefillResult r3 = prefilled(3, 7);
+  r3.seconds = 0.26;
+  core.on_prefilled(r3);
+  out.take();
+  // Requests 2, 3 and 4 are done (one token each): one other (request 1) beside
+  // the next. 10 ms > 1 x 4.3 ms: recompute.
+  auto e = priced(5);
+  core.submit(e.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(out.take()));
+  core.on_prefilled(met_prefill(1, 1, 3, 4));
+  out.take();
+  for (uint64_t id : {1, 2, 3}) core.on_remote_published(id, 0);
+  out.take();
+  ASSERT_TRUE(ready(a.result));
+  EXPECT_NE(a.result.get().stats.remote_front_price.find("alone"), std::string::npos);
+  ASSERT_TRUE(ready(c.result));
+  const auto third = c.result.get();
+  const std::string& why = third.stats.remote_front_price;
+  EXPECT_NE(why.find("beside 1 other"), std::string::npos) << why;
+  EXPECT_NE(why.find("fetch, then prefill"), std::string::npos) << why;
+  EXPECT_FALSE(third.stats.remote_recompute_front);
+}
+
 TEST(scheduler_core_recompute_front, chunks_the_front_computed_past_what_the_store_held_are_published) {
   FakeOutbox out;
   SchedulerCore core(out, 2, 4, false, nullptr);

@@ -169,6 +169,30 @@ TEST(cli_batch_recompute_front, when_idle_the_first_request_recomputes_its_front
   }
 }
 
+TEST(cli_batch_recompute_front, priced_the_first_request_recomputes_its_front_and_each_says_why) {
+  vc::test::RedisServer server;
+  VC_REQUIRE_REDIS(server);
+  Dir d;
+  const auto [remote, full, plain] = publish_lines(server, d);
+  const auto priced = run_batch(d, "in.jsonl", "priced", remote + " --remote-recompute-front-priced");
+  ASSERT_EQ(priced.size(), 4u);
+  expect_same_outputs(full, priced, "recompute front priced");
+  // The first line is admitted alone; the second beside it, before any fetch or
+  // prefill of this engine has been measured: the plain flow.
+  const json& first = priced[0]["stats"]["remote"];
+  EXPECT_TRUE(first["recompute_front"].get<bool>()) << first;
+  EXPECT_NE(first["front_price"].get<std::string>().find("alone"), std::string::npos) << first;
+  const json& second = priced[1]["stats"]["remote"];
+  EXPECT_FALSE(second["recompute_front"].get<bool>()) << second;
+  EXPECT_NE(second["front_price"].get<std::string>().find("measured yet"), std::string::npos) << second;
+  for (size_t i = 0; i < priced.size(); ++i) {
+    const json& rs = priced[i]["stats"]["remote"];
+    EXPECT_FALSE(rs["front_price"].get<std::string>().empty()) << "line " << i + 1 << ": " << rs;
+    EXPECT_EQ(covered(priced[i]), plain[i]["stats"]["remote"]["positions_hit"].get<size_t>())
+        << "line " << i + 1 << ": " << rs;
+  }
+}
+
 TEST(cli_batch_recompute_front, chunks_the_store_lacked_are_published_whichever_side_computed_them) {
   vc::test::RedisServer server;
   VC_REQUIRE_REDIS(server);

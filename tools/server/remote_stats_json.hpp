@@ -14,6 +14,7 @@ inline nlohmann::json remote_stats_json(const vericache::RequestStats& s) {
           {"fetch_segments", s.remote_fetch_segments},
           {"recompute_front", s.remote_recompute_front},
           {"front_recomputed", s.remote_front_recomputed},
+          {"front_price", s.remote_front_price},
           {"stop_reason", s.remote_stop_reason},
           {"chunks_published", s.remote_chunks_published},
           {"compressed_chunks_published", s.remote_compressed_chunks_published},

@@ -294,6 +294,7 @@ int run_batch(const BatchArgs& a) {
   cfg.remote_compressed_first = a.remote.flow == "compressed-first";
   cfg.remote_recompute_front = a.remote.recompute_front;
   cfg.remote_recompute_front_when_idle = a.remote.recompute_front_when_idle;
+  cfg.remote_recompute_front_priced = a.remote.recompute_front_priced;
   cfg.remote_fetchers = a.remote.fetchers;
   cfg.remote_fetch_segment = a.remote.fetch_segment;
   cfg.remote_compressed_suffix = a.remote.compressed_suffix;

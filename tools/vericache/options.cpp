@@ -197,6 +197,10 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
   cmd.add_flag("--remote-recompute-front-when-idle", r.recompute_front_when_idle,
                "As --remote-recompute-front, but only for a request alone in the engine when its "
                "fetch starts; beside others, fetch then prefill (their decoding keeps the cores)");
+  cmd.add_flag("--remote-recompute-front-priced", r.recompute_front_priced,
+               "As --remote-recompute-front when it saves the request more time than it takes "
+               "from the others: beside n requests, when a position has taken more than n times "
+               "as long to fetch as to prefill so far (alone: always)");
   cmd.add_option("--remote-fetchers", r.fetchers,
                  "net_fetcher actors (own connections each): one request's long fetch does not "
                  "hold up the others'")

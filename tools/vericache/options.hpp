@@ -39,6 +39,7 @@ struct RemoteArgs {
   size_t predraft = 256;  // --remote-predraft
   bool recompute_front = false;  // --remote-recompute-front
   bool recompute_front_when_idle = false;  // --remote-recompute-front-when-idle
+  bool recompute_front_priced = false;     // --remote-recompute-front-priced
 };
 /// --remote-recompute-front's help, shared by generate and the engine commands.
 inline constexpr const char* kRemoteRecomputeFrontHelp =
