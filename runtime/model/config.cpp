@@ -9,6 +9,7 @@
 #include <numbers>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -251,6 +252,15 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
   if (c.head_dim % 2 != 0)
     r.fail("head_dim", "expected an even head dimension (RoPE rotates pairs), found " +
                            std::to_string(c.head_dim));
+  // The projections' widths are 32-bit sizes throughout: their products must fit.
+  for (const auto& [heads, field] : {std::pair{c.num_heads, "num_attention_heads"},
+                                     std::pair{c.num_kv_heads, "num_key_value_heads"}}) {
+    if (int64_t(heads) * c.head_dim > INT32_MAX)
+      r.fail("head_dim", std::string(field) + " (" + std::to_string(heads) + ") x head_dim (" +
+                             std::to_string(c.head_dim) + ") = " +
+                             std::to_string(int64_t(heads) * c.head_dim) +
+                             " does not fit in 32 bits");
+  }
 
   c.rope_theta = r.positive_number("rope_theta", 10000.0);
   c.rms_norm_eps = float(r.positive_number("rms_norm_eps"));

@@ -10,6 +10,7 @@
 
 #include "kernels/error.hpp"
 #include "runtime/model/generated_checkpoint.hpp"
+#include "runtime/model/tokenizer.hpp"
 
 namespace vc {
 namespace {
@@ -90,6 +91,15 @@ GeneratedModel write_random_model(const ModelShape& shape, const std::filesystem
   // Special token ids from the tokenizer's model, when they fit the vocabulary.
   if (!opt.tokenizer_dir.empty()) {
     std::error_code ec;
+    // A vocabulary smaller than the tokenizer's ids would load and then refuse
+    // every prompt that uses one of the ids past it.
+    if (std::filesystem::exists(opt.tokenizer_dir / "tokenizer.json", ec)) {
+      const int ids = Tokenizer::from_file(opt.tokenizer_dir / "tokenizer.json").vocab_size();
+      if (c.vocab_size < ids)
+        throw Error("shape '" + shape.name + "': vocab_size " + std::to_string(c.vocab_size) +
+                    " is smaller than the tokenizer's " + std::to_string(ids) + " ids (" +
+                    (opt.tokenizer_dir / "tokenizer.json").string() + ")");
+    }
     if (std::filesystem::exists(opt.tokenizer_dir / "config.json", ec)) {
       const ModelConfig tc = load_model_config(opt.tokenizer_dir / "config.json");
       if (tc.bos_token_id >= 0 && tc.bos_token_id < c.vocab_size) config["bos_token_id"] = tc.bos_token_id;

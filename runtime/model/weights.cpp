@@ -142,6 +142,17 @@ ModelWeights load_weights(const ModelConfig& cfg, const std::filesystem::path& d
     mw.lm_head = b.matrix("lm_head.weight", cfg.vocab_size, hidden);
   }
 
+  // The config's layer count against the checkpoint's, before anything is sized by
+  // it: a count past the checkpoint's layers fails on a missing tensor, and one
+  // short of them would run a truncated model (wrong tokens, no error).
+  const auto layer_norm = [](int i) { return "model.layers." + std::to_string(i) + ".input_layernorm.weight"; };
+  if (!ck.find(layer_norm(cfg.num_layers - 1)))
+    throw Error("tensor '" + layer_norm(cfg.num_layers - 1) + "' not found in " + dir.string() +
+                ": config.json's num_hidden_layers (" + std::to_string(cfg.num_layers) +
+                ") is more than the checkpoint's layers");
+  b.require_absent(layer_norm(cfg.num_layers),
+                   "config.json's num_hidden_layers is " + std::to_string(cfg.num_layers) +
+                       ": the checkpoint holds more layers than the config runs");
   mw.layers.resize(size_t(cfg.num_layers));
   for (int i = 0; i < cfg.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";

@@ -91,6 +91,17 @@ TEST(cli_model, a_shape_smaller_than_the_source_is_one_error_line) {
   EXPECT_FALSE(fs::exists(dir / "m"));
 }
 
+TEST(cli_model, a_vocabulary_smaller_than_the_tokenizers_is_one_error_line_and_writes_nothing) {
+  ScratchDir dir;
+  std::ofstream(dir / "v100.json") << R"({"architectures": ["LlamaForCausalLM"],
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+    "vocab_size": 100, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5})";
+  expect_one_error_line(run_cli("model random --shape " + dir / "v100.json" + " --out " + dir / "m", true),
+                        "vocab_size 100 is smaller than the tokenizer's 2048 ids");
+  EXPECT_FALSE(fs::exists(dir / "m"));
+}
+
 TEST(cli_model, an_unwritable_or_foreign_out_directory_is_one_error_line) {
   ScratchDir dir;
   std::ofstream(dir / "file") << "x";

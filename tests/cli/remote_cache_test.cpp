@@ -102,6 +102,19 @@ TEST(remote_cache, a_corrupt_flushed_or_dead_store_means_recompute_and_the_same_
   EXPECT_NE(r.out.find(server.url()), std::string::npos) << r.out;
 }
 
+TEST(remote_cache, cache_commands_refuse_a_timeout_that_is_not_positive) {
+  for (const char* sub : {"stats", "clear"}) {
+    for (const char* t : {"0", "-5"}) {
+      const auto r = vc::test::run_vericache(std::string("cache ") + sub +
+                                                 " --remote redis://127.0.0.1:1 --timeout-ms " + t,
+                                             true);
+      EXPECT_NE(r.code, 0) << sub << " " << t << ": " << r.out;
+      EXPECT_NE(r.out.find("--timeout-ms"), std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("timed out"), std::string::npos) << "not tried: " << r.out;
+    }
+  }
+}
+
 TEST(remote_cache, a_bad_remote_url_is_a_one_line_error) {
   const auto r = vc::test::run_vericache(
       "generate --prompt x --mode vericache --remote http://localhost:1", true);

@@ -249,6 +249,21 @@ TEST(config, rejects_heads_not_divisible_by_kv_heads) {
   EXPECT_TRUE(contains_all(parse_error(j), {"cfg.json", "num_key_value_heads", "divisor", "found 3"}));
 }
 
+TEST(config, rejects_heads_times_head_dim_past_32_bits_instead_of_wrapping) {
+  // 6 x 1431655808 wraps to 256 in 32 bits: a real q_proj's width.
+  json j = llama();
+  j["num_attention_heads"] = 6;
+  j["num_key_value_heads"] = 3;
+  j["head_dim"] = 1431655808;
+  EXPECT_TRUE(contains_all(parse_error(j), {"cfg.json", "head_dim", "num_attention_heads (6)",
+                                            "8589934848", "does not fit in 32 bits"}));
+  j = llama();
+  j["num_attention_heads"] = 1073741824;
+  j["num_key_value_heads"] = 1073741824;
+  j["head_dim"] = 2;
+  EXPECT_TRUE(contains_all(parse_error(j), {"head_dim", "num_attention_heads (1073741824)", "32 bits"}));
+}
+
 TEST(config, rejects_hidden_not_divisible_by_heads_without_head_dim) {
   json j = llama();
   j["hidden_size"] = 30;

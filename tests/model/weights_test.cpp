@@ -190,6 +190,35 @@ TEST(weights, rejects_a_missing_lm_head_when_not_tied) {
                             "tie_word_embeddings"}));
 }
 
+TEST(weights, rejects_a_config_with_fewer_layers_than_the_checkpoint_instead_of_running_part_of_it) {
+  TempDir dir;
+  testkit::FakeModel m = testkit::random_model("LlamaForCausalLM", DType::bf16);
+  const int layers = m.config["num_hidden_layers"];
+  m.config["num_hidden_layers"] = layers - 1;
+  m.write(dir.path());
+  const ModelConfig c = load_model_config(dir / "config.json");
+  EXPECT_TRUE(contains_all(error_of([&] { (void)load_weights(c, dir.path()); }),
+                           {"'model.layers." + std::to_string(layers - 1) + ".input_layernorm.weight'",
+                            "is present", "num_hidden_layers is " + std::to_string(layers - 1),
+                            "more layers than the config runs"}));
+}
+
+TEST(weights, rejects_a_config_with_more_layers_than_the_checkpoint_before_sizing_anything_by_it) {
+  TempDir dir;
+  testkit::FakeModel m = testkit::random_model("LlamaForCausalLM", DType::bf16);
+  const int layers = m.config["num_hidden_layers"];
+  for (const int n : {layers + 1, 2147483647}) {
+    m.config["num_hidden_layers"] = n;
+    m.write(dir.path());
+    const ModelConfig c = load_model_config(dir / "config.json");
+    EXPECT_TRUE(contains_all(error_of([&] { (void)load_weights(c, dir.path()); }),
+                             {"'model.layers." + std::to_string(n - 1) + ".input_layernorm.weight'",
+                              "not found", "num_hidden_layers (" + std::to_string(n) + ")",
+                              "more than the checkpoint's layers"}))
+        << n;
+  }
+}
+
 TEST(weights, rejects_a_weight_whose_dtype_differs_from_config_torch_dtype) {
   TempDir dir;
   testkit::FakeModel m = testkit::random_model("Qwen2ForCausalLM", DType::bf16);

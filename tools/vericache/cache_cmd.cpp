@@ -7,6 +7,7 @@
 
 #include "kvtiers/remote/remote_tier.hpp"
 #include "tools/vericache/commands.hpp"
+#include "tools/vericache/options.hpp"
 
 namespace vc::cli {
 
@@ -64,7 +65,7 @@ void add_cache_command(CLI::App& app, Runner& run) {
                                                   : "Delete this project's chunks (vc:kv:*), nothing else");
     sub->add_option("--remote", a->remote, "The store, redis://HOST:PORT")->required();
     sub->add_option("--timeout-ms", a->timeout_ms, "Deadline of a connect and of each command")
-        ->capture_default_str();
+        ->capture_default_str()->check(integer_in(1, 600000));
     sub->add_flag("--json", a->json, "Print JSON");
     const bool stats = std::string(name) == "stats";
     sub->callback([&run, a, stats] {
