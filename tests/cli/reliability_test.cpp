@@ -173,6 +173,8 @@ TEST(cli, config_file_typos_are_errors_naming_the_file_and_line) {
       {"max-tokens = 4\n[generate]\n", {":1:", "before any [section]"}},
       {"[generate\nmax-tokens = 4\n", {":1:", "unterminated section header"}},
       {"[generate]\nthis is not a setting\n", {":2:", "expected 'key = value'"}},
+      {"[generate]\nmax-tokens = 2\nthreads = 1\nmax-tokens = 6\n",
+       {":4:", "'max-tokens' is set twice in [generate] (first at line 2)"}},
       {std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10), {"binary data"}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {

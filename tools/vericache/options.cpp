@@ -4,6 +4,7 @@
 #include "kernels/error.hpp"
 
 #include <algorithm>
+#include <map>
 #include <iostream>
 #include <sys/stat.h>
 
@@ -244,6 +245,7 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& in) const {
   std::vector<CLI::ConfigItem> items;
   std::vector<std::string> section;  // subcommand path
   CLI::App* sub = nullptr;
+  std::map<std::string, size_t> seen;  // section and option -> the line that set it
   size_t line_no = 0;
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -301,6 +303,11 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& in) const {
                       "[generate], [batch], [bench.decode], ...)");
       fail(line_no, "unknown key '" + key + "' in [" + CLI::detail::join(section, ".") + "]");
     }
+    // A key given twice in one section: which one was meant is not for us to guess.
+    const std::string where = CLI::detail::join(section, ".");
+    if (const auto [it, fresh] = seen.try_emplace(where + "\n" + op->get_name(), line_no); !fresh)
+      fail(line_no, "'" + key + "' is set twice in [" + where + "] (first at line " +
+                        std::to_string(it->second) + ")");
     // The value: "string", 'string', [a, b, ...] or a bare word.
     std::vector<std::string> values;
     auto unquote = [&](std::string v) {
