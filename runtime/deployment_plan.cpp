@@ -79,6 +79,11 @@ std::vector<std::string> preset_names(const std::filesystem::path& presets_dir) 
 DeploymentPreset load_preset(const std::string& name_or_file, const std::filesystem::path& presets_dir,
                              const std::filesystem::path& shapes_dir, const std::filesystem::path& root) {
   std::filesystem::path file = name_or_file;
+  {
+    std::error_code ec;
+    if (std::filesystem::is_directory(file, ec))
+      throw Error("--preset '" + name_or_file + "': is a directory; expected a preset name or a JSON file");
+  }
   if (!(name_or_file.ends_with(".json") || std::filesystem::is_regular_file(file))) {
     file = presets_dir / (name_or_file + ".json");
     if (!std::filesystem::is_regular_file(file)) {

@@ -130,8 +130,13 @@ LinkClass pci_link(hwloc_obj_t a, hwloc_obj_t b, const PciPlace& pa, const PciPl
 
 HwlocTopology::HwlocTopology(const std::string& xml_file) {
   source_ = xml_file.empty() ? std::string("this machine (hwloc)") : xml_file;
-  if (!xml_file.empty() && !std::filesystem::is_regular_file(xml_file))
-    throw Error("--topology '" + xml_file + "': no such file");
+  if (!xml_file.empty() && !std::filesystem::is_regular_file(xml_file)) {
+    std::error_code ec;
+    throw Error("--topology '" + xml_file + "': " +
+                (std::filesystem::is_directory(xml_file, ec) ? "is a directory; expected an hwloc XML file"
+                 : std::filesystem::exists(xml_file, ec)     ? "not a regular file; expected an hwloc XML file"
+                                                             : "no such file"));
+  }
   if (hwloc_topology_init(&topo_) != 0) throw Error("hwloc: topology init failed");
   bool ok = true;
   if (!xml_file.empty()) ok = hwloc_topology_set_xml(topo_, xml_file.c_str()) == 0;

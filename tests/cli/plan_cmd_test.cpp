@@ -29,5 +29,17 @@ TEST(plan_cmd, rejects_an_unknown_preset_with_one_error_line) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
 }
 
+TEST(plan_cmd, a_directory_given_as_preset_or_topology_is_named_as_one) {
+  const std::string dir = ::testing::TempDir();
+  auto r = test::run_vericache("plan --preset " + dir + " --context 1024", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--preset '" + dir + "': is a directory"), std::string::npos) << r.out;
+  r = test::run_vericache("topo --topology " + dir, true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--topology '" + dir + "': is a directory"), std::string::npos) << r.out;
+  r = test::run_vericache("topo --topology /nonexistent/t.xml", true);
+  EXPECT_NE(r.out.find("'/nonexistent/t.xml': no such file"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace vc
