@@ -78,6 +78,15 @@ TEST(calibrate_cmd, bad_input_is_one_line_naming_what_was_wrong) {
   r = test::run_vericache("calibrate kvzap" + model + " --generate 1 --form cubic", true);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("--form"), std::string::npos) << r.out;
+  r = test::run_vericache("calibrate kvzap" + model + " --generate 1 --lambda nan", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--lambda"), std::string::npos) << r.out;
+  // An --out that cannot be written is refused before the fit runs.
+  r = test::run_vericache("calibrate kvzap" + model + " --generate 1 --out /nonexistent/dir/k.safetensors", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--out '/nonexistent/dir/k.safetensors': directory '/nonexistent/dir' does not exist"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("R^2"), std::string::npos) << "no fit ran: " << r.out;
   EXPECT_FALSE(fs::exists(m.dir / "kvzap.safetensors"));
 }
 

@@ -41,6 +41,14 @@ struct CalibrateArgs {
 
 int run_calibrate(const CalibrateArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (!a.out.empty()) {  // a fit that cannot be written fails before it runs
+    const std::filesystem::path dir = std::filesystem::absolute(a.out).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+      throw Error("--out '" + a.out + "': directory '" + dir.string() + "' does not exist");
+    if (std::filesystem::is_directory(a.out, ec))
+      throw Error("--out '" + a.out + "': is a directory; expected a file path");
+  }
   const auto model = Model::load(a.model_dir);
   const Tokenizer tok = Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json");
   KvzapFitOptions opt;
@@ -140,7 +148,7 @@ void add_calibrate_command(CLI::App& app, Runner& run) {
   kvzap->add_option("--max-tokens", a->max_tokens, "Tokens per text (files are cut into texts)")
       ->capture_default_str()->check(integer_in(2, 8192));
   kvzap->add_option("--lambda", a->lambda, "Ridge penalty of the linear form")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+      ->capture_default_str()->check(number_in(0.0, 1e6));
   kvzap->add_option("--units", a->units, "Hidden units of the mlp form")
       ->capture_default_str()->check(integer_in(1, 65536));
   kvzap->add_option("--epochs", a->epochs, "Training epochs of the mlp form")
