@@ -200,7 +200,7 @@ void add_bench_attention_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--compressor", a->compressors, "Compression methods (see `vericache compressors`)")
       ->capture_default_str();
   cmd->add_option("--ratio", a->ratio, "Compression ratio: full KV bytes / compressed bytes")
-      ->capture_default_str()->check(CLI::Range(1.0, 1024.0));
+      ->capture_default_str()->check(number_in(1.0, 1024.0));
   cmd->add_option("--repeats", a->repeats, "Measurements per figure (median)")
       ->capture_default_str()->check(integer_in(1, 1000));
   cmd->add_option("--threads", a->threads, "Threads one row's KV heads are split across")
