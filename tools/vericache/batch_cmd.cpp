@@ -257,11 +257,6 @@ int run_batch(const BatchArgs& a) {
   // A bad --row-costs file fails before the output is touched or the model loads.
   const auto row_costs =
       a.row_costs.empty() ? std::vector<std::pair<double, double>>{} : load_row_costs(a.row_costs);
-  {  // writing the results over the requests would lose them
-    std::error_code ec;
-    if (std::filesystem::equivalent(a.input, a.output, ec))
-      throw Error("--output '" + a.output + "': is the --input file; write the results elsewhere");
-  }
   std::ofstream out(a.output, std::ios::binary | std::ios::trunc);
   if (!out) throw Error("--output '" + a.output + "': cannot open for writing");
   if (!a.trace.empty()) {  // an unwritable trace path fails now, not after the work
