@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,6 +123,12 @@ class HttpConnection {
   }
   /// The protocol version requests are sent with ("HTTP/1.1" unless set).
   void set_version(std::string version) { version_ = std::move(version); }
+  /// read() gives up (status 0) when nothing arrives for `seconds`, so that a test
+  /// of a server that never answers fails instead of hanging.
+  void set_read_timeout(double seconds) {
+    timeval t{time_t(seconds), suseconds_t((seconds - double(time_t(seconds))) * 1e6)};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
+  }
   /// Sends a request (Content-Length set when there is a body).
   void send(const std::string& method, const std::string& path, const std::string& body = "",
             const std::vector<std::string>& headers = {}) {

@@ -1,7 +1,9 @@
 // The HTTP/1.1 front of `vericache serve` (http_server.hpp). Blocking Beast I/O on
 // one thread per connection: a connection spends nearly all its time waiting for
 // the engine, and the handler (completion_handler.cpp) polls the socket meanwhile
-// so that a client that leaves cancels its request.
+// so that a client that leaves cancels its request. Requests are read through a
+// DeadlineReader (deadline_reader.hpp), so a client that stalls cannot hold its
+// thread and connection slot.
 #include "tools/server/http_server.hpp"
 
 #include <poll.h>
@@ -12,6 +14,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -22,6 +25,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kernels/error.hpp"
+#include "tools/server/deadline_reader.hpp"
 
 namespace vc::server {
 
@@ -190,55 +194,85 @@ struct HttpServer::Impl {
     http::write(s, res, ec);
   }
 
-  // Marks the connection idle (waiting for a request) or busy; false once the
-  // server drains (the connection should close).
+  // Marks the connection idle (waiting for a request, or the rest of one) or busy
+  // (handling one); false once the server drains (the connection should close).
   bool set_idle(uint64_t id, bool idle) {
     std::lock_guard lock(mu);
     conns[id].idle = idle;
     return !draining;
   }
 
+  Response too_large() const {
+    return from_error(ApiError(413, "invalid_request_error",
+                               "the body is larger than the limit of " +
+                                   std::to_string(st.settings.max_body_bytes) + " bytes"));
+  }
+
+  Response timed_out(const char* part) const {
+    std::ostringstream s;
+    s << "the request's " << part << " did not arrive within " << cfg.read_timeout_seconds
+      << " s (the server's read timeout)";
+    return from_error(ApiError(408, "invalid_request_error", s.str(), "", "request_timeout"));
+  }
+
+  // Reads the next request into `parser`, its headers due `timeout` from now and
+  // its body `timeout` after its headers. False when the connection should close,
+  // after the error reply if one is due (nothing when no byte of a request came).
+  bool read_request(tcp::socket& s, DeadlineReader& in, beast::flat_buffer& buf,
+                    http::request_parser<http::string_body>& parser,
+                    DeadlineReader::clock::duration timeout) {
+    const bool pipelined = buf.size() > 0;
+    in.reset_count();
+    in.expire_at(DeadlineReader::clock::now() + timeout);
+    beast::error_code ec;
+    http::read_header(in, buf, parser, ec);
+    if (ec) {
+      if (ec == beast::error::timeout) {
+        if (pipelined || in.bytes_read() > 0) write(s, timed_out("headers"), 11, false);
+      } else if (ec == http::error::body_limit) {  // a Content-Length over the limit
+        write(s, too_large(), 11, false);
+      } else if (ec == http::error::header_limit) {
+        write(s, from_error(ApiError(431, "invalid_request_error", "request headers too large")),
+              11, false);
+      } else if (ec != http::error::end_of_stream && ec != net::error::eof &&
+                 ec != net::error::connection_reset && !draining_now()) {
+        write(s, from_error(bad_request("", "malformed HTTP request: " + ec.message())), 11,
+              false);
+      }
+      return false;
+    }
+    const unsigned version = parser.get().version();
+    if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> cont{http::status::continue_, version};
+      http::write(s, cont, ec);
+      if (ec) return false;
+    }
+    in.expire_at(DeadlineReader::clock::now() + timeout);
+    http::read(in, buf, parser, ec);
+    if (ec == http::error::body_limit) write(s, too_large(), version, false);
+    if (ec == beast::error::timeout) write(s, timed_out("body"), version, false);
+    return !ec;
+  }
+
+  bool draining_now() {
+    std::lock_guard lock(mu);
+    return draining;
+  }
+
   void serve(uint64_t id, tcp::socket s) {
     beast::flat_buffer buf;
+    DeadlineReader in(s);
+    const auto timeout = std::chrono::duration_cast<DeadlineReader::clock::duration>(
+        std::chrono::duration<double>(cfg.read_timeout_seconds));
     for (;;) {
       if (!set_idle(id, true)) break;
       http::request_parser<http::string_body> parser;
       parser.header_limit(kHeaderLimit);
       parser.body_limit(st.settings.max_body_bytes);
-      beast::error_code ec;
-      http::read_header(s, buf, parser, ec);
+      if (!read_request(s, in, buf, parser, timeout)) break;
       const bool open = set_idle(id, false);
-      if (ec) {
-        if (ec == http::error::body_limit)  // a Content-Length over the limit
-          write(s, from_error(ApiError(413, "invalid_request_error",
-                                       "the body is larger than the limit of " +
-                                           std::to_string(st.settings.max_body_bytes) + " bytes")),
-                11, false);
-        else if (ec == http::error::header_limit)
-          write(s, from_error(ApiError(431, "invalid_request_error", "request headers too large")),
-                11, false);
-        else if (ec != http::error::end_of_stream && ec != net::error::eof &&
-                 ec != net::error::connection_reset && open)
-          write(s, from_error(bad_request("", "malformed HTTP request: " + ec.message())), 11,
-                false);
-        break;
-      }
-      const unsigned version = parser.get().version();
-      if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
-        http::response<http::empty_body> cont{http::status::continue_, version};
-        http::write(s, cont, ec);
-        if (ec) break;
-      }
-      http::read(s, buf, parser, ec);
-      if (ec == http::error::body_limit) {
-        write(s, from_error(ApiError(413, "invalid_request_error",
-                                     "the body is larger than the limit of " +
-                                         std::to_string(st.settings.max_body_bytes) + " bytes")),
-              version, false);
-        break;
-      }
-      if (ec) break;
       const http::request<http::string_body>& req = parser.get();
+      const unsigned version = req.version();
       bool keep_alive = req.keep_alive() && open;
       SocketSink sink(s, version, keep_alive);
       Response r;
@@ -316,7 +350,8 @@ void HttpServer::run(int stop_fd) {
     }).detach();
   }
 
-  // Drain: refuse new work, let requests in flight finish, close idle connections.
+  // Drain: refuse new work, let requests in flight finish, close the connections
+  // that wait for (the rest of) a request.
   m.st.draining.store(true);
   beast::error_code ec;
   m.acceptor.close(ec);

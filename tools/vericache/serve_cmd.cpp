@@ -59,6 +59,7 @@ struct ServeArgs {
   std::string draft = "16";
   RequestInput hierarchy;  // --draft-hierarchy and the n-gram options
   double drain_seconds = 30;
+  double read_timeout_seconds = 30;
   int threads = 0;
   int tp = 1;  // --tp: tensor-parallel degree (EngineConfig::tp)
   std::string placement = "none";  // --placement (EngineConfig::placement)
@@ -213,6 +214,7 @@ int run_serve(const ServeArgs& a) {
   http.api_key = a.api_key;
   http.max_connections = a.max_connections;
   http.drain_seconds = a.drain_seconds;
+  http.read_timeout_seconds = a.read_timeout_seconds;
   install_drain_handlers();
   server::HttpServer srv(state, http);
   srv.metrics_text = [&] { return metrics.render(engine->stats(), engine->placement()); };
@@ -276,6 +278,10 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--drain-seconds", a->drain_seconds,
                   "On SIGTERM, how long requests in flight may finish before they are cancelled")
       ->capture_default_str()->check(number_in(0.0));
+  cmd->add_option("--read-timeout-s", a->read_timeout_seconds,
+                  "Seconds a request's headers may take to arrive, then its body (408 after; "
+                  "a connection that sent nothing of a request in that time is closed)")
+      ->capture_default_str()->check(number_in(0.0, 1e6, true));
   cmd->add_option("--threads", a->threads, "Worker threads per compute actor (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
   cmd->add_option("--tp", a->tp,
