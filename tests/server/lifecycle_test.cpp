@@ -1,6 +1,7 @@
 // `vericache serve` over a request's life: a client that disconnects cancels its
-// request (plain or streamed), and SIGTERM drains: requests in flight finish, new
-// ones are refused, the process exits 0.
+// request (plain or streamed), one that only half-closes (shuts down its sending
+// side after the request) still gets the answer, and SIGTERM drains: requests in
+// flight finish, new ones are refused, the process exits 0.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -66,6 +67,35 @@ TEST(serve_lifecycle, a_client_that_disconnects_cancels_its_request) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
   for (const auto& line : settled) EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
+}
+
+TEST(serve_lifecycle, a_client_that_half_closes_after_its_request_still_gets_the_answer) {
+  ServerProcess server;
+  // Long enough that the handler looks at the socket while the request runs.
+  const json b = {{"prompt", "<|begin_of_text|>x"}, {"max_tokens", 1000}, {"ignore_eos", true},
+                  {"mode", "full"}};
+  for (const std::string version : {"HTTP/1.1", "HTTP/1.0"}) {
+    for (const bool stream : {false, true}) {
+      SCOPED_TRACE(version + (stream ? " streamed" : " plain"));
+      json body = b;
+      body["stream"] = stream;
+      HttpConnection c(server.port());
+      c.set_version(version);
+      c.set_read_timeout(60);
+      c.send("POST", "/v1/completions", body.dump());
+      c.shutdown_write();
+      const HttpResponse r = c.read();
+      ASSERT_EQ(r.status, 200) << r.body;
+      if (stream) {
+        const std::vector<std::string> events = sse_events(r.body);
+        ASSERT_GE(events.size(), 2u);
+        EXPECT_EQ(events.back(), "[DONE]");
+        EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "length");
+      } else {
+        EXPECT_EQ(r.json()["usage"]["completion_tokens"], 1000);
+      }
+    }
+  }
 }
 
 TEST(serve_lifecycle, sigterm_lets_requests_in_flight_finish_then_exits_0) {

@@ -123,6 +123,9 @@ class HttpConnection {
   }
   /// The protocol version requests are sent with ("HTTP/1.1" unless set).
   void set_version(std::string version) { version_ = std::move(version); }
+  /// Shuts down the sending half (as `nc -N` does after its input): the server reads
+  /// the end of the stream, this side can still read.
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
   /// read() gives up (status 0) when nothing arrives for `seconds`, so that a test
   /// of a server that never answers fails instead of hanging.
   void set_read_timeout(double seconds) {
@@ -148,13 +151,15 @@ class HttpConnection {
       off += size_t(n);
     }
   }
-  /// Reads one whole response (status 0 when the connection closed first).
+  /// Reads one whole response (status 0 when the connection closed first), skipping
+  /// interim 1xx responses as HTTP/1.1 clients do.
   HttpResponse read() {
     HttpResponse r;
     std::string head;
-    if (!read_until("\r\n\r\n", head)) return r;
-    const size_t sp = head.find(' ');
-    r.status = std::stoi(head.substr(sp + 1, 3));
+    do {
+      if (!read_until("\r\n\r\n", head)) return r;
+      r.status = std::stoi(head.substr(head.find(' ') + 1, 3));
+    } while (r.status >= 100 && r.status < 200 && r.status != 101);
     size_t pos = head.find("\r\n") + 2;
     while (pos < head.size()) {
       size_t end = head.find("\r\n", pos);

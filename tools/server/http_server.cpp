@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -83,15 +84,25 @@ class SocketSink final : public StreamSink {
   }
   /// True when a stream went out whose end is the connection's close.
   [[nodiscard]] bool close_delimited() const { return began_ && !chunked_; }
+  // Gone: a reset or hang-up (POLLHUP, POLLERR) or a failed write. The end of the
+  // read side is not: a client may shut down its writing half once its request is
+  // out (HTTP/1.0 tools, `nc -N`) and still read the answer. Such an end looks the
+  // same as a client that closed its socket, so before the reply has begun an
+  // HTTP/1.1 client is sent one interim "100 Continue" (which HTTP/1.1 clients
+  // skip): a socket that was closed answers it with a reset, seen on the next call.
   bool peer_closed() override {
     if (failed_) return true;
-    pollfd p{s_.native_handle(), POLLIN | POLLRDHUP, 0};
+    pollfd p{s_.native_handle(), POLLIN, 0};
     if (::poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return failed_ = true;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return failed_ = true;
+    if (probed_ || began_ || version_ < 11) return false;
     char c;
     const ssize_t n = ::recv(s_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) failed_ = true;  // orderly close; n > 0 is a pipelined request
-    return failed_;
+    if (n != 0) return false;  // n > 0: a pipelined request
+    probed_ = true;
+    beast::error_code ec;
+    net::write(s_, net::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")), ec);
+    return !ok(ec);
   }
 
  private:
@@ -104,6 +115,7 @@ class SocketSink final : public StreamSink {
   bool keep_alive_;
   bool chunked_;
   bool began_ = false;
+  bool probed_ = false;  // the interim 100 Continue went out
   bool failed_ = false;
 };
 
