@@ -2,6 +2,7 @@
 #include "tools/server/openai_request.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "runtime/model/tokenizer.hpp"
 
@@ -78,6 +79,36 @@ void read_prompt(const json& v, json& line) {
                         shown(v));
 }
 
+// An output length the body asks for: max_tokens, or in chat max_completion_tokens.
+struct AskedLength {
+  std::string field;
+  int64_t value = 0;
+};
+
+// An integer 1..cap (the server's --max-tokens-limit, or the context).
+AskedLength asked_length(const std::string& key, const json& v, int64_t cap) {
+  // nlohmann reads a non-negative integer (0 too) as unsigned.
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() ? v.get<uint64_t>() == 0 : v.get<int64_t>() < 1))
+    throw bad_request(key, "'" + key + "': expected an integer >= 1, got " + shown(v));
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(cap) : v.get<int64_t>() > cap)
+    throw bad_request(key, "'" + key + "': expected at most " + std::to_string(cap) +
+                               " (the server's limit), got " + shown(v));
+  return {key, v.get<int64_t>()};
+}
+
+// The asked length must leave the prompt room in the model's context.
+void check_room(const AskedLength& a, int64_t prompt, const RequestLimits& limits) {
+  const auto ctx = int64_t(limits.context);
+  if (a.value > ctx - prompt)
+    throw bad_request(a.field, "'" + a.field + "': expected an integer in 1.." +
+                                   std::to_string(ctx - prompt) +
+                                   " (the prompt's " + std::to_string(prompt) + " tokens + " +
+                                   a.field + " must fit the model's context of " +
+                                   std::to_string(ctx) + " (" + limits.context_field +
+                                   ")), got " + std::to_string(a.value));
+}
+
 }  // namespace
 
 ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSettings& settings,
@@ -93,8 +124,12 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
                {"ngram_min", settings.ngram_min},
                {"ngram_max", settings.ngram_max},
                {"ngram_proposal", settings.ngram_proposal},
-               {"max_tokens", settings.default_max_tokens}};
+               // Checked here (the lengths below), once the prompt's length is known.
+               {"max_tokens", 1}};
   const bool chat = endpoint == Endpoint::chat;
+  const int64_t cap = settings.max_tokens_limit > 0 ? settings.max_tokens_limit
+                                                     : int64_t(limits.context);
+  std::optional<AskedLength> max_tokens, max_completion_tokens;
   if (chat) line["prompt"] = prompt_text;
   bool has_prompt = chat;
   bool has_stream_options = false;
@@ -133,11 +168,10 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     } else if (key == "parallel_tool_calls" && chat) {
       if (!v.is_null() && !v.is_boolean())
         throw bad_request(key, "expected true or false, got " + shown(v));
-    } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat)) {
-      if (v.is_null()) continue;
-      if (!v.is_number_integer() || v.get<int64_t>() < 1)
-        throw bad_request(key, "expected an integer >= 1, got " + shown(v));
-      line["max_tokens"] = v;
+    } else if (key == "max_tokens") {
+      if (!v.is_null()) max_tokens = asked_length(key, v, cap);
+    } else if (key == "max_completion_tokens" && chat) {
+      if (!v.is_null()) max_completion_tokens = asked_length(key, v, cap);
     } else if (key == "n" || key == "best_of") {
       require_neutral(key, v, 1);
     } else if (key == "presence_penalty" || key == "frequency_penalty") {
@@ -186,17 +220,6 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     throw bad_request("stream_options", "'stream_options' is only allowed with stream: true");
   if (has_top_logprobs && !out.logprobs)
     throw bad_request("top_logprobs", "'top_logprobs' is only allowed with logprobs: true");
-  const int64_t cap = settings.max_tokens_limit > 0 ? settings.max_tokens_limit
-                                                     : int64_t(limits.context);
-  auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
-  if (!given("max_tokens") && !(chat && given("max_completion_tokens")))
-    line["max_tokens"] = std::min(settings.default_max_tokens, cap);
-  const int64_t max_tokens = line["max_tokens"].get<int64_t>();
-  if (max_tokens > cap)
-    throw bad_request(chat && body.contains("max_completion_tokens") ? "max_completion_tokens"
-                                                                      : "max_tokens",
-                      "expected at most " + std::to_string(cap) + " (the server's limit), got " +
-                          std::to_string(max_tokens));
   if (tool_choice_none) out.tool_names.clear();
   if (out.logprobs) line["logprobs"] = true;
   if (out.top_logprobs > 0) line["top_logprobs"] = out.top_logprobs;
@@ -219,6 +242,18 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     throw bad_request(chat ? "messages" : "prompt",
                       "the prompt has " + std::to_string(valid.prompt_ids.size()) +
                           " tokens, more than the server's limit of " + std::to_string(prompt_cap));
+  // The output length: max_completion_tokens over max_tokens (deprecated in chat, as
+  // in OpenAI), each checked on its own; without either the server's default, cut to
+  // the room the prompt leaves in the context.
+  const auto prompt_tokens = int64_t(valid.prompt_ids.size());
+  for (const auto* a : {&max_tokens, &max_completion_tokens})
+    if (a->has_value()) check_room(**a, prompt_tokens, limits);
+  const std::optional<AskedLength>& asked = max_completion_tokens ? max_completion_tokens
+                                                                  : max_tokens;
+  valid.options.max_tokens =
+      int(asked ? asked->value
+                : std::min({settings.default_max_tokens, cap,
+                            int64_t(limits.context) - prompt_tokens}));
   vericache::Request& r = out.engine_request;
   r.prompt_ids = valid.prompt_ids;
   r.max_tokens = valid.options.max_tokens;

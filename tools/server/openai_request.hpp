@@ -5,7 +5,8 @@
 // ngram_min, ngram_max, ngram_proposal, fold_every, ignore_eos) are mapped onto
 // the request JSON of `vericache batch` and checked by the same validation layer
 // (runtime/request_validation.hpp), with the server's defaults and limits. Every
-// refusal is an ApiError naming the field.
+// refusal is an ApiError naming the field. In chat, max_completion_tokens wins over
+// max_tokens (OpenAI deprecates max_tokens there); each is checked on its own.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -33,6 +34,8 @@ struct ServeSettings {
   std::string draft = "16";
   std::string draft_hierarchy = "none";  ///< "none" or "ngram" (vericache mode)
   int64_t ngram_min = 2, ngram_max = 4, ngram_proposal = 8;
+  /// max_tokens of a request that sends none (nor max_completion_tokens), cut to the
+  /// room its prompt leaves in the context and to max_tokens_limit.
   int64_t default_max_tokens = 128;
   int64_t max_tokens_limit = 0;     ///< 0: the model's context
   int64_t max_prompt_tokens = 0;    ///< 0: the model's context
