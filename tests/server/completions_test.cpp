@@ -112,6 +112,24 @@ TEST(serve, stream_with_include_usage_ends_with_a_usage_chunk_then_done) {
   EXPECT_TRUE(usage.contains("vericache"));
 }
 
+TEST(serve, sampling_without_a_seed_draws_a_fresh_one_each_time_and_names_it_for_a_rerun) {
+  ServerProcess server;
+  json b = {{"prompt", kPrompt}, {"max_tokens", 16}, {"temperature", 0.9}, {"mode", "vericache"}};
+  const HttpResponse first = http_request(server.port(), "POST", "/v1/completions", b.dump());
+  const HttpResponse second = http_request(server.port(), "POST", "/v1/completions", b.dump());
+  ASSERT_EQ(first.status, 200) << first.body;
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json f = first.json(), g = second.json();
+  ASSERT_TRUE(f["vericache"]["seed"].is_number_unsigned()) << f["vericache"];
+  EXPECT_NE(f["vericache"]["seed"], g["vericache"]["seed"]);
+  // The seed it names gives the same completion again.
+  b["seed"] = f["vericache"]["seed"];
+  const HttpResponse again = http_request(server.port(), "POST", "/v1/completions", b.dump());
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(again.json()["choices"][0]["text"], f["choices"][0]["text"]);
+  EXPECT_EQ(again.json()["vericache"]["seed"], f["vericache"]["seed"]);
+}
+
 TEST(serve, stop_strings_cut_plain_and_streamed_text_alike) {
   ServerProcess server;
   json b = {{"prompt", kPrompt}, {"max_tokens", 24}, {"mode", "vericache"}};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <random>
 
 #include "runtime/model/tokenizer.hpp"
 
@@ -19,6 +20,12 @@ constexpr const char* kPassThrough[] = {"temperature",     "top_p",     "top_k",
                                         "ratio",           "draft",     "draft_hierarchy",
                                         "ngram_min",       "ngram_max", "ngram_proposal",
                                         "fold_every",      "ignore_eos"};
+
+// A seed for a request that names none: from the OS's entropy, one per request.
+uint64_t fresh_seed() {
+  thread_local std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ uint64_t(rd());
+}
 
 bool is_pass_through(const std::string& key) {
   return std::any_of(std::begin(kPassThrough), std::end(kPassThrough),
@@ -223,6 +230,10 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
   if (tool_choice_none) out.tool_names.clear();
   if (out.logprobs) line["logprobs"] = true;
   if (out.top_logprobs > 0) line["top_logprobs"] = out.top_logprobs;
+  // Sampling without a seed draws a fresh one, as OpenAI clients expect a new
+  // sample each time; the response names it (vericache.seed), so the same output
+  // can be asked for again.
+  if (!line.contains("seed")) line["seed"] = fresh_seed();
 
   // The shared reader and checks: the same as `vericache batch` and `generate`.
   ValidRequest valid;

@@ -60,7 +60,8 @@ json vericache_stats_json(const vericache::Request& q, const vericache::Result& 
             {"prefill_seconds", s.prefill_seconds},
             {"total_seconds", s.total_seconds},
             {"fast_bytes_peak", s.fast_bytes_peak},
-            {"fast_bytes_reserved", s.fast_bytes_reserved}};
+            {"fast_bytes_reserved", s.fast_bytes_reserved},
+            {"seed", q.seed}};
   if (q.mode != "full") {
     j["compressor"] = q.compressor;
     j["ratio"] = q.ratio;
