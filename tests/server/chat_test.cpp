@@ -84,6 +84,31 @@ TEST(serve_chat, bad_messages_get_400_naming_the_field) {
                                          json{{"max_tokens", 3}}.dump());
   EXPECT_EQ(none.status, 400);
   EXPECT_EQ(none.json()["error"]["param"], "messages");
+  // A role no template knows, a user turn without content, a tool's parameters
+  // that are not a schema, a `user` id that is not a string.
+  const std::vector<std::pair<json, std::string>> cases = {
+      {json{{"messages", json::array({{{"role", "wizard"}, {"content", "x"}}})}}, "messages[0].role"},
+      {json{{"messages", json::array({{{"role", "user"}}})}}, "messages[0].content"},
+      {json{{"messages", json::array({{{"role", "user"}, {"content", nullptr}}})}}, "messages[0].content"},
+      {json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})},
+            {"tools", json::array({{{"type", "function"},
+                                    {"function", {{"name", "f"}, {"parameters", "notobj"}}}}})}},
+       "tools[0].function.parameters"},
+      {json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"user", 5}}, "user"},
+  };
+  for (const auto& [body, param] : cases) {
+    const HttpResponse r2 = http_request(server.port(), "POST", "/v1/chat/completions", body.dump());
+    EXPECT_EQ(r2.status, 400) << body;
+    EXPECT_EQ(r2.json()["error"]["param"], param) << r2.body;
+  }
+  // An assistant turn may be its tool calls alone; a plain string `user` is fine.
+  const json ok = {{"max_tokens", 2},
+                   {"user", "u-1"},
+                   {"messages", json::array({{{"role", "user"}, {"content", "hi"}},
+                                             {{"role", "assistant"}, {"content", nullptr}},
+                                             {{"role", "user"}, {"content", "again"}}})}};
+  const HttpResponse fine = http_request(server.port(), "POST", "/v1/chat/completions", ok.dump());
+  EXPECT_EQ(fine.status, 200) << fine.body;
 }
 
 TEST(serve_chat, a_template_it_cannot_render_gets_500_and_completions_still_work) {

@@ -70,8 +70,16 @@ ordered normalized(const ordered& messages) {
     if (!m.is_object()) throw bad_request(where, "expected an object with 'role' and 'content'");
     if (!m.contains("role") || !m["role"].is_string())
       throw bad_request(where + ".role", "expected a string");
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
+        role != "tool")
+      throw bad_request(where + ".role", "expected one of system, developer, user, assistant, tool; got '" +
+                                             role.substr(0, 40) + "'");
     ordered n = m;
     if (!m.contains("content") || m["content"].is_null()) {
+      // Only an assistant's turn may be its tool calls alone.
+      if (role != "assistant")
+        throw bad_request(where + ".content", "required for a " + role + " message");
       n["content"] = nullptr;
     } else if (m["content"].is_array()) {
       std::string text;
@@ -110,6 +118,9 @@ ordered checked_tools(const ordered& tools) {
       throw bad_request(at, "expected {\"type\": \"function\", \"function\": {\"name\", ...}}");
     if (!t["function"].contains("name") || !t["function"]["name"].is_string())
       throw bad_request(at + ".function.name", "expected a string");
+    if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object() &&
+        !t["function"]["parameters"].is_null())
+      throw bad_request(at + ".function.parameters", "expected a JSON Schema object");
   }
   return tools;
 }

@@ -216,7 +216,9 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     } else if (key == "logit_bias") {
       if (!v.is_null() && !(v.is_object() && v.empty()))
         throw bad_request(key, "'logit_bias' is not supported: only {} (or absent)");
-    } else if (key == "user" || (key == "suffix" && v.is_null())) {
+    } else if (key == "user") {  // the end user's id: accepted and unused
+      if (!v.is_null() && !v.is_string()) throw bad_request(key, "expected a string, got " + shown(v));
+    } else if (key == "suffix" && v.is_null()) {
       // accepted and unused
     } else {
       throw bad_request(key, "unknown field '" + key + "'");
