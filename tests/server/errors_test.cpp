@@ -70,7 +70,13 @@ TEST(serve_errors, unknown_model_and_route_get_404_and_wrong_method_405) {
   EXPECT_EQ(e["code"], "model_not_found");
   EXPECT_EQ(e["param"], "model");
   (void)error_of(http_request(server.port(), "GET", "/v2/things"), 404);
-  (void)error_of(http_request(server.port(), "GET", "/v1/completions"), 405);
+  const HttpResponse wrong = http_request(server.port(), "GET", "/v1/completions");
+  (void)error_of(wrong, 405);
+  ASSERT_TRUE(wrong.headers.count("allow")) << "a 405 names the methods the path takes";
+  EXPECT_EQ(wrong.headers.at("allow"), "POST");
+  const HttpResponse put = http_request(server.port(), "PUT", "/health");
+  (void)error_of(put, 405);
+  EXPECT_EQ(put.headers.count("allow") ? put.headers.at("allow") : "", "GET");
 }
 
 TEST(serve_errors, a_body_over_the_limit_gets_413) {
@@ -113,10 +119,13 @@ TEST(serve_errors, a_full_queue_gets_429) {
   a.send("POST", "/v1/completions", longer.dump());
   b.send("POST", "/v1/completions", longer.dump());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const json e = error_of(http_request(server.port(), "POST", "/v1/completions",
-                                       json{{"prompt", "x"}, {"max_tokens", 2}}.dump()),
-                          429);
+  const HttpResponse busy = http_request(server.port(), "POST", "/v1/completions",
+                                        json{{"prompt", "x"}, {"max_tokens", 2}}.dump());
+  const json e = error_of(busy, 429);
   EXPECT_EQ(e["code"], "rate_limit_exceeded");
+  EXPECT_EQ(busy.headers.count("retry-after") ? busy.headers.at("retry-after") : "", "1");
+  const std::string message = e["message"];
+  EXPECT_EQ(message.find("retry later"), message.rfind("retry later")) << "said once: " << message;
   // Leaving cancels both; the server is free again.
   a.close();
   b.close();

@@ -54,8 +54,7 @@ vericache::Result account(ServerState& st, const TokenTimer& timer, vericache::R
 ApiError engine_error(const vericache::Result& r) {
   const std::string& e = r.error;
   if (e.starts_with("overloaded"))
-    return ApiError(429, "rate_limit_error", "the server is busy (" + e + "); retry later", "",
-                    "rate_limit_exceeded");
+    return ApiError(429, "rate_limit_error", "the server is busy: " + e, "", "rate_limit_exceeded");
   if (e.starts_with("field '")) return bad_request("", e);
   if (e.starts_with("request: needs") || e.starts_with("request: its full KV"))
     return bad_request("max_tokens", e);

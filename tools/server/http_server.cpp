@@ -44,9 +44,10 @@ struct Response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::string allow;  // a 405's Allow header: the methods the path takes
 };
 
-Response from_reply(const Reply& r) { return {r.status, "application/json", r.body}; }
+Response from_reply(const Reply& r) { return {r.status, "application/json", r.body, ""}; }
 
 Response from_error(const ApiError& e) { return from_reply(error_reply(e)); }
 
@@ -160,9 +161,11 @@ struct HttpServer::Impl {
     if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
     const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
     auto wrong_method = [&](const char* allowed) {
-      return from_error(ApiError(405, "invalid_request_error",
-                                 "method " + std::string(req.method_string()) + " is not allowed on " +
-                                     path + " (use " + allowed + ")"));
+      Response r = from_error(ApiError(405, "invalid_request_error",
+                                       "method " + std::string(req.method_string()) +
+                                           " is not allowed on " + path + " (use " + allowed + ")"));
+      r.allow = allowed;
+      return r;
     };
     if (path == "/health") {
       if (!get) return wrong_method("GET");
@@ -199,6 +202,9 @@ struct HttpServer::Impl {
     http::response<http::string_body> res{static_cast<http::status>(r.status), version};
     res.set(http::field::server, "vericache");
     res.set(http::field::content_type, r.content_type);
+    if (!r.allow.empty()) res.set(http::field::allow, r.allow);
+    // A busy (429) or unavailable (503) reply says when to try again.
+    if (r.status == 429 || r.status == 503) res.set(http::field::retry_after, "1");
     res.keep_alive(keep_alive);
     res.body() = r.body;
     res.prepare_payload();
