@@ -249,8 +249,11 @@ Checkpoint Checkpoint::open(const std::filesystem::path& model_dir) {
   if (fs::exists(index_path, ec)) {
     const std::string idx = index_path.string();
     const json j = parse_json_bounded(read_file_bounded(index_path, kMaxModelJsonBytes, idx), idx);
-    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    if (!j.is_object() || !j.contains("weight_map"))
       throw Error(idx + ": field 'weight_map': missing; expected an object {tensor: shard file}");
+    if (!j["weight_map"].is_object())
+      throw Error(idx + ": field 'weight_map': expected an object {tensor: shard file}, found " +
+                  std::string(j["weight_map"].type_name()));
     std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;
     for (const auto& [name, shard] : j["weight_map"].items()) {
       if (!shard.is_string())

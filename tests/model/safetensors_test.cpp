@@ -259,7 +259,10 @@ TEST(checkpoint, rejects_an_index_without_a_weight_map) {
   TempDir dir;
   testkit::write_json(dir / "model.safetensors.index.json", {{"metadata", json::object()}});
   EXPECT_TRUE(contains_all(error_of([&] { (void)Checkpoint::open(dir.path()); }),
-                           {"model.safetensors.index.json", "weight_map"}));
+                           {"model.safetensors.index.json", "weight_map", "missing"}));
+  testkit::write_json(dir / "model.safetensors.index.json", {{"weight_map", json::array({1})}});
+  EXPECT_TRUE(contains_all(error_of([&] { (void)Checkpoint::open(dir.path()); }),
+                           {"model.safetensors.index.json", "'weight_map': expected an object", "found array"}));
 }
 
 TEST(checkpoint, rejects_a_directory_without_a_checkpoint_naming_it) {
