@@ -88,7 +88,7 @@ TEST(cli_batch_tp, lines_at_degree_two_equal_generate_at_degree_two_kvzap_includ
   EXPECT_EQ(res[4]["output_logprobs"].dump(), res[0]["output_logprobs"].dump());
 }
 
-TEST(cli_batch_tp, a_degree_that_does_not_split_the_heads_is_one_error_line_and_exit_1) {
+TEST(cli_batch_tp, a_degree_that_does_not_split_the_heads_or_a_budget_too_small_is_one_error_line_naming_the_flag) {
   TempDir d;
   { std::ofstream(d.path / "in.jsonl") << "{\"prompt\": \"x\"}\n"; }
   const auto r = vc::test::run_vericache("batch --tp 3 --input " + (d.path / "in.jsonl").string() +
@@ -96,8 +96,16 @@ TEST(cli_batch_tp, a_degree_that_does_not_split_the_heads_is_one_error_line_and_
                                          true);
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out,
-            "error: EngineConfig.tp: tensor parallelism: degree 3 does not split the model's 4 "
+            "error: --tp (EngineConfig.tp): tensor parallelism: degree 3 does not split the model's 4 "
             "attention heads\n");
+  // The budget's error names the flag that sets it (and the engine's field).
+  const auto small = vc::test::run_vericache("batch --fast-memory 1 --input " +
+                                                 (d.path / "in.jsonl").string() + " --output " +
+                                                 (d.path / "out.jsonl").string(),
+                                             true);
+  EXPECT_EQ(small.code, 1);
+  EXPECT_EQ(small.out.rfind("error: --fast-memory (EngineConfig.fast_memory_bytes): 1 B does not cover", 0), 0u)
+      << small.out;
 }
 
 TEST(cli_batch_tp, placement_auto_binds_every_rank_logs_where_and_decodes_as_unbound) {

@@ -307,7 +307,7 @@ int run_batch(const BatchArgs& a) {
   try {
     engine.emplace(cfg);
   } catch (const std::exception& e) {
-    throw Error(e.what());
+    throw Error(engine_error_with_flags(e.what(), "--concurrency"));
   }
   log_placement(*engine);
   {

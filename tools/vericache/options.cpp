@@ -175,6 +175,32 @@ void check_remote_chunk(size_t chunk_tokens, size_t block_tokens) {
                 std::to_string(block_tokens) + "), got " + std::to_string(chunk_tokens));
 }
 
+std::string engine_error_with_flags(const std::string& what, const std::string& concurrency_flag) {
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"fast_memory_bytes", "--fast-memory"},
+      {"gpu_memory_utilization", "--gpu-memory-utilization"},
+      {"kv_dtype", "--kv-dtype"},
+      {"full_tier", "--full-tier"},
+      {"verify_batch", "--verify-batch"},
+      {"prefill_chunk", "--prefill-chunk"},
+      {"device", "--device"},
+      {"placement", "--placement"},
+      {"tp", "--tp"},
+      {"remote_url", "--remote"},
+      {"remote_fetchers", "--remote-fetchers"},
+      {"max_active", nullptr},
+  };
+  const std::string prefix = "EngineConfig.";
+  if (!what.starts_with(prefix)) return what;
+  const size_t end = what.find_first_not_of("abcdefghijklmnopqrstuvwxyz_", prefix.size());
+  const std::string field = what.substr(prefix.size(), end - prefix.size());
+  for (const auto& [name, flag] : kFlags)
+    if (field == name)
+      return std::string(flag ? flag : concurrency_flag.c_str()) + " (" + what.substr(0, end) + ")" +
+             what.substr(end);
+  return what;
+}
+
 void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
   cmd.add_option("--remote", r.url,
                  "lossy/vericache: remote prefix cache redis://HOST:PORT (prefix KV fetched, "

@@ -86,6 +86,12 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r);
 [[nodiscard]] CLI::Validator number_in(double lo,
                                        double hi = std::numeric_limits<double>::infinity(),
                                        bool lo_open = false);
+/// An engine's error as the command line says it: "EngineConfig.fast_memory_bytes:
+/// ..." becomes "--fast-memory (EngineConfig.fast_memory_bytes): ..." for the fields
+/// `batch` and `serve` set from a flag (`concurrency_flag`: the flag of max_active,
+/// --concurrency or --max-concurrency).
+[[nodiscard]] std::string engine_error_with_flags(const std::string& what,
+                                                  const std::string& concurrency_flag);
 /// A seed: an integer 0..2^64-1.
 [[nodiscard]] CLI::Validator seed_value();
 /// A draft length 0..4096 or "auto".

@@ -183,7 +183,7 @@ int run_serve(const ServeArgs& a) {
   try {
     engine.emplace(cfg);
   } catch (const std::exception& e) {
-    throw Error(e.what());
+    throw Error(engine_error_with_flags(e.what(), "--max-concurrency"));
   }
   log_placement(*engine);
   // The checkpoint's chat template, for /v1/chat/completions.
