@@ -418,7 +418,9 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
       per_rank.ratio = std::max(1.0, s.ratio / m.cfg.tp);
     const FastNeed need = fast_memory_need(per_rank, m.kv, o.draft_auto ? 64 : o.draft_length);
     if (need.total() > m.request_budget)
-      throw Error("request: needs " + need.describe() + " of fast memory, more than the " +
+      throw Error("request: needs " + need.describe() + " of fast memory (a prompt of " +
+                  std::to_string(s.prompt.size()) + " tokens, up to " +
+                  std::to_string(s.max_new_tokens) + " new), more than the " +
                   format_bytes(m.request_budget) + " the engine's budget (" +
                   format_bytes(m.fast[0]->capacity()) +
                   (m.cfg.tp > 1 ? " per rank" : "") + ") leaves for requests");

@@ -214,7 +214,8 @@ TEST(engine_tensor_parallel, budgets_are_per_rank_and_each_rank_stays_within_its
   Request huge = request(prompt(3000, 77), "full", 100, false);
   const auto h = engine.submit(huge).result.get();
   EXPECT_FALSE(h.ok);
-  EXPECT_NE(h.error.find("of fast memory, more than the"), std::string::npos) << h.error;
+  EXPECT_NE(h.error.find("of fast memory (a prompt of 3000 tokens, up to 100 new), more than the"),
+            std::string::npos) << h.error;
   EXPECT_NE(h.error.find("per rank"), std::string::npos) << h.error;
 }
 
