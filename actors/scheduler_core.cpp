@@ -154,11 +154,12 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
     maybe_finish_prefill(*c);
     return check_barriers();
   }
-  // A prefill of its own (not met, not over a fetched view): the drafter's seconds
-  // per position, for pricing recompute fronts.
-  if (!r.met && !c->cf_active && !c->meeting_started)
-    front_rates_.add_prefill(c->spec.prompt.size() - std::min(c->spec.remote_cached, c->spec.prompt.size()),
-                             r.seconds);
+  // A whole prompt prefilled here, from its first position (no meeting, no fetched
+  // prefix or view): the drafter's seconds per position, for pricing recompute
+  // fronts. (After a fetch, the prefill's seconds also cover compressing the whole
+  // prompt: not a rate of the suffix alone.)
+  if (!r.met && !c->cf_active && !c->meeting_started && c->spec.remote_cached == 0)
+    front_rates_.add_prefill(c->spec.prompt.size(), r.seconds);
   c->cf_active = false;  // lossy, compressed first: decodes over the fetched view
   if (r.met) note_meeting(*c, *r.met);
   if (c->tier_held) publish_full_chunks(*c, r.views);

@@ -20,15 +20,18 @@ void SchedulerCore::start_full_flow(RequestCtx& c) {
   // cores to their decoding. Priced: when it saves this request more time than it
   // takes from the others (price_front, from the rates measured so far).
   const size_t others = active_.size() - 1 + queue_.size();
+  const bool whole_chunk =
+      remote_chunk_ > 0 && std::min(c.remote_limit, c.spec.prompt.size()) >= remote_chunk_;
   bool front = c.recompute_front;
   if (front && c.recompute_front_priced) {
     const FrontPrice price = price_front(others, front_rates_);
     front = price.recompute;
-    c.result.stats.remote_front_price = price.why;
+    c.result.stats.remote_front_price =
+        price.recompute && !whole_chunk ? "the prefix is shorter than a chunk: fetch" : price.why;
   } else if (front && c.recompute_front_when_idle) {
     front = others == 0;
   }
-  if (front && remote_chunk_ > 0 && std::min(c.remote_limit, c.spec.prompt.size()) >= remote_chunk_)
+  if (front && whole_chunk)
     start_meeting(c);
   else
     start_remote_fetch(c, c.remote_limit);

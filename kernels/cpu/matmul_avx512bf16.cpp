@@ -151,8 +151,8 @@ inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 // evicted while the weight tiles streamed past. The padding moves each x row to the
 // next set; nothing reads it. 2-core AMD EPYC (Zen 5), N 8192 / 16384, K 2048 and
 // 2048 x 8192, medians of 5 alternated runs, 2 threads: M = 33 and 64 rose 14-21%
-// (e.g. 375 -> 453 GFLOP/s at M 64, N 8192, K 2048); M <= 17 unchanged; the 1B shape's
-// 64-row verify pass (bench rows) 8-9% sooner. Bits unchanged.
+// (e.g. 375 -> 453 GFLOP/s at M 64, N 8192, K 2048); M <= 17 unchanged; whole 1B-shape
+// passes of 33-64 rows 1-10% sooner (README, "Cost of a verify pass"). Bits unchanged.
 size_t matmul_bf16_ld(size_t K) { return (K + kPair - 1) / kPair * kPair + kPair; }
 
 void matmul_round_rows_bf16(const float* x, size_t M, size_t K, uint16_t* out) {

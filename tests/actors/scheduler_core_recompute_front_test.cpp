@@ -106,22 +106,34 @@ TEST(scheduler_core_recompute_front, priced_beside_others_it_recomputes_only_onc
     s.ctx->recompute_front_priced = true;
     return s;
   };
+  // A plain request's whole prefill: `seconds` for its 90 positions.
+  auto local_prefill = [&](uint64_t id, double seconds) {
+    auto p = make_request(id, 90, 1, 4, DecodeMode::vericache);
+    core.submit(p.ctx);
+    out.take();
+    PrefillResult r = prefilled(id, 7);
+    r.seconds = seconds;
+    core.on_prefilled(r);
+    out.take();
+  };
   auto a = priced(1);
   core.submit(a.ctx);
   EXPECT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(out.take())) << "alone: front and back";
-  // Beside request 1, nothing measured yet: the plain flow.
+  // Beside request 1, nothing measured yet: the plain flow. Its fetch: 64 positions
+  // in 0.64 s (10 ms each). Its prefill of the suffix after the fetch is no sample
+  // (it also compresses the whole prompt).
   auto b = priced(2);
   core.submit(b.ctx);
   EXPECT_EQ((std::vector<Call::Kind>{Call::fetch}), kinds(out.take()));
-  // Its fetch: 64 positions in 0.64 s (10 ms each); its prefill of the other 26: 0.26 s.
   RemoteFetch f = hit(4);
   f.seconds = 0.64;
   core.on_remote_fetched(2, f, "");
   EXPECT_EQ((std::vector<Call::Kind>{Call::prefill}), kinds(out.take()));
-  PrefillResult p = prefilled(2, 7);
-  p.seconds = 0.26;  // 10 ms a position: fetching is not slower
-  core.on_prefilled(p);
+  PrefillResult p2 = prefilled(2, 7);
+  p2.seconds = 0.001;
+  core.on_prefilled(p2);
   out.take();
+  local_prefill(4, 0.9);  // 10 ms a position: fetching is not slower
   auto c = priced(3);
   core.submit(c.ctx);
   EXPECT_EQ((std::vector<Call::Kind>{Call::fetch}), kinds(out.take())) << "10 ms vs 10 ms: fetch";
@@ -129,20 +141,13 @@ TEST(scheduler_core_recompute_front, priced_beside_others_it_recomputes_only_onc
   g.seconds = 0.64;
   core.on_remote_fetched(3, g, "");
   out.take();
-  // A plain request's prefill of 90 positions in 0.09 s, and request 3's of 26 in
-  // 0.26 s: 0.61 s over 142 positions prefilled (4.3 ms each), 10 ms fetched.
-  auto d = make_request(4, 90, 1, 4, DecodeMode::vericache);
-  core.submit(d.ctx);
+  PrefillResult p3 = prefilled(3, 7);
+  p3.seconds = 0.001;
+  core.on_prefilled(p3);
   out.take();
-  PrefillResult q = prefilled(4, 7);
-  q.seconds = 0.09;
-  core.on_prefilled(q);
-  PrefillResult r3 = prefilled(3, 7);
-  r3.seconds = 0.26;
-  core.on_prefilled(r3);
-  out.take();
-  // Requests 2, 3 and 4 are done (one token each): one other (request 1) beside
-  // the next. 10 ms > 1 x 4.3 ms: recompute.
+  local_prefill(6, 0.09);  // now 0.99 s over 180 positions (5.5 ms each), 10 ms fetched
+  // Requests 2, 3, 4 and 6 are done (one token each): one other (request 1) beside
+  // the next. 10 ms > 1 x 5.5 ms: recompute.
   auto e = priced(5);
   core.submit(e.ctx);
   EXPECT_EQ((std::vector<Call::Kind>{Call::meet, Call::prefill}), kinds(out.take()));
@@ -152,12 +157,33 @@ TEST(scheduler_core_recompute_front, priced_beside_others_it_recomputes_only_onc
   out.take();
   ASSERT_TRUE(ready(a.result));
   EXPECT_NE(a.result.get().stats.remote_front_price.find("alone"), std::string::npos);
+  ASSERT_TRUE(ready(b.result));
+  EXPECT_NE(b.result.get().stats.remote_front_price.find("no fetch measured yet"), std::string::npos);
   ASSERT_TRUE(ready(c.result));
   const auto third = c.result.get();
   const std::string& why = third.stats.remote_front_price;
   EXPECT_NE(why.find("beside 1 other"), std::string::npos) << why;
-  EXPECT_NE(why.find("fetch, then prefill"), std::string::npos) << why;
+  EXPECT_NE(why.find("10 ms to fetch, 10 ms to prefill"), std::string::npos) << why;
+  EXPECT_NE(why.find("fetch <= others x prefill"), std::string::npos) << why;
   EXPECT_FALSE(third.stats.remote_recompute_front);
+}
+
+TEST(scheduler_core_recompute_front, priced_alone_with_a_prefix_shorter_than_a_chunk_fetches_and_says_so) {
+  FakeOutbox out;
+  SchedulerCore core(out, 2, 4, false, nullptr);
+  core.set_remote_chunk_tokens(kChunk);
+  Submitted s = front_request(1, 90, 1, kChunk - 1);
+  s.ctx->recompute_front_priced = true;
+  core.submit(s.ctx);
+  EXPECT_EQ((std::vector<Call::Kind>{Call::fetch}), kinds(out.take()));
+  core.on_remote_fetched(1, RemoteFetch{}, "");  // nothing cached
+  out.take();
+  core.on_prefilled(prefilled(1, 7));
+  out.take();
+  core.on_remote_published(1, 0);
+  out.take();
+  ASSERT_TRUE(ready(s.result));
+  EXPECT_EQ(s.result.get().stats.remote_front_price, "the prefix is shorter than a chunk: fetch");
 }
 
 TEST(scheduler_core_recompute_front, chunks_the_front_computed_past_what_the_store_held_are_published) {

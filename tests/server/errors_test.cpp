@@ -79,6 +79,32 @@ TEST(serve_errors, unknown_model_and_route_get_404_and_wrong_method_405) {
   EXPECT_EQ(put.headers.count("allow") ? put.headers.at("allow") : "", "GET");
 }
 
+TEST(serve_errors, a_body_of_unknown_length_or_a_malformed_chunk_gets_400_then_the_close) {
+  ServerProcess server;
+  const std::string body = json{{"prompt", "x"}, {"max_tokens", 2}}.dump();
+  {  // gzip with no chunked last: the body's end is unknown, its bytes no next request
+    HttpConnection c(server.port());
+    c.set_read_timeout(10);
+    c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: gzip\r\n\r\n" + body);
+    const HttpResponse r = c.read();
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("Transfer-Encoding 'gzip'"), std::string::npos) << r.body;
+    EXPECT_EQ(c.read().status, 0) << "one answer, then the close";
+  }
+  {  // a chunk size that is not hex
+    HttpConnection c(server.port());
+    c.set_read_timeout(10);
+    c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\n\r\nzz\r\n" + body + "\r\n0\r\n\r\n");
+    const HttpResponse r = c.read();
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("malformed HTTP body"), std::string::npos) << r.body;
+  }
+  // The server still answers.
+  EXPECT_EQ(http_request(server.port(), "POST", "/v1/completions", body).status, 200);
+}
+
 TEST(serve_errors, a_body_over_the_limit_gets_413) {
   ServerProcess server({"--max-body", "1K"});
   const json b = {{"prompt", std::string(2000, 'a')}};
@@ -125,6 +151,7 @@ TEST(serve_errors, a_full_queue_gets_429) {
   EXPECT_EQ(e["code"], "rate_limit_exceeded");
   EXPECT_EQ(busy.headers.count("retry-after") ? busy.headers.at("retry-after") : "", "1");
   const std::string message = e["message"];
+  ASSERT_NE(message.find("retry later"), std::string::npos) << message;
   EXPECT_EQ(message.find("retry later"), message.rfind("retry later")) << "said once: " << message;
   // Leaving cancels both; the server is free again.
   a.close();

@@ -153,7 +153,7 @@ struct HttpServer::Impl {
                         {"owned_by", "vericache"},
                         {"max_model_len", st.limits.context}};
     return {200, "application/json",
-            json{{"object", "list"}, {"data", json::array({model})}}.dump()};
+            json{{"object", "list"}, {"data", json::array({model})}}.dump(), ""};
   }
 
   Response route(const http::request<http::string_body>& req, SocketSink& sink) {
@@ -172,13 +172,13 @@ struct HttpServer::Impl {
       if (st.draining.load())
         return from_error(ApiError(503, "service_unavailable", "the server is shutting down", "",
                                    "shutting_down"));
-      return {200, "application/json", R"({"status":"ok"})"};
+      return {200, "application/json", R"({"status":"ok"})", ""};
     }
     if (path == "/metrics") {
       if (!get) return wrong_method("GET");
       if (!owner->metrics_text)
         return from_error(ApiError(404, "invalid_request_error", "no metrics on this server"));
-      return {200, "text/plain; version=0.0.4; charset=utf-8", owner->metrics_text()};
+      return {200, "text/plain; version=0.0.4; charset=utf-8", owner->metrics_text(), ""};
     }
     const bool known = path == "/v1/models" || path == "/v1/completions" ||
                        path == "/v1/chat/completions";
@@ -194,7 +194,7 @@ struct HttpServer::Impl {
     if (!post) return wrong_method("POST");
     const Endpoint e = path == "/v1/completions" ? Endpoint::completions : Endpoint::chat;
     const Reply r = handle_completion(st, e, req.body(), sink);
-    if (r.streamed) return {0, "", ""};
+    if (r.streamed) return {0, "", "", ""};
     return from_reply(r);
   }
 
@@ -260,6 +260,15 @@ struct HttpServer::Impl {
       return false;
     }
     const unsigned version = parser.get().version();
+    // A transfer coding other than chunked last leaves the body's length unknown:
+    // its bytes would be read as the next request (RFC 9112 6.3: 400, then close).
+    if (parser.get().count(http::field::transfer_encoding) > 0 && !parser.chunked()) {
+      write(s, from_error(bad_request("", "unsupported Transfer-Encoding '" +
+                                              std::string(parser.get()[http::field::transfer_encoding]) +
+                                              "' (only chunked)")),
+            version, false);
+      return false;
+    }
     if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
       http::response<http::empty_body> cont{http::status::continue_, version};
       http::write(s, cont, ec);
@@ -267,8 +276,15 @@ struct HttpServer::Impl {
     }
     in.expire_at(DeadlineReader::clock::now() + timeout);
     http::read(in, buf, parser, ec);
-    if (ec == http::error::body_limit) write(s, too_large(), version, false);
-    if (ec == beast::error::timeout) write(s, timed_out("body"), version, false);
+    if (ec == http::error::body_limit) {
+      write(s, too_large(), version, false);
+    } else if (ec == beast::error::timeout) {
+      write(s, timed_out("body"), version, false);
+    } else if (ec && ec != http::error::end_of_stream && ec != http::error::partial_message &&
+               ec != net::error::eof && ec != net::error::connection_reset) {
+      // A malformed body (a bad chunk size, say) gets its answer before the close.
+      write(s, from_error(bad_request("", "malformed HTTP body: " + ec.message())), version, false);
+    }
     return !ec;
   }
 

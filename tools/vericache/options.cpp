@@ -197,7 +197,7 @@ std::string engine_error_with_flags(const std::string& what, const std::string& 
   for (const auto& [name, flag] : kFlags)
     if (field == name)
       return std::string(flag ? flag : concurrency_flag.c_str()) + " (" + what.substr(0, end) + ")" +
-             what.substr(end);
+             (end == std::string::npos ? std::string() : what.substr(end));
   return what;
 }
 
@@ -224,10 +224,11 @@ void add_remote_options(CLI::App& cmd, RemoteArgs& r) {
   cmd.add_flag("--remote-recompute-front-when-idle", r.recompute_front_when_idle,
                "As --remote-recompute-front, but only for a request alone in the engine when its "
                "fetch starts; beside others, fetch then prefill (their decoding keeps the cores)");
-  cmd.add_flag("--remote-recompute-front-priced", r.recompute_front_priced,
+  CLI::Option* priced = cmd.add_flag("--remote-recompute-front-priced", r.recompute_front_priced,
                "As --remote-recompute-front when it saves the request more time than it takes "
                "from the others: beside n requests, when a position has taken more than n times "
                "as long to fetch as to prefill so far (alone: always)");
+  priced->excludes("--remote-recompute-front-when-idle");
   cmd.add_option("--remote-fetchers", r.fetchers,
                  "net_fetcher actors (own connections each): one request's long fetch does not "
                  "hold up the others'")
