@@ -153,7 +153,13 @@ inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 // 2048 x 8192, medians of 5 alternated runs, 2 threads: M = 33 and 64 rose 14-21%
 // (e.g. 375 -> 453 GFLOP/s at M 64, N 8192, K 2048); M <= 17 unchanged; whole 1B-shape
 // passes of 33-64 rows 1-10% sooner (README, "Cost of a verify pass"). Bits unchanged.
-size_t matmul_bf16_ld(size_t K) { return (K + kPair - 1) / kPair * kPair + kPair; }
+// Padded only where the stride is a multiple of 1 KiB (K a multiple of 512): other
+// strides already spread the rows over the sets, and K = 2016 padded would land on
+// 4 KiB exactly.
+size_t matmul_bf16_ld(size_t K) {
+  const size_t ld = (K + kPair - 1) / kPair * kPair;
+  return ld * sizeof(uint16_t) % 1024 == 0 ? ld + kPair : ld;
+}
 
 void matmul_round_rows_bf16(const float* x, size_t M, size_t K, uint16_t* out) {
   const size_t ld = matmul_bf16_ld(K);

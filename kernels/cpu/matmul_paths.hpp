@@ -75,7 +75,7 @@ void matmul_cols_avx512_pairs(const MatmulJob& job, size_t n_begin, size_t n_end
                               size_t block_rows);
 
 /// The AVX512_BF16 path (bf16 weights only). x rows rounded to bf16 are matmul_bf16_ld(K)
-/// elements apart (K rounded up to 32, then 32 more; zero-padded); matmul_round_rows_bf16 writes
+/// elements apart (K rounded up to 32, then 32 more where that is a multiple of 512; zero-padded); matmul_round_rows_bf16 writes
 /// them. matmul_cols_avx512bf16 reads job.xb and walks the columns in blocks of
 /// block_rows weight rows.
 [[nodiscard]] size_t matmul_bf16_ld(size_t K);
