@@ -115,6 +115,13 @@ TEST(serve_read_timeout, sigterm_does_not_wait_for_connections_that_wait_for_a_r
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const auto t0 = clock_type::now();
   server.signal(SIGTERM);
+  // Each part-sent request is told the server is going (it may be sent again elsewhere).
+  for (HttpConnection* c : {&mid_body, &mid_headers}) {
+    c->set_read_timeout(10);
+    const HttpResponse r = c->read();
+    EXPECT_EQ(r.status, 503) << r.body;
+    EXPECT_EQ(r.headers.count("retry-after") ? r.headers.at("retry-after") : "", "1");
+  }
   EXPECT_EQ(server.wait_exit(10.0), 0);
   EXPECT_LT(seconds_since(t0), 5.0);
 }

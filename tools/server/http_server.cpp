@@ -226,6 +226,12 @@ struct HttpServer::Impl {
                                    std::to_string(st.settings.max_body_bytes) + " bytes"));
   }
 
+  // A request the drain cut off: the client may send it again elsewhere.
+  static Response shutting_down() {
+    return from_error(ApiError(503, "service_unavailable", "the server is shutting down", "",
+                               "shutting_down"));
+  }
+
   Response timed_out(const char* part) const {
     std::ostringstream s;
     s << "the request's " << part << " did not arrive within " << cfg.read_timeout_seconds
@@ -244,8 +250,15 @@ struct HttpServer::Impl {
     in.expire_at(DeadlineReader::clock::now() + timeout);
     beast::error_code ec;
     http::read_header(in, buf, parser, ec);
+    const auto cut_by_drain = [&] {  // part of a request came, then the drain ended the read
+      return (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+              ec == net::error::eof) &&
+             draining_now();
+    };
     if (ec) {
-      if (ec == beast::error::timeout) {
+      if (cut_by_drain() && (pipelined || in.bytes_read() > 0)) {
+        write(s, shutting_down(), 11, false);
+      } else if (ec == beast::error::timeout) {
         if (pipelined || in.bytes_read() > 0) write(s, timed_out("headers"), 11, false);
       } else if (ec == http::error::body_limit) {  // a Content-Length over the limit
         write(s, too_large(), 11, false);
@@ -276,7 +289,9 @@ struct HttpServer::Impl {
     }
     in.expire_at(DeadlineReader::clock::now() + timeout);
     http::read(in, buf, parser, ec);
-    if (ec == http::error::body_limit) {
+    if (cut_by_drain()) {
+      write(s, shutting_down(), version, false);
+    } else if (ec == http::error::body_limit) {
       write(s, too_large(), version, false);
     } else if (ec == beast::error::timeout) {
       write(s, timed_out("body"), version, false);
