@@ -115,6 +115,16 @@ TEST(remote_cache, cache_commands_refuse_a_timeout_that_is_not_positive) {
   }
 }
 
+TEST(remote_cache, options_a_full_decoding_run_does_not_use_are_named_in_a_warning) {
+  const auto r = vc::test::run_vericache(
+      "generate --prompt x --max-tokens 1 --mode full --remote redis://127.0.0.1:1 --disk-dir /tmp", true);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("--remote is not used with --mode full"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--disk-dir is not used without --full-tier disk"), std::string::npos) << r.out;
+  const auto used = vc::test::run_vericache("generate --prompt x --max-tokens 1 --mode full", true);
+  EXPECT_EQ(used.out.find("not used"), std::string::npos) << used.out;
+}
+
 TEST(remote_cache, a_bad_remote_url_is_a_one_line_error) {
   const auto r = vc::test::run_vericache(
       "generate --prompt x --mode vericache --remote http://localhost:1", true);

@@ -125,6 +125,12 @@ int run_generate(const GenerateArgs& a) {
   gc.disk_dir = a.disk_dir;
   gc.remote_url = a.remote;
   if (!a.remote.empty()) check_remote_chunk(a.remote_chunk, a.block_tokens);
+  // Options this run does not use are said so, not dropped silently.
+  if (!a.remote.empty() && opt.mode == DecodeMode::full)
+    spdlog::warn("--remote is not used with --mode full (full decoding computes the whole prompt "
+                 "here); it serves lossy and vericache");
+  if (!a.disk_dir.empty() && a.full_tier != "disk")
+    spdlog::warn("--disk-dir is not used without --full-tier disk");
   gc.remote_chunk_tokens = a.remote_chunk;
   gc.remote_ttl_seconds = a.remote_ttl;
   gc.remote_timeout_ms = a.remote_timeout_ms;
