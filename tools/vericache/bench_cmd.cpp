@@ -10,6 +10,7 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run);
 void add_bench_rows_command(CLI::App& bench, Runner& run);
 void add_bench_memory_command(CLI::App& bench, Runner& run);
 void add_bench_remote_command(CLI::App& bench, Runner& run);
+void add_bench_remote_mix_command(CLI::App& bench, Runner& run);
 void add_bench_tp_command(CLI::App& bench, Runner& run);
 void add_bench_attention_command(CLI::App& bench, Runner& run);
 void add_bench_interleave_command(CLI::App& bench, Runner& run);
@@ -24,6 +25,7 @@ void add_bench_command(CLI::App& app, Runner& run) {
   add_bench_rows_command(*bench, run);
   add_bench_memory_command(*bench, run);
   add_bench_remote_command(*bench, run);
+  add_bench_remote_mix_command(*bench, run);
   add_bench_tp_command(*bench, run);
   add_bench_attention_command(*bench, run);
   add_bench_interleave_command(*bench, run);
