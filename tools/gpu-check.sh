@@ -198,6 +198,14 @@ if [ ! -x "$pre/bin/test_runtime" ]; then
 elif [ "$(cat "$pre/sources" 2>/dev/null)" != "$(source_hash)" ]; then
   runtime_note="skipped: .gpu-deps/prebuilt ($(cat "$pre/commit" 2>/dev/null || echo unknown)) was built from other sources than this tree's (rebuild build/, then tools/gpu-check.sh --prepare)"
   echo "$runtime_note" >"$out/runtime.log"
+elif missing=$(cudalib=$(dirname "$(dirname "$nvcc")") \
+    LD_LIBRARY_PATH="$pre/lib:$cudalib/lib64:$cudalib/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    ldd "$pre/bin/"* 2>&1 | grep -E 'not found|version .* not found' | sort -u | tr '\n' ' ') &&
+  [ -n "$missing" ]; then
+  # Built on the CPU machine (its CUDA, glibc and libstdc++): an image with older
+  # ones cannot load them, which is no test failure.
+  runtime_note="skipped: the prebuilt binaries cannot be loaded here (ldd: $missing); rebuild them on this machine"
+  echo "$runtime_note" >"$out/runtime.log"
 else
   runtime_note="prebuilt at $(cat "$pre/commit" 2>/dev/null || echo unknown), checked tree at $commit"
   cudalib=$(dirname "$(dirname "$nvcc")")

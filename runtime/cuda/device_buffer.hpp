@@ -62,9 +62,14 @@ class DeviceBuffer {
   [[nodiscard]] void* get() const { return p_; }
   [[nodiscard]] size_t bytes() const { return bytes_; }
   /// At least `bytes` (contents not kept); returns the error of the allocation.
+  /// Growing waits for the device first: work queued on any stream may still read
+  /// the old buffer (cudaFree's implicit synchronisation is not relied on).
   cudaError_t reserve(size_t bytes) {
     if (bytes <= bytes_) return cudaSuccess;
-    if (p_ != nullptr) cudaFree(p_);
+    if (p_ != nullptr) {
+      if (const cudaError_t s = cudaDeviceSynchronize(); s != cudaSuccess) return s;
+      cudaFree(p_);
+    }
     p_ = nullptr, bytes_ = 0;
     const cudaError_t e = cudaMalloc(&p_, bytes);
     if (e == cudaSuccess) bytes_ = bytes;
