@@ -31,9 +31,10 @@ struct EngineConfig {
   /// (full and compressed) hold its KV heads under keys of their own.
   int tp = 1;
   int threads = 0;                  ///< per compute actor (per rank); 0 = auto
-  /// Where the weight products run: "cpu", or "cuda" / "cuda:N" (the model's
-  /// matrices on that GPU; norms, attention over the KV tiers and sampling stay on
-  /// the CPU; tp must be 1). An unusable device is an error naming it.
+  /// Where the forward passes run: "cpu", or "cuda" / "cuda:N" (the model's weights
+  /// on that GPU, whole passes there, attention over device copies of the KV the
+  /// passes read; the KV tiers, compressors and sampling stay on the CPU; tp must be
+  /// 1). An unusable device is an error naming it.
   std::string device = "cpu";
   std::string full_tier = "host";   ///< where full KV lives: "host" or "disk"
   std::string disk_dir;             ///< holds the disk tier's private dir ("" = $TMPDIR or /tmp)
