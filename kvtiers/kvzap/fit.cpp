@@ -118,6 +118,11 @@ KvzapLayer fit_ridge(const KvzapSamples& s, double lambda) {
     }
     out.b1[g] = float(b);
   }
+  const auto finite = [](float v) { return std::isfinite(v); };
+  if (!std::all_of(out.w1.begin(), out.w1.end(), finite) || !std::all_of(out.b1.begin(), out.b1.end(), finite))
+    throw Error("fit_ridge: the fit is not finite: " + std::to_string(n) + " samples of " + std::to_string(d) +
+                " inputs leave the system singular at lambda " + std::to_string(lambda) +
+                " (a larger lambda, --lambda, or more text fixes it)");
   return out;
 }
 

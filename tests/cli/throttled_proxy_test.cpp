@@ -41,5 +41,21 @@ TEST(link_pacer, an_idle_link_banks_no_more_than_the_slack) {
   EXPECT_EQ(p.reserve(1000, later), later + milliseconds(1));
 }
 
+TEST(link_pacer, a_rate_so_slow_its_time_leaves_the_clock_saturates_instead_of_wrapping) {
+  const Clock::time_point t0{};
+  LinkPacer p(1e-21, milliseconds(2), t0);  // 1 byte: 3e28 years, beyond the clock
+  EXPECT_GT(p.reserve(1, t0), t0 + std::chrono::hours(24 * 365 * 50));
+}
+
+TEST(throttled_proxy, a_rate_below_a_byte_per_second_is_refused_naming_it) {
+  try {
+    ThrottledProxy proxy("127.0.0.1", 1, 1e-21);
+    FAIL() << "constructed";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("at least 1 byte/s"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1e-21"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace vc::cli

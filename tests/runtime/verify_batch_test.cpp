@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "kernels/error.hpp"
@@ -195,6 +196,17 @@ TEST(modelled_link, transfers_take_their_turn_at_the_links_bandwidth) {
   EXPECT_EQ(link.book(t0 + ms(10), 500'000), t0 + ms(10.5));
   EXPECT_THROW(ModelledLink(0), Error);
   EXPECT_THROW(ModelledLink(-1), Error);
+}
+
+TEST(modelled_link, refuses_a_rate_under_a_byte_per_second_and_saturates_the_longest_transfer) {
+  // Below 1 byte/s a transfer's time left the clock's range and wrapped: the link
+  // did not wait at all (a "1e-30 GB/s" bench ran at full speed).
+  EXPECT_THROW(ModelledLink(1e-11), Error);
+  EXPECT_THROW(ModelledLink(std::numeric_limits<double>::quiet_NaN()), Error);
+  EXPECT_THROW(ModelledLink(std::numeric_limits<double>::infinity()), Error);
+  ModelledLink link(1.0);
+  const ModelledLink::clock::time_point t0{};
+  EXPECT_GT(link.book(t0, size_t(1) << 62), t0 + std::chrono::hours(24 * 365 * 50));
 }
 
 }  // namespace

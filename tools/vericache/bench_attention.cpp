@@ -84,6 +84,9 @@ std::string read_as(const CompressedView& view) {
 }
 
 int run_bench_attention(const BenchAttentionArgs& a) {
+  // An unknown name is an error before anything runs (a view that cannot be built
+  // at some context is a row's error below).
+  for (const std::string& name : a.compressors) (void)make_compressor(name);
   auto model = Model::load(a.model_dir);
   const ModelConfig& c = model->config();
   const size_t nh = size_t(c.num_heads), G = size_t(c.num_kv_heads), D = size_t(c.head_dim);
@@ -205,7 +208,7 @@ void add_bench_attention_command(CLI::App& bench, Runner& run) {
       ->capture_default_str()->check(integer_in(1, 1000));
   cmd->add_option("--threads", a->threads, "Threads one row's KV heads are split across")
       ->capture_default_str()->check(integer_in(1, 1024));
-  cmd->add_option("--seed", a->seed, "Seed of the random KV and query")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the random KV and query")->capture_default_str()->check(seed_value());
   cmd->add_option("--block-tokens", a->block_tokens,
                   "Positions per paged block of the full KV row (the softmax's block: the "
                   "paged cache's default)")

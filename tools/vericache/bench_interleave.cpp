@@ -16,6 +16,7 @@
 #include "kernels/error.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "tools/vericache/bench_prompts.hpp"
+#include "tools/vericache/bench_wait.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
 
@@ -81,8 +82,8 @@ Run run_once(const BenchInterleaveArgs& a, bool slice, const Tokenizer& tok) {
       if (stamps[i].size() == 1 && ++started == a.decoding) all_started.set_value();
     }));
   }
-  if (all_started.get_future().wait_for(std::chrono::minutes(30)) != std::future_status::ready)
-    throw vc::Error("bench interleave: the decoding requests have no first token after 30 minutes");
+  std::future<void> started_f = all_started.get_future();
+  await_first_token(started_f, std::span(subs), "bench interleave: the decoding requests");
   vericache::Request l;
   l.prompt_ids = code_prompt(tok, a.long_tokens, 99);
   l.max_tokens = 4;
@@ -189,12 +190,12 @@ void add_bench_interleave_command(CLI::App& bench, Runner& run) {
       ->capture_default_str()->check(CLI::IsMember({"full", "vericache", "lossy"}));
   cmd->add_option("--draft", a->draft,
                   "Draft length of the decoding requests (full mode: tokens per block, emitted together)")
-      ->capture_default_str();
+      ->capture_default_str()->check(draft_value());
   cmd->add_option("--repeats", a->repeats, "Runs of each (median), alternating")
       ->capture_default_str()->check(integer_in(1, 100));
   add_prefill_chunk_option(*cmd, a->prefill_chunk);
   cmd->add_option("--tp", a->tp, "Tensor-parallel degree (CPU ranks)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_in(1, 64))
       ->capture_default_str();
   cmd->add_option("--threads", a->threads, "Threads per compute actor (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));

@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/cpu_features.hpp"
+#include "kvtiers/compressor.hpp"
 #include "kvtiers/remote/redis_client.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/generator.hpp"
@@ -159,9 +160,16 @@ double measure_link(const RedisEndpoint& store, const RedisEndpoint& link, size_
 }
 
 int run_bench_remote(const BenchRemoteArgs& a) {
+  (void)make_compressor(a.compressor);  // an unknown name fails before the store is touched
   auto model = Model::load(a.model_dir);
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
+  const size_t room = model->config().context_length();
+  for (size_t n : a.lengths)
+    if (n + size_t(a.max_tokens) + a.extend > room)
+      throw Error(fmt::format("bench remote: --lengths {} + --max-tokens {}{} exceeds the model's context of {} "
+                              "tokens", n, a.max_tokens, a.extend > 0 ? fmt::format(" + --extend {}", a.extend) : "",
+                              room));
   const RedisEndpoint ep = parse_redis_url(a.remote);
   const bool direct = a.remote_link == "direct";
   const double remote_bw = a.remote_bandwidth > 0 ? a.remote_bandwidth : a.local_bandwidth * 1.2 / 40;
@@ -283,6 +291,16 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       if (r.output_ids != want.output_ids || r.output_logprobs != want.output_logprobs)
         throw Error("bench remote: " + names[size_t(flow)] + " at " + std::to_string(lengths[size_t(flow)]) +
                     " tokens differs from full decoding");
+      // The flows that read the store must have found the prompt's chunks there: with
+      // none (the store stopped answering, or evicted them) the row would time a
+      // recompute under the flow's name.
+      const bool reads_full = flow == 1 || flow == 4 || flow == 6;
+      const bool reads_compressed = flow == 2 || flow == 3 || flow == 5;
+      if (n > a.chunk && ((reads_full && r.stats.remote_chunks_hit == 0) ||
+                          (reads_compressed && r.stats.remote_compressed_chunks_hit == 0)))
+        throw Error("bench remote: " + names[size_t(flow)] + " at " + std::to_string(n) +
+                    " tokens found none of the prompt's chunks in the store (did it stop answering, or "
+                    "evict them?)");
       got[size_t(flow)].push_back(r.stats);
       std::cerr << fmt::format("  {} tokens, {}: first token {:.2f} s, {:.1f} tok/s\n", lengths[size_t(flow)],
                                names[size_t(flow)], r.stats.time_to_first_token_seconds,
@@ -421,15 +439,16 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens generated per run")
       ->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd->add_option("--compressor", a->compressor, "Compression method")->capture_default_str();
-  cmd->add_option("--ratio", a->ratio, "Compression ratio")->capture_default_str();
+  cmd->add_option("--ratio", a->ratio, "Compression ratio")->capture_default_str()->check(number_in(1.0, 1000.0));
   cmd->add_option("--draft", a->draft, "Drafts per verification round")
       ->capture_default_str()->check(integer_in(1, 1024));
   cmd->add_option("--fold-every", a->fold_every, "Rebuild the view every N verified tokens (0 = never)")
       ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--local-bandwidth", a->local_bandwidth,
-                  "Bytes/s of the modelled full-tier link")->capture_default_str();
+                  "Bytes/s of the modelled full-tier link")->capture_default_str()->check(number_in(1.0, 1e15));
   cmd->add_option("--remote-bandwidth", a->remote_bandwidth,
-                  "Bytes/s of the throttled remote link (0: local * 1.2 / 40; proxy only)")->capture_default_str();
+                  "Bytes/s of the throttled remote link (0: local * 1.2 / 40; proxy only)")->capture_default_str()
+      ->check(number_in(0.0, 1e15));
   cmd->add_option("--remote-link", a->remote_link,
                   "proxy: through an in-process throttling proxy at --remote-bandwidth; direct: to "
                   "--remote as given (shaped outside, e.g. tools/shaped-redis.sh)")

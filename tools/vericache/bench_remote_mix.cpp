@@ -28,9 +28,11 @@
 
 #include <vericache/engine.hpp>
 
+#include "kvtiers/compressor.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/generator.hpp"
 #include "tools/vericache/bench_prompts.hpp"
+#include "tools/vericache/bench_wait.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
 #include "tools/vericache/throttled_proxy.hpp"
@@ -114,9 +116,10 @@ MixRun run_once(const vericache::EngineConfig& ec, const BenchRemoteMixArgs& a, 
           if (stamps[i].size() == 1 && ++started == a.decoding) all_started.set_value();
         }));
   }
-  if (a.decoding > 0 &&
-      all_started.get_future().wait_for(std::chrono::minutes(30)) != std::future_status::ready)
-    throw Error("bench remote-mix: the decoding requests have no first token after 30 minutes");
+  if (a.decoding > 0) {
+    std::future<void> started_f = all_started.get_future();
+    await_first_token(started_f, std::span(decoders), "bench remote-mix: the decoding requests");
+  }
 
   MixRun out;
   const Clock::time_point window_start = Clock::now();
@@ -132,9 +135,9 @@ MixRun run_once(const vericache::EngineConfig& ec, const BenchRemoteMixArgs& a, 
       }
     }));
     auto f = first->get_future();
-    if (f.wait_for(std::chrono::minutes(30)) != std::future_status::ready)
-      throw Error("bench remote-mix: cached request " + std::to_string(c) + " has no first token after 30 minutes");
-    out.first_token.push_back(seconds(f.get() - submitted));
+    const Clock::time_point at = await_first_token(
+        f, std::span(subs).last(1), "bench remote-mix: cached request " + std::to_string(c));
+    out.first_token.push_back(seconds(at - submitted));
   }
   for (size_t c = 0; c < subs.size(); ++c) {
     const vericache::Result r = subs[c].result.get();
@@ -183,9 +186,17 @@ double mean(const std::vector<double>& v) {
 
 int run_bench_remote_mix(const BenchRemoteMixArgs& a) {
   if (a.cached == 0) throw Error("bench remote-mix: --cached must be at least 1");
+  (void)make_compressor(a.compressor);  // an unknown name fails before the store is touched
   auto model = Model::load(a.model_dir);
   auto tok = std::make_shared<const Tokenizer>(
       Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json"));
+  const size_t room = model->config().context_length();
+  if (a.cached_tokens + size_t(a.max_tokens) > room)
+    throw Error(fmt::format("bench remote-mix: --cached-tokens {} + --max-tokens {} exceeds the model's context "
+                            "of {} tokens", a.cached_tokens, a.max_tokens, room));
+  if (a.prompt_tokens + 7 + size_t(a.gen_tokens) > room)
+    throw Error(fmt::format("bench remote-mix: --prompt-tokens {} + --gen-tokens {} exceeds the model's context "
+                            "of {} tokens", a.prompt_tokens, a.gen_tokens, room));
   const RedisEndpoint ep = parse_redis_url(a.remote);
   const double remote_bw = a.remote_bandwidth > 0 ? a.remote_bandwidth : a.local_bandwidth * 1.2 / 40;
   ThrottledProxy proxy(ep.host, ep.port, remote_bw);
@@ -331,21 +342,21 @@ void add_bench_remote_mix_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens each cached request generates")
       ->capture_default_str()->check(integer_in(1, 1 << 20));
   cmd->add_option("--compressor", a->compressor, "Compression method")->capture_default_str();
-  cmd->add_option("--ratio", a->ratio, "Compression ratio")->capture_default_str();
+  cmd->add_option("--ratio", a->ratio, "Compression ratio")->capture_default_str()->check(number_in(1.0, 1000.0));
   cmd->add_option("--draft", a->draft, "Drafts per verification round")
       ->capture_default_str()->check(integer_in(1, 1024));
   cmd->add_option("--remote-chunk", a->chunk, "Tokens per remote chunk")
       ->capture_default_str()->check(integer_in(16, 1 << 20));
   cmd->add_option("--local-bandwidth", a->local_bandwidth, "Bytes/s of the modelled full-tier link")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(number_in(1.0, 1e15));
   cmd->add_option("--remote-bandwidth", a->remote_bandwidth,
                   "Bytes/s of the throttled remote link (0: local * 1.2 / 40)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(number_in(0.0, 1e15));
   cmd->add_option("--repeats", a->repeats, "Runs of each policy (medians), rotated")
       ->capture_default_str()->check(integer_in(1, 100));
   cmd->add_option("--threads", a->threads, "Threads per compute actor (0 = auto)")
       ->capture_default_str()->check(integer_in(0, 1024));
-  cmd->add_option("--seed", a->seed, "Picks the prompts")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Picks the prompts")->capture_default_str()->check(integer_in(0, 4294967295LL));
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_remote_mix(*a); }; });
 }

@@ -178,7 +178,7 @@ void add_bench_tp_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--link-gbps", a->link_gbps,
                   "Modelled link to each rank's full tier, GB/s (0 = not throttled)")
       ->capture_default_str()->check(number_in(0.0, 1e6));
-  cmd->add_option("--seed", a->seed, "Prompt seed")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Prompt seed")->capture_default_str()->check(seed_value());
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([&run, a] { run = [a] { return run_bench_tp(*a); }; });
 }

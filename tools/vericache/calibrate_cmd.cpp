@@ -48,6 +48,9 @@ int run_calibrate(const CalibrateArgs& a) {
       throw Error("--out '" + a.out + "': directory '" + dir.string() + "' does not exist");
     if (std::filesystem::is_directory(a.out, ec))
       throw Error("--out '" + a.out + "': is a directory; expected a file path");
+    for (const std::string& f : a.data)
+      if (std::filesystem::equivalent(a.out, f, ec))
+        throw Error("--out '" + a.out + "': is the --data file '" + f + "'; the fit would write over its input");
   }
   const auto model = Model::load(a.model_dir);
   const Tokenizer tok = Tokenizer::from_file(std::filesystem::path(a.model_dir) / "tokenizer.json");
@@ -61,8 +64,10 @@ int run_calibrate(const CalibrateArgs& a) {
   std::vector<std::vector<int32_t>> texts;
   size_t tokens = 0;
   for (const std::string& f : a.data) {
-    const std::vector<int32_t> ids =
-        tok.encode(read_file_bounded(f, kMaxTextFileBytes, "--data '" + f + "'"));
+    const std::string text = read_file_bounded(f, kMaxTextFileBytes, "--data '" + f + "'");
+    if (text.find('\0') != std::string::npos)
+      throw Error("--data '" + f + "': holds binary data (a NUL byte); expected text");
+    const std::vector<int32_t> ids = tok.encode(text);
     if (ids.size() < 2) throw Error("--data '" + f + "': fewer than 2 tokens of text");
     for (size_t b = 0; b < ids.size(); b += a.max_tokens) {
       const size_t e = std::min(ids.size(), b + a.max_tokens);
@@ -144,7 +149,8 @@ void add_calibrate_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(integer_in(0, 100000));
   kvzap->add_option("--form", a->form, "Surrogate form")->capture_default_str()
       ->check(CLI::IsMember({"linear", "mlp"}));
-  kvzap->add_option("--out", a->out, "Output file (default: MODEL/kvzap.safetensors)");
+  kvzap->add_option("--out", a->out, "Output file (default: MODEL/kvzap.safetensors)")
+      ->check([](const std::string& v) { return v.empty() ? std::string("expected a file path, got ''") : std::string(); });
   kvzap->add_option("--max-tokens", a->max_tokens, "Tokens per text (files are cut into texts)")
       ->capture_default_str()->check(integer_in(2, 8192));
   kvzap->add_option("--lambda", a->lambda, "Ridge penalty of the linear form")

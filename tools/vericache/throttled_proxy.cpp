@@ -3,11 +3,16 @@
 // until" time for all connections, so their bytes share the rate.
 #include "tools/vericache/throttled_proxy.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "kernels/error.hpp"
 
@@ -50,6 +55,9 @@ constexpr auto kPacingSlack = std::chrono::milliseconds(10);
 ThrottledProxy::ThrottledProxy(std::string upstream_host, int upstream_port, double bytes_per_second)
     : host_(std::move(upstream_host)), upstream_port_(upstream_port), rate_(bytes_per_second),
       pacer_(bytes_per_second, kPacingSlack, std::chrono::steady_clock::now()) {
+  if (!(bytes_per_second == 0 || (bytes_per_second >= 1 && std::isfinite(bytes_per_second))))
+    throw Error(fmt::format("throttling proxy: the rate must be 0 (unthrottled) or at least 1 byte/s and finite, "
+                            "got {:g} bytes/s", bytes_per_second));
   listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = loopback(0);
   socklen_t len = sizeof(a);
@@ -94,8 +102,9 @@ void ThrottledProxy::accept_loop() {
 
 LinkPacer::Clock::time_point LinkPacer::reserve(size_t n, Clock::time_point now) {
   if (next_free_ < now - slack_) next_free_ = now - slack_;
+  // Saturated at a century: out of the clock's range the time would wrap.
   next_free_ += std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(double(n) / rate_));
+      std::chrono::duration<double>(std::min(double(n) / rate_, 3.0e9)));
   return next_free_;
 }
 
