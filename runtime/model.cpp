@@ -1,6 +1,7 @@
 // Model loading and derived sizes.
 #include "runtime/model.hpp"
 
+#include <filesystem>
 #include <string>
 
 #include "kernels/cpu/cpu_features.hpp"
@@ -15,6 +16,11 @@ Model::Model(std::filesystem::path dir, ModelConfig cfg, ModelWeights w)
       inv_freq_(config_.rope_inv_freq()) {}
 
 std::shared_ptr<const Model> Model::load(const std::filesystem::path& dir) {
+  if (dir.empty()) throw Error("model directory: an empty path");
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+    throw Error("model directory '" + dir.string() + "': is a file, not a directory");
+  if (!std::filesystem::exists(dir, ec)) throw Error("model directory '" + dir.string() + "': does not exist");
   ModelConfig cfg = load_model_config(dir / "config.json");
   ModelWeights w = load_weights(cfg, dir);
   return std::shared_ptr<const Model>(new Model(dir, std::move(cfg), std::move(w)));

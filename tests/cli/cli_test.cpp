@@ -49,6 +49,29 @@ TEST(cli, a_missing_model_directory_is_a_clear_error) {
   EXPECT_NE(r.out.find("/nonexistent/model"), std::string::npos) << r.out;
 }
 
+TEST(cli, a_model_path_that_is_empty_or_a_file_says_so) {
+  auto r = run_cli("generate --model '' --prompt x", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("model directory: an empty path"), std::string::npos) << r.out;
+  r = run_cli(std::string("generate --model ") + VC_CLI_PATH + " --prompt x", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("is a file, not a directory"), std::string::npos) << r.out;
+  r = run_cli("generate --model /nonexistent/model --prompt x", true);
+  EXPECT_NE(r.out.find("model directory '/nonexistent/model': does not exist"), std::string::npos) << r.out;
+}
+
+TEST(cli, an_unknown_or_missing_command_is_named_with_the_commands_there_are) {
+  auto r = run_cli("nosuch", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("'vericache' has no command 'nosuch' (its commands: generate, bench"), std::string::npos)
+      << r.out;
+  r = run_cli("--log-level off bench nosuch", true);
+  EXPECT_NE(r.out.find("'vericache bench' has no command 'nosuch'"), std::string::npos) << r.out;
+  r = run_cli("cache", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("'vericache cache' needs a command (one of: stats, clear)"), std::string::npos) << r.out;
+}
+
 TEST(cli, a_missing_prompt_file_is_a_clear_error) {
   const auto r = run_cli("generate --prompt-file /nonexistent/prompt.txt", true);
   EXPECT_EQ(r.code, 1);

@@ -62,6 +62,34 @@ void select_simd_path(const std::string& name) {
   vc::cpu::set_simd_path(p);
 }
 
+/// "A subcommand is required" as the user would say it: the word that named no
+/// command of the level it was read at, or that a command is missing there, with the
+/// level's commands.
+std::string missing_command(CLI::App& app, int argc, char** argv) {
+  CLI::App* at = &app;
+  std::string path = "vericache";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind('-', 0) == 0) {  // an option: skip its value unless given with '='
+      const CLI::Option* o = at->get_option_no_throw(arg.substr(0, arg.find('=')));
+      if (o != nullptr && arg.find('=') == std::string::npos && o->get_expected_min() > 0) ++i;
+      continue;
+    }
+    CLI::App* sub = nullptr;
+    for (CLI::App* s : at->get_subcommands({})) {
+      if (s->check_name(arg)) sub = s;
+    }
+    std::string names;
+    for (CLI::App* s : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + s->get_name();
+    if (sub == nullptr) return "'" + path + "' has no command '" + arg + "' (its commands: " + names + ")";
+    at = sub;
+    path += " " + arg;
+  }
+  std::string names;
+  for (CLI::App* s : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + s->get_name();
+  return "'" + path + "' needs a command (one of: " + names + ")";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,7 +142,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    vc::cli::report_error(e.what(), config.get());
+    const std::string what = e.what();
+    vc::cli::report_error(what == "A subcommand is required" ? missing_command(app, argc, argv) : what,
+                          config.get());
     return kExitBadInput;
   } catch (const vc::Error& e) {
     vc::cli::report_error(e.what(), config.get());
