@@ -52,6 +52,13 @@ TEST(bench_bad_input, an_unknown_compressor_is_an_error_in_bench_attention) {
   EXPECT_NE(r.out.find("unknown compressor 'nosuch'"), std::string::npos) << r.out;
 }
 
+TEST(bench_bad_input, bench_throughput_says_when_no_disk_contradicts_the_rows_named) {
+  const auto r = vc::test::run_vericache("bench throughput --no-disk --configs a e-disk", true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--no-disk skips the disk-tier rows, but --configs names e-disk"), std::string::npos)
+      << r.out;
+}
+
 TEST(bench_bad_input, calibrate_refuses_binary_data_and_an_out_that_is_its_input_or_empty) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "vc-calibrate-bad-input";
   std::filesystem::create_directories(dir);

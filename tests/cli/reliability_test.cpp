@@ -201,6 +201,20 @@ TEST(cli, a_bad_value_from_a_config_file_names_the_file_and_line) {
   EXPECT_EQ(run_cli("--config " + f + " generate --prompt x --threads 1 --max-tokens 1").code, 0);
 }
 
+TEST(cli, a_bad_value_in_the_section_of_a_command_that_does_not_run_is_not_used_and_a_bom_is_skipped) {
+  TempDir d("confother");
+  // [generate]'s bad value, running `compressors`: not applied, so not an error
+  // (it was, with no file or line: CLI11 checked it all the same).
+  const std::string f = d.file("o.conf", "\xEF\xBB\xBF[generate]\nmax-tokens = -5\n");
+  const CliRun r = run_cli("--config " + f + " compressors");
+  EXPECT_EQ(r.code, 0) << r.out;
+  // Run by `generate`, the same line is the error it names.
+  EXPECT_TRUE(one_line_error(run_cli("--config " + f + " generate --prompt x"), {f + ":2:", "--max-tokens", "-5"}));
+  // A typo there is still found whatever runs.
+  const std::string g = d.file("t.conf", "[generate]\nmax-tokenz = 4\n");
+  EXPECT_TRUE(one_line_error(run_cli("--config " + g + " compressors"), {g + ":2:", "unknown key 'max-tokenz'"}));
+}
+
 TEST(cli, the_shipped_defaults_config_is_accepted) {
   const CliRun r = run_cli("--config " + std::string(VC_MODEL_DIR) +
                         "/../../configs/defaults.conf generate --prompt 'def' --max-tokens 2 --json");

@@ -190,6 +190,9 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
 
 int run_throughput(const ThroughputArgs& a) {
   check_ngram_sizes(a.hierarchy);
+  for (const std::string& k : a.configs)
+    if (!a.disk && (k == "e-disk" || k == "b-disk"))
+      throw Error("--no-disk skips the disk-tier rows, but --configs names " + k);
   const auto model = Model::load(a.model_dir);
   if (a.device != "cpu") {  // an unusable device fails before any work
     if (a.tp > 1) throw Error("--device " + a.device + ": --tp runs its ranks on the CPU only (for now)");
@@ -346,10 +349,12 @@ int run_throughput(const ThroughputArgs& a) {
     // One decimal below 100 tokens/s (real shapes on a CPU run at a few tokens/s).
     const double tps = r["tokens_per_second"].get<double>();
     const std::string tps_text = tps < 100 ? fmt::format("{:.1f}", tps) : fmt::format("{:.0f}", tps);
-    std::cout << fmt::format("{:>7} {:<36} {:>4} {:>9} {:>6.2f}x {:>8.1f} {:>8.2f} {:>8} {:>8} {:>8} {:>6.1f} of {:<4.1f}  {}\n",
+    // Without row (a) in the run there is nothing to compare with ("vs_a" 0 in JSON).
+    const double vs_a = r["vs_a"].get<double>();
+    std::cout << fmt::format("{:>7} {:<36} {:>4} {:>9} {:>7} {:>8.1f} {:>8.2f} {:>8} {:>8} {:>8} {:>6.1f} of {:<4.1f}  {}\n",
                              r["context"].get<size_t>(), r["config"].get<std::string>(),
                              r["concurrency"].get<size_t>(), tps_text,
-                             r["vs_a"].get<double>(), r["tokens_per_round"].get<double>(),
+                             vs_a > 0 ? fmt::format("{:.2f}x", vs_a) : std::string("-"), r["tokens_per_round"].get<double>(),
                              r["verify_requests_per_pass"].get<double>(),
                              busy("drafter"), busy("mover"), busy("verifier"),
                              r["fast_peak_bytes"].get<size_t>() / 1e6,

@@ -268,6 +268,7 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& in) const {
     }
   }
   if (text.find('\0') != std::string::npos) fail(0, "holds binary data (a NUL byte); expected a text config file");
+  if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);  // a UTF-8 byte order mark, as editors write it
 
   std::vector<CLI::ConfigItem> items;
   std::vector<std::string> section;  // subcommand path
@@ -355,14 +356,17 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& in) const {
       if (raw.empty()) fail(line_no, "no value for '" + key + "'");
       values.push_back(unquote(raw));
     }
+    // Applied when the command line did not set it and its subcommand runs; the
+    // sections of commands that do not run are checked for keys above, but their
+    // values are not handed on (CLI11 would check them with no line to name).
+    const bool runs = sub == nullptr || sub->parsed();
+    if (!runs) continue;
     CLI::ConfigItem item;
     item.parents = section;
     item.name = key;
     item.inputs = values;
     items.push_back(item);
-    // Applied when the command line did not set it and its subcommand runs.
-    const bool runs = sub == nullptr || sub->parsed();
-    if (runs && op->count() == 0) origins_[op->get_name()] = file + ":" + std::to_string(line_no);
+    if (op->count() == 0) origins_[op->get_name()] = file + ":" + std::to_string(line_no);
   }
   return items;
 }
