@@ -20,7 +20,8 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& dir) {
   std::error_code ec;
   if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
     throw Error("model directory '" + dir.string() + "': is a file, not a directory");
-  if (!std::filesystem::exists(dir, ec)) throw Error("model directory '" + dir.string() + "': does not exist");
+  if (!std::filesystem::exists(dir, ec))
+    throw Error("model directory '" + dir.string() + "': " + (ec ? ec.message() : std::string("does not exist")));
   ModelConfig cfg = load_model_config(dir / "config.json");
   ModelWeights w = load_weights(cfg, dir);
   return std::shared_ptr<const Model>(new Model(dir, std::move(cfg), std::move(w)));

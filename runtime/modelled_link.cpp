@@ -12,19 +12,22 @@
 namespace vc {
 
 ModelledLink::ModelledLink(double bytes_per_second) : bps_(bytes_per_second) {
-  // Below a byte per second a transfer's time leaves the clock's range.
-  if (!(bytes_per_second >= 1) || !std::isfinite(bytes_per_second))
-    throw Error(fmt::format("modelled link: the bandwidth must be at least 1 byte/s and finite, got {:g} bytes/s",
+  if (!(bytes_per_second > 0) || !std::isfinite(bytes_per_second))
+    throw Error(fmt::format("modelled link: the bandwidth must be positive and finite, got {:g} bytes/s",
                             bytes_per_second));
 }
 
 ModelledLink::clock::time_point ModelledLink::book(clock::time_point begin, size_t bytes) {
-  // At most a century per transfer (saturated, not wrapped: a time out of the
-  // clock's range would come out negative and the link would not wait at all).
-  const double secs = std::min(double(bytes) / bps_, 3.0e9);
+  // The link is booked at most a century past `begin`: saturated, not wrapped (a
+  // time out of the clock's range came out negative, and a link slower than a
+  // byte per second did not wait at all).
+  constexpr double kCentury = 3.0e9;
+  const double secs = std::min(double(bytes) / bps_, kCentury);
   const auto length = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs));
+  const auto cap = begin + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(kCentury));
   std::lock_guard<std::mutex> lock(mu_);
-  free_ = std::max(begin, free_) + length;
+  const clock::time_point from = std::max(begin, free_);
+  free_ = from >= cap || cap - from <= length ? cap : from + length;
   return free_;
 }
 

@@ -26,11 +26,17 @@ TEST(bench_bad_input, a_bad_flag_fails_before_bench_remote_touches_the_store) {
   VC_REQUIRE_REDIS(server);
   const std::string port = server.url().substr(server.url().rfind(':') + 1);
   ASSERT_EQ(std::system(("redis-cli -p " + port + " set vc:kv:keep 1 > /dev/null").c_str()), 0);
-  for (const std::string flags : {"--compressor nosuch", "--lengths 40000", "--ratio 0.5", "--local-bandwidth nan"}) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--compressor nosuch", "unknown compressor 'nosuch'"},
+      {"--lengths 40000", "--lengths 40000 + --max-tokens 2 exceeds the model's context"},
+      {"--ratio 0.5", "--ratio: expected a finite number in [1, 1000]"},
+      {"--local-bandwidth nan", "--local-bandwidth: expected a finite number"}};
+  for (const auto& [flags, says] : cases) {
     const auto r = vc::test::run_vericache(
         "bench remote --remote " + server.url() + " --lengths 256 --max-tokens 2 " + flags, true);
     EXPECT_EQ(r.code, 1) << flags << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << flags << ": " << r.out;
   }
   FILE* p = popen(("redis-cli -p " + port + " get vc:kv:keep").c_str(), "r");
   ASSERT_NE(p, nullptr);

@@ -57,6 +57,7 @@ TEST(cli, a_model_path_that_is_empty_or_a_file_says_so) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("is a file, not a directory"), std::string::npos) << r.out;
   r = run_cli("generate --model /nonexistent/model --prompt x", true);
+  EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("model directory '/nonexistent/model': does not exist"), std::string::npos) << r.out;
 }
 

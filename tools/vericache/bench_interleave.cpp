@@ -62,11 +62,14 @@ Run run_once(const BenchInterleaveArgs& a, bool slice, const Tokenizer& tok) {
   ec.slice_prefill = slice;
   ec.max_active = a.decoding + 1;
   ec.trace = !a.trace.empty();
-  vericache::Engine engine(ec);
+  // The state the token callbacks write, declared before the engine: on an error
+  // the engine (and its callbacks) goes first.
   std::mutex mu;
   std::vector<std::vector<Clock::time_point>> stamps(a.decoding);
   size_t started = 0;
   std::promise<void> all_started;
+  Clock::time_point long_first{};
+  vericache::Engine engine(ec);
   std::vector<vericache::Engine::Submission> subs;
   const auto t0 = Clock::now();
   for (size_t i = 0; i < a.decoding; ++i) {
@@ -83,13 +86,15 @@ Run run_once(const BenchInterleaveArgs& a, bool slice, const Tokenizer& tok) {
     }));
   }
   std::future<void> started_f = all_started.get_future();
-  await_first_token(started_f, std::span(subs), "bench interleave: the decoding requests");
+  await_first_token(started_f, std::span(subs), "bench interleave: the decoding requests", [&](size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    return !stamps[i].empty();
+  });
   vericache::Request l;
   l.prompt_ids = code_prompt(tok, a.long_tokens, 99);
   l.max_tokens = 4;
   l.ignore_eos = true;
   l.mode = "vericache";
-  Clock::time_point long_first{};
   const auto long_submit = Clock::now();
   auto ls = engine.submit(l, [&](uint64_t, int32_t) {
     std::lock_guard<std::mutex> lock(mu);

@@ -39,6 +39,7 @@
 #include "kvtiers/remote/redis_client.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/generator.hpp"
+#include "runtime/remote_prefix.hpp"
 #include "tools/vericache/bench_prompts.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
@@ -276,6 +277,8 @@ int run_bench_remote(const BenchRemoteArgs& a) {
     const int extend_default =
         a.extend > 0 ? add_flow(fmt::format("on cached {}, default", n), n + a.extend) : -1;
     std::vector<std::vector<GenerateStats>> got(names.size());
+    const bool full_chunks_expected =
+        remote_prefix_limit(*make_compressor(a.compressor), n, opt.stats_window) >= a.chunk;
     GenerateResult ref_extended;
     if (a.extend > 0) {
       GenerateOptions full_opt = opt;
@@ -291,13 +294,12 @@ int run_bench_remote(const BenchRemoteArgs& a) {
       if (r.output_ids != want.output_ids || r.output_logprobs != want.output_logprobs)
         throw Error("bench remote: " + names[size_t(flow)] + " at " + std::to_string(lengths[size_t(flow)]) +
                     " tokens differs from full decoding");
-      // The flows that read the store must have found the prompt's chunks there: with
-      // none (the store stopped answering, or evicted them) the row would time a
-      // recompute under the flow's name.
+      // The full flows must have found the prompt's chunks in the store when at least
+      // one chunk lies below what they may take (remote_prefix_limit: not KVzap's,
+      // not a scorer's statistics window): with none (the store stopped answering, or
+      // evicted them) the row would time a recompute under the flow's name.
       const bool reads_full = flow == 1 || flow == 4 || flow == 6;
-      const bool reads_compressed = flow == 2 || flow == 3 || flow == 5;
-      if (n > a.chunk && ((reads_full && r.stats.remote_chunks_hit == 0) ||
-                          (reads_compressed && r.stats.remote_compressed_chunks_hit == 0)))
+      if (reads_full && full_chunks_expected && r.stats.remote_chunks_hit == 0)
         throw Error("bench remote: " + names[size_t(flow)] + " at " + std::to_string(n) +
                     " tokens found none of the prompt's chunks in the store (did it stop answering, or "
                     "evict them?)");
@@ -445,7 +447,8 @@ void add_bench_remote_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--fold-every", a->fold_every, "Rebuild the view every N verified tokens (0 = never)")
       ->capture_default_str()->check(integer_in(0, 1 << 20));
   cmd->add_option("--local-bandwidth", a->local_bandwidth,
-                  "Bytes/s of the modelled full-tier link")->capture_default_str()->check(number_in(1.0, 1e15));
+                  "Bytes/s of the modelled full-tier link (0: not modelled, and the remote link unthrottled)")
+      ->capture_default_str()->check(number_in(0.0, 1e15));
   cmd->add_option("--remote-bandwidth", a->remote_bandwidth,
                   "Bytes/s of the throttled remote link (0: local * 1.2 / 40; proxy only)")->capture_default_str()
       ->check(number_in(0.0, 1e15));

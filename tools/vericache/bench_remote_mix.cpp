@@ -97,11 +97,13 @@ vericache::Request request(const std::vector<int32_t>& prompt, int max_tokens, c
 MixRun run_once(const vericache::EngineConfig& ec, const BenchRemoteMixArgs& a, const Tokenizer& tok,
                 const std::vector<std::vector<int32_t>>& cached, const std::vector<GenerateResult>& want,
                 uint32_t decoding_seed) {
-  vericache::Engine engine(ec);
+  // The state the token callbacks write, declared before the engine: on an error
+  // the engine (and its callbacks) goes first.
   std::mutex mu;
   std::vector<std::vector<Clock::time_point>> stamps(a.decoding);
   size_t started = 0;
   std::promise<void> all_started;
+  vericache::Engine engine(ec);
   std::vector<vericache::Engine::Submission> decoders;
   for (size_t i = 0; i < a.decoding; ++i) {
     // Seven tokens after the first cut out: a decoding prompt never starts as a
@@ -118,7 +120,10 @@ MixRun run_once(const vericache::EngineConfig& ec, const BenchRemoteMixArgs& a, 
   }
   if (a.decoding > 0) {
     std::future<void> started_f = all_started.get_future();
-    await_first_token(started_f, std::span(decoders), "bench remote-mix: the decoding requests");
+    await_first_token(started_f, std::span(decoders), "bench remote-mix: the decoding requests", [&](size_t i) {
+      std::lock_guard<std::mutex> lock(mu);
+      return !stamps[i].empty();
+    });
   }
 
   MixRun out;
@@ -136,7 +141,8 @@ MixRun run_once(const vericache::EngineConfig& ec, const BenchRemoteMixArgs& a, 
     }));
     auto f = first->get_future();
     const Clock::time_point at = await_first_token(
-        f, std::span(subs).last(1), "bench remote-mix: cached request " + std::to_string(c));
+        f, std::span(subs).last(1), "bench remote-mix: cached request " + std::to_string(c),
+        [&](size_t) { return false; });
     out.first_token.push_back(seconds(at - submitted));
   }
   for (size_t c = 0; c < subs.size(); ++c) {
@@ -167,7 +173,7 @@ MixRun run_once(const vericache::EngineConfig& ec, const BenchRemoteMixArgs& a, 
       out.longest_gap = std::max(out.longest_gap, seconds(t - last));
       last = t;
     }
-    if (!s.empty() && s.back() > window_start) out.longest_gap = std::max(out.longest_gap, seconds(window_end - last));
+    out.longest_gap = std::max(out.longest_gap, seconds(window_end - last));  // each was still running
   }
   out.decode_tps_during = out.window > 0 ? double(during) / out.window : 0;
   return out;
@@ -347,8 +353,9 @@ void add_bench_remote_mix_command(CLI::App& bench, Runner& run) {
       ->capture_default_str()->check(integer_in(1, 1024));
   cmd->add_option("--remote-chunk", a->chunk, "Tokens per remote chunk")
       ->capture_default_str()->check(integer_in(16, 1 << 20));
-  cmd->add_option("--local-bandwidth", a->local_bandwidth, "Bytes/s of the modelled full-tier link")
-      ->capture_default_str()->check(number_in(1.0, 1e15));
+  cmd->add_option("--local-bandwidth", a->local_bandwidth,
+                  "Bytes/s of the modelled full-tier link (0: not modelled, and the remote link unthrottled)")
+      ->capture_default_str()->check(number_in(0.0, 1e15));
   cmd->add_option("--remote-bandwidth", a->remote_bandwidth,
                   "Bytes/s of the throttled remote link (0: local * 1.2 / 40)")
       ->capture_default_str()->check(number_in(0.0, 1e15));

@@ -14,19 +14,22 @@
 namespace vc::cli {
 
 /// `first`'s value once it is ready; vc::Error naming `what` and the reason when one
-/// of `watch` ends before it (its result's error, or how it finished), or after
-/// `limit` with neither.
-template <class T>
+/// of `watch` that has had no token (`had_token(i)` false) ends before it (its
+/// result's error, or how it finished), or after `limit` with neither. A request
+/// that had its token and then finished is no error (`first` may wait on others).
+template <class T, class HadToken>
 T await_first_token(std::future<T>& first, std::span<vericache::Engine::Submission> watch,
-                    const std::string& what,
+                    const std::string& what, HadToken had_token,
                     std::chrono::steady_clock::duration limit = std::chrono::minutes(30)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (;;) {
     if (first.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) return first.get();
-    for (vericache::Engine::Submission& s : watch) {
+    for (size_t i = 0; i < watch.size(); ++i) {
+      vericache::Engine::Submission& s = watch[i];
       if (s.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
-      // It may have ended just after the token came: look again before blaming it.
+      // It may have ended just after its token came: look again before blaming it.
       if (first.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return first.get();
+      if (had_token(i)) continue;
       const vericache::Result r = s.result.get();
       throw Error(what + ": a request ended before its first token: " +
                   (r.ok ? "it finished (" + r.finish_reason + ")" : r.error));

@@ -72,7 +72,14 @@ std::string missing_command(CLI::App& app, int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg.rfind('-', 0) == 0) {  // an option: skip its value unless given with '='
       const CLI::Option* o = at->get_option_no_throw(arg.substr(0, arg.find('=')));
-      if (o != nullptr && arg.find('=') == std::string::npos && o->get_expected_min() > 0) ++i;
+      if (arg.find('=') != std::string::npos || (o != nullptr && o->get_expected_min() == 0)) continue;
+      // Known and taking a value, or unknown here (a deeper command's option, given
+      // before its command): the next word is its value unless it names a command.
+      if (i + 1 < argc && std::string(argv[i + 1]).rfind('-', 0) != 0) {
+        bool names_command = false;
+        for (CLI::App* s : at->get_subcommands({})) names_command = names_command || s->check_name(argv[i + 1]);
+        if (o != nullptr || !names_command) ++i;
+      }
       continue;
     }
     CLI::App* sub = nullptr;

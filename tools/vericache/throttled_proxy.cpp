@@ -55,8 +55,8 @@ constexpr auto kPacingSlack = std::chrono::milliseconds(10);
 ThrottledProxy::ThrottledProxy(std::string upstream_host, int upstream_port, double bytes_per_second)
     : host_(std::move(upstream_host)), upstream_port_(upstream_port), rate_(bytes_per_second),
       pacer_(bytes_per_second, kPacingSlack, std::chrono::steady_clock::now()) {
-  if (!(bytes_per_second == 0 || (bytes_per_second >= 1 && std::isfinite(bytes_per_second))))
-    throw Error(fmt::format("throttling proxy: the rate must be 0 (unthrottled) or at least 1 byte/s and finite, "
+  if (!(bytes_per_second >= 0) || !std::isfinite(bytes_per_second))
+    throw Error(fmt::format("throttling proxy: the rate must be 0 (unthrottled) or positive and finite, "
                             "got {:g} bytes/s", bytes_per_second));
   listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = loopback(0);
@@ -102,9 +102,12 @@ void ThrottledProxy::accept_loop() {
 
 LinkPacer::Clock::time_point LinkPacer::reserve(size_t n, Clock::time_point now) {
   if (next_free_ < now - slack_) next_free_ = now - slack_;
-  // Saturated at a century: out of the clock's range the time would wrap.
-  next_free_ += std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(std::min(double(n) / rate_, 3.0e9)));
+  // Saturated at a century past `now`: out of the clock's range the time wrapped.
+  constexpr double kCentury = 3.0e9;
+  const auto length = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(double(n) / rate_, kCentury)));
+  const auto cap = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kCentury));
+  next_free_ = next_free_ >= cap || cap - next_free_ <= length ? cap : next_free_ + length;
   return next_free_;
 }
 
