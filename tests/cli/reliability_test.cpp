@@ -215,6 +215,16 @@ TEST(cli, a_bad_value_in_the_section_of_a_command_that_does_not_run_is_not_used_
   EXPECT_TRUE(one_line_error(run_cli("--config " + g + " compressors"), {g + ":2:", "unknown key 'max-tokenz'"}));
 }
 
+TEST(cli, a_config_list_value_keeps_a_comma_inside_quotes) {
+  TempDir d("conflist");
+  // One value "a,b" for a list option: its comma is not a separator. bench
+  // divergence --compressor takes a list; "snapkv,kivi" is no method, and the error
+  // names it whole (it said "unterminated string" before).
+  const std::string f = d.file("l.conf", "[bench.divergence]\ncompressor = [\"snapkv,kivi\", 'h2o']\n");
+  const CliRun r = run_cli("--config " + f + " bench divergence --steps 1 --ratios 2");
+  EXPECT_TRUE(one_line_error(r, {"unknown compressor 'snapkv,kivi'"})) << r.out;
+}
+
 TEST(cli, the_shipped_defaults_config_is_accepted) {
   const CliRun r = run_cli("--config " + std::string(VC_MODEL_DIR) +
                         "/../../configs/defaults.conf generate --prompt 'def' --max-tokens 2 --json");

@@ -350,7 +350,20 @@ std::vector<CLI::ConfigItem> StrictConfig::from_config(std::istream& in) const {
     };
     if (!raw.empty() && raw.front() == '[') {
       if (raw.back() != ']') fail(line_no, "unterminated list in '" + key + "'");
-      for (const auto& v : CLI::detail::split(raw.substr(1, raw.size() - 2), ','))
+      // Split at the commas outside quotes: ["snapkv,kivi"] is one value.
+      const std::string body = raw.substr(1, raw.size() - 2);
+      std::vector<std::string> parts(1);
+      char quote = 0;
+      for (const char ch : body) {
+        if (quote == 0 && ch == ',') {
+          parts.emplace_back();
+          continue;
+        }
+        if (quote == 0 && (ch == '"' || ch == '\'')) quote = ch;
+        else if (ch == quote) quote = 0;
+        parts.back() += ch;
+      }
+      for (const auto& v : parts)
         if (!trim(v).empty()) values.push_back(unquote(v));
     } else {
       if (raw.empty()) fail(line_no, "no value for '" + key + "'");
