@@ -18,10 +18,12 @@ Model::Model(std::filesystem::path dir, ModelConfig cfg, ModelWeights w)
 std::shared_ptr<const Model> Model::load(const std::filesystem::path& dir) {
   if (dir.empty()) throw Error("model directory: an empty path");
   std::error_code ec;
-  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+  const std::filesystem::file_status st = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(st))
+    throw Error("model directory '" + dir.string() + "': " +
+                (ec && st.type() != std::filesystem::file_type::not_found ? ec.message() : "does not exist"));
+  if (!std::filesystem::is_directory(st))
     throw Error("model directory '" + dir.string() + "': is a file, not a directory");
-  if (!std::filesystem::exists(dir, ec))
-    throw Error("model directory '" + dir.string() + "': " + (ec ? ec.message() : std::string("does not exist")));
   ModelConfig cfg = load_model_config(dir / "config.json");
   ModelWeights w = load_weights(cfg, dir);
   return std::shared_ptr<const Model>(new Model(dir, std::move(cfg), std::move(w)));

@@ -17,17 +17,19 @@ ModelledLink::ModelledLink(double bytes_per_second) : bps_(bytes_per_second) {
                             bytes_per_second));
 }
 
-ModelledLink::clock::time_point ModelledLink::book(clock::time_point begin, size_t bytes) {
-  // The link is booked at most a century past `begin`: saturated, not wrapped (a
-  // time out of the clock's range came out negative, and a link slower than a
-  // byte per second did not wait at all).
+std::chrono::steady_clock::time_point advance_saturated(std::chrono::steady_clock::time_point from,
+                                                        double seconds,
+                                                        std::chrono::steady_clock::time_point origin) {
+  using D = std::chrono::steady_clock::duration;
   constexpr double kCentury = 3.0e9;
-  const double secs = std::min(double(bytes) / bps_, kCentury);
-  const auto length = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs));
-  const auto cap = begin + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(kCentury));
+  const auto cap = origin + std::chrono::duration_cast<D>(std::chrono::duration<double>(kCentury));
+  const auto length = std::chrono::duration_cast<D>(std::chrono::duration<double>(std::min(seconds, kCentury)));
+  return from >= cap || cap - from <= length ? cap : from + length;
+}
+
+ModelledLink::clock::time_point ModelledLink::book(clock::time_point begin, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  const clock::time_point from = std::max(begin, free_);
-  free_ = from >= cap || cap - from <= length ? cap : from + length;
+  free_ = advance_saturated(std::max(begin, free_), double(bytes) / bps_, begin);
   return free_;
 }
 

@@ -9,6 +9,14 @@
 
 namespace vc {
 
+/// `from` plus `seconds`, saturated at a century past `origin`: a time past the
+/// clock's range wrapped negative, and a link slower than a byte per second did
+/// not wait at all. The links' bookings (ModelledLink, the bench's throttling
+/// proxy) advance with it.
+[[nodiscard]] std::chrono::steady_clock::time_point advance_saturated(std::chrono::steady_clock::time_point from,
+                                                                      double seconds,
+                                                                      std::chrono::steady_clock::time_point origin);
+
 class ModelledLink {
  public:
   using clock = std::chrono::steady_clock;

@@ -62,6 +62,17 @@ TEST(kvzap_fit, ridge_regression_recovers_a_known_linear_map) {
   EXPECT_LT(n1, n0);
 }
 
+TEST(kvzap_fit, a_ridge_fit_left_singular_by_too_few_samples_names_lambda) {
+  // 8 samples of 256 inputs at lambda 0: the fit's weights overflow (what `calibrate
+  // kvzap --lambda 0` on a short text met); the error says what fixes it.
+  KvzapSamples s = random_inputs(8, 256, 2, 3);
+  Lcg r{4};
+  for (float& y : s.y) y = r.next();
+  expect_error_naming([&] { (void)fit_ridge(s, 0.0); }, "the fit is not finite: 8 samples of 256 inputs");
+  expect_error_naming([&] { (void)fit_ridge(s, 0.0); }, "--lambda");
+  EXPECT_NO_THROW((void)fit_ridge(s, 1.0));
+}
+
 TEST(kvzap_fit, the_mlp_trainer_fits_a_nonlinear_map_and_is_fixed_by_its_seed) {
   const size_t dim = 6, G = 2;
   KvzapSamples s = random_inputs(512, dim, G, 11);

@@ -40,6 +40,7 @@
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/remote_prefix.hpp"
+#include "tools/vericache/bench_median.hpp"
 #include "tools/vericache/bench_prompts.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
@@ -78,11 +79,6 @@ struct FlowRun {
   GenerateStats stats;  // of the run with the median time to first token
   double ttft = 0, decode_tps = 0;  // medians over the repeats
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 vericache::Request engine_request(const std::vector<int32_t>& prompt, const BenchRemoteArgs& a) {
   vericache::Request q;

@@ -31,6 +31,7 @@
 #include "kvtiers/compressor.hpp"
 #include "kvtiers/remote/remote_tier.hpp"
 #include "runtime/generator.hpp"
+#include "tools/vericache/bench_median.hpp"
 #include "tools/vericache/bench_prompts.hpp"
 #include "tools/vericache/bench_wait.hpp"
 #include "tools/vericache/commands.hpp"
@@ -177,11 +178,6 @@ MixRun run_once(const vericache::EngineConfig& ec, const BenchRemoteMixArgs& a, 
   }
   out.decode_tps_during = out.window > 0 ? double(during) / out.window : 0;
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 double mean(const std::vector<double>& v) {

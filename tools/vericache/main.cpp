@@ -66,6 +66,16 @@ void select_simd_path(const std::string& name) {
 /// command of the level it was read at, or that a command is missing there, with the
 /// level's commands.
 std::string missing_command(CLI::App& app, int argc, char** argv) {
+  const auto find = [](CLI::App* level, const std::string& word) -> CLI::App* {
+    for (CLI::App* s : level->get_subcommands({}))
+      if (s->check_name(word)) return s;
+    return nullptr;
+  };
+  const auto names = [](CLI::App* level) {
+    std::string out;
+    for (CLI::App* s : level->get_subcommands({})) out += (out.empty() ? "" : ", ") + s->get_name();
+    return out;
+  };
   CLI::App* at = &app;
   std::string path = "vericache";
   for (int i = 1; i < argc; ++i) {
@@ -75,26 +85,17 @@ std::string missing_command(CLI::App& app, int argc, char** argv) {
       if (arg.find('=') != std::string::npos || (o != nullptr && o->get_expected_min() == 0)) continue;
       // Known and taking a value, or unknown here (a deeper command's option, given
       // before its command): the next word is its value unless it names a command.
-      if (i + 1 < argc && std::string(argv[i + 1]).rfind('-', 0) != 0) {
-        bool names_command = false;
-        for (CLI::App* s : at->get_subcommands({})) names_command = names_command || s->check_name(argv[i + 1]);
-        if (o != nullptr || !names_command) ++i;
-      }
+      if (i + 1 < argc && std::string(argv[i + 1]).rfind('-', 0) != 0 &&
+          (o != nullptr || find(at, argv[i + 1]) == nullptr))
+        ++i;
       continue;
     }
-    CLI::App* sub = nullptr;
-    for (CLI::App* s : at->get_subcommands({})) {
-      if (s->check_name(arg)) sub = s;
-    }
-    std::string names;
-    for (CLI::App* s : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + s->get_name();
-    if (sub == nullptr) return "'" + path + "' has no command '" + arg + "' (its commands: " + names + ")";
+    CLI::App* sub = find(at, arg);
+    if (sub == nullptr) return "'" + path + "' has no command '" + arg + "' (its commands: " + names(at) + ")";
     at = sub;
     path += " " + arg;
   }
-  std::string names;
-  for (CLI::App* s : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + s->get_name();
-  return "'" + path + "' needs a command (one of: " + names + ")";
+  return "'" + path + "' needs a command (one of: " + names(at) + ")";
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 // until" time for all connections, so their bytes share the rate.
 #include "tools/vericache/throttled_proxy.hpp"
 
-#include <algorithm>
 #include <cmath>
 
 #include <arpa/inet.h>
@@ -15,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "kernels/error.hpp"
+#include "runtime/modelled_link.hpp"
 
 namespace vc::cli {
 
@@ -102,12 +102,7 @@ void ThrottledProxy::accept_loop() {
 
 LinkPacer::Clock::time_point LinkPacer::reserve(size_t n, Clock::time_point now) {
   if (next_free_ < now - slack_) next_free_ = now - slack_;
-  // Saturated at a century past `now`: out of the clock's range the time wrapped.
-  constexpr double kCentury = 3.0e9;
-  const auto length = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(std::min(double(n) / rate_, kCentury)));
-  const auto cap = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kCentury));
-  next_free_ = next_free_ >= cap || cap - next_free_ <= length ? cap : next_free_ + length;
+  next_free_ = advance_saturated(next_free_, double(n) / rate_, now);
   return next_free_;
 }
 
