@@ -2,6 +2,8 @@
 // beside the drafter-alone rows, and the code-prompt kinds.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -52,6 +54,44 @@ TEST(bench_throughput, a_row_whose_requests_fail_says_why_in_the_table_and_the_j
       "--ratio 1 --configs a e", /*merge_err=*/false);
   EXPECT_NE(table.out.find("FAILED 160 (e) VeriCache staggered: request: needs"), std::string::npos)
       << table.out;
+}
+
+TEST(bench_throughput, disk_dir_places_the_disk_rows_tier_and_a_file_there_is_named) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::temp_directory_path() / "vc-bench-throughput-disk-dir";
+  fs::remove_all(base);
+  fs::create_directories(base);
+  // A directory that does not exist yet is created for the tier (and kept).
+  const fs::path dir = base / "tier";
+  const auto ok = vc::test::run_vericache(
+      "bench throughput --contexts 160 --gen-tokens 4 --base-requests 1 --draft 4 --configs e-disk "
+      "--disk-dir " + dir.string() + " --json", /*merge_err=*/false);
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(json::parse(ok.out)["rows"][0]["all_ok"].get<bool>()) << ok.out;
+  EXPECT_TRUE(fs::is_directory(dir));
+  // A regular file where the directory should be: the row fails, naming it.
+  const fs::path file = base / "a-file";
+  std::ofstream(file) << "not a directory\n";
+  const auto bad = vc::test::run_vericache(
+      "bench throughput --contexts 160 --gen-tokens 4 --base-requests 1 --draft 4 --configs e-disk "
+      "--disk-dir " + file.string(), /*merge_err=*/true);
+  EXPECT_NE(bad.out.find(file.string() + " is not a directory"), std::string::npos) << bad.out;
+  // Contradictions are errors or warnings before any work.
+  const auto no_disk = vc::test::run_vericache(
+      "bench throughput --no-disk --disk-dir " + dir.string(), /*merge_err=*/true);
+  EXPECT_EQ(no_disk.code, 1) << no_disk.out;
+  EXPECT_NE(no_disk.out.find("--disk-dir places the disk-tier rows, but --no-disk skips them"),
+            std::string::npos)
+      << no_disk.out;
+  const auto unused = vc::test::run_vericache(
+      "bench throughput --contexts 160 --gen-tokens 4 --base-requests 1 --configs a --disk-dir " +
+          dir.string(),
+      /*merge_err=*/true);
+  EXPECT_EQ(unused.code, 0) << unused.out;
+  EXPECT_NE(unused.out.find("--disk-dir is not used: --configs names no disk-tier row"),
+            std::string::npos)
+      << unused.out;
+  fs::remove_all(base);
 }
 
 TEST(bench_throughput, an_edit_prompt_needs_room_for_its_request_and_says_so) {

@@ -60,6 +60,7 @@ struct ThroughputArgs {
   RequestInput hierarchy;  // --draft-hierarchy and the n-gram options (vericache requests)
   std::string prompt_kind = "random";  // random tokens, or the bundled code prompts (plain, edit)
   bool disk = true;
+  std::string disk_dir;  // --disk-dir: where the disk rows' tier lives ("" = $TMPDIR or /tmp)
   // --configs: the rows to run, by key; empty = a b c d e (+ e-disk unless --no-disk)
   std::vector<std::string> configs;
   bool json = false;
@@ -122,6 +123,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   ec.lockstep = c.lockstep;
   ec.link_bytes_per_second = c.simulated ? link_bps : 0;
   ec.full_tier = c.disk ? "disk" : "host";
+  if (c.disk) ec.disk_dir = a.disk_dir;
   ec.fast_memory_bytes = budget;  // enforced: blocks, views and staging are charged to it
   ec.trace = false;
   vericache::Engine engine(ec);
@@ -193,6 +195,14 @@ int run_throughput(const ThroughputArgs& a) {
   for (const std::string& k : a.configs)
     if (!a.disk && (k == "e-disk" || k == "b-disk"))
       throw Error("--no-disk skips the disk-tier rows, but --configs names " + k);
+  if (!a.disk_dir.empty()) {
+    if (!a.disk) throw Error("--disk-dir places the disk-tier rows, but --no-disk skips them");
+    const bool disk_row = a.configs.empty() || std::any_of(a.configs.begin(), a.configs.end(),
+                                                            [](const std::string& k) {
+                                                              return k == "e-disk" || k == "b-disk";
+                                                            });
+    if (!disk_row) spdlog::warn("--disk-dir is not used: --configs names no disk-tier row");
+  }
   const auto model = Model::load(a.model_dir);
   if (a.device != "cpu") {  // an unusable device fails before any work
     if (a.tp > 1) throw Error("--device " + a.device + ": --tp runs its ranks on the CPU only (for now)");
@@ -414,6 +424,9 @@ void add_bench_throughput_command(CLI::App& bench, Runner& run) {
   cmd->add_option("--fold-every", a->fold_every, "Rebuild views every N verified tokens")
       ->capture_default_str()->check(integer_in(0, int64_t(1) << 30));
   cmd->add_flag("!--no-disk", a->disk, "Skip the disk-tier row");
+  cmd->add_option("--disk-dir", a->disk_dir,
+                  "Directory of the disk rows' full tier, created if missing (default: $TMPDIR "
+                  "or /tmp); put it on the disk to measure");
   cmd->add_option("--configs", a->configs,
                   "Rows to run: a b c d e b-disk e-disk (default: a b c d e e-disk; b-disk and "
                   "e-disk keep the full KV on the real disk, O_DIRECT, no throttling)")
