@@ -52,4 +52,12 @@ TEST(cli_bench_memory, a_device_it_cannot_use_is_one_clear_error_before_any_run)
   EXPECT_FALSE(j["rows"][0].contains("device_bytes"));
 }
 
+TEST(cli_bench_memory, a_context_past_the_models_is_an_error_naming_the_flags) {
+  const auto r = vc::test::run_vericache("bench memory --contexts 40000", true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--contexts: 40000 + --gen-tokens 32 exceeds the model's context"),
+            std::string::npos)
+      << r.out;
+}
+
 }  // namespace

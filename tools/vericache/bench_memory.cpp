@@ -19,6 +19,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <random>
 #include <string>
@@ -32,6 +33,7 @@
 #include "runtime/device.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/model.hpp"
+#include "runtime/model/config.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/interrupt.hpp"
@@ -158,6 +160,12 @@ double mb(size_t b) { return double(b) / 1e6; }
 
 int run_memory(const MemoryArgs& a) {
   (void)parse_device(a.device);  // a bad name fails here, before any child (CUDA starts in each child)
+  {  // lengths past the model's context fail here too, naming the flags
+    const ModelConfig mc = load_model_config(std::filesystem::path(a.model_dir) / "config.json");
+    for (size_t ctx : a.contexts)
+      mc.require_context(ctx + size_t(a.gen_tokens),
+                         fmt::format("--contexts: {} + --gen-tokens {}", ctx, a.gen_tokens));
+  }
   std::vector<Config> configs = {{"full", "full", "", 0}};
   for (double r : a.ratios) configs.push_back({fmt::format("lossy {:g}x", r), "lossy", "disk", r});
   for (double r : a.ratios) configs.push_back({fmt::format("vericache {:g}x host", r), "vericache", "host", r});
