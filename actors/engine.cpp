@@ -5,11 +5,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
+#include <stdexcept>
 #include <optional>
+
+#include <fmt/format.h>
 
 #include "actors/net_fetcher.hpp"
 #include "actors/protocol.hpp"
@@ -177,6 +182,18 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (cfg.verify_batch == 0 || cfg.verify_batch > 64)
     throw Error("EngineConfig.verify_batch: must be 1 to 64, got " + std::to_string(cfg.verify_batch));
   if (cfg.tp < 1) throw Error("EngineConfig.tp: must be at least 1, got " + std::to_string(cfg.tp));
+  if (cfg.threads < 0 || cfg.threads > 1024)
+    throw Error("EngineConfig.threads: must be 0 (auto) to 1024, got " + std::to_string(cfg.threads));
+  if (!(cfg.link_bytes_per_second >= 0) || !std::isfinite(cfg.link_bytes_per_second))
+    throw Error("EngineConfig.link_bytes_per_second: must be 0 (unthrottled) or positive and finite, got " +
+                fmt::format("{:g}", cfg.link_bytes_per_second));
+  if (!cfg.remote_url.empty()) {
+    try {
+      check_remote_settings(cfg.remote_ttl_seconds, cfg.remote_timeout_ms, cfg.remote_retry_ms);
+    } catch (const std::exception& e) {
+      throw Error(std::string("EngineConfig.") + e.what());
+    }
+  }
   if (cfg.prefill_chunk < 1 || cfg.prefill_chunk > 65536)
     throw Error("EngineConfig.prefill_chunk: must be 1 to 65536 tokens, got " + std::to_string(cfg.prefill_chunk));
   Device device;
@@ -302,9 +319,18 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   for (size_t k = 0; k < cfg.verify_batch; ++k) m.streamers.push_back(std::make_shared<StreamerGroup>());
   std::vector<FullTier*> tier_ptrs;
   for (size_t r = 0; r < d; ++r) {
-    batchers.push_back(std::make_shared<DraftBatcher>(draft_shards[r], m.tiers[r].get(), pool_tokens,
-                                                      kv, threads, m.fast[r].get(),
-                                                      cfg.stage_positions, cfg.block_tokens));
+    try {
+      batchers.push_back(std::make_shared<DraftBatcher>(draft_shards[r], m.tiers[r].get(), pool_tokens,
+                                                        kv, threads, m.fast[r].get(),
+                                                        cfg.stage_positions, cfg.block_tokens));
+    } catch (const std::exception& e) {  // the block pool's index is sized by the budget
+      if (dynamic_cast<const std::bad_alloc*>(&e) == nullptr &&
+          dynamic_cast<const std::length_error*>(&e) == nullptr)
+        throw;
+      throw Error("EngineConfig.fast_memory_bytes: " + format_bytes(budget) + " would hold " +
+                  std::to_string(pool_tokens) + " KV positions, more blocks than this machine can "
+                  "index (out of memory)");
+    }
     // The rank's lanes share its link (modelled, or the tier's own).
     auto link = cfg.link_bytes_per_second > 0
                     ? std::make_shared<ModelledLink>(cfg.link_bytes_per_second)
@@ -479,7 +505,11 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
     if (o.draft_auto && !r.row_costs.empty()) {
       std::vector<RowCostPoint> curve;
       for (const auto& [rows, seconds] : r.row_costs) curve.push_back({rows, seconds});
-      ctx->policy.set_row_costs(std::move(curve));
+      try {
+        ctx->policy.set_row_costs(std::move(curve));
+      } catch (const std::exception& e) {
+        throw Error(std::string("field 'row_costs': ") + e.what());
+      }
     }
     ctx->stop.max_tokens = size_t(o.max_tokens);
     if (o.stop_at_eos)
@@ -488,7 +518,9 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
     ctx->stop.tokenizer = m.tokenizer.get();
     ctx->result.id = ctx->id;
     ctx->result.prompt_ids = s.prompt;
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // refused before it reached the scheduler: counted here
+    m.counters->submitted.fetch_add(1, std::memory_order_relaxed);
+    m.counters->failed.fetch_add(1, std::memory_order_relaxed);
     ctx->promise.set_value(failed_result(ctx->id, e.what()));
     return sub;
   }
@@ -548,7 +580,11 @@ EngineStats Engine::stats() {
   return s;
 }
 
-void Engine::write_trace(const std::string& path) { impl_->trace->write_chrome_trace(path); }
+void Engine::write_trace(const std::string& path) {
+  if (!impl_->cfg.trace)
+    throw Error("Engine::write_trace(" + path + "): EngineConfig::trace was false, so no trace was recorded");
+  impl_->trace->write_chrome_trace(path);
+}
 
 std::string Engine::decode(const std::vector<int32_t>& ids) const {
   return impl_->tokenizer->decode(ids, true);

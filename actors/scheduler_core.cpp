@@ -105,7 +105,18 @@ std::string SchedulerCore::push(RequestCtx& c, int32_t tok, float logprob,
     reported = list;
   }
   ++counters_->tokens;
-  if (c.on_token) c.on_token(c.id, vericache::EmittedToken{tok, logprob, reported});
+  if (c.on_token) {
+    // The embedder's code on the scheduler's thread: an exception from it ends this
+    // request, never the scheduler (every other request would be lost with it).
+    try {
+      c.on_token(c.id, vericache::EmittedToken{tok, logprob, reported});
+    } catch (const std::exception& e) {
+      c.callback_error = std::string("the token callback threw: ") + e.what();
+    } catch (...) {
+      c.callback_error = "the token callback threw an exception that is not a std::exception";
+    }
+    if (!c.callback_error.empty()) return "error";
+  }
   return c.stop.check(c.result.output_ids);
 }
 
@@ -113,7 +124,7 @@ bool SchedulerCore::emit(RequestCtx& c, int32_t tok, float logprob,
                          std::span<const TokenLogprob> top) {
   const std::string reason = push(c, tok, logprob, top);
   if (reason.empty()) return false;
-  finish(c, reason);
+  finish(c, reason, c.callback_error);
   return true;
 }
 
@@ -302,7 +313,7 @@ void SchedulerCore::on_verified(std::shared_ptr<const VerifyOutcome> v) {
     s.verify_pass_requests += v->shared_by;
   }
   if (!reason.empty()) {
-    finish(*c, reason);
+    finish(*c, reason, c->callback_error);
     return check_barriers();
   }
   if (!c->ahead.empty()) {  // compressed first: drafts made ahead go on while they agree

@@ -37,6 +37,7 @@ struct RequestCtx {
   StopRule stop;
   DraftLengthPolicy policy = DraftLengthPolicy::fixed(16);
   vericache::TokenDetailCallback on_token;
+  std::string callback_error;  // what on_token threw: the request ends with it as its error
   std::promise<vericache::Result> promise;
   vericache::Result result;
   Phase phase = Phase::queued;
@@ -258,7 +259,8 @@ class SchedulerCore {
   void next_round(RequestCtx& c);
   /// true: stop (finished). `top`: the token's top-N list (empty when not asked for).
   bool emit(RequestCtx& c, int32_t tok, float logprob, std::span<const TokenLogprob> top);
-  /// Appends a token and calls back; returns the stop reason ("" to go on).
+  /// Appends a token and calls back; returns the stop reason ("" to go on; "error"
+  /// when the callback threw, its message in c.callback_error).
   std::string push(RequestCtx& c, int32_t tok, float logprob, std::span<const TokenLogprob> top);
   void finish(RequestCtx& c, const std::string& reason, const std::string& error = "");
   void start_prefill(RequestCtx& c);

@@ -252,7 +252,10 @@ std::unique_ptr<Compressor> make_compressor(const std::string& name,
       }
       c->set_param(param, value);
     } catch (const Error& e) {
-      throw Error("compressor '" + name + "': " + e.what());
+      // The method's own list names its parameters; the selection's are taken here.
+      const bool unknown = std::string(e.what()).find("unknown parameter") != std::string::npos;
+      throw Error("compressor '" + name + "': " + e.what() +
+                  (unknown && c->scores_tokens() ? "; and, for selection, threshold, keep_recent" : ""));
     }
   }
   if (selection_set) {

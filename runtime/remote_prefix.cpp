@@ -3,17 +3,31 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <vector>
 
+#include "kernels/error.hpp"
 #include "runtime/model.hpp"
 #include "runtime/model/fingerprint.hpp"
 #include "runtime/tp_comm.hpp"
 
 namespace vc {
 
+void check_remote_settings(int ttl_seconds, int timeout_ms, int retry_ms) {
+  if (ttl_seconds < 0 || ttl_seconds > (1 << 30))
+    throw Error("remote_ttl_seconds: must be 0 (never expire) to 1073741824, got " +
+                std::to_string(ttl_seconds));
+  if (timeout_ms < 1 || timeout_ms > 600000)
+    throw Error("remote_timeout_ms: must be 1 to 600000, got " + std::to_string(timeout_ms));
+  if (retry_ms < 0 || retry_ms > 3600000)
+    throw Error("remote_retry_ms: must be 0 (never skip the store) to 3600000, got " +
+                std::to_string(retry_ms));
+}
+
 std::unique_ptr<RemoteTier> open_remote_tier(const RemoteSettings& s, const KvCacheConfig& kv,
                                              const std::filesystem::path& model_dir,
                                              std::shared_ptr<StoreHealth> health) {
+  check_remote_settings(s.ttl_seconds, s.timeout_ms, s.retry_ms);
   RemoteTierConfig rc;
   rc.url = s.url;
   rc.chunk_tokens = s.chunk_tokens;

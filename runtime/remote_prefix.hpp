@@ -24,6 +24,11 @@ struct RemoteSettings {
   std::string numerics;        // Model::numerics(): KV computed another way, other keys
 };
 
+/// Throws vc::Error naming the field (remote_ttl_seconds, remote_timeout_ms,
+/// remote_retry_ms) when one is out of range: a TTL of 0 (never expire) to 2^30 s, a
+/// timeout of 1 to 600000 ms, a retry pause of 0 (never skip the store) to 3600000 ms.
+void check_remote_settings(int ttl_seconds, int timeout_ms, int retry_ms);
+
 /// Opens the remote tier for a model's KV layout (its fingerprint keys the chunks).
 /// A bad URL or chunk size throws vc::Error in one line; the store is reached lazily.
 /// `health`: shared with other tiers over the same store (null: its own).

@@ -30,7 +30,7 @@ struct EngineConfig {
   /// tier. At tp > 1 the budgets below are per rank, and each rank's remote chunks
   /// (full and compressed) hold its KV heads under keys of their own.
   int tp = 1;
-  int threads = 0;                  ///< per compute actor (per rank); 0 = auto
+  int threads = 0;                  ///< per compute actor (per rank), 0-1024; 0 = auto
   /// Where the forward passes run: "cpu", or "cuda" / "cuda:N" (the model's weights
   /// on that GPU, whole passes there, attention over device copies of the KV the
   /// passes read; the KV tiers, compressors and sampling stay on the CPU; tp must be
@@ -51,7 +51,7 @@ struct EngineConfig {
   /// memory this engine may hold, weights and KV; the rest is left for the passes'
   /// buffers. Ignored on the CPU.
   double gpu_memory_utilization = 0.9;
-  size_t stage_positions = 1024;    ///< KV positions per staged chunk of the full KV
+  size_t stage_positions = 1024;    ///< KV positions per staged chunk of the full KV (0: whole layers)
   /// KV positions per paged block (1-4096), in fast memory and in the full tier.
   /// Prefix sharing and remote chunks (remote_chunk_tokens: whole blocks) go by
   /// blocks; outputs are exact at every size, their last bits belong to the size.
@@ -310,7 +310,9 @@ struct EngineStats {
 /// thread (a CAF worker thread, never the thread that called submit()). While it
 /// runs no other request makes progress, so keep it short and never block in it:
 /// do not wait on a Submission's future there. stats(), cancel() and submit() may be
-/// called from it (none of them waits for the scheduler).
+/// called from it (none of them waits for the scheduler). If it throws, its request
+/// ends there (Result::ok false, the exception's message in Result::error, finish
+/// reason "error"; no further call for it) and the engine goes on with the others.
 using TokenCallback = std::function<void(uint64_t id, int32_t token)>;
 
 /// One emitted token with its log-probabilities, as the detailed callback sees it.

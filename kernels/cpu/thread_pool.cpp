@@ -9,6 +9,8 @@
 // workers by spinning first. With one thread everything runs inline.
 #include "kernels/cpu/thread_pool.hpp"
 
+#include "kernels/error.hpp"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -116,6 +119,16 @@ struct ThreadPool::Impl {
     caller_sleeping.store(false, std::memory_order_relaxed);
   }
 
+  // Stops the workers (between jobs) and joins them.
+  void stop_workers() {
+    if (workers.empty()) return;
+    stop = true;
+    generation.fetch_add(1, std::memory_order_seq_cst);
+    generation.notify_all();
+    for (auto& t : workers) t.join();
+    workers.clear();
+  }
+
   void start_job() {
     pending.store(uint32_t(workers.size()), std::memory_order_relaxed);
     generation.fetch_add(1, std::memory_order_seq_cst);
@@ -124,19 +137,24 @@ struct ThreadPool::Impl {
 };
 
 ThreadPool::ThreadPool(int threads) : impl_(new Impl), threads_(std::max(threads, 1)) {
-  impl_->bounds.resize(size_t(threads_) + 1);
-  for (int i = 1; i < threads_; ++i) {
-    impl_->workers.emplace_back([this, i] { impl_->worker_loop(size_t(i)); });
+  try {
+    impl_->bounds.resize(size_t(threads_) + 1);
+    for (int i = 1; i < threads_; ++i) {
+      impl_->workers.emplace_back([this, i] { impl_->worker_loop(size_t(i)); });
+    }
+  } catch (const std::exception& e) {
+    // No destructor runs for a constructor that throws: the workers started so far
+    // (which use impl_) stop here, before it is freed.
+    const size_t started = impl_->workers.size() + 1;
+    impl_->stop_workers();
+    delete impl_;
+    throw Error("thread pool of " + std::to_string(threads_) + " threads: could start only " +
+                std::to_string(started) + " (" + e.what() + ")");
   }
 }
 
 ThreadPool::~ThreadPool() {
-  if (!impl_->workers.empty()) {
-    impl_->stop = true;
-    impl_->generation.fetch_add(1, std::memory_order_seq_cst);
-    impl_->generation.notify_all();
-    for (auto& t : impl_->workers) t.join();
-  }
+  impl_->stop_workers();
   delete impl_;
 }
 

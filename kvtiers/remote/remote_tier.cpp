@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <unordered_set>
 
 #include "kvtiers/remote/chunk_value.hpp"
 
@@ -421,10 +423,16 @@ void RemoteTier::publisher_loop() {
 
 namespace {
 
+// A cursor the server hands out twice would make the loop run forever (a server
+// that only speaks the protocol; Redis never repeats one within a scan): refused.
 template <class F>
 void scan_keys(RedisClient& client, F&& each_batch) {
   std::string cursor = "0";
+  std::unordered_set<std::string> seen;
   do {
+    if (cursor != "0" && !seen.insert(cursor).second)
+      throw RedisError("remote store " + client.endpoint().url() + ": SCAN returned cursor " + cursor +
+                       " twice; its iteration would not end");
     const RedisReply r =
         client.command({"SCAN", cursor, "MATCH", std::string(kRemoteKeyPrefix) + "*", "COUNT", "1000"});
     if (r.type != RedisReply::Type::array || r.elements.size() != 2)

@@ -1,8 +1,16 @@
 // Tests of vc::cpu::ThreadPool: coverage, contiguity, grain alignment, inline
-// single-thread execution, exceptions and reuse.
+// single-thread execution, exceptions and reuse, and a pool whose threads cannot
+// all start.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -11,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
+#include "kernels/error.hpp"
 
 namespace vc::cpu {
 namespace {
@@ -116,6 +125,47 @@ TEST(thread_pool, sleeping_workers_wake_for_the_next_job) {
     pool.parallel_for(1000, 1, [&](size_t b, size_t e) { sum += e - b; });
     EXPECT_EQ(sum.load(), 1000u);
   }
+}
+
+// Threads of this process now.
+size_t live_threads() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TEST(thread_pool, a_pool_whose_threads_cannot_all_start_stops_those_that_did_and_says_so) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "limits the address space, which the sanitizers' shadow memory needs";
+#else
+  // In a child (one thread after fork) whose address space has room for a few
+  // thread stacks only, a pool of 256 threads fails to start; the workers that did
+  // start must be stopped and joined (they use the pool's state), not leaked.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    size_t pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    const rlim_t room = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(64) << 20);
+    const rlimit lim{room, room};
+    if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(10);
+    try {
+      ThreadPool pool(256);
+      _exit(11);  // all started: the limit did not bite
+    } catch (const vc::Error& e) {
+      if (std::string(e.what()).find("thread pool of 256 threads: could start only") == std::string::npos)
+        _exit(12);
+    } catch (...) {
+      _exit(13);
+    }
+    _exit(live_threads() == 1 ? 0 : 14);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setrlimit failed, 11: every thread started, 12: another "
+                                        "message, 13: another exception, 14: threads left running";
+#endif
 }
 
 }  // namespace

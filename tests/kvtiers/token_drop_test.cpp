@@ -379,5 +379,17 @@ TEST(threshold_selection, applies_to_scorers_and_compositions_and_is_refused_by_
   expect_error_naming([&] { (void)make_compressor("snapkv", {{"keep_recent", -1}}); }, "keep_recent");
 }
 
+TEST(threshold_selection, an_unknown_parameter_of_a_scorer_lists_the_selections_too) {
+  expect_error_naming([&] { (void)make_compressor("snapkv", {{"nosuch", 1}}); },
+                      "(known: window, kernel); and, for selection, threshold, keep_recent");
+  // A method that does not score tokens takes no selection: its list alone.
+  try {
+    (void)make_compressor("kivi", {{"nosuch", 1}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("threshold"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace vc

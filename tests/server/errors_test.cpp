@@ -60,6 +60,13 @@ TEST(serve_errors, bad_requests_get_400_naming_the_field) {
     EXPECT_EQ(e["param"], param) << e["message"];
     EXPECT_EQ(e["type"], "invalid_request_error");
   }
+  // The message names the field as the client sent it, and an integer as one.
+  const json ids = error_of(post(json{{"prompt", {-1}}}.dump()), 400);
+  EXPECT_EQ(ids["param"], "prompt");
+  EXPECT_NE(ids["message"].get<std::string>().find("'prompt'"), std::string::npos) << ids["message"];
+  EXPECT_EQ(ids["message"].get<std::string>().find("prompt_ids"), std::string::npos) << ids["message"];
+  const json n = error_of(post(json{{"prompt", "x"}, {"n", 2}}.dump()), 400);
+  EXPECT_NE(n["message"].get<std::string>().find("only 1 (or absent)"), std::string::npos) << n["message"];
 }
 
 TEST(serve_errors, unknown_model_and_route_get_404_and_wrong_method_405) {
@@ -121,6 +128,15 @@ TEST(serve_errors, an_api_key_guards_the_v1_routes_but_not_health) {
   EXPECT_EQ(http_request(server.port(), "GET", "/v1/models", "", {"Authorization: Bearer sekret"})
                 .status,
             200);
+  // The scheme's name is case-insensitive (RFC 9110); the key is not.
+  EXPECT_EQ(http_request(server.port(), "GET", "/v1/models", "", {"Authorization: bearer  sekret"})
+                .status,
+            200);
+  (void)error_of(http_request(server.port(), "GET", "/v1/models", "", {"Authorization: Bearer SEKRET"}),
+                 401);
+  (void)error_of(http_request(server.port(), "GET", "/v1/models", "", {"Authorization: Basic sekret"}),
+                 401);
+  (void)error_of(http_request(server.port(), "GET", "/v1/models", "", {"Authorization: Bearer"}), 401);
   EXPECT_EQ(http_request(server.port(), "POST", "/v1/completions",
                          json{{"prompt", "x"}, {"max_tokens", 2}}.dump(),
                          {"Authorization: Bearer sekret"})

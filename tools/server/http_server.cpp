@@ -143,7 +143,14 @@ struct HttpServer::Impl {
   bool authorized(const http::request<http::string_body>& req) const {
     if (cfg.api_key.empty()) return true;
     const auto it = req.find(http::field::authorization);
-    return it != req.end() && it->value() == "Bearer " + cfg.api_key;
+    if (it == req.end()) return false;
+    // "Bearer KEY": the scheme's name is case-insensitive (RFC 9110), one or more
+    // spaces before the key.
+    const std::string_view v(it->value().data(), it->value().size());
+    const size_t sp = v.find(' ');
+    if (sp != 6 || !boost::beast::iequals(boost::beast::string_view(v.data(), sp), "Bearer")) return false;
+    const size_t key = v.find_first_not_of(' ', sp);
+    return key != std::string_view::npos && v.substr(key) == cfg.api_key;
   }
 
   Response models() const {

@@ -43,7 +43,9 @@ std::string shown(const json& v) {
 void require_neutral(const std::string& key, const json& v, double neutral) {
   if (v.is_null()) return;
   if (!v.is_number() || v.get<double>() != neutral)
-    throw bad_request(key, "'" + key + "' is not supported: only " + shown(json(neutral)) +
+    throw bad_request(key, "'" + key + "' is not supported: only " +
+                               shown(neutral == double(int64_t(neutral)) ? json(int64_t(neutral))
+                                                                         : json(neutral)) +
                                " (or absent), got " + shown(v));
 }
 
@@ -247,7 +249,14 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServeSett
     std::string param = e.field();
     if (param == "prompt_ids") param = "prompt";
     if (chat && param == "prompt") param = "messages";
-    throw bad_request(param, e.what());
+    // The message names the field as the client sent it, as param does.
+    std::string message = e.what();
+    if (param != e.field()) {
+      const std::string from = "'" + e.field() + "'", to = "'" + param + "'";
+      if (const size_t at = message.find(from); at != std::string::npos)
+        message.replace(at, from.size(), to);
+    }
+    throw bad_request(param, message);
   }
   const int64_t prompt_cap = settings.max_prompt_tokens > 0 ? settings.max_prompt_tokens
                                                             : int64_t(limits.context);
