@@ -137,10 +137,13 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
       rq.tier_id = next_request_id_++;
       full_tier_->create(rq.tier_id, prompt_ids.size() + size_t(rq.steps));
       rq.tier = full_tier_.get();
-      p = remote_ ? prefill_with_remote(rq, prompt_ids)
+      // The first token goes out once the exact logits exist, before the view is
+      // built (and, remote, before the chunks are published).
+      const PromptLogitsHook first = [&rq](std::span<const float> lg) { (void)rq.emit_first(lg); };
+      p = remote_ ? prefill_with_remote(rq, prompt_ids, first)
                   : prefill_compressed(*model_, prompt_ids, rq.seq, cache_, ws_, *compressor,
                                        opt.ratio, opt.stats_window, opt.prefill_chunk,
-                                       *full_tier_, *streamer_, rq.tier_id);
+                                       *full_tier_, *streamer_, rq.tier_id, 0, first);
       if (opt.mode == DecodeMode::lossy) {
         full_tier_->release(rq.tier_id);
         rq.tier = nullptr;
@@ -180,8 +183,9 @@ void Generator::decode_stepwise(Request& rq) {
   std::vector<ForwardRow> row(1);
   for (int i = 0; i < rq.steps; ++i) {
     const int64_t position = int64_t(rq.prompt_size) + i;
-    const int32_t tok = rq.choose(rq.logits, position, size_t(i));
-    if (rq.emit(tok, rq.logprobs_of(rq.logits, tok), rq.logits)) return;
+    const bool sent = i == 0 && rq.first_emitted;  // emitted during the prefill
+    const int32_t tok = sent ? rq.first_token : rq.choose(rq.logits, position, size_t(i));
+    if (sent ? rq.done : rq.emit(tok, rq.logprobs_of(rq.logits, tok), rq.logits)) return;
     if (i + 1 == rq.steps) return;
     cache_.reserve(rq.seq, size_t(position) + 1);
     rq.note_fast(cache_);

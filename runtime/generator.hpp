@@ -16,6 +16,7 @@
 #include "runtime/model.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/sampler.hpp"
+#include "runtime/streamed_prefill.hpp"  // PromptLogitsHook
 
 namespace vc {
 
@@ -238,11 +239,14 @@ class Generator {
   std::pair<size_t, size_t> fetch_remote_prefix_meeting(Request& rq, std::span<const int32_t> prompt);
   /// Prefill of a lossy or vericache request with the remote store: compressed
   /// first when the store has the prefix's compressed chunks, else the full chunks,
-  /// then local prefill of the rest; publishes what the store lacked.
-  [[nodiscard]] PrefilledRequest prefill_with_remote(Request& rq, std::span<const int32_t> prompt);
+  /// then local prefill of the rest; publishes what the store lacked. `on_logits`:
+  /// the full flow's exact prompt logits, before its view is built and it publishes.
+  [[nodiscard]] PrefilledRequest prefill_with_remote(Request& rq, std::span<const int32_t> prompt,
+                                                     const PromptLogitsHook& on_logits = {});
   /// The compressed-first flow, given the fetched view of positions [0, covered).
   [[nodiscard]] PrefilledRequest prefill_compressed_first(Request& rq, std::span<const int32_t> prompt,
-                                                          CompressedView view);
+                                                          CompressedView view,
+                                                          const PromptLogitsHook& on_logits = {});
   /// Creates the full tier, its streamer and the verifier on first use.
   void ensure_full_tier();
 

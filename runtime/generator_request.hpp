@@ -91,6 +91,17 @@ struct Generator::Request {
     return token_logprobs(lg, tok, size_t(opt.sampling.top_logprobs));
   }
 
+  /// The first token, chosen from the prompt's exact logits and emitted as soon as
+  /// they exist (PromptLogitsHook), before the view is built: the decode loops then
+  /// begin after it (first_emitted). The same token as choosing it there.
+  bool emit_first(std::span<const float> lg) {
+    first_token = choose(lg, int64_t(prompt_size), 0);
+    first_emitted = true;
+    return emit(first_token, logprobs_of(lg, first_token), lg);
+  }
+  bool first_emitted = false;
+  int32_t first_token = -1;
+
   /// Appends one output token; returns true when generation must stop after it.
   bool emit(int32_t tok, TokenLogprobs lp, std::span<const float> lg) {
     if (opt.keep_logits) result.step_logits.insert(result.step_logits.end(), lg.begin(), lg.end());

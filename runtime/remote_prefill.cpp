@@ -152,7 +152,8 @@ std::pair<size_t, size_t> Generator::fetch_remote_prefix_meeting(Request& rq, st
   return {met.cached_chunks() * T, met.publish_from};
 }
 
-PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int32_t> prompt) {
+PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int32_t> prompt,
+                                                const PromptLogitsHook& on_logits) {
   const GenerateOptions& opt = rq.opt;
   GenerateStats& s = rq.result.stats;
   s.remote = true;
@@ -185,7 +186,7 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
           " positions past the fetched view does not fit the fast-memory budget: full flow";
       cf.view.reset();
     }
-    if (cf.view) return prefill_compressed_first(rq, prompt, std::move(*cf.view));
+    if (cf.view) return prefill_compressed_first(rq, prompt, std::move(*cf.view), on_logits);
   }
   // The positions in the tier, and the first chunk the store lacks (to publish).
   size_t cached = 0, publish_from = 0;
@@ -197,7 +198,7 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
   }
   PrefilledRequest p = prefill_compressed(*model_, prompt, rq.seq, cache_, ws_, *rq.compressor,
                                           opt.ratio, opt.stats_window, opt.prefill_chunk,
-                                          *full_tier_, *streamer_, rq.tier_id, cached);
+                                          *full_tier_, *streamer_, rq.tier_id, cached, on_logits);
   // Write-behind: copies the chunks, never waits for the store.
   s.remote_chunks_published = remote_->publish(prompt, publish_from, *full_tier_, rq.tier_id);
   // Compressed chunks serve compressed-first fetches (each rank's its own), not KVzap's.
@@ -207,7 +208,8 @@ PrefilledRequest Generator::prefill_with_remote(Request& rq, std::span<const int
 }
 
 PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<const int32_t> prompt,
-                                                     CompressedView view) {
+                                                     CompressedView view,
+                                                     const PromptLogitsHook& on_logits) {
   const auto t0 = std::chrono::steady_clock::now();
   const GenerateOptions& opt = rq.opt;
   GenerateStats& s = rq.result.stats;
@@ -312,7 +314,7 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
     // the suffix go), and its chunks the store lacked are published.
     PrefilledRequest e = prefill_and_compress(*model_, prompt, cache_, ws_, *rq.compressor, opt.ratio,
                                               opt.stats_window, opt.prefill_chunk, *full_tier_,
-                                              *streamer_, rq.tier_id, f.positions);
+                                              *streamer_, rq.tier_id, f.positions, on_logits);
     p.logits = std::move(e.logits);
     p.view = std::move(e.view);
     p.compress_seconds = e.compress_seconds;
@@ -322,6 +324,7 @@ PrefilledRequest Generator::prefill_compressed_first(Request& rq, std::span<cons
   } else {
     p.logits = prefill_to_tier(*model_, prompt.subspan(f.positions), rq.tier_id, *full_tier_,
                                *streamer_, cache_, ws_, opt.prefill_chunk);
+    if (on_logits) on_logits(p.logits);
     // The drafter's tail takes the suffix's exact KV (what a local prefill leaves it).
     cache_.reserve(rq.seq, n);
     copy_tier_rows(*full_tier_, rq.tier_id, covered, n, cache_, rq.seq);

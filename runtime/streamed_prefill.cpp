@@ -59,9 +59,11 @@ PrefilledRequest prefill_compressed(const Model& model, std::span<const int32_t>
                                     KvSequence& seq, PagedKvCache& cache, Workspace& ws,
                                     const Compressor& compressor, double ratio,
                                     size_t stats_window, size_t prefill_chunk, FullTier& tier,
-                                    LayerStreamer& stream, uint64_t id, size_t cached) {
+                                    LayerStreamer& stream, uint64_t id, size_t cached,
+                                    const PromptLogitsHook& on_logits) {
   PrefilledRequest out = prefill_and_compress(model, prompt, cache, ws, compressor, ratio,
-                                              stats_window, prefill_chunk, tier, stream, id, cached);
+                                              stats_window, prefill_chunk, tier, stream, id, cached,
+                                              on_logits);
   cache.start_at(seq, prompt.size());
   return out;
 }
@@ -70,7 +72,8 @@ PrefilledRequest prefill_and_compress(const Model& model, std::span<const int32_
                                       PagedKvCache& cache, Workspace& ws,
                                       const Compressor& compressor, double ratio,
                                       size_t stats_window, size_t prefill_chunk, FullTier& tier,
-                                      LayerStreamer& stream, uint64_t id, size_t cached) {
+                                      LayerStreamer& stream, uint64_t id, size_t cached,
+                                      const PromptLogitsHook& on_logits) {
   if (cached >= prompt.size() || tier.length(id) != cached)
     throw Error("prefill: " + std::to_string(cached) + " cached positions of a " +
                 std::to_string(prompt.size()) + "-token prompt, the tier holds " +
@@ -92,6 +95,7 @@ PrefilledRequest prefill_and_compress(const Model& model, std::span<const int32_
   }
   ws.stats = nullptr;
   out.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  if (on_logits) on_logits(out.logits);
   t0 = clock::now();
   std::optional<PrefillStats> stats;
   if (collector) stats = gather_stats(collector->finish(), model);

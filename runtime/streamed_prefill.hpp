@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -48,13 +49,18 @@ namespace vc {
 /// into the tier, gathering the statistics `compressor` needs, and the view of the
 /// whole prompt built from the tier. Compressed first rebuilds its fetched view so
 /// once the full prefix is in. `scratch`: as prefill_to_tier's.
+/// `on_logits`, when set, gets the last prompt position's exact logits as soon as
+/// the prefill has them, before the view is built: a caller can emit the first
+/// token then, since it never depends on the view.
+using PromptLogitsHook = std::function<void(std::span<const float> logits)>;
 [[nodiscard]] PrefilledRequest prefill_and_compress(const Model& model,
                                                     std::span<const int32_t> prompt,
                                                     PagedKvCache& scratch, Workspace& ws,
                                                     const Compressor& compressor, double ratio,
                                                     size_t stats_window, size_t prefill_chunk,
                                                     FullTier& tier, LayerStreamer& stream,
-                                                    uint64_t id, size_t cached);
+                                                    uint64_t id, size_t cached,
+                                                    const PromptLogitsHook& on_logits = {});
 [[nodiscard]] PrefilledRequest prefill_compressed(const Model& model,
                                                   std::span<const int32_t> prompt,
                                                   KvSequence& seq, PagedKvCache& cache,
@@ -62,6 +68,7 @@ namespace vc {
                                                   double ratio, size_t stats_window,
                                                   size_t prefill_chunk, FullTier& tier,
                                                   LayerStreamer& stream, uint64_t id,
-                                                  size_t cached = 0);
+                                                  size_t cached = 0,
+                                                  const PromptLogitsHook& on_logits = {});
 
 }  // namespace vc

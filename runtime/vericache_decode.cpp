@@ -84,8 +84,9 @@ void Generator::decode_verified(Request& rq) {
   st.accepted_histogram.assign(hist_size, 0);
 
   size_t p0 = rq.prompt_size;  // position of the pending token
-  int32_t t0 = rq.choose(rq.logits, int64_t(p0), 0);
-  if (rq.emit(t0, rq.logprobs_of(rq.logits, t0), rq.logits)) return;
+  // The first token, unless the prefill emitted it already (Request::emit_first).
+  int32_t t0 = rq.first_emitted ? rq.first_token : rq.choose(rq.logits, int64_t(p0), 0);
+  if (rq.first_emitted ? rq.done : rq.emit(t0, rq.logprobs_of(rq.logits, t0), rq.logits)) return;
   // Drafts made while the full KV arrived (remote_prefill.cpp) follow the drafter's
   // guess of t0: usable when the guess was right, else their KV is rolled back.
   // They feed round after round while the verifier agrees with them: carried[i] is
