@@ -362,6 +362,16 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
                          m.tokenizer.get(), m.counters, m.request_budget, cfg.full_tier_bytes,
                          m.tiers[0].get(), m.remote ? m.remote->layout().chunk_tokens : size_t(0),
                          cfg.remote_predraft, cfg.remote_fetch_segment);
+  // A lossy or vericache request's first token goes to the scheduler as soon as the
+  // drafter's prefill has the exact logits, before it builds the view (a weak
+  // reference: the batcher outlives the actors).
+  m.batcher->set_first_token_hook([sched = caf::actor_cast<caf::weak_actor_ptr>(m.sched)](
+                                      uint64_t id, int32_t token, float logprob,
+                                      std::vector<vc::TokenLogprob> top) {
+    if (auto s = caf::actor_cast<caf::strong_actor_ptr>(sched))
+      caf::anon_send(caf::actor_cast<caf::actor>(s),
+                     actors::first_token_msg{id, token, logprob, std::move(top)});
+  });
   m.drafter = m.sys->spawn<caf::detached>(actors::drafter_group, m.batcher, m.sched, m.trace,
                                             cfg.slice_prefill);
   m.mover = m.sys->spawn<caf::detached>(actors::mover_group, tier_ptrs, m.streamers, m.trace);

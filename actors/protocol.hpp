@@ -38,6 +38,15 @@ struct prefill_msg {
 struct prefilled_msg {
   PrefillResult result;
 };
+/// drafter (its prefilling thread) -> scheduler, a lossy or vericache request's first
+/// token once the prompt's exact logits exist, before prefilled_msg (whose token is
+/// the same): emitted at once, not after the view is built.
+struct first_token_msg {
+  uint64_t id = 0;
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<TokenLogprob> top_logprobs;
+};
 /// scheduler -> drafter, once per round: draft (or, in full/lossy mode, decode)
 /// `n` tokens from the pending token. Answered by drafted_msg when the block is done.
 struct draft_msg {
@@ -225,6 +234,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::bind_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::cancel_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::prefill_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::prefilled_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::first_token_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::draft_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::drafted_msg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(vc::actors::verify_msg)

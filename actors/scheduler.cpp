@@ -134,6 +134,7 @@ caf::behavior scheduler(caf::stateful_actor<SchedulerState>* self, size_t max_ac
       [&core](submit_msg& m) { core.submit(std::move(m.ctx)); },
       [&core](cancel_msg& m) { core.cancel(m.id); },
       [&core](prefilled_msg& m) { core.on_prefilled(m.result); },
+      [&core](first_token_msg& m) { core.on_first_token(m.id, m.token, m.logprob, m.top_logprobs); },
       [&core](prefill_finished_msg& m) { core.on_prefill_finished(m.result); },
       [&core](drafted_msg& m) { core.on_drafted(m.block); },
       [&core](verified_msg& m) { core.on_verified(std::move(m.outcome)); },

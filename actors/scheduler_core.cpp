@@ -172,10 +172,31 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
   if (!r.met && !c->cf_active && !c->meeting_started && c->spec.remote_cached == 0)
     front_rates_.add_prefill(c->spec.prompt.size(), r.seconds);
   c->cf_active = false;  // lossy, compressed first: decodes over the fetched view
+  c->result.stats.prefilled_after_seconds = since(c->submitted);
   if (r.met) note_meeting(*c, *r.met);
   if (c->tier_held) publish_full_chunks(*c, r.views);
-  if (!emit(*c, r.token, r.logprob, r.top_logprobs)) next_round(*c);
+  if (c->first_sent) {  // on_first_token emitted it
+    if (c->result.output_ids.empty() || c->result.output_ids[0] != r.token) {
+      finish(*c, "error", "drafter: request " + std::to_string(c->id) +
+                              ": the first token sent ahead differs from the prefill's");
+      return check_barriers();
+    }
+    next_round(*c);
+  } else if (!emit(*c, r.token, r.logprob, r.top_logprobs)) {
+    next_round(*c);
+  }
   check_barriers();
+}
+
+void SchedulerCore::on_first_token(uint64_t id, int32_t token, float logprob,
+                                   std::span<const TokenLogprob> top) {
+  auto c = find(id);
+  if (!c || c->phase != RequestCtx::Phase::prefill || c->first_sent || c->spec.mode == DecodeMode::full)
+    return;
+  c->first_sent = true;
+  // A token that ends the request ends it here, the prefill still running: its
+  // release drops the prefill (as a cancel does) and prefilled_msg finds no request.
+  if (emit(*c, token, logprob, top)) check_barriers();
 }
 
 void SchedulerCore::on_prefill_finished(const PrefillResult& r) {

@@ -38,6 +38,7 @@ struct RequestCtx {
   DraftLengthPolicy policy = DraftLengthPolicy::fixed(16);
   vericache::TokenDetailCallback on_token;
   std::string callback_error;  // what on_token threw: the request ends with it as its error
+  bool first_sent = false;     // the first token went out before prefilled_msg (first_token_msg)
   std::promise<vericache::Result> promise;
   vericache::Result result;
   Phase phase = Phase::queued;
@@ -231,6 +232,9 @@ class SchedulerCore {
   void submit(std::shared_ptr<RequestCtx> ctx);
   void cancel(uint64_t id);
   void on_prefilled(const PrefillResult& r);
+  /// A lossy or vericache request's first token, ahead of on_prefilled: emitted now
+  /// (on_prefilled then emits none). Ignored unless the request is prefilling.
+  void on_first_token(uint64_t id, int32_t token, float logprob, std::span<const TokenLogprob> top);
   void on_drafted(DraftBlock& b);
   void on_verified(std::shared_ptr<const VerifyOutcome> v);
   void on_failed(uint64_t id, const std::string& error);

@@ -114,8 +114,19 @@ PrefillResult DraftBatcher::prefill(const DraftSpec& spec) {
         cached = met->cached_chunks() * T;
         r.spec.remote_meetings.clear();
       }
+      // The first token goes to the hook once the exact logits exist, before the
+      // view is built (the same draw as r.cur below: a function of the logits, the
+      // seed and the position).
+      PromptLogitsHook first;
+      if (first_token_hook_)
+        first = [&](std::span<const float> lg) {
+          const int32_t tok = sample_token(lg, spec.sampling, int64_t(spec.prompt.size()));
+          TokenLogprobs lp = token_logprobs(lg, tok, size_t(spec.sampling.top_logprobs));
+          first_token_hook_(spec.id, tok, lp.logprob, std::move(lp.top));
+        };
       p = prefill_compressed(*model_, spec.prompt, r.seq, cache_, ws_, *planner, spec.ratio,
-                             spec.stats_window, spec.prefill_chunk, *tier_, *stream_, spec.id, cached);
+                             spec.stats_window, spec.prefill_chunk, *tier_, *stream_, spec.id, cached,
+                             first);
       r.view_charge = FastCharge(budget_, p.view->held_bytes(),
                                  "the compressed view of request " + std::to_string(spec.id));
       if (spec.mode == DecodeMode::lossy && tier_created) {

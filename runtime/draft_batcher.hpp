@@ -211,6 +211,13 @@ class DraftBatcher {
   /// it decoded in that step (DraftBlock::more), so that a caller can stream them as
   /// they come rather than a block at a time. Off by default.
   void set_stream_final(bool on) { stream_final_ = on; }
+  /// Called from prefill() with a lossy or vericache request's first token (id,
+  /// token, logprob, top logprobs) as soon as the prompt's exact logits exist,
+  /// before its view is built: the same token PrefillResult carries later. Not for
+  /// full mode, nor a compressed-first guess. Runs on the prefilling thread.
+  using FirstTokenHook =
+      std::function<void(uint64_t id, int32_t token, float logprob, std::vector<TokenLogprob> top)>;
+  void set_first_token_hook(FirstTokenHook hook) { first_token_hook_ = std::move(hook); }
   /// Called before each chunk of a prompt's prefill (Workspace::chunk_hook); the
   /// hook may step() and run the other calls here in between, for other requests
   /// (the engine's drafter does: actors/workers.cpp). The prefill's request is not
@@ -264,6 +271,7 @@ class DraftBatcher {
   std::vector<uint64_t> last_ids_;
   size_t folds_ = 0;
   bool stream_final_ = false;
+  FirstTokenHook first_token_hook_;
 };
 
 }  // namespace vc

@@ -38,6 +38,10 @@ class TpDraftBatcher {
   void run_ranks(const std::function<void(int rank)>& f) { group_.run(f); }
   /// DraftBatcher::set_chunk_hook, every rank: rank r's calls hook(r).
   void set_chunk_hook(const std::function<void(int rank)>& hook);
+  /// DraftBatcher::set_first_token_hook on rank 0 (every rank draws the same token).
+  void set_first_token_hook(DraftBatcher::FirstTokenHook hook) {
+    rank(0).set_first_token_hook(std::move(hook));
+  }
   /// Called by every rank at once (in a prefill: its chunk hook): returns once all
   /// have called it, so that no rank goes on while another is still inside a
   /// collective; a rank that arrives from elsewhere (in another collective) makes

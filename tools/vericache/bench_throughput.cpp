@@ -107,8 +107,9 @@ std::vector<int32_t> prompt_of(size_t n, int vocab, int bos, uint32_t seed) {
 }
 
 // Runs `c` on fresh engine; decode throughput is measured over the window after
-// the last request produced its first token (all prefills done), so prefill cost
-// (the same in every configuration) does not blur the comparison.
+// the last request produced its first token and finished its prefill (views
+// built), so prefill cost (the same in every configuration) does not blur the
+// comparison.
 Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double link_bps,
                    const ModelConfig& mc, const Tokenizer& tok, size_t budget) {
   vericache::EngineConfig ec;
@@ -129,7 +130,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   vericache::Engine engine(ec);
   using clock = std::chrono::steady_clock;
   std::mutex mu;
-  std::vector<clock::time_point> first(c.concurrency), stamps;
+  std::vector<clock::time_point> first(c.concurrency), submitted(c.concurrency), stamps;
   std::vector<bool> has_first(c.concurrency, false);
   std::vector<vericache::Engine::Submission> subs;
   for (size_t i = 0; i < c.concurrency; ++i) {
@@ -148,6 +149,7 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
     r.ngram_max = size_t(a.hierarchy.ngram_max);
     r.ngram_proposal = size_t(a.hierarchy.ngram_proposal);
     r.ignore_eos = true;
+    submitted[i] = clock::now();
     subs.push_back(engine.submit(r, [&, i](uint64_t, int32_t) {
       std::lock_guard<std::mutex> lock(mu);
       const auto now = clock::now();
@@ -161,15 +163,19 @@ Outcome run_config(const ThroughputArgs& a, const Config& c, size_t ctx, double 
   }
   Outcome o;
   size_t rounds = 0, emitted = 0, pass_requests = 0;
-  for (auto& s : subs) {
-    const auto r = s.result.get();
+  // The window begins once every request has its first token and its prefill is
+  // through (the first token goes out before the view is built).
+  auto start = *std::max_element(first.begin(), first.end());
+  for (size_t i = 0; i < subs.size(); ++i) {
+    const auto r = subs[i].result.get();
+    start = std::max(start, submitted[i] + std::chrono::duration_cast<clock::duration>(
+                                               std::chrono::duration<double>(r.stats.prefilled_after_seconds)));
     if (!r.ok && o.all_ok) o.error = r.error;
     o.all_ok = o.all_ok && r.ok;
     rounds += r.stats.rounds;
     pass_requests += r.stats.verify_pass_requests;
     emitted += r.output_ids.size() > 0 ? r.output_ids.size() - 1 : 0;
   }
-  const auto start = *std::max_element(first.begin(), first.end());
   size_t n = 0;
   clock::time_point end = start;
   for (const auto& t : stamps)
