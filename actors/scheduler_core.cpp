@@ -181,7 +181,8 @@ void SchedulerCore::on_prefilled(const PrefillResult& r) {
                               ": the first token sent ahead differs from the prefill's");
       return check_barriers();
     }
-    next_round(*c);
+    if (!c->stop_after_prefill.empty()) finish(*c, c->stop_after_prefill, c->callback_error);
+    else next_round(*c);
   } else if (!emit(*c, r.token, r.logprob, r.top_logprobs)) {
     next_round(*c);
   }
@@ -194,9 +195,9 @@ void SchedulerCore::on_first_token(uint64_t id, int32_t token, float logprob,
   if (!c || c->phase != RequestCtx::Phase::prefill || c->first_sent || c->spec.mode == DecodeMode::full)
     return;
   c->first_sent = true;
-  // A token that ends the request ends it here, the prefill still running: its
-  // release drops the prefill (as a cancel does) and prefilled_msg finds no request.
-  if (emit(*c, token, logprob, top)) check_barriers();
+  // A token that ends the request (its length, a stop, the callback's error) ends it
+  // once the prefill is through: the chunks are published and the stats filled then.
+  c->stop_after_prefill = push(*c, token, logprob, top);
 }
 
 void SchedulerCore::on_prefill_finished(const PrefillResult& r) {
@@ -204,6 +205,7 @@ void SchedulerCore::on_prefill_finished(const PrefillResult& r) {
   if (!c) return;
   auto& s = c->result.stats;
   s.prefill_seconds += r.seconds;
+  s.prefilled_after_seconds = since(c->submitted);
   s.fast_bytes_peak = std::max(s.fast_bytes_peak, r.fast_bytes_peak);
   const bool kept = r.drafts_kept && c->cf_held;
   s.remote_predrafts_kept = kept;

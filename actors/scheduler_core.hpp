@@ -39,6 +39,7 @@ struct RequestCtx {
   vericache::TokenDetailCallback on_token;
   std::string callback_error;  // what on_token threw: the request ends with it as its error
   bool first_sent = false;     // the first token went out before prefilled_msg (first_token_msg)
+  std::string stop_after_prefill;  // that token ended the request: finished once the prefill is through
   std::promise<vericache::Result> promise;
   vericache::Result result;
   Phase phase = Phase::queued;
@@ -233,7 +234,9 @@ class SchedulerCore {
   void cancel(uint64_t id);
   void on_prefilled(const PrefillResult& r);
   /// A lossy or vericache request's first token, ahead of on_prefilled: emitted now
-  /// (on_prefilled then emits none). Ignored unless the request is prefilling.
+  /// (on_prefilled then emits none). A token that ends the request ends it in
+  /// on_prefilled, so that its chunks are published and its stats complete, as
+  /// before. Ignored unless the request is prefilling.
   void on_first_token(uint64_t id, int32_t token, float logprob, std::span<const TokenLogprob> top);
   void on_drafted(DraftBlock& b);
   void on_verified(std::shared_ptr<const VerifyOutcome> v);

@@ -293,8 +293,8 @@ caf::behavior drafter_group(caf::event_based_actor* self, std::shared_ptr<TpDraf
       [=](prefill_msg& m) {
         if (slice_prefill) return start_sliced(std::move(m.spec));
         try {
-          // The slice ends before the scheduler hears of it: the first token it emits
-          // then never falls inside the drafter's prefill.
+          // The slice ends before the scheduler hears of it (a lossy or vericache
+          // request's first token went out earlier, through the first-token hook).
           std::optional<prefilled_msg> done;
           {
             auto s = trace->scope(track, "prefill", m.spec.id);

@@ -316,6 +316,10 @@ struct EngineStats {
 /// called from it (none of them waits for the scheduler). If it throws, its request
 /// ends there (Result::ok false, the exception's message in Result::error, finish
 /// reason "error"; no further call for it) and the engine goes on with the others.
+/// A lossy or vericache request's first token is called back as soon as the prompt's
+/// exact logits exist, before its compressed view is built: a failure after that
+/// (the view's memory, a tensor-parallel rank) ends the request with an error after
+/// its first token.
 using TokenCallback = std::function<void(uint64_t id, int32_t token)>;
 
 /// One emitted token with its log-probabilities, as the detailed callback sees it.

@@ -30,23 +30,29 @@ TEST(scheduler_core_first_token, a_first_token_sent_ahead_is_emitted_at_once_and
       << "the first round starts once the view exists";
 }
 
-TEST(scheduler_core_first_token, a_first_token_that_ends_the_request_ends_it_during_the_prefill) {
+TEST(scheduler_core_first_token, a_first_token_that_ends_the_request_ends_it_once_the_prefill_is_through) {
   FakeOutbox out;
   SchedulerCore core(out, 1, 4, false, nullptr);
   auto a = make_request(1, 5, 1);  // one token
+  std::vector<int32_t> streamed;
+  a.ctx->on_token = [&](uint64_t, const vericache::EmittedToken& t) { streamed.push_back(t.id); };
   core.submit(a.ctx);
   out.take();
   core.on_first_token(1, 9, -0.25f, {});
+  EXPECT_EQ(streamed, std::vector<int32_t>{9}) << "streamed at once";
+  EXPECT_FALSE(ready(a.result)) << "the prefill still runs: its chunks and stats come first";
+  EXPECT_TRUE(out.take().empty()) << "nothing released under the prefill";
+  core.on_prefilled(prefilled(1, 9));
   ASSERT_TRUE(ready(a.result));
   const auto r = a.result.get();
   EXPECT_TRUE(r.ok);
   EXPECT_EQ(r.output_ids, std::vector<int32_t>{9});
   EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_GT(r.stats.prefilled_after_seconds, 0.0);
+  EXPECT_EQ(streamed.size(), 1u);
   const auto calls = out.take();
-  ASSERT_FALSE(calls.empty());
-  EXPECT_EQ(calls[0].kind, Call::release) << "the prefill in flight is dropped, as a cancel drops it";
-  core.on_prefilled(prefilled(1, 9));  // lands afterwards: ignored
-  EXPECT_TRUE(out.take().empty());
+  EXPECT_EQ(ids_of(calls, Call::draft).size(), 0u) << "no round after the last token";
+  EXPECT_EQ(ids_of(calls, Call::release), std::vector<uint64_t>{1});
 }
 
 TEST(scheduler_core_first_token, a_prefill_whose_token_differs_from_the_one_sent_ahead_fails_the_request) {
