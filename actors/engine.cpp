@@ -185,8 +185,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   if (cfg.threads < 0 || cfg.threads > 1024)
     throw Error("EngineConfig.threads: must be 0 (auto) to 1024, got " + std::to_string(cfg.threads));
   if (!(cfg.link_bytes_per_second >= 0) || !std::isfinite(cfg.link_bytes_per_second))
-    throw Error("EngineConfig.link_bytes_per_second: must be 0 (unthrottled) or positive and finite, got " +
-                fmt::format("{:g}", cfg.link_bytes_per_second));
+    throw Error(fmt::format("EngineConfig.link_bytes_per_second: must be 0 (unthrottled) or positive "
+                            "and finite, got {:g}", cfg.link_bytes_per_second));
   if (!cfg.remote_url.empty()) {
     try {
       check_remote_settings(cfg.remote_ttl_seconds, cfg.remote_timeout_ms, cfg.remote_retry_ms);
@@ -324,9 +324,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
                                                         kv, threads, m.fast[r].get(),
                                                         cfg.stage_positions, cfg.block_tokens));
     } catch (const std::exception& e) {  // the block pool's index is sized by the budget
-      if (dynamic_cast<const std::bad_alloc*>(&e) == nullptr &&
-          dynamic_cast<const std::length_error*>(&e) == nullptr)
-        throw;
+      if (!dynamic_cast<const std::bad_alloc*>(&e) && !dynamic_cast<const std::length_error*>(&e)) throw;
       throw Error("EngineConfig.fast_memory_bytes: " + format_bytes(budget) + " would hold " +
                   std::to_string(pool_tokens) + " KV positions, more blocks than this machine can "
                   "index (out of memory)");
@@ -362,9 +360,8 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
                          m.tokenizer.get(), m.counters, m.request_budget, cfg.full_tier_bytes,
                          m.tiers[0].get(), m.remote ? m.remote->layout().chunk_tokens : size_t(0),
                          cfg.remote_predraft, cfg.remote_fetch_segment);
-  // A lossy or vericache request's first token goes to the scheduler as soon as the
-  // drafter's prefill has the exact logits, before it builds the view (a weak
-  // reference: the batcher outlives the actors).
+  // First tokens go to the scheduler once the drafter has the exact logits, before it
+  // builds the view (a weak reference: the batcher outlives the actors).
   m.batcher->set_first_token_hook([sched = caf::actor_cast<caf::weak_actor_ptr>(m.sched)](
                                       uint64_t id, int32_t token, float logprob,
                                       std::vector<vc::TokenLogprob> top) {
@@ -529,8 +526,7 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
     ctx->result.id = ctx->id;
     ctx->result.prompt_ids = s.prompt;
   } catch (const std::exception& e) {  // refused before it reached the scheduler: counted here
-    m.counters->submitted.fetch_add(1, std::memory_order_relaxed);
-    m.counters->failed.fetch_add(1, std::memory_order_relaxed);
+    for (auto* n : {&m.counters->submitted, &m.counters->failed}) n->fetch_add(1, std::memory_order_relaxed);
     ctx->promise.set_value(failed_result(ctx->id, e.what()));
     return sub;
   }
