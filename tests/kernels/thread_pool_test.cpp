@@ -128,7 +128,7 @@ TEST(thread_pool, sleeping_workers_wake_for_the_next_job) {
 }
 
 // Threads of this process now.
-size_t live_threads() {
+[[maybe_unused]] size_t live_threads() {
   size_t n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
   return n;
