@@ -114,6 +114,7 @@ TEST(scheduler_core_remote, compressed_first_drafts_from_the_guess_and_verifies_
   EXPECT_EQ(4u, r.stats.remote_predrafted);
   EXPECT_TRUE(r.stats.remote_predrafts_kept);
   EXPECT_EQ(4u, r.stats.accepted);
+  EXPECT_GT(r.stats.prefilled_after_seconds, 0.0) << "set when the exact prefill is through";
 }
 
 TEST(scheduler_core_remote, compressed_first_publishes_the_rebuilt_views_chunks_past_those_it_fetched) {
