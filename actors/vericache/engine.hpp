@@ -366,7 +366,9 @@ class Engine {
   [[nodiscard]] const std::vector<PlacementLine>& placement() const;
   /// Chrome trace-event JSON of everything so far (needs cfg.trace).
   void write_trace(const std::string& path);
-  /// Decodes ids with the model's tokenizer.
+  /// Decodes ids with the model's tokenizer, special tokens skipped. An id the
+  /// vocabulary does not hold decodes to U+FFFD (Tokenizer::kUnknownTokenText), as
+  /// the tokenizer does: nothing vanishes silently, and nothing throws.
   [[nodiscard]] std::string decode(const std::vector<int32_t>& ids) const;
 
  private:

@@ -143,6 +143,45 @@ TEST(serve_errors, an_api_key_guards_the_v1_routes_but_not_health) {
                 .status,
             200);
   EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200);
+  // Two Authorization headers: which one counts is not guessed.
+  const json twice = error_of(http_request(server.port(), "GET", "/v1/models", "",
+                                           {"Authorization: Bearer sekret", "Authorization: Bearer nope"}),
+                              400);
+  EXPECT_NE(twice["message"].get<std::string>().find("more than one Authorization header"), std::string::npos)
+      << twice;
+}
+
+TEST(serve_errors, a_body_shorter_than_its_content_length_then_the_end_of_the_stream_gets_400) {
+  ServerProcess server;
+  HttpConnection c(server.port());
+  c.set_read_timeout(10);
+  c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+             "Content-Length: 100\r\n\r\n{\"prompt\": \"x\"}");
+  c.shutdown_write();
+  const HttpResponse r = c.read();
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("ended before its Content-Length (100 bytes)"), std::string::npos) << r.body;
+  EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200) << "the server still answers";
+}
+
+TEST(serve_errors, a_request_line_over_the_header_limit_gets_414_and_long_headers_get_431) {
+  ServerProcess server;
+  {
+    HttpConnection c(server.port());
+    c.set_read_timeout(10);
+    c.send_raw("GET /health?" + std::string(100000, 'a') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    const HttpResponse r = c.read();
+    EXPECT_EQ(r.status, 414) << r.body;
+    EXPECT_NE(r.body.find("request line is longer than"), std::string::npos) << r.body;
+  }
+  {
+    HttpConnection c(server.port());
+    c.set_read_timeout(10);
+    c.send_raw("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(40000, 'b') + "\r\n\r\n");
+    const HttpResponse r = c.read();
+    EXPECT_EQ(r.status, 431) << r.body;
+  }
+  EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200);
 }
 
 TEST(serve_errors, a_non_loopback_address_without_an_api_key_is_refused_at_start) {

@@ -193,6 +193,8 @@ struct HttpServer::Impl {
       return from_error(ApiError(404, "invalid_request_error", "no route for " + path +
                                  " (known: /health, /metrics, /v1/models, /v1/completions, "
                                  "/v1/chat/completions)", "", "not_found"));
+    if (!cfg.api_key.empty() && req.count(http::field::authorization) > 1)
+      return from_error(bad_request("", "more than one Authorization header"));
     if (!authorized(req))
       return from_error(ApiError(401, "authentication_error",
                                  "a valid API key is required: send 'Authorization: Bearer KEY'",
@@ -239,6 +241,16 @@ struct HttpServer::Impl {
                                "shutting_down"));
   }
 
+  // Headers past kHeaderLimit: 414 when the request line alone is (the parser has
+  // no target yet: it parses the line once the line is whole), 431 otherwise.
+  static Response header_too_large(const http::request_parser<http::string_body>& parser) {
+    if (parser.get().target().empty())
+      return from_error(ApiError(414, "invalid_request_error",
+                                 "the request line is longer than " + std::to_string(kHeaderLimit) + " bytes"));
+    return from_error(ApiError(431, "invalid_request_error",
+                               "request headers too large (over " + std::to_string(kHeaderLimit) + " bytes)"));
+  }
+
   Response timed_out(const char* part) const {
     std::ostringstream s;
     s << "the request's " << part << " did not arrive within " << cfg.read_timeout_seconds
@@ -270,8 +282,7 @@ struct HttpServer::Impl {
       } else if (ec == http::error::body_limit) {  // a Content-Length over the limit
         write(s, too_large(), 11, false);
       } else if (ec == http::error::header_limit) {
-        write(s, from_error(ApiError(431, "invalid_request_error", "request headers too large")),
-              11, false);
+        write(s, header_too_large(parser), 11, false);
       } else if (ec != http::error::end_of_stream && ec != net::error::eof &&
                  ec != net::error::connection_reset && !draining_now()) {
         write(s, from_error(bad_request("", "malformed HTTP request: " + ec.message())), 11,
@@ -302,8 +313,13 @@ struct HttpServer::Impl {
       write(s, too_large(), version, false);
     } else if (ec == beast::error::timeout) {
       write(s, timed_out("body"), version, false);
-    } else if (ec && ec != http::error::end_of_stream && ec != http::error::partial_message &&
-               ec != net::error::eof && ec != net::error::connection_reset) {
+    } else if (ec == http::error::partial_message) {  // the peer ended its side mid-body
+      write(s, from_error(bad_request("", "the request body ended before its Content-Length (" +
+                                              std::string(parser.get()[http::field::content_length]) +
+                                              " bytes)")),
+            version, false);
+    } else if (ec && ec != http::error::end_of_stream && ec != net::error::eof &&
+               ec != net::error::connection_reset) {
       // A malformed body (a bad chunk size, say) gets its answer before the close.
       write(s, from_error(bad_request("", "malformed HTTP body: " + ec.message())), version, false);
     }
