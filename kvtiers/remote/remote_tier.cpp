@@ -63,7 +63,7 @@ RemoteTier::~RemoteTier() {
 template <class Accept>
 void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit,
                            Accept&& accept, size_t& chunks, size_t& bytes, std::string& stop_reason,
-                           size_t window) {
+                           size_t window, size_t* received) {
   if (begin >= limit) return;
   if (std::string skip = health_->skip_reason(); !skip.empty()) {
     stop_reason = std::move(skip);
@@ -82,6 +82,9 @@ void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, s
       health_->failed(e.what());
       return;
     }
+    if (received != nullptr)
+      for (const RedisReply& r : replies)
+        if (r.type == RedisReply::Type::string) *received += r.str.size();
     for (size_t j = 0; j < n; ++j) {
       const size_t c = first + j;
       RedisReply& r = replies[j];  // `accept` may take the value over
@@ -214,7 +217,7 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
   }
   // From the last chunk down: position i of the run is chunk end - 1 - i.
   std::vector<std::string> down(store_keys.rend() - std::ptrdiff_t(out.end), store_keys.rend());
-  size_t chunks = 0;
+  size_t chunks = 0, accepted_bytes = 0;
   bool met = false;
   fetch_run(
       down, 0, down.size(),
@@ -230,7 +233,7 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
         out.first = c;
         return true;
       },
-      chunks, out.bytes, out.stop_reason, 1);
+      chunks, accepted_bytes, out.stop_reason, std::max<size_t>(1, cfg_.back_fetch_window), &out.bytes);
   if (met) out.stop_reason = "";  // the caller's own prefill reached the run
   out.failed_at = !met && out.first > 0 ? out.first - 1 : out.end;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -127,6 +127,38 @@ std::vector<std::pair<std::string, size_t>> back_values(RemoteTier& r, const std
   return values;
 }
 
+TEST_F(back_fetch_meeting, a_back_fetch_hands_over_the_same_chunks_at_any_window_and_counts_the_bytes_a_stop_wasted) {
+  RemoteTierConfig cfg = test::remote_cfg(server.url());
+  RemoteTier publisher(cfg, test::small_kv(), 99);
+  ASSERT_EQ(publisher.publish(prompt, 0, src, 1), 5u);
+  publisher.flush();
+  std::vector<std::vector<std::string>> seen;
+  std::vector<RemoteBackFetch> runs;
+  for (const size_t window : {size_t(1), size_t(2), size_t(7)}) {
+    cfg.back_fetch_window = window;
+    RemoteTier r(cfg, test::small_kv(), 99);
+    std::vector<std::string> values;
+    size_t value_bytes = 0;
+    runs.push_back(r.fetch_back(prompt, 40, [&](size_t c, std::string&& v, size_t) {
+      value_bytes = v.size();
+      values.push_back(std::to_string(c) + ":" + v);
+      return c > 2;  // the front has chunks 0-2
+    }));
+    seen.push_back(values);
+    const RemoteBackFetch& run = runs.back();
+    EXPECT_EQ(run.first, 3u) << "window " << window;
+    EXPECT_EQ(run.end, 5u);
+    EXPECT_EQ(run.failed_at, 5u);
+    EXPECT_EQ(run.stop_reason, "");
+    // Chunks 4, 3 and 2 came (2 refused); a window of 2 brought 1 with 2, 7 all five.
+    const size_t came = window == 1 ? 3 : window == 2 ? 4 : 5;
+    EXPECT_EQ(run.bytes, came * value_bytes) << "window " << window;
+  }
+  EXPECT_EQ(seen[1], seen[0]);
+  EXPECT_EQ(seen[2], seen[0]);
+  ASSERT_EQ(seen[0].size(), 3u);
+}
+
 TEST_F(back_fetch_meeting, the_front_joins_what_the_fetcher_took_without_waiting_for_the_chunk_in_flight) {
   RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
   ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
