@@ -138,7 +138,7 @@ std::pair<size_t, size_t> Generator::fetch_remote_prefix_meeting(Request& rq, st
         },
         *full_tier_, rq.tier_id, /*wait_for_run=*/true, ranks ? &*ranks : nullptr);
   } catch (...) {
-    back.get();  // the fetcher stops at its next chunk
+    back.get();  // the fetcher stops once its batch in flight is in
     throw;
   }
   back.get();

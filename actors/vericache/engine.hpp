@@ -241,7 +241,8 @@ struct RequestStats {
   bool remote = false;              ///< the store was asked for this request's prefix
   size_t remote_chunks_hit = 0;     ///< prompt chunks taken from it, from the first
   size_t remote_positions = 0;      ///< prompt positions they cover (not prefilled)
-  size_t remote_bytes_fetched = 0;  ///< value bytes received for them
+  size_t remote_bytes_fetched = 0;  ///< value bytes received (a back fetch's: those of chunks the front
+                                    ///< also computed included, once its run is in)
   double remote_fetch_seconds = 0;  ///< summed over its segments (time in the store's fetches)
   size_t remote_fetch_segments = 0; ///< fetches its prefix took (EngineConfig::remote_fetch_segment)
   std::string remote_stop_reason;   ///< why the cached prefix ended there ("" = at the limit)

@@ -146,6 +146,11 @@ size_t BackFetchMeeting::held_bytes() const {
   return held_bytes_;
 }
 
+size_t BackFetchMeeting::batch_at(size_t top, size_t window) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return top + 1 >= claimed_ + kBackFetchBatchGap * window ? window : 1;
+}
+
 void fetch_back_into(RemoteTier& remote, std::span<const int32_t> tokens, size_t max_positions,
                      BackFetchMeeting& meeting) {
   RemoteBackFetch run;
@@ -153,7 +158,7 @@ void fetch_back_into(RemoteTier& remote, std::span<const int32_t> tokens, size_t
     if (meeting.begin(remote.layout()))
       run = remote.fetch_back(tokens, max_positions, [&](size_t c, std::string&& value, size_t offset) {
         return meeting.take(c, std::move(value), offset);
-      });
+      }, [&](size_t top) { return meeting.batch_at(top, remote.config().back_fetch_window); });
     else
       run.stop_reason = "the front had computed the prefix before the fetch started";
   } catch (const std::exception& e) {  // store faults never throw; anything else ends the run

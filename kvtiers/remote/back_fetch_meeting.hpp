@@ -8,11 +8,11 @@
 //   front:   bind(tier, id) once the request's full-tier entry exists; claim(f)
 //            before prefilling chunk f (false once the fetcher holds f); then
 //            stop(), which reports the run the fetcher took: the front joins it
-//            (FullTier::join_ahead) without waiting for the chunk in flight.
+//            (FullTier::join_ahead) without waiting for the chunks in flight.
 //
 // A chunk taken after bind() goes straight into the entry, written ahead of the
-// front (FullTier::write_blocks_ahead), so the fetch holds at most the chunk it is
-// writing. Before bind() (the engine's drafter has not reached the request yet)
+// front (FullTier::write_blocks_ahead), so the fetch holds at most the batch it
+// received (RemoteTierConfig::back_fetch_window chunks). Before bind() (the engine's drafter has not reached the request yet)
 // taken chunks wait in memory, at most `hold_limit` bytes of them: a chunk past it
 // waits for the bind (at most `bind_wait`, then the run ends there and the front
 // computes what the fetch did not bring). A tier fault writing a chunk ends the run
@@ -36,6 +36,8 @@ namespace vc {
 
 /// Bytes of chunks a back fetch may hold in memory before its front binds it.
 inline constexpr size_t kBackFetchHoldBytes = size_t(64) << 20;
+/// How many batches apart the front and the fetch stay batching (batch_at).
+inline constexpr size_t kBackFetchBatchGap = 3;
 /// How long a fetch whose hold is full waits for the bind before its run ends.
 inline constexpr std::chrono::milliseconds kBackFetchBindWait{5000};
 
@@ -81,6 +83,10 @@ class BackFetchMeeting {
   bool claim(size_t f);
   /// Whether the fetcher holds chunk c (a query; claims nothing).
   [[nodiscard]] bool holds(size_t c) const { return c < chunks_ && lowest_.load() <= c; }
+  /// The fetcher's next batch, from chunk `top` down: `window` chunks while the front
+  /// is far below (at least kBackFetchBatchGap batches), one near it, where a batch
+  /// would bring chunks the front computes meanwhile (and `generate` waits for it).
+  [[nodiscard]] size_t batch_at(size_t top, size_t window) const;
   /// The front takes nothing more, and the fetcher nothing more: the run the
   /// fetcher took, [first, end) from the last chunk down without a gap (values,
   /// ascending, only for chunks still held because bind() was never called; empty
@@ -153,9 +159,9 @@ struct MeetingRanks {
 /// The front's whole part: binds the meeting to request `id` of `tier`, prefills
 /// chunks from the first up through `prefill_chunk(f)` (which appends chunk f to
 /// the entry) while the back run has not reached them, then joins the run written
-/// ahead above the last one it took. It never waits for the chunk in flight; with
+/// ahead above the last one it took. It never waits for the chunks in flight; with
 /// `wait_for_run` (a fetcher that started with the front) it waits for the fetch's
-/// end to report its counts. A throwing prefill stops the fetcher. With `ranks` (a
+/// end (its batch in flight) to report its counts. A throwing prefill stops the fetcher. With `ranks` (a
 /// group), the fronts go on while any rank's fetcher does not hold the next chunk
 /// (a rank whose fetcher does prefills it over its run), and every rank keeps the
 /// chunks all of them hold (the fewest), so that their prefixes stay equal.

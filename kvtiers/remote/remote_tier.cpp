@@ -63,14 +63,18 @@ RemoteTier::~RemoteTier() {
 template <class Accept>
 void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit,
                            Accept&& accept, size_t& chunks, size_t& bytes, std::string& stop_reason,
-                           size_t window, size_t* received) {
+                           size_t window, size_t* received,
+                           const std::function<size_t(size_t first)>* window_at) {
   if (begin >= limit) return;
   if (std::string skip = health_->skip_reason(); !skip.empty()) {
     stop_reason = std::move(skip);
     return;
   }
   for (size_t first = begin; first < limit;) {
-    const size_t n = std::min(std::max<size_t>(1, window > 0 ? window : cfg_.fetch_window), limit - first);
+    const size_t w = window_at != nullptr && *window_at ? (*window_at)(first)
+                     : window > 0                         ? window
+                                                          : cfg_.fetch_window;
+    const size_t n = std::min(std::max<size_t>(1, w), limit - first);
     std::vector<RedisCommand> cmds;
     for (size_t i = first; i < first + n; ++i) cmds.push_back({"GET", keys[i]});
     std::vector<RedisReply> replies;
@@ -203,7 +207,8 @@ size_t RemoteTier::count_full(std::span<const int32_t> tokens, size_t max_positi
 }
 
 RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t max_positions,
-                                       const std::function<bool(size_t, std::string&&, size_t)>& take) {
+                                       const std::function<bool(size_t, std::string&&, size_t)>& take,
+                                       const std::function<size_t(size_t)>& batch) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<ChunkKey> keys = chunk_keys(layout_, tokens);
   const size_t limit = std::min(keys.size(), max_positions / layout_.chunk_tokens);
@@ -219,6 +224,8 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
   std::vector<std::string> down(store_keys.rend() - std::ptrdiff_t(out.end), store_keys.rend());
   size_t chunks = 0, accepted_bytes = 0;
   bool met = false;
+  const std::function<size_t(size_t)> at =
+      batch ? std::function<size_t(size_t)>([&](size_t i) { return batch(out.end - 1 - i); }) : nullptr;
   fetch_run(
       down, 0, down.size(),
       [&](size_t i, std::string& value, std::string& why) {
@@ -233,7 +240,7 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
         out.first = c;
         return true;
       },
-      chunks, accepted_bytes, out.stop_reason, std::max<size_t>(1, cfg_.back_fetch_window), &out.bytes);
+      chunks, accepted_bytes, out.stop_reason, std::max<size_t>(1, cfg_.back_fetch_window), &out.bytes, &at);
   if (met) out.stop_reason = "";  // the caller's own prefill reached the run
   out.failed_at = !met && out.first > 0 ? out.first - 1 : out.end;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

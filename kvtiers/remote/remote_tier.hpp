@@ -47,6 +47,7 @@ struct RemoteTierConfig {
   /// Chunks per batch of a back fetch (fetch_back): a stop wastes at most this many
   /// chunks' transfer, a batch of one leaves the link idle between chunks (2: about
   /// 2.4 s instead of 2.8 s to the first token at 16K in `bench remote`'s engine row).
+  /// 0 counts as 1.
   size_t back_fetch_window = 2;
   size_t publish_queue_bytes = size_t(256) << 20;  // write-behind bound
   size_t tp_rank = 0, tp_degree = 1;
@@ -125,6 +126,7 @@ class RemoteTier {
   RemoteTier& operator=(const RemoteTier&) = delete;
 
   [[nodiscard]] const ChunkLayout& layout() const { return layout_; }
+  [[nodiscard]] const RemoteTierConfig& config() const { return cfg_; }
   [[nodiscard]] const RedisEndpoint& endpoint() const { return endpoint_; }
 
   /// Appends to request `id` of `tier` the longest cached prefix of `tokens` of at
@@ -139,8 +141,9 @@ class RemoteTier {
   /// `max_positions` positions in whole chunks), fetched from the back: the chunks
   /// the store holds from the first are counted (EXISTS), then fetched from the last
   /// one down, RemoteTierConfig::back_fetch_window GETs at a time (so that a stop
-  /// wastes at most that many chunks' transfer), each checked as fetch_prefix()
-  /// checks it. Once chunk c passed its
+  /// wastes at most that many chunks' transfer; `batch`, if given, says how many for
+  /// the batch whose highest chunk is `top`), each checked as fetch_prefix() checks
+  /// it. Once chunk c passed its
   /// checks, its value (and where its payload starts) goes to `take`, which keeps
   /// it and returns true, or returns false to end the run above it (the caller
   /// computes the positions below itself, meeting the run from the front; see
@@ -149,7 +152,8 @@ class RemoteTier {
   /// faults. The result's `values` stay empty (the caller holds them).
   [[nodiscard]] RemoteBackFetch fetch_back(
       std::span<const int32_t> tokens, size_t max_positions,
-      const std::function<bool(size_t chunk, std::string&& value, size_t payload_offset)>& take);
+      const std::function<bool(size_t chunk, std::string&& value, size_t payload_offset)>& take,
+      const std::function<size_t(size_t top)>& batch = {});
   /// How many of the full chunks of `tokens` (at most `max_positions` positions in
   /// whole chunks) the store holds from the first on (EXISTS only; 0 while the store
   /// is skipped).
@@ -206,11 +210,12 @@ class RemoteTier {
   [[nodiscard]] size_t count_run(const std::vector<std::string>& keys);
   /// `window`: GETs per pipelined batch (0: RemoteTierConfig::fetch_window).
   /// `received`, if given, counts every value that came, those after a stop in its
-  /// batch included (`bytes` counts the accepted ones).
+  /// batch included (`bytes` counts the accepted ones). `window_at`, if given and
+  /// set, gives the size of the batch that begins at keys[first] instead.
   template <class Accept>
   void fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit, Accept&& accept,
                  size_t& chunks, size_t& bytes, std::string& stop_reason, size_t window = 0,
-                 size_t* received = nullptr);
+                 size_t* received = nullptr, const std::function<size_t(size_t first)>* window_at = nullptr);
 
   RemoteTierConfig cfg_;
   RedisEndpoint endpoint_;

@@ -4,7 +4,7 @@
 // chunk, the entry ends up with the prefix bit for bit; once bound, taken chunks go
 // straight into the entry ahead of the front, and before it at most the hold limit
 // waits in memory; the front joins what the fetcher took without waiting for the
-// chunk in flight; a fetcher that never started costs the front nothing and then
+// chunks in flight; a fetcher that never started costs the front nothing and then
 // fetches nothing; a throwing front stops the fetcher.
 #include <gtest/gtest.h>
 
@@ -87,6 +87,18 @@ TEST(back_fetch_meeting_claims, a_chunk_goes_to_the_fetcher_only_above_the_front
   m.deliver(second);
   ASSERT_NE(m.delivered(), nullptr);
   EXPECT_EQ(m.delivered()->end, 5u) << "only the first delivery counts";
+}
+
+TEST(back_fetch_meeting_claims, the_fetch_batches_while_the_front_is_far_below_and_fetches_one_chunk_near_it) {
+  BackFetchMeeting m(20, 8);
+  EXPECT_EQ(m.batch_at(19, 2), 2u);
+  EXPECT_EQ(m.batch_at(5, 2), 2u) << "chunks 0-5 are 3 batches of 2 above a front at 0";
+  EXPECT_EQ(m.batch_at(4, 2), 1u);
+  EXPECT_TRUE(m.claim(10));
+  EXPECT_EQ(m.batch_at(19, 2), 2u);
+  EXPECT_EQ(m.batch_at(16, 2), 2u);
+  EXPECT_EQ(m.batch_at(15, 2), 1u) << "the front holds 0-10: chunks 11-15 are under 3 batches";
+  EXPECT_EQ(m.batch_at(19, 1), 1u);
 }
 
 TEST_F(back_fetch_meeting, a_front_and_a_fetcher_on_its_own_thread_fill_the_prefix_bit_for_bit) {

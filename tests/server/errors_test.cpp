@@ -151,7 +151,7 @@ TEST(serve_errors, an_api_key_guards_the_v1_routes_but_not_health) {
       << twice;
 }
 
-TEST(serve_errors, a_body_shorter_than_its_content_length_then_the_end_of_the_stream_gets_400) {
+TEST(serve_errors, a_body_cut_short_by_the_end_of_the_stream_gets_400) {
   ServerProcess server;
   HttpConnection c(server.port());
   c.set_read_timeout(10);
@@ -161,6 +161,14 @@ TEST(serve_errors, a_body_shorter_than_its_content_length_then_the_end_of_the_st
   const HttpResponse r = c.read();
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("ended before its Content-Length (100 bytes)"), std::string::npos) << r.body;
+  HttpConnection chunked(server.port());
+  chunked.set_read_timeout(10);
+  chunked.send_raw("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n5\r\n{\"pro");
+  chunked.shutdown_write();
+  const HttpResponse rc = chunked.read();
+  EXPECT_EQ(rc.status, 400) << rc.body;
+  EXPECT_NE(rc.body.find("ended before its last chunk"), std::string::npos) << rc.body;
   EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200) << "the server still answers";
 }
 
@@ -169,7 +177,7 @@ TEST(serve_errors, a_request_line_over_the_header_limit_gets_414_and_long_header
   {
     HttpConnection c(server.port());
     c.set_read_timeout(10);
-    c.send_raw("GET /health?" + std::string(100000, 'a') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    c.send_raw("GET /health?" + std::string(20000, 'a') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     const HttpResponse r = c.read();
     EXPECT_EQ(r.status, 414) << r.body;
     EXPECT_NE(r.body.find("request line is longer than"), std::string::npos) << r.body;
@@ -178,6 +186,15 @@ TEST(serve_errors, a_request_line_over_the_header_limit_gets_414_and_long_header
     HttpConnection c(server.port());
     c.set_read_timeout(10);
     c.send_raw("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(40000, 'b') + "\r\n\r\n");
+    const HttpResponse r = c.read();
+    EXPECT_EQ(r.status, 431) << r.body;
+  }
+  {  // the same, the request line arriving in two pieces (the parser waits for the headers' end)
+    HttpConnection c(server.port());
+    c.set_read_timeout(10);
+    c.send_raw("GET /hea");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c.send_raw("lth HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(20000, 'b') + "\r\n\r\n");
     const HttpResponse r = c.read();
     EXPECT_EQ(r.status, 431) << r.body;
   }

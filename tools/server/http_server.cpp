@@ -241,10 +241,15 @@ struct HttpServer::Impl {
                                "shutting_down"));
   }
 
-  // Headers past kHeaderLimit: 414 when the request line alone is (the parser has
-  // no target yet: it parses the line once the line is whole), 431 otherwise.
-  static Response header_too_large(const http::request_parser<http::string_body>& parser) {
-    if (parser.get().target().empty())
+  // Headers past kHeaderLimit: 414 when the request line alone is, 431 otherwise.
+  // The parser has the target once it parsed the line; before that (the first read
+  // held part of the line) it consumed nothing, so `buf` begins with the line.
+  static Response header_too_large(const http::request_parser<http::string_body>& parser,
+                                   const beast::flat_buffer& buf) {
+    const auto data = buf.data();
+    const std::string_view got(static_cast<const char*>(data.data()), data.size());
+    const size_t line_end = got.find("\r\n");
+    if (parser.get().target().empty() && (line_end == std::string_view::npos || line_end > kHeaderLimit))
       return from_error(ApiError(414, "invalid_request_error",
                                  "the request line is longer than " + std::to_string(kHeaderLimit) + " bytes"));
     return from_error(ApiError(431, "invalid_request_error",
@@ -282,7 +287,7 @@ struct HttpServer::Impl {
       } else if (ec == http::error::body_limit) {  // a Content-Length over the limit
         write(s, too_large(), 11, false);
       } else if (ec == http::error::header_limit) {
-        write(s, header_too_large(parser), 11, false);
+        write(s, header_too_large(parser, buf), 11, false);
       } else if (ec != http::error::end_of_stream && ec != net::error::eof &&
                  ec != net::error::connection_reset && !draining_now()) {
         write(s, from_error(bad_request("", "malformed HTTP request: " + ec.message())), 11,
@@ -314,10 +319,11 @@ struct HttpServer::Impl {
     } else if (ec == beast::error::timeout) {
       write(s, timed_out("body"), version, false);
     } else if (ec == http::error::partial_message) {  // the peer ended its side mid-body
-      write(s, from_error(bad_request("", "the request body ended before its Content-Length (" +
-                                              std::string(parser.get()[http::field::content_length]) +
-                                              " bytes)")),
-            version, false);
+      const std::string why = parser.chunked() ? "the request body ended before its last chunk"
+                                               : "the request body ended before its Content-Length (" +
+                                                     std::string(parser.get()[http::field::content_length]) +
+                                                     " bytes)";
+      write(s, from_error(bad_request("", why)), version, false);
     } else if (ec && ec != http::error::end_of_stream && ec != net::error::eof &&
                ec != net::error::connection_reset) {
       // A malformed body (a bad chunk size, say) gets its answer before the close.
