@@ -148,6 +148,7 @@ size_t BackFetchMeeting::held_bytes() const {
 
 size_t BackFetchMeeting::batch_at(size_t top, size_t window) const {
   std::lock_guard<std::mutex> lock(mu_);
+  window = std::max<size_t>(1, window);
   return top + 1 >= claimed_ + kBackFetchBatchGap * window ? window : 1;
 }
 

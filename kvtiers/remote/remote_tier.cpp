@@ -64,7 +64,7 @@ template <class Accept>
 void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit,
                            Accept&& accept, size_t& chunks, size_t& bytes, std::string& stop_reason,
                            size_t window, size_t* received,
-                           const std::function<size_t(size_t first)>* window_at) {
+                           const std::function<size_t(size_t first)>* window_at, size_t down_from) {
   if (begin >= limit) return;
   if (std::string skip = health_->skip_reason(); !skip.empty()) {
     stop_reason = std::move(skip);
@@ -91,17 +91,17 @@ void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, s
         if (r.type == RedisReply::Type::string) *received += r.str.size();
     for (size_t j = 0; j < n; ++j) {
       const size_t c = first + j;
+      const std::string chunk = "chunk " + std::to_string(down_from > 0 ? down_from - 1 - c : c);
       RedisReply& r = replies[j];  // `accept` may take the value over
       if (r.type != RedisReply::Type::string) {
-        stop_reason = r.type == RedisReply::Type::error
-                          ? "chunk " + std::to_string(c) + ": store error: " + r.str
-                          : "chunk " + std::to_string(c) + " not in the store";
+        stop_reason = r.type == RedisReply::Type::error ? chunk + ": store error: " + r.str
+                                                        : chunk + " not in the store";
         return;
       }
       std::string why;
       const size_t size = r.str.size();
       if (!accept(c, r.str, why)) {
-        stop_reason = "chunk " + std::to_string(c) + " rejected: " + why;
+        stop_reason = chunk + " rejected: " + why;
         return;
       }
       chunks += 1;
@@ -240,7 +240,7 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
         out.first = c;
         return true;
       },
-      chunks, accepted_bytes, out.stop_reason, std::max<size_t>(1, cfg_.back_fetch_window), &out.bytes, &at);
+      chunks, accepted_bytes, out.stop_reason, std::max<size_t>(1, cfg_.back_fetch_window), &out.bytes, &at, out.end);
   if (met) out.stop_reason = "";  // the caller's own prefill reached the run
   out.failed_at = !met && out.first > 0 ? out.first - 1 : out.end;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -212,10 +212,13 @@ class RemoteTier {
   /// `received`, if given, counts every value that came, those after a stop in its
   /// batch included (`bytes` counts the accepted ones). `window_at`, if given and
   /// set, gives the size of the batch that begins at keys[first] instead.
+  /// `down_from` > 0: keys[i] is chunk down_from - 1 - i (a fetch from the back), for
+  /// the stop reasons' chunk numbers.
   template <class Accept>
   void fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit, Accept&& accept,
                  size_t& chunks, size_t& bytes, std::string& stop_reason, size_t window = 0,
-                 size_t* received = nullptr, const std::function<size_t(size_t first)>* window_at = nullptr);
+                 size_t* received = nullptr, const std::function<size_t(size_t first)>* window_at = nullptr,
+                 size_t down_from = 0);
 
   RemoteTierConfig cfg_;
   RedisEndpoint endpoint_;

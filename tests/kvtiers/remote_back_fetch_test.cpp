@@ -131,6 +131,8 @@ TEST_F(remote_back_fetch, a_missing_or_corrupt_chunk_ends_the_run_above_it) {
   EXPECT_EQ(b.end, 5u);
   EXPECT_EQ(b.first, 2u);
   EXPECT_NE(b.stop_reason.find("checksum mismatch"), std::string::npos) << b.stop_reason;
+  EXPECT_NE(b.stop_reason.find("chunk 1 rejected"), std::string::npos)
+      << "the chunk's number, not its place in the fetch from the back: " << b.stop_reason;
   EXPECT_EQ(b.failed_at, 1u);
   front(9, 2);
   append_back_chunks(r.layout(), b, 2, dst, 9);

@@ -249,7 +249,7 @@ struct HttpServer::Impl {
     const auto data = buf.data();
     const std::string_view got(static_cast<const char*>(data.data()), data.size());
     const size_t line_end = got.find("\r\n");
-    if (parser.get().target().empty() && (line_end == std::string_view::npos || line_end > kHeaderLimit))
+    if (parser.get().target().empty() && (line_end == std::string_view::npos || line_end + 2 > kHeaderLimit))
       return from_error(ApiError(414, "invalid_request_error",
                                  "the request line is longer than " + std::to_string(kHeaderLimit) + " bytes"));
     return from_error(ApiError(431, "invalid_request_error",
