@@ -12,8 +12,8 @@
 //
 // A chunk taken after bind() goes straight into the entry, written ahead of the
 // front (FullTier::write_blocks_ahead), so the fetch holds at most the batch it
-// received (RemoteTierConfig::back_fetch_window chunks). Before bind() (the engine's drafter has not reached the request yet)
-// taken chunks wait in memory, at most `hold_limit` bytes of them: a chunk past it
+// received (RemoteTierConfig::back_fetch_window chunks). Before bind() (the
+// engine's drafter has not reached the request yet) taken chunks wait in memory, at most `hold_limit` bytes of them: a chunk past it
 // waits for the bind (at most `bind_wait`, then the run ends there and the front
 // computes what the fetch did not bring). A tier fault writing a chunk ends the run
 // there too (the chunks before it stay); one at the bind drops the chunks held.
@@ -161,8 +161,8 @@ struct MeetingRanks {
 /// the entry) while the back run has not reached them, then joins the run written
 /// ahead above the last one it took. It never waits for the chunks in flight; with
 /// `wait_for_run` (a fetcher that started with the front) it waits for the fetch's
-/// end (its batch in flight) to report its counts. A throwing prefill stops the fetcher. With `ranks` (a
-/// group), the fronts go on while any rank's fetcher does not hold the next chunk
+/// end (its batch in flight) to report its counts. A throwing prefill stops the
+/// fetcher. With `ranks` (a group), the fronts go on while any rank's fetcher does not hold the next chunk
 /// (a rank whose fetcher does prefills it over its run), and every rank keeps the
 /// chunks all of them hold (the fewest), so that their prefixes stay equal.
 [[nodiscard]] MetPrefix meet_back_fetch(BackFetchMeeting& meeting,

@@ -91,17 +91,17 @@ void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, s
         if (r.type == RedisReply::Type::string) *received += r.str.size();
     for (size_t j = 0; j < n; ++j) {
       const size_t c = first + j;
-      const std::string chunk = "chunk " + std::to_string(down_from > 0 ? down_from - 1 - c : c);
+      const auto chunk = [&] { return "chunk " + std::to_string(down_from > 0 ? down_from - 1 - c : c); };
       RedisReply& r = replies[j];  // `accept` may take the value over
       if (r.type != RedisReply::Type::string) {
-        stop_reason = r.type == RedisReply::Type::error ? chunk + ": store error: " + r.str
-                                                        : chunk + " not in the store";
+        stop_reason = r.type == RedisReply::Type::error ? chunk() + ": store error: " + r.str
+                                                        : chunk() + " not in the store";
         return;
       }
       std::string why;
       const size_t size = r.str.size();
       if (!accept(c, r.str, why)) {
-        stop_reason = chunk + " rejected: " + why;
+        stop_reason = chunk() + " rejected: " + why;
         return;
       }
       chunks += 1;

@@ -44,10 +44,10 @@ struct RemoteTierConfig {
   std::chrono::milliseconds retry_after{5000};  // the store is skipped this long after a fault (0: never)
   size_t connections = 2;      // fetch pool; the publisher has its own connection
   size_t fetch_window = 8;     // chunks requested per pipelined batch
-  /// Chunks per batch of a back fetch (fetch_back): a stop wastes at most this many
-  /// chunks' transfer, a batch of one leaves the link idle between chunks (2: about
-  /// 2.4 s instead of 2.8 s to the first token at 16K in `bench remote`'s engine row).
-  /// 0 counts as 1.
+  /// Chunks per batch of a back fetch (fetch_back) while the front is far below
+  /// (BackFetchMeeting::batch_at): a batch of one leaves the link idle between chunks
+  /// (2: 2.20 s instead of 2.37 s to the first token at 16K in `bench remote`'s engine
+  /// row, medians of 4 runs; README). 0 counts as 1.
   size_t back_fetch_window = 2;
   size_t publish_queue_bytes = size_t(256) << 20;  // write-behind bound
   size_t tp_rank = 0, tp_degree = 1;

@@ -153,20 +153,19 @@ TEST(serve_errors, an_api_key_guards_the_v1_routes_but_not_health) {
 
 TEST(serve_errors, a_body_cut_short_by_the_end_of_the_stream_gets_400) {
   ServerProcess server;
-  HttpConnection c(server.port());
-  c.set_read_timeout(10);
-  c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-             "Content-Length: 100\r\n\r\n{\"prompt\": \"x\"}");
-  c.shutdown_write();
-  const HttpResponse r = c.read();
+  // A POST's headers and the start of its body, then the client's end of stream.
+  const auto cut_short = [&](const std::string& framing_and_body) {
+    HttpConnection c(server.port());
+    c.set_read_timeout(10);
+    c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+               framing_and_body);
+    c.shutdown_write();
+    return c.read();
+  };
+  const HttpResponse r = cut_short("Content-Length: 100\r\n\r\n{\"prompt\": \"x\"}");
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("ended before its Content-Length (100 bytes)"), std::string::npos) << r.body;
-  HttpConnection chunked(server.port());
-  chunked.set_read_timeout(10);
-  chunked.send_raw("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                   "Transfer-Encoding: chunked\r\n\r\n5\r\n{\"pro");
-  chunked.shutdown_write();
-  const HttpResponse rc = chunked.read();
+  const HttpResponse rc = cut_short("Transfer-Encoding: chunked\r\n\r\n5\r\n{\"pro");
   EXPECT_EQ(rc.status, 400) << rc.body;
   EXPECT_NE(rc.body.find("ended before its last chunk"), std::string::npos) << rc.body;
   EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200) << "the server still answers";
