@@ -149,7 +149,9 @@ size_t BackFetchMeeting::held_bytes() const {
 size_t BackFetchMeeting::batch_at(size_t top, size_t window) const {
   std::lock_guard<std::mutex> lock(mu_);
   window = std::max<size_t>(1, window);
-  return top + 1 >= claimed_ + kBackFetchBatchGap * window ? window : 1;
+  // Chunks below floor_ (another tensor-parallel rank's run ended there) are of no
+  // more use than the front's.
+  return top + 1 >= std::max(claimed_, floor_) + kBackFetchBatchGap * window ? window : 1;
 }
 
 void fetch_back_into(RemoteTier& remote, std::span<const int32_t> tokens, size_t max_positions,

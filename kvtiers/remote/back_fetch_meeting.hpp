@@ -85,7 +85,8 @@ class BackFetchMeeting {
   [[nodiscard]] bool holds(size_t c) const { return c < chunks_ && lowest_.load() <= c; }
   /// The fetcher's next batch, from chunk `top` down: `window` chunks while the front
   /// is far below (at least kBackFetchBatchGap batches), one near it, where a batch
-  /// would bring chunks the front computes meanwhile (and `generate` waits for it).
+  /// would bring chunks the front computes meanwhile (and `generate` waits for it),
+  /// or near the floor keep_above() set.
   [[nodiscard]] size_t batch_at(size_t top, size_t window) const;
   /// The front takes nothing more, and the fetcher nothing more: the run the
   /// fetcher took, [first, end) from the last chunk down without a gap (values,

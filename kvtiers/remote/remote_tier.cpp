@@ -63,17 +63,14 @@ RemoteTier::~RemoteTier() {
 template <class Accept>
 void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit,
                            Accept&& accept, size_t& chunks, size_t& bytes, std::string& stop_reason,
-                           size_t window, size_t* received,
-                           const std::function<size_t(size_t first)>* window_at, size_t down_from) {
+                           const FetchRunOptions& opt) {
   if (begin >= limit) return;
   if (std::string skip = health_->skip_reason(); !skip.empty()) {
     stop_reason = std::move(skip);
     return;
   }
   for (size_t first = begin; first < limit;) {
-    const size_t w = window_at != nullptr && *window_at ? (*window_at)(first)
-                     : window > 0                         ? window
-                                                          : cfg_.fetch_window;
+    const size_t w = opt.window_at ? opt.window_at(first) : opt.window > 0 ? opt.window : cfg_.fetch_window;
     const size_t n = std::min(std::max<size_t>(1, w), limit - first);
     std::vector<RedisCommand> cmds;
     for (size_t i = first; i < first + n; ++i) cmds.push_back({"GET", keys[i]});
@@ -86,12 +83,12 @@ void RemoteTier::fetch_run(const std::vector<std::string>& keys, size_t begin, s
       health_->failed(e.what());
       return;
     }
-    if (received != nullptr)
+    if (opt.received != nullptr)
       for (const RedisReply& r : replies)
-        if (r.type == RedisReply::Type::string) *received += r.str.size();
+        if (r.type == RedisReply::Type::string) *opt.received += r.str.size();
     for (size_t j = 0; j < n; ++j) {
       const size_t c = first + j;
-      const auto chunk = [&] { return "chunk " + std::to_string(down_from > 0 ? down_from - 1 - c : c); };
+      const auto chunk = [&] { return "chunk " + std::to_string(opt.down_from > 0 ? opt.down_from - 1 - c : c); };
       RedisReply& r = replies[j];  // `accept` may take the value over
       if (r.type != RedisReply::Type::string) {
         stop_reason = r.type == RedisReply::Type::error ? chunk() + ": store error: " + r.str
@@ -224,8 +221,11 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
   std::vector<std::string> down(store_keys.rend() - std::ptrdiff_t(out.end), store_keys.rend());
   size_t chunks = 0, accepted_bytes = 0;
   bool met = false;
-  const std::function<size_t(size_t)> at =
-      batch ? std::function<size_t(size_t)>([&](size_t i) { return batch(out.end - 1 - i); }) : nullptr;
+  FetchRunOptions opt;
+  opt.window = std::max<size_t>(1, cfg_.back_fetch_window);
+  opt.down_from = out.end;  // the stop reasons name the chunk, not its place in `down`
+  opt.received = &out.bytes;
+  if (batch) opt.window_at = [&](size_t i) { return batch(out.end - 1 - i); };
   fetch_run(
       down, 0, down.size(),
       [&](size_t i, std::string& value, std::string& why) {
@@ -240,7 +240,7 @@ RemoteBackFetch RemoteTier::fetch_back(std::span<const int32_t> tokens, size_t m
         out.first = c;
         return true;
       },
-      chunks, accepted_bytes, out.stop_reason, std::max<size_t>(1, cfg_.back_fetch_window), &out.bytes, &at, out.end);
+      chunks, accepted_bytes, out.stop_reason, opt);
   if (met) out.stop_reason = "";  // the caller's own prefill reached the run
   out.failed_at = !met && out.first > 0 ? out.first - 1 : out.end;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -202,23 +202,27 @@ class RemoteTier {
   void publisher_loop();
   /// Copies a value into the write-behind queue; false when it would overflow.
   bool enqueue(std::string key, std::string value);
-  /// GETs `keys[begin, limit)` in pipelined windows and hands each value to `accept`
-  /// (chunk index, value, why) until one is missing or refused; the counts and the
-  /// reason go to `out`.
   /// How many of `keys`, from the first, the store holds (EXISTS, pipelined); a
   /// store fault ends the count.
   [[nodiscard]] size_t count_run(const std::vector<std::string>& keys);
-  /// `window`: GETs per pipelined batch (0: RemoteTierConfig::fetch_window).
-  /// `received`, if given, counts every value that came, those after a stop in its
-  /// batch included (`bytes` counts the accepted ones). `window_at`, if given and
-  /// set, gives the size of the batch that begins at keys[first] instead.
-  /// `down_from` > 0: keys[i] is chunk down_from - 1 - i (a fetch from the back), for
-  /// the stop reasons' chunk numbers.
+  /// How fetch_run() batches its GETs, and what else it reports.
+  struct FetchRunOptions {
+    size_t window = 0;  // GETs per pipelined batch (0: RemoteTierConfig::fetch_window)
+    /// If set, the size of the batch that begins at keys[first] instead.
+    std::function<size_t(size_t first)> window_at;
+    /// > 0: keys[i] is chunk down_from - 1 - i (a fetch from the back), for the
+    /// stop reasons' chunk numbers.
+    size_t down_from = 0;
+    /// If given, counts every value that came, those after a stop in its batch
+    /// included (fetch_run's `bytes` counts the accepted ones).
+    size_t* received = nullptr;
+  };
+  /// GETs `keys[begin, limit)` in pipelined batches and hands each value to `accept`
+  /// (chunk index, value, why) until one is missing or refused; the counts and the
+  /// reason go to `chunks`, `bytes` and `stop_reason`.
   template <class Accept>
   void fetch_run(const std::vector<std::string>& keys, size_t begin, size_t limit, Accept&& accept,
-                 size_t& chunks, size_t& bytes, std::string& stop_reason, size_t window = 0,
-                 size_t* received = nullptr, const std::function<size_t(size_t first)>* window_at = nullptr,
-                 size_t down_from = 0);
+                 size_t& chunks, size_t& bytes, std::string& stop_reason, const FetchRunOptions& opt = {});
 
   RemoteTierConfig cfg_;
   RedisEndpoint endpoint_;

@@ -101,6 +101,16 @@ TEST(back_fetch_meeting_claims, the_fetch_batches_while_the_front_is_far_below_a
   EXPECT_EQ(m.batch_at(19, 1), 1u);
 }
 
+TEST(back_fetch_meeting_claims, the_fetch_fetches_one_chunk_near_where_another_rank_s_run_ended) {
+  BackFetchMeeting m(20, 8);
+  m.keep_above(12, "rank 1's run ended at chunk 12");
+  EXPECT_EQ(m.batch_at(19, 2), 2u) << "chunks 12-19 are 4 batches of 2";
+  EXPECT_EQ(m.batch_at(17, 2), 2u);
+  EXPECT_EQ(m.batch_at(16, 2), 1u) << "a batch here would bring chunk 11, below the other rank's run";
+  EXPECT_TRUE(m.claim(15));
+  EXPECT_EQ(m.batch_at(19, 2), 1u) << "the front, above the floor, is the nearer now";
+}
+
 TEST_F(back_fetch_meeting, a_front_and_a_fetcher_on_its_own_thread_fill_the_prefix_bit_for_bit) {
   RemoteTier r(test::remote_cfg(server.url()), test::small_kv(), 99);
   ASSERT_EQ(r.publish(prompt, 0, src, 1), 5u);
