@@ -284,21 +284,8 @@ int run_batch(const BatchArgs& a) {
   cfg.full_tier_bytes = parse_bytes("--full-tier-budget", a.full_tier_budget);
   cfg.stage_positions = a.stage_positions;
   cfg.block_tokens = a.block_tokens;
-  if (!a.remote.url.empty()) check_remote_chunk(a.remote.chunk, a.block_tokens);
   cfg.trace = !a.trace.empty();
-  cfg.remote_url = a.remote.url;
-  cfg.remote_chunk_tokens = a.remote.chunk;
-  cfg.remote_ttl_seconds = a.remote.ttl;
-  cfg.remote_timeout_ms = a.remote.timeout_ms;
-  cfg.remote_retry_ms = a.remote.retry_ms;
-  cfg.remote_compressed_first = a.remote.flow == "compressed-first";
-  cfg.remote_recompute_front = a.remote.recompute_front;
-  cfg.remote_recompute_front_when_idle = a.remote.recompute_front_when_idle;
-  cfg.remote_recompute_front_priced = a.remote.recompute_front_priced;
-  cfg.remote_fetchers = a.remote.fetchers;
-  cfg.remote_fetch_segment = a.remote.fetch_segment;
-  cfg.remote_compressed_suffix = a.remote.compressed_suffix;
-  cfg.remote_predraft = a.remote.predraft;
+  apply_remote_options(a.remote, a.block_tokens, cfg);
   cfg.placement = a.placement;
 
   spdlog::info("loading model from {}", a.model_dir);

@@ -15,6 +15,9 @@
 namespace vc {
 struct RequestInput;
 }
+namespace vericache {
+struct EngineConfig;
+}
 
 namespace vc::cli {
 
@@ -78,6 +81,9 @@ void check_remote_chunk(size_t chunk_tokens, size_t block_tokens);
 /// --remote-flow (as generate's), --remote-fetchers and --remote-fetch-segment (the
 /// engine's alone).
 void add_remote_options(CLI::App& cmd, RemoteArgs& r);
+/// The engine's remote fields from `r` (batch, serve); checks --remote-chunk against
+/// `block_tokens` when --remote is given (check_remote_chunk).
+void apply_remote_options(const RemoteArgs& r, size_t block_tokens, vericache::EngineConfig& cfg);
 
 /// An integer in [lo, hi] ("expected an integer >= 0, got '-2'").
 [[nodiscard]] CLI::Validator integer_in(int64_t lo,
