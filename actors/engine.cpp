@@ -10,12 +10,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "actors/full_tier_placement.hpp"
 #include "actors/net_fetcher.hpp"
 #include "actors/protocol.hpp"
 #include "actors/scheduler.hpp"
@@ -68,6 +70,12 @@ struct Engine::Impl {
   std::vector<std::vector<std::shared_ptr<RemoteTier>>> remotes;
   caf::actor sched, drafter, mover, verifier;
   std::vector<caf::actor> net_fetchers;
+  /// Held while a submit or cancel sends to the scheduler and while ~Engine marks
+  /// the engine closing: a message sent before that is in the scheduler's mailbox
+  /// ahead of its shutdown; a later submit resolves at once (a token callback may
+  /// submit while the engine is destroyed).
+  std::mutex send_mu;
+  bool closing = false;
   std::atomic<uint64_t> next_id{1};
   std::shared_ptr<actors::LiveCounters> counters = std::make_shared<actors::LiveCounters>();
   std::vector<PlacementLine> placement;  // EngineConfig::placement "auto": what was bound
@@ -75,64 +83,6 @@ struct Engine::Impl {
 };
 
 namespace {
-
-// EngineConfig::placement "auto": each rank's host full tier allocates its chunks on
-// one NUMA node -- the GPU's, when the model runs on one the topology knows (by its
-// PCI address), else the rank's node in the plan -- after a probe page bound there
-// lands there. One line per host tier (the disk tier reads into staging buffers).
-std::vector<PlacementLine> place_full_tiers(const std::vector<std::unique_ptr<FullTier>>& tiers,
-                                            const std::shared_ptr<HwlocTopology>& topo,
-                                            const Topology& seen, const Placement& plan,
-                                            const Device& device) {
-  std::vector<PlacementLine> lines;
-  for (size_t r = 0; r < tiers.size(); ++r) {
-    auto* host = dynamic_cast<HostFullTier*>(tiers[r].get());
-    if (host == nullptr) continue;
-    PlacementLine line{"full tier rank " + std::to_string(r), false, ""};
-    std::optional<unsigned> node;
-    std::string whose;
-    if (!device.is_cpu()) {
-      const std::string bus = cuda_pci_bus_id(device.index);
-      const Gpu* gpu = bus.empty() ? nullptr : seen.gpu_at(bus);
-      if (gpu != nullptr && !gpu->pci.numa.empty()) {
-        node = gpu->pci.numa.front();
-        whose = device.str() + "'s, PCI " + bus;
-      } else {
-        whose = (bus.empty() ? device.str() + "'s PCI address unknown"
-                             : "PCI " + bus + " not in the topology") + "; ";
-      }
-    }
-    if (!node && r < plan.shards.size()) {
-      node = plan.shards[r].numa;
-      whose += "the rank's";
-    }
-    if (!node) {
-      line.detail = "not bound: no NUMA node for it (" + whose + ")";
-      lines.push_back(line);
-      continue;
-    }
-    void* probe = nullptr;
-    std::string err = posix_memalign(&probe, 4096, 4096) == 0 ? bind_area(*topo, probe, 4096, *node)
-                                                              : "cannot allocate a probe page";
-    std::vector<unsigned> landed;
-    if (err.empty()) {
-      std::memset(probe, 0, 4096);
-      landed = area_nodes(*topo, probe, 4096);
-    }
-    std::free(probe);
-    if (!err.empty()) {
-      line.detail = "not bound: " + err;
-    } else {
-      const unsigned n = *node;
-      host->set_memory_placer([topo, n](void* p, size_t bytes) { (void)bind_area(*topo, p, bytes, n); });
-      line.applied = landed == std::vector<unsigned>{n};
-      line.detail = "chunks bound to node P#" + std::to_string(n) + " (" + whose + "); a probe page landed on P#" +
-                    (landed.empty() ? std::string("?") : std::to_string(landed.front()));
-    }
-    lines.push_back(line);
-  }
-  return lines;
-}
 
 Result failed_result(uint64_t id, const std::string& error) {
   Result r;
@@ -288,7 +238,7 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
           kvc, LayerStreamer::host_tier_chunk_blocks(cfg.stage_positions, kvc.block_tokens)));
     m.tiers.back()->set_capacity_bytes(cfg.full_tier_bytes);
   }
-  if (binder) m.placement = place_full_tiers(m.tiers, topology, seen, binder->plan(), device);
+  if (binder) m.placement = actors::place_full_tiers(m.tiers, topology, seen, binder->plan(), device);
   if (!cfg.remote_url.empty()) {
     if (cfg.remote_fetchers < 1)
       throw Error("EngineConfig.remote_fetchers: must be at least 1, got " +
@@ -401,6 +351,10 @@ const std::vector<PlacementLine>& Engine::placement() const { return impl_->plac
 Engine::~Engine() {
   Impl& m = *impl_;
   if (!m.sys) return;
+  {
+    std::lock_guard<std::mutex> lock(m.send_mu);
+    m.closing = true;
+  }
   {
     caf::scoped_actor self{*m.sys};
     self->request(m.sched, std::chrono::seconds(30), actors::shutdown_msg{})
@@ -530,11 +484,20 @@ Engine::Submission Engine::submit(const Request& r, TokenDetailCallback on_token
     ctx->promise.set_value(failed_result(ctx->id, e.what()));
     return sub;
   }
+  std::lock_guard<std::mutex> lock(m.send_mu);
+  if (m.closing) {
+    for (auto* n : {&m.counters->submitted, &m.counters->failed}) n->fetch_add(1, std::memory_order_relaxed);
+    ctx->promise.set_value(failed_result(ctx->id, "request: the engine is shutting down"));
+    return sub;
+  }
   caf::anon_send(m.sched, actors::submit_msg{std::move(ctx)});
   return sub;
 }
 
-void Engine::cancel(uint64_t id) { caf::anon_send(impl_->sched, actors::cancel_msg{id}); }
+void Engine::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(impl_->send_mu);
+  if (!impl_->closing) caf::anon_send(impl_->sched, actors::cancel_msg{id});
+}
 
 std::map<std::string, double> Engine::busy_fraction(std::chrono::steady_clock::time_point from,
                                                     std::chrono::steady_clock::time_point to) {

@@ -336,7 +336,9 @@ using TokenDetailCallback = std::function<void(uint64_t id, const EmittedToken& 
 class Engine {
  public:
   explicit Engine(const EngineConfig& cfg);
-  ~Engine();  ///< cancels what is in flight and shuts the actors down cleanly
+  /// Cancels what is in flight and shuts the actors down cleanly; a submit from a
+  /// token callback meanwhile resolves at once ("the engine is shutting down").
+  ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 

@@ -11,6 +11,7 @@
 #include <future>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -478,6 +479,39 @@ TEST(engine, shuts_down_cleanly_with_requests_in_flight) {
     r.ignore_eos = true;
     for (int i = 0; i < 3; ++i) subs.push_back(engine.submit(r));
   }  // must not hang
+  for (auto& s : subs) EXPECT_EQ(s.result.get().finish_reason, "cancelled");
+}
+
+TEST(engine, a_request_submitted_from_a_token_callback_while_the_engine_shuts_down_resolves) {
+  // A callback holds its actor until the engine's destructor has begun, then
+  // submits (the shutdown sent meanwhile): the follow-up resolves (cancelled, or refused as shutting down), and
+  // never as a broken promise.
+  std::atomic<bool> destroying{false}, submitted{false};
+  std::atomic<int> tokens{0};
+  std::optional<Engine::Submission> follow;
+  std::vector<Engine::Submission> subs;
+  {
+    Engine engine(config());
+    vericache::Request r;
+    r.prompt = "import sys\n";
+    r.max_tokens = 3000;
+    r.ignore_eos = true;
+    for (int i = 0; i < 2; ++i)
+      subs.push_back(engine.submit(r, [&](uint64_t, int32_t) {
+        if (++tokens < 4 || submitted.exchange(true)) return;
+        while (!destroying) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        follow = engine.submit(r);
+      }));
+    while (tokens < 4) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    destroying = true;
+  }
+  ASSERT_TRUE(follow.has_value()) << "the callback ran once the destructor had begun";
+  vericache::Result res;
+  ASSERT_NO_THROW(res = follow->result.get());
+  EXPECT_FALSE(res.ok);
+  EXPECT_TRUE(res.finish_reason == "cancelled" || res.error.find("shutting down") != std::string::npos)
+      << res.finish_reason << ": " << res.error;
   for (auto& s : subs) EXPECT_EQ(s.result.get().finish_reason, "cancelled");
 }
 
