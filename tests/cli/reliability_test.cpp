@@ -330,6 +330,23 @@ TEST(cli_batch, max_queue_makes_the_batch_wait_instead_of_dropping_lines) {
   EXPECT_NE(r.out.find("8 requests, 8 ok, 0 failed"), std::string::npos) << r.out;
 }
 
+TEST(cli_batch, max_queue_makes_the_batch_wait_when_the_memory_budget_runs_fewer_than_its_concurrency) {
+  // 6M of fast memory holds fewer than 4 of these requests: the rest of the window
+  // waits in the engine's queue, none is answered "overloaded".
+  TempDir d("bqueuemem");
+  std::string lines;
+  for (int i = 0; i < 8; ++i)
+    lines += "{\"prompt\": \"import sys\\n\", \"max_tokens\": 200, \"ignore_eos\": true, \"mode\": \"full\"}\n";
+  const std::string in = d.file("in.jsonl", lines);
+  const CliRun r = run_cli("batch --input " + in + " --output " + (d.path / "o.jsonl").string() +
+                           " --concurrency 4 --max-queue 1 --fast-memory 6M");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto res = read_results(d.path / "o.jsonl");
+  ASSERT_EQ(res.size(), 8u);
+  for (const auto& j : res) EXPECT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_NE(r.out.find("8 requests, 8 ok, 0 failed"), std::string::npos) << r.out;
+}
+
 TEST(cli_batch, an_unwritable_trace_path_is_reported_before_any_work) {
   TempDir d("btrace");
   const std::string in = d.file("in.jsonl", "{\"prompt\": \"x\", \"max_tokens\": 2}\n");

@@ -275,7 +275,7 @@ int run_batch(const BatchArgs& a) {
   cfg.kv_dtype = a.kv_dtype;
   cfg.max_active = a.concurrency;
   cfg.verify_batch = a.verify_batch;
-  cfg.max_queue = a.max_queue > 0 ? a.max_queue : std::max<size_t>(1, lines.size());
+  cfg.max_queue = cfg.max_active + (a.max_queue > 0 ? a.max_queue : std::max<size_t>(1, lines.size()));
   cfg.lockstep = a.lockstep;
   cfg.slice_prefill = !a.whole_prefill;
   cfg.prefill_chunk = a.prefill_chunk;
@@ -307,9 +307,11 @@ int run_batch(const BatchArgs& a) {
   const auto start = clock::now();
   const double load = std::chrono::duration<double>(start - load_start).count();
 
-  // At most max_active + max_queue requests are in the engine at once: an offline
-  // batch waits for room instead of having lines answered "overloaded".
-  const size_t window = cfg.max_active + cfg.max_queue;
+  // At most max_active + --max-queue requests are in the engine at once: an offline
+  // batch waits for room instead of having lines answered "overloaded". The engine's
+  // own queue holds the whole window (cfg.max_queue, above): when the memory budget
+  // runs fewer than max_active, the rest of the window waits in it.
+  const size_t window = cfg.max_queue;
   std::vector<std::optional<vericache::Engine::Submission>> subs(lines.size());
   size_t ok = 0, tokens = 0, written = 0, in_flight = 0;
   auto write_next = [&] {
@@ -408,8 +410,8 @@ void add_batch_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(integer_in(1, 64));
   add_placement_option(*cmd, a->placement);
   cmd->add_option("--max-queue", a->max_queue,
-                  "Requests waiting in the engine at most; more lines wait their turn "
-                  "(default: every line)")
+                  "Lines in the engine beyond --concurrency at most (waiting, or running when "
+                  "the memory budget admits fewer); more lines wait their turn (default: every line)")
       ->check(integer_in(1));
   cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache storage")->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
