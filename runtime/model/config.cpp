@@ -263,7 +263,14 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
   }
 
   c.rope_theta = r.positive_number("rope_theta", 10000.0);
-  c.rms_norm_eps = float(r.positive_number("rms_norm_eps"));
+  // Below 1 the inverse frequencies grow past 1 and, for small bases, past a float.
+  if (c.rope_theta < 1.0)
+    r.fail("rope_theta", "expected a RoPE base of at least 1, found " + json(c.rope_theta).dump());
+  const double eps = r.positive_number("rms_norm_eps");
+  c.rms_norm_eps = float(eps);  // the norms compute in float: it must be one
+  if (!(c.rms_norm_eps > 0.0f) || !std::isfinite(c.rms_norm_eps))
+    r.fail("rms_norm_eps", "expected a positive number that a float holds (about 1.4e-45 to 3.4e38), found " +
+                               json(eps).dump());
   c.rope_scaling = parse_rope_scaling(r, source);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
   c.max_position_embeddings = r.positive_int("max_position_embeddings");

@@ -243,6 +243,21 @@ TEST(config, rejects_non_positive_sizes) {
   EXPECT_TRUE(contains_all(parse_error(j), {"rms_norm_eps", "positive"}));
 }
 
+TEST(config, rejects_an_eps_a_float_cannot_hold_and_a_rope_base_below_one) {
+  // Each passed the double's check and then ran: 0 or inf in float, or inverse
+  // frequencies past a float's range, and the tokens came out all 0.
+  json j = llama();
+  j["rms_norm_eps"] = 1e39;
+  EXPECT_TRUE(contains_all(parse_error(j), {"rms_norm_eps", "float", "found 1e+39"}));
+  j["rms_norm_eps"] = 1e-50;
+  EXPECT_TRUE(contains_all(parse_error(j), {"rms_norm_eps", "float", "found 1e-50"}));
+  j = llama();
+  j["rope_theta"] = 1e-40;
+  EXPECT_TRUE(contains_all(parse_error(j), {"rope_theta", "at least 1", "found 1e-40"}));
+  j["rope_theta"] = 1.0;
+  EXPECT_EQ(parse_error(j), "");
+}
+
 TEST(config, rejects_heads_not_divisible_by_kv_heads) {
   json j = llama();
   j["num_key_value_heads"] = 3;
