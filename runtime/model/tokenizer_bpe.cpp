@@ -33,6 +33,11 @@ bool split_merge(const json& m, std::string& a, std::string& b) {
 
 }  // namespace
 
+namespace {
+/// Real vocabularies stay far below it (Llama 3: 128,256; Gemma: 262,144).
+constexpr int64_t kMaxVocabId = (int64_t(1) << 24) - 1;
+}  // namespace
+
 BpeModel BpeModel::parse(const json& model, const std::string& source) {
   BpeModel bpe;
   if (!model.is_object()) fail(source, "model", "expected an object");
@@ -50,8 +55,14 @@ BpeModel BpeModel::parse(const json& model, const std::string& source) {
 
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail(source, "model.vocab", "missing or not an object");
   for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
       fail(source, "model.vocab", "id of token \"" + token + "\" is not a non-negative integer");
+    }
+    // The id-to-token table is as long as the largest id: a stray huge id would
+    // allocate gigabytes for a small file.
+    if (id.get<int64_t>() > kMaxVocabId) {
+      fail(source, "model.vocab", "id of token \"" + token + "\" is " + std::to_string(id.get<int64_t>()) +
+                                      ", past the largest vocabulary id read (" + std::to_string(kMaxVocabId) + ")");
     }
     const auto i = id.get<int32_t>();
     bpe.vocab_.emplace(token, i);

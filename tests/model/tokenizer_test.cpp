@@ -315,6 +315,21 @@ TEST(tokenizer, rejects_missing_or_unsupported_models_naming_the_field) {
   }
 }
 
+TEST(tokenizer, rejects_a_vocabulary_id_far_past_any_real_vocabulary_before_allocating_for_it) {
+  // The id-to-token table is as long as the largest id: 2^31 - 1 failed as "out of
+  // memory", 300,000,000 loaded in 12 GB.
+  for (const int64_t id : {int64_t(300000000), int64_t(INT32_MAX), int64_t(1) << 24}) {
+    json j = byte_level({}, json::array(), gpt2_pre());
+    j["model"]["vocab"]["zzzzqq"] = id;
+    const std::string msg = error_of([&] { (void)Tokenizer::from_json(j, "x.json"); });
+    EXPECT_THAT(msg, HasSubstr("x.json: field 'model.vocab'"));
+    EXPECT_THAT(msg, HasSubstr("\"zzzzqq\" is " + std::to_string(id) + ", past the largest"));
+  }
+  json j = byte_level({}, json::array(), gpt2_pre());
+  j["model"]["vocab"]["zzzzqq"] = (int64_t(1) << 24) - 1;
+  EXPECT_EQ(Tokenizer::from_json(j, "x.json").vocab_size(), 1 << 24);
+}
+
 TEST(tokenizer, rejects_unsupported_components_naming_the_field) {
   json j = byte_level({}, json::array(), {{"type", "Sequence"}, {"pretokenizers", {gpt2_pre(), {{"type", "Whitespace"}}}}});
   std::string msg = error_of([&] { (void)Tokenizer::from_json(j, "x.json"); });
