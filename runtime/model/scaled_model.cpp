@@ -149,6 +149,9 @@ GeneratedModel write_scaled_model(const std::filesystem::path& source_dir,
     throw Error("--model '" + source_dir.string() + "': scale does not support models with q/k "
                 "norm (Qwen3): their norms run over head_dim, not the hidden size");
   const ModelConfig& shp = shape.parsed;
+  if (shp.qk_norm)  // the checkpoint would lack the norms its config.json asks for
+    throw Error("--shape '" + shape.name + "': scale does not pad into shapes with q/k norm (Qwen3): "
+                "the source has none, and a norm over head_dim cannot be made to change nothing");
   require_at_least(shape.name, "hidden_size", shp.hidden_size, s.hidden_size);
   require_at_least(shape.name, "intermediate_size", shp.intermediate_size, s.intermediate_size);
   require_at_least(shape.name, "num_hidden_layers", shp.num_layers, s.num_layers);

@@ -250,6 +250,26 @@ TEST(model_scale, refuses_a_shape_smaller_than_the_source_naming_the_field) {
                vc::Error);
 }
 
+TEST(model_scale, refuses_a_shape_with_q_k_norm_before_writing_anything) {
+  // It wrote a checkpoint without the q_norm/k_norm tensors its config.json asked for,
+  // which then failed to load.
+  ScratchDir dir;
+  auto qwen3 = vc::load_shape("test-tiny", kShapesDir);
+  qwen3.config["architectures"] = {"Qwen3ForCausalLM"};
+  qwen3.config["model_type"] = "qwen3";
+  qwen3.parsed = vc::parse_model_config(qwen3.config, "qwen3 shape");
+  ASSERT_TRUE(qwen3.parsed.qk_norm);
+  try {
+    (void)vc::write_scaled_model(VC_MODEL_DIR, qwen3, dir / "m", {});
+    ADD_FAILURE() << "scaled into a q/k-norm shape";
+  } catch (const vc::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--shape 'test-tiny': scale does not pad into shapes with q/k norm"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "m"));
+}
+
 TEST(model_shapes, every_bundled_shape_is_a_valid_config_with_the_bundled_vocabulary) {
   for (const std::string name : {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b", "llama-3-70b", "test-tiny"}) {
     const auto s = vc::load_shape(name, kShapesDir);
