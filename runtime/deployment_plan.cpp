@@ -4,8 +4,10 @@
 #include "runtime/deployment_plan.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -23,6 +25,8 @@ namespace {
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / double(1ull << 30)); }
 
 DType dtype_field(const nlohmann::json& j, const char* key, const std::string& file) {
+  if (j.contains(key) && !j[key].is_string())
+    throw Error("preset " + file + ": \"" + key + "\" must be bf16, f16 or f32, got " + j[key].dump());
   const std::string s = j.value(key, std::string("bf16"));
   if (s == "bf16") return DType::bf16;
   if (s == "f16") return DType::f16;
@@ -30,11 +34,17 @@ DType dtype_field(const nlohmann::json& j, const char* key, const std::string& f
   throw Error("preset " + file + ": \"" + key + "\" must be bf16, f16 or f32, got '" + s + "'");
 }
 
-double positive(const nlohmann::json& j, const char* key, const std::string& file) {
-  if (!j.contains(key) || !j[key].is_number() || !(j[key].get<double>() > 0))
-    throw Error("preset " + file + ": \"" + key + "\" must be a number > 0");
+double positive(const nlohmann::json& j, const char* key, const std::string& file, double most) {
+  if (!j.contains(key) || !j[key].is_number() || !(j[key].get<double>() > 0) || !(j[key].get<double>() <= most))
+    throw Error("preset " + file + ": \"" + key + "\" must be a number > 0 and <= " + fmt::format("{:g}", most) +
+                (j.contains(key) ? ", got " + j[key].dump() : ""));
   return j[key].get<double>();
 }
+
+// The fields a preset may have ("_comment" is documentation).
+constexpr const char* kPresetFields[] = {"_comment",   "shape",        "topology",    "tp",
+                                         "vocab_size", "weight_dtype", "kv_dtype",    "hbm_gbytes_s",
+                                         "bf16_tflops", "reserve_gib", "host_memory_fraction"};
 
 // Parameters one rank holds.
 struct RankParams {
@@ -102,6 +112,13 @@ DeploymentPreset load_preset(const std::string& name_or_file, const std::filesys
     throw Error("preset " + f + ": not JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw Error("preset " + f + ": expected a JSON object");
+  for (const auto& [key, value] : j.items())
+    if (std::find_if(std::begin(kPresetFields), std::end(kPresetFields), [&](const char* k) { return key == k; }) ==
+        std::end(kPresetFields)) {
+      std::string known;
+      for (const char* k : kPresetFields) known += (known.empty() ? "" : ", ") + std::string(k);
+      throw Error("preset " + f + ": unknown field \"" + key + "\" (known: " + known + ")");
+    }
   for (const char* key : {"shape", "topology"})
     if (!j.contains(key) || !j[key].is_string()) throw Error("preset " + f + ": \"" + key + "\" must be a string");
   DeploymentPreset p;
@@ -109,8 +126,10 @@ DeploymentPreset load_preset(const std::string& name_or_file, const std::filesys
   p.file = file;
   p.shape = load_shape(j["shape"].get<std::string>(), shapes_dir);
   if (j.contains("vocab_size")) {
-    if (!j["vocab_size"].is_number_integer() || j["vocab_size"].get<int64_t>() < 1)
-      throw Error("preset " + f + ": \"vocab_size\" must be an integer >= 1");
+    if (!j["vocab_size"].is_number_integer() || j["vocab_size"].get<int64_t>() < 1 ||
+        j["vocab_size"].get<int64_t>() > INT32_MAX)
+      throw Error("preset " + f + ": \"vocab_size\" must be an integer from 1 to 2147483647, got " +
+                  j["vocab_size"].dump());
     p.shape.parsed.vocab_size = j["vocab_size"].get<int>();
   }
   p.topology = j["topology"].get<std::string>();
@@ -120,11 +139,12 @@ DeploymentPreset load_preset(const std::string& name_or_file, const std::filesys
   p.tp = j["tp"].get<size_t>();
   p.weight_dtype = dtype_field(j, "weight_dtype", f);
   p.kv_dtype = dtype_field(j, "kv_dtype", f);
-  p.hbm_gbytes_s = positive(j, "hbm_gbytes_s", f);
-  p.bf16_tflops = positive(j, "bf16_tflops", f);
-  p.reserve_bytes = uint64_t(positive(j, "reserve_gib", f) * double(1ull << 30));
-  p.host_memory_fraction = positive(j, "host_memory_fraction", f);
-  if (p.host_memory_fraction > 1) throw Error("preset " + f + ": \"host_memory_fraction\" must be <= 1");
+  // Bounds far above any machine, so that the arithmetic stays in range (a reserve
+  // of 2^20 GiB is 2^50 bytes).
+  p.hbm_gbytes_s = positive(j, "hbm_gbytes_s", f, 1e9);
+  p.bf16_tflops = positive(j, "bf16_tflops", f, 1e9);
+  p.reserve_bytes = uint64_t(positive(j, "reserve_gib", f, double(1 << 20)) * double(1ull << 30));
+  p.host_memory_fraction = positive(j, "host_memory_fraction", f, 1.0);
   return p;
 }
 

@@ -2,9 +2,12 @@
 // views in HBM from the runtime's own fast_memory_need, full KV per NUMA node, link
 // time per verify round, and the draft length DraftLengthPolicy picks.
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "kernels/error.hpp"
 #include "runtime/deployment_plan.hpp"
@@ -113,6 +116,37 @@ TEST(deployment_plan, names_unknown_presets_and_bad_fields) {
   req.compressor = "snapkv";
   req.context = 0;
   EXPECT_THROW((void)plan("llama-3.1-8b-1xh200", req), Error);
+}
+
+TEST(deployment_plan, a_preset_file_with_a_bad_or_unknown_field_is_an_error_naming_it) {
+  // Each ran before: a raw json exception, a vocabulary cut to 1, a reserve of 0 GiB,
+  // a misspelt key ignored.
+  nlohmann::json good;
+  std::ifstream(kRoot / "configs/presets/llama-3.1-8b-1xh200.json") >> good;
+  const auto file = std::filesystem::temp_directory_path() / "vc_preset_test.json";
+  const auto error_of = [&](const std::string& key, const nlohmann::json& value) {
+    nlohmann::json j = good;
+    j[key] = value;
+    std::ofstream(file) << j.dump();
+    try {
+      (void)load_preset(file.string(), kRoot / "configs/presets", kRoot / "configs/shapes", kRoot);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(loaded)");
+  };
+  EXPECT_NE(error_of("kv_dtype", 16).find("\"kv_dtype\" must be bf16, f16 or f32, got 16"), std::string::npos);
+  EXPECT_NE(error_of("vocab_size", 4294967297).find("\"vocab_size\" must be an integer from 1 to 2147483647"),
+            std::string::npos);
+  EXPECT_NE(error_of("reserve_gib", 1e30).find("\"reserve_gib\" must be a number > 0 and <= 1.04858e+06, got 1e+30"),
+            std::string::npos)
+      << error_of("reserve_gib", 1e30);
+  const std::string unknown = error_of("kv-dtype", "f32");
+  EXPECT_NE(unknown.find("unknown field \"kv-dtype\" (known: _comment, shape"), std::string::npos) << unknown;
+  EXPECT_NE(error_of("host_memory_fraction", 1.5).find("\"host_memory_fraction\" must be a number > 0 and <= 1"),
+            std::string::npos);
+  EXPECT_EQ(error_of("reserve_gib", 8), "(loaded)");
+  std::filesystem::remove(file);
 }
 
 }  // namespace
