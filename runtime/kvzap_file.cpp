@@ -1,7 +1,9 @@
 // Reading and writing kvzap.safetensors (see kvzap_file.hpp).
 #include "runtime/kvzap_file.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -79,11 +81,25 @@ std::shared_ptr<const KvzapSurrogate> load_kvzap(const std::filesystem::path& pa
       y.b2 = read_tensor(*file, p + "fc2.bias", {G});
     }
   }
-  const std::string extra = "layers." + std::to_string(L) + ".";
-  for (const auto& [name, t] : ts)
-    if (name.rfind(extra, 0) == 0)
+  // Every tensor is one read above: a layer past the model's, or a misspelt name, is
+  // not silently dropped.
+  const std::vector<std::string> leaves = mlp ? std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+                                              : std::vector<std::string>{"weight", "bias"};
+  for (const auto& [name, t] : ts) {
+    size_t l = 0;
+    int used = 0;
+    const bool layered = std::sscanf(name.c_str(), "layers.%zu.%n", &l, &used) == 1 && used > 0;
+    if (layered && l >= L)
       throw Error(path.string() + ": tensor '" + name + "' is for a layer the model (" +
                   std::to_string(L) + " layers) does not have");
+    if (!layered || std::find(leaves.begin(), leaves.end(), name.substr(size_t(used))) == leaves.end() ||
+        name != "layers." + std::to_string(l) + "." + name.substr(size_t(used))) {
+      std::string known;
+      for (const std::string& leaf : leaves) known += (known.empty() ? "layers.N." : ", layers.N.") + leaf;
+      throw Error(path.string() + ": tensor '" + name + "' is not one of a " + (mlp ? "two-layer" : "linear") +
+                  " surrogate's (" + known + ")");
+    }
+  }
   m->validate();
   return m;
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,23 @@ KvzapSurrogate patterned(KvzapForm form, size_t layers, size_t dim, size_t G, si
   return m;
 }
 
+// Adds an F32 tensor of two zeros named `name` to a safetensors file.
+void add_tensor(const fs::path& file, const std::string& name) {
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  std::string data = bytes.substr(8 + n);
+  header[name] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {data.size(), data.size() + 8}}};
+  data.append(8, '\0');
+  const std::string h = header.dump();
+  const uint64_t hn = h.size();
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&hn), 8);
+  out << h << data;
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   // memcmp may not be given the null data() of an empty vector (UBSan: nonnull).
   return a.size() == b.size() &&
@@ -100,6 +118,17 @@ TEST(kvzap_file, a_missing_file_or_a_bad_tensor_is_an_error_naming_the_file_and_
                       file.string() + ": tensor 'layers.5.weight' is missing");
   save_kvzap(file, patterned(KvzapForm::mlp, L + 1, D, G, 3));
   expect_error_naming([&] { (void)load_kvzap(file, c); }, "tensor 'layers.6.fc1.bias' is for a layer");
+  // A tensor past the next layer, or a misspelt one, was dropped silently.
+  save_kvzap(file, patterned(KvzapForm::linear, L, D, G, 0));
+  add_tensor(file, "layers.7.weight");
+  expect_error_naming([&] { (void)load_kvzap(file, c); }, "tensor 'layers.7.weight' is for a layer");
+  save_kvzap(file, patterned(KvzapForm::linear, L, D, G, 0));
+  add_tensor(file, "layers.0.weigth");
+  expect_error_naming([&] { (void)load_kvzap(file, c); },
+                      "tensor 'layers.0.weigth' is not one of a linear surrogate's (layers.N.weight, layers.N.bias)");
+  save_kvzap(file, patterned(KvzapForm::mlp, L, D, G, 3));
+  add_tensor(file, "layers.01.fc1.bias");
+  expect_error_naming([&] { (void)load_kvzap(file, c); }, "tensor 'layers.01.fc1.bias' is not one of a two-layer");
   std::ofstream(file, std::ios::trunc) << "not a safetensors file";
   expect_error_naming([&] { (void)load_kvzap(file, c); }, file.string());
   // The runtime refuses a kvzap request before any work when the model has none.

@@ -5,12 +5,14 @@
 // tools (tests/data/chat_templates: the renderings of render_reference.py).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/error.hpp"
 #include "tools/server/api_error.hpp"
 #include "tools/server/chat_template.hpp"
 #include "tools/server/jinja.hpp"
@@ -202,6 +204,33 @@ TEST(chat_template, malformed_messages_are_refused_naming_the_field) {
                                                 {{"type", "text"}, {"text", "b"}}}}}}))
                 .find("user\nab<|im_end|>"),
             std::string::npos);
+}
+
+TEST(chat_template, a_named_template_list_with_a_bad_entry_is_refused_naming_the_file_and_the_entry) {
+  // A name that is not a string gave a raw json type error, after the model loaded.
+  const auto dir = std::filesystem::temp_directory_path() / "vc_chat_template_named";
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const json& list) {
+    std::ofstream(dir / "tokenizer_config.json") << json{{"chat_template", list}}.dump();
+  };
+  const auto error_of = [&] {
+    try {
+      (void)ChatTemplate::from_model_dir(dir.string());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(loaded)");
+  };
+  write(json::array({{{"name", 5}, {"template", "x"}}, {{"name", "default"}, {"template", "y"}}}));
+  const std::string e = error_of();
+  EXPECT_NE(e.find("tokenizer_config.json: field 'chat_template[0]': expected an object with a string \"name\""),
+            std::string::npos)
+      << e;
+  write(json::array({{{"name", "tool_use"}, {"template", "x"}}}));
+  EXPECT_NE(error_of().find("no template named 'default'"), std::string::npos);
+  write(json::array({{{"name", "tool_use"}, {"template", "x"}}, {{"name", "default"}, {"template", "y"}}}));
+  EXPECT_EQ(error_of(), "(loaded)");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(jinja, follows_python_semantics_the_templates_rely_on) {

@@ -148,10 +148,15 @@ std::optional<ChatTemplate> ChatTemplate::from_model_dir(const std::string& dir)
   if (t.is_string()) {
     source = t.get<std::string>();
   } else if (t.is_array()) {  // named templates: the "default" one
-    for (const json& named : t)
-      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
-          named["template"].is_string())
-        source = named["template"].get<std::string>();
+    for (size_t i = 0; i < t.size(); ++i) {
+      const json& named = t[i];
+      const std::string field = "field 'chat_template[" + std::to_string(i) + "]";
+      if (!named.is_object() || !named.contains("name") || !named["name"].is_string() ||
+          !named.contains("template") || !named["template"].is_string())
+        throw Error(path.string() + ": " + field + "': expected an object with a string \"name\" and a "
+                    "string \"template\", found " + named.dump(-1, ' ', true).substr(0, 80));
+      if (named["name"] == "default") source = named["template"].get<std::string>();
+    }
     if (source.empty())
       throw Error(path.string() + ": field 'chat_template': no template named 'default'");
   } else {
