@@ -146,6 +146,9 @@ Engine::Engine(const EngineConfig& cfg) : impl_(std::make_unique<Impl>()) {
   }
   if (cfg.prefill_chunk < 1 || cfg.prefill_chunk > 65536)
     throw Error("EngineConfig.prefill_chunk: must be 1 to 65536 tokens, got " + std::to_string(cfg.prefill_chunk));
+  if (cfg.stage_positions > (size_t(1) << 24))  // as --stage-positions; rounding it up must not wrap
+    throw Error("EngineConfig.stage_positions: must be 0 (whole layers) to 16777216 positions, got " +
+                std::to_string(cfg.stage_positions));
   Device device;
   try {
     device = parse_device(cfg.device);

@@ -109,6 +109,11 @@ TEST(engine_misuse, out_of_range_config_fields_are_errors_naming_the_field) {
   c = config();
   c.fast_memory_bytes = std::numeric_limits<size_t>::max();
   expect_refused(c, "EngineConfig.fast_memory_bytes:");
+  c = config();  // rounded up to whole blocks it wrapped to 0: a host tier refused it
+  c.stage_positions = std::numeric_limits<size_t>::max();  // unnamed, a disk tier ran
+  expect_refused(c, "EngineConfig.stage_positions: must be 0 (whole layers) to 16777216 positions");
+  c.full_tier = "disk";
+  expect_refused(c, "EngineConfig.stage_positions: must be 0 (whole layers) to 16777216 positions");
 }
 
 TEST(engine_misuse, a_trace_from_an_engine_that_records_none_says_which_field_to_set) {
