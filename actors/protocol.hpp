@@ -89,6 +89,7 @@ struct commit_msg {
   std::shared_ptr<const VerifyOutcome> outcome;
   size_t p0 = 0;
   size_t ahead = 0;  // drafter: DraftBatcher::commit's drafts kept ahead (the mover ignores it)
+  caf::actor failures_to = {};  // mover: where a failed commit is reported (failed_msg), if set
 };
 /// scheduler -> drafter and mover, once per request: free everything it holds.
 struct release_msg {

@@ -369,7 +369,6 @@ caf::behavior mover(caf::event_based_actor* self, FullTier* tier,
 
 caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> tiers,
                           StreamerLanes lanes, std::shared_ptr<TraceRecorder> trace) {
-  (void)self;
   const int track = trace->track("mover");
   // The ranks' commits run at once, each rank's rows to its own tier (its own link).
   const int degree = int(tiers.size());
@@ -412,9 +411,12 @@ caf::behavior mover_group(caf::event_based_actor* self, std::vector<FullTier*> t
               for (size_t l = 0; l < layers; ++l)
                 tier->write(o.id, l, m.p0 + r, o.k(l, r), o.v(l, r));
           });
-        } catch (const std::exception&) {
-          // The request was cancelled (released) meanwhile, or its tier failed: the
-          // next verify pass reports a failure for it alone.
+        } catch (const std::exception& e) {
+          // The request was cancelled (released) meanwhile (the scheduler ignores the
+          // report), or its tier failed (a full disk): the request fails with the
+          // tier's error, not the next verify pass's short read.
+          if (m.failures_to)
+            self->send(m.failures_to, failed_msg{v.id, std::string("committing the accepted tokens' KV: ") + e.what()});
         }
       },
       [=](release_msg& m) {
@@ -509,7 +511,7 @@ caf::behavior verifier_group(caf::event_based_actor* self, std::shared_ptr<TpVer
                     return;
                   }
                   for (size_t j = 0; j < jobs.size(); ++j) {
-                    self->send(mover, commit_msg{outs[j], jobs[j].p0});
+                    self->send(mover, commit_msg{outs[j], jobs[j].p0, 0, scheduler});
                     self->send(scheduler, verified_msg{outs[j]});
                   }
                   kick();

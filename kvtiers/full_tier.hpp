@@ -383,7 +383,9 @@ class DiskFullTier final : public FullTier {
   [[nodiscard]] size_t region_bytes(size_t capacity_blocks) const;
   void flush(uint64_t id, DiskSlot& d, size_t layer);
   void relayout(uint64_t id, DiskSlot& d, size_t capacity_blocks);
-  [[nodiscard]] int open_for_read(uint64_t id, bool aligned, bool& direct);
+  /// A read descriptor for request `id`'s file, checked to be the file `write_fd`
+  /// writes (a file replaced behind the tier is an error, never its bytes).
+  [[nodiscard]] int open_for_read(uint64_t id, int write_fd, bool aligned, bool& direct);
 
   std::string parent_;     // given directory (kept)
   std::string dir_;        // private directory (mkdtemp), removed on destruction

@@ -232,22 +232,41 @@ FullTier::BlockRef DiskFullTier::block_for_write(uint64_t id, Slot& s, size_t la
   return {k, k + bb};
 }
 
-int DiskFullTier::open_for_read(uint64_t id, bool aligned, bool& direct) {
+int DiskFullTier::open_for_read(uint64_t id, int write_fd, bool aligned, bool& direct) {
   const std::string path = file_path(id);
   direct = false;
+  // No symlink followed, and no wait on a FIFO put at the name: the tier's lock is
+  // held here, and every request would wait with it.
+  constexpr int kFlags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  int fd = -1;
   if (direct_io_ && aligned) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (fd >= 0) {
-      direct = true;
-      return fd;
-    }
-    if (errno == EINVAL) direct_io_ = false;  // the filesystem refuses O_DIRECT
+    fd = ::open(path.c_str(), kFlags | O_DIRECT);
+    if (fd >= 0) direct = true;
+    else if (errno == EINVAL) direct_io_ = false;  // the filesystem refuses O_DIRECT
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) return fd;
-  if (errno == ENOENT)
-    throw Error(where(id) + ": the KV file " + path + " is missing (deleted behind the tier)");
-  throw Error(where(id) + ": cannot open the KV file " + path + ": " + errno_text());
+  if (fd < 0) fd = ::open(path.c_str(), kFlags);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      throw Error(where(id) + ": the KV file " + path + " is missing (deleted behind the tier)");
+    if (errno == ELOOP)
+      throw Error(where(id) + ": the KV file " + path + " was replaced by a symbolic link behind the tier");
+    throw Error(where(id) + ": cannot open the KV file " + path + ": " + errno_text());
+  }
+  // Reads go by name (O_DIRECT needs its own descriptor), writes by the descriptor
+  // the tier created: the name must still be that file, or the reads would see
+  // another file's bytes as this request's KV.
+  struct stat named {}, written {};
+  if (::fstat(fd, &named) != 0 || ::fstat(write_fd, &written) != 0) {
+    const std::string why = errno_text();
+    ::close(fd);
+    throw Error(where(id) + ": cannot stat the KV file: " + why);
+  }
+  if (!S_ISREG(named.st_mode) || named.st_dev != written.st_dev || named.st_ino != written.st_ino) {
+    ::close(fd);
+    throw Error(where(id) + ": the KV file " + path + " was replaced behind the tier" +
+                (S_ISREG(named.st_mode) ? "" : " (by something other than a regular file)"));
+  }
+  return fd;
 }
 
 void DiskFullTier::read_blocks(uint64_t id, Slot& s, size_t layer, size_t first_block,
@@ -264,7 +283,7 @@ void DiskFullTier::read_blocks(uint64_t id, Slot& s, size_t layer, size_t first_
   const size_t k_off = 2 * layer * d.region + start, v_off = (2 * layer + 1) * d.region + start;
   for (;;) {
     bool direct = false;
-    FdGuard fd{open_for_read(id, aligned, direct)};
+    FdGuard fd{open_for_read(id, d.fd, aligned, direct)};
     struct stat st {};
     if (::fstat(fd.fd, &st) != 0)
       throw Error(where(id) + ": cannot stat the KV file: " + errno_text());
@@ -295,9 +314,14 @@ void DiskFullTier::read_blocks(uint64_t id, Slot& s, size_t layer, size_t first_
 
 void DiskFullTier::close_slot(uint64_t id, Slot& s) {
   auto& d = static_cast<DiskSlot&>(s);
+  // Only the file the tier created goes: one put at its name behind it is left.
+  struct stat named {}, written {};
+  const bool ours = d.fd < 0 || ::fstat(d.fd, &written) != 0 || ::lstat(d.path.c_str(), &named) != 0 ||
+                    (named.st_dev == written.st_dev && named.st_ino == written.st_ino);
   if (d.fd >= 0) ::close(d.fd);
   d.fd = -1;
   ::unlink((d.path + ".grow").c_str());
+  if (!ours) return;
   if (::unlink(d.path.c_str()) != 0 && errno != ENOENT)
     throw Error(where(id) + ": cannot delete the KV file: " + errno_text());
 }

@@ -165,6 +165,34 @@ struct VerifyRig {
   }
 };
 
+TEST(worker_actors, a_commit_the_tier_refuses_fails_its_request_with_the_tier_s_error) {
+  // The mover dropped a failed commit (a full disk): the request failed later, at
+  // its next verify pass, as "read past the end".
+  Rig rig;
+  {
+    caf::scoped_actor sched{*rig.sys};
+    auto streamer = std::make_shared<LayerStreamer>(rig.tier);
+    auto mover = rig.sys->spawn<caf::detached>(actors::mover, &rig.tier, streamer, rig.trace);
+    rig.tier.create(5, 64);
+    const KvCacheConfig& kv = rig.tier.config();
+    auto out = std::make_shared<VerifyOutcome>();
+    out->id = 5;
+    out->row_floats = kv.kv_heads * kv.head_dim;
+    out->rows_k.assign(kv.num_layers * out->row_floats, 0.0f);
+    out->rows_v = out->rows_k;
+    // Position 3 of an entry that holds none: the tier refuses the write.
+    sched->send(mover, commit_msg{out, 3, 0, caf::actor{sched}});
+    std::string error;
+    uint64_t id = 0;
+    sched->receive([&](failed_msg& m) { id = m.id, error = m.error; },
+                   caf::after(std::chrono::seconds(30)) >> [] { FAIL() << "no failure reported"; });
+    EXPECT_EQ(id, 5u);
+    EXPECT_NE(error.find("committing the accepted tokens' KV: "), std::string::npos) << error;
+    EXPECT_NE(error.find("leaves a gap"), std::string::npos) << error;
+    sched->send_exit(mover, caf::exit_reason::user_shutdown);
+  }
+}
+
 TEST(worker_actors, verify_jobs_that_wait_share_a_pass_and_each_outcome_is_its_pass_alone) {
   Rig rig;
   {

@@ -123,6 +123,10 @@ TEST(remote_cache, options_a_full_decoding_run_does_not_use_are_named_in_a_warni
   EXPECT_NE(r.out.find("--disk-dir is not used without --full-tier disk"), std::string::npos) << r.out;
   const auto used = vc::test::run_vericache("generate --prompt x --max-tokens 1 --mode full", true);
   EXPECT_EQ(used.out.find("not used"), std::string::npos) << used.out;
+  // batch said nothing (serve shares the line).
+  const auto batch = vc::test::run_vericache("batch --input /dev/null --output /dev/null --disk-dir /tmp", true);
+  EXPECT_EQ(batch.code, 0) << batch.out;
+  EXPECT_NE(batch.out.find("--disk-dir is not used without --full-tier disk"), std::string::npos) << batch.out;
 }
 
 TEST(remote_cache, a_bad_remote_url_is_a_one_line_error) {

@@ -3,6 +3,7 @@
 // and the disk tier's files (growth, missing and truncated files, bad directories).
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -314,6 +315,46 @@ TEST(full_tier, a_missing_or_truncated_kv_file_gives_an_error_naming_the_file) {
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
   tier.release(1);  // releasing a request whose file is already gone is fine
   EXPECT_FALSE(tier.contains(1));
+}
+
+TEST(full_tier, a_kv_file_replaced_behind_the_tier_is_an_error_never_its_bytes) {
+  // A same-size file, a symbolic link or a FIFO put at a request's file name: reads
+  // went by name and returned the other file's bytes as KV (wrong tokens), or
+  // blocked in open() on the FIFO, holding the tier's lock.
+  TempDir dir;
+  const KvCacheConfig c = config(DType::f32);
+  DiskFullTier tier(c, dir.path);
+  Writer w(c);
+  KvStaging st(c);
+  for (uint64_t id : {1, 2, 3, 4}) {
+    tier.create(id);
+    for (size_t p = 0; p < 9; ++p)
+      for (size_t l = 0; l < c.num_layers; ++l) tier.write(id, l, p, w.k.data(), w.v.data());
+  }
+  tier.read_layer(1, 0, 9, st);  // what was written is read back
+  const std::string swapped = tier.file_path(1), linked = tier.file_path(2), fifo = tier.file_path(3);
+  const auto size = fs::file_size(swapped);
+  const std::string other = dir.path + "/other.kv";
+  std::ofstream(other).close();
+  fs::resize_file(other, size);
+  fs::rename(other, swapped);
+  std::string msg = message_of([&] { tier.read_layer(1, 0, 9, st); });
+  EXPECT_NE(msg.find("the KV file " + swapped + " was replaced behind the tier"), std::string::npos) << msg;
+  fs::copy_file(tier.file_path(4), dir.path + "/copy.kv");
+  fs::remove(linked);
+  fs::create_symlink(dir.path + "/copy.kv", linked);
+  msg = message_of([&] { tier.read_layer(2, 0, 9, st); });
+  EXPECT_NE(msg.find(linked + " was replaced by a symbolic link"), std::string::npos) << msg;
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  msg = message_of([&] { tier.read_layer(3, 0, 9, st); });  // must not block
+  EXPECT_NE(msg.find(fifo + " was replaced behind the tier (by something other than a regular file)"),
+            std::string::npos)
+      << msg;
+  tier.read_layer(4, 0, 9, st);  // the others are untouched
+  for (uint64_t id : {1, 2, 3}) tier.release(id);
+  EXPECT_TRUE(fs::exists(swapped)) << "a file put at the name is not the tier's to delete";
+  EXPECT_TRUE(fs::is_symlink(linked));
 }
 
 TEST(full_tier, a_directory_that_cannot_be_created_or_written_is_refused_clearly) {

@@ -271,6 +271,8 @@ int run_batch(const BatchArgs& a) {
   cfg.tp = a.tp;
   cfg.full_tier = a.full_tier;
   cfg.disk_dir = a.disk_dir;
+  if (!a.disk_dir.empty() && a.full_tier != "disk")  // said so, as generate does
+    spdlog::warn("--disk-dir is not used without --full-tier disk");
   cfg.link_bytes_per_second = a.link_gbps * 1e9;
   cfg.kv_dtype = a.kv_dtype;
   cfg.max_active = a.concurrency;

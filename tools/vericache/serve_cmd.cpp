@@ -149,6 +149,8 @@ int run_serve(const ServeArgs& a) {
   cfg.tp = a.tp;
   cfg.full_tier = a.full_tier;
   cfg.disk_dir = a.disk_dir;
+  if (!a.disk_dir.empty() && a.full_tier != "disk")  // said so, as generate does
+    spdlog::warn("--disk-dir is not used without --full-tier disk");
   cfg.kv_dtype = a.kv_dtype;
   cfg.max_active = a.max_concurrency;
   cfg.verify_batch = a.verify_batch;
