@@ -53,20 +53,34 @@ std::vector<size_t> best_group(const Topology& t, size_t k) {
     }
     return best;
   }
-  // Too many subsets: grow a group greedily from each GPU, keep the best.
+  // Too many subsets: grow a group greedily from each GPU, keep the best. Each step
+  // adds the GPU whose links to the group give the best score (the first on a tie);
+  // a candidate's worst and summed link to the group are kept up to date as the group
+  // grows, so a step costs O(n), not a rescoring of the whole group per candidate.
+  std::vector<int> worst_to(n), sum_to(n);
+  std::vector<char> in_group(n);
   for (size_t first = 0; first < n; ++first) {
     std::vector<size_t> g{first};
+    std::fill(in_group.begin(), in_group.end(), 0);
+    in_group[first] = 1;
+    GroupScore gs{};
+    for (size_t c = 0; c < n; ++c) worst_to[c] = sum_to[c] = int(t.link(first, c));
     while (g.size() < k) {
       size_t pick = n;
       GroupScore ps{};
       for (size_t c = 0; c < n; ++c) {
-        if (std::find(g.begin(), g.end(), c) != g.end()) continue;
-        auto trial = g;
-        trial.push_back(c);
-        const GroupScore s = score(t, trial);
+        if (in_group[c]) continue;
+        const GroupScore s{std::max(gs.worst, worst_to[c]), gs.sum + sum_to[c]};
         if (pick == n || s < ps) pick = c, ps = s;
       }
       g.push_back(pick);
+      in_group[pick] = 1;
+      gs = ps;
+      for (size_t c = 0; c < n; ++c) {
+        const int l = int(t.link(pick, c));
+        worst_to[c] = std::max(worst_to[c], l);
+        sum_to[c] += l;
+      }
     }
     std::sort(g.begin(), g.end());
     const GroupScore s = score(t, g);
