@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 
 #include "kernels/error.hpp"
 #include "topology/nvml_links.hpp"
+#include "topology/topology_file.hpp"
 
 namespace vc {
 
@@ -128,18 +128,23 @@ LinkClass pci_link(hwloc_obj_t a, hwloc_obj_t b, const PciPlace& pa, const PciPl
 
 }  // namespace
 
-HwlocTopology::HwlocTopology(const std::string& xml_file) {
-  source_ = xml_file.empty() ? std::string("this machine (hwloc)") : xml_file;
-  if (!xml_file.empty() && !std::filesystem::is_regular_file(xml_file)) {
-    std::error_code ec;
-    throw Error("--topology '" + xml_file + "': " +
-                (std::filesystem::is_directory(xml_file, ec) ? "is a directory; expected an hwloc XML file"
-                 : std::filesystem::exists(xml_file, ec)     ? "not a regular file; expected an hwloc XML file"
-                                                             : "no such file"));
+HwlocTopology::HwlocTopology(const std::string& xml_file, const std::string& origin) {
+  // hwloc itself would load $HWLOC_XMLFILE when no file is given: it goes through
+  // the same checks, read here like --topology.
+  const char* env = std::getenv("HWLOC_XMLFILE");
+  std::string what = origin.empty() ? "--topology '" + xml_file + "'" : origin;
+  std::string file = xml_file;
+  if (xml_file.empty() && env != nullptr && *env != '\0') {
+    file = env;
+    what = "HWLOC_XMLFILE '" + file + "'";
   }
+  source_ = file.empty() ? std::string("this machine (hwloc)") : file;
+  std::string xml;
+  if (!file.empty()) xml = read_topology_xml(file, what);
   if (hwloc_topology_init(&topo_) != 0) throw Error("hwloc: topology init failed");
   bool ok = true;
-  if (!xml_file.empty()) ok = hwloc_topology_set_xml(topo_, xml_file.c_str()) == 0;
+  // hwloc wants the buffer's length with its terminating NUL.
+  if (!file.empty()) ok = hwloc_topology_set_xmlbuffer(topo_, xml.c_str(), int(xml.size() + 1)) == 0;
   ok = ok && hwloc_topology_set_io_types_filter(topo_, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) == 0;
   ok = ok && hwloc_topology_load(topo_) == 0;
   if (!ok) {

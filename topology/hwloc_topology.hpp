@@ -15,9 +15,12 @@ namespace vc {
 /// Owns one loaded hwloc topology (I/O devices kept). Not copyable.
 class HwlocTopology {
  public:
-  /// `xml_file` empty: this machine. Throws vc::Error naming the file when hwloc
-  /// cannot read it.
-  explicit HwlocTopology(const std::string& xml_file = "");
+  /// `xml_file` empty: this machine, or $HWLOC_XMLFILE when set (hwloc's own
+  /// override, given the same checks). The file is read with a size cap and checked
+  /// for its nesting depth before hwloc parses it (topology/topology_file.hpp).
+  /// Throws vc::Error naming the file when it is refused or hwloc cannot read it;
+  /// `what` names where the path came from ("--topology 'F'" when empty).
+  explicit HwlocTopology(const std::string& xml_file = "", const std::string& what = "");
   ~HwlocTopology();
   HwlocTopology(const HwlocTopology&) = delete;
   HwlocTopology& operator=(const HwlocTopology&) = delete;
