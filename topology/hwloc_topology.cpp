@@ -8,6 +8,7 @@
 
 #include "kernels/error.hpp"
 #include "topology/nvml_links.hpp"
+#include "topology/topology_checks.hpp"
 #include "topology/topology_file.hpp"
 
 namespace vc {
@@ -90,12 +91,12 @@ const char* info(hwloc_obj_t o, const char* name) {
 
 // The GPU's model and memory from the OS devices under it (the CUDA/NVML plugins'
 // records in an XML), else the PCI name hwloc knows.
-void describe_gpu(hwloc_obj_t pci, Gpu& g) {
+void describe_gpu(hwloc_obj_t pci, Gpu& g, const std::string& source) {
   for (hwloc_obj_t c = pci->io_first_child; c != nullptr; c = c->next_sibling) {
     if (c->type != HWLOC_OBJ_OS_DEVICE) continue;
     if (g.model.empty()) g.model = info(c, "GPUModel");
     if (const char* kib = hwloc_obj_get_info_by_name(c, "CUDAGlobalMemorySize"))
-      g.memory_bytes = std::strtoull(kib, nullptr, 10) * 1024ull;
+      g.memory_bytes = parse_gpu_memory_kib(kib, "topology " + source + ": GPU " + g.pci.bus_id);
   }
   if (g.model.empty()) g.model = info(pci, "PCIDevice");
 }
@@ -193,13 +194,15 @@ Topology HwlocTopology::read(bool use_nvml) const {
     if (o->attr->pcidev.vendor_id == kNvidia && (cls >> 8) == 0x03) {
       Gpu g;
       g.pci = place_of(topo_, o);
-      describe_gpu(o, g);
+      describe_gpu(o, g, source_);
       t.gpus.push_back(std::move(g));
       gpu_objs.push_back(o);
     } else if ((cls >> 8) == 0x02) {
       t.nics.push_back(Nic{place_of(topo_, o), nic_name(o)});
     }
   }
+
+  check_topology(t);
 
   const size_t g = t.gpus.size();
   t.links.assign(g * g, LinkClass::nvlink);

@@ -21,6 +21,16 @@ using test::replace_first;
 using test::TempXml;
 using test::topology_fixture_text;
 
+const std::string kGpu0 =
+    R"(pci_busid="0000:18:00.0" pci_type="0302 [10de:2321] [10de:1839] a1" pci_link_speed="63.015385")";
+
+// two_h100_nvl with `from` replaced by `to`, read.
+void read_edited(const std::string& from, const std::string& to, const std::string& error) {
+  const TempXml f(replace_first(topology_fixture_text("two_h100_nvl"), from, to));
+  expect_error_naming([&] { (void)HwlocTopology(f.path()).read(); }, f.path());
+  expect_error_naming([&] { (void)HwlocTopology(f.path()).read(); }, error);
+}
+
 // one_h200 with `levels` Group objects nested inside the Machine.
 std::string nested(size_t levels) {
   std::string open, close;
@@ -78,6 +88,45 @@ TEST(topology_input, a_topology_file_over_64_mib_is_refused_naming_the_limit) {
 
 TEST(topology_input, an_empty_topology_path_is_an_error_not_this_machine) {
   expect_error_naming([] { (void)read_topology_xml("", "--topology ''"); }, "--topology '': empty path");
+}
+
+// NaN, inf and 1e30 GB/s modelled the link as free (0.0 ms per verify round).
+TEST(topology_input, a_non_finite_or_absurd_pci_link_speed_is_refused_naming_the_gpu) {
+  for (const char* v : {"nan", "inf", "1e30", "-5"}) {
+    SCOPED_TRACE(v);
+    read_edited(kGpu0, replace_first(kGpu0, "63.015385", v), "GPU 0000:18:00.0 records a PCIe link speed");
+  }
+  read_edited(kGpu0, replace_first(kGpu0, "63.015385", "1e30"), "of 1e+30 GB/s");
+}
+
+// strtoull read "-1" as 16 EiB, took "98566144GiB" as 98566144 and overflowed x1024.
+TEST(topology_input, a_cuda_memory_size_that_is_not_a_plain_number_of_kib_is_refused) {
+  const std::string mem = R"(name="CUDAGlobalMemorySize" value="98566144")";
+  for (const char* v : {"-1", "98566144GiB", "abc", "18014398509481985", "0", ""}) {
+    SCOPED_TRACE(v);
+    read_edited(mem, replace_first(mem, "98566144", v),
+                "GPU 0000:18:00.0: CUDAGlobalMemorySize '" + std::string(v) + "' must be a whole number of KiB");
+  }
+}
+
+TEST(topology_input, a_numa_node_recording_more_than_a_pebibyte_is_refused_naming_it) {
+  read_edited(R"(gp_index="59" local_memory="274877906944")", R"(gp_index="59" local_memory="-1")",
+              "NUMA node P#1 records 18446744073709551615 bytes");
+}
+
+TEST(topology_input, two_numa_nodes_with_one_os_index_are_refused_naming_it) {
+  read_edited(R"(type="NUMANode" os_index="1")", R"(type="NUMANode" os_index="0")",
+              "two NUMA nodes have os_index 0");
+}
+
+TEST(topology_input, two_gpus_at_one_bus_id_are_refused_naming_it) {
+  read_edited(R"(pci_busid="0000:98:00.0")", R"(pci_busid="0000:18:00.0")", "two GPUs have bus id 0000:18:00.0");
+}
+
+TEST(topology_input, a_gpu_without_a_bus_id_is_refused) {
+  const TempXml f(replace_first(topology_fixture_text("one_h200"), R"(pci_busid="0000:18:00.0" )", ""));
+  expect_error_naming([&] { (void)HwlocTopology(f.path()).read(); }, f.path());
+  expect_error_naming([&] { (void)HwlocTopology(f.path()).read(); }, "has no pci_busid");
 }
 
 }  // namespace
