@@ -229,9 +229,11 @@ Topology HwlocTopology::read(bool use_nvml) const {
     }
   }
   // A recorded NVLinkBandwidth matrix (what hwloc's NVML plugin writes), between OS devices.
+  // hwloc fills at most `nr` (1) matrices and sets `nr` to how many there are: a
+  // file recording the matrix twice gives the first.
   hwloc_distances_s* d = nullptr;
   unsigned nr = 1;
-  if (hwloc_distances_get_by_name(topo_, "NVLinkBandwidth", &nr, &d, 0) == 0 && nr == 1) {
+  if (hwloc_distances_get_by_name(topo_, "NVLinkBandwidth", &nr, &d, 0) == 0 && nr >= 1 && d != nullptr) {
     std::vector<int> index(d->nbobjs, -1);
     for (unsigned k = 0; k < d->nbobjs; ++k) {
       const hwloc_obj_t p = pci_parent(d->objs[k]);

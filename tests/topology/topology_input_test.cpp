@@ -129,5 +129,19 @@ TEST(topology_input, a_gpu_without_a_bus_id_is_refused) {
   expect_error_naming([&] { (void)HwlocTopology(f.path()).read(); }, "has no pci_busid");
 }
 
+// With two matrices hwloc filled one, the code asked for exactly one: NVLink was lost
+// and the matrix never released.
+TEST(topology_input, a_recorded_nvlink_matrix_given_twice_is_read_from_the_first) {
+  std::string xml = topology_fixture_text("two_h100_nvl");
+  const size_t from = xml.find("  <distances2");
+  const size_t to = xml.find("</distances2>") + std::string("</distances2>\n").size();
+  ASSERT_NE(from, std::string::npos);
+  xml.insert(to, xml.substr(from, to - from));
+  const TempXml f(xml);
+  const Topology t = HwlocTopology(f.path()).read();
+  EXPECT_EQ(t.link(0, 1), LinkClass::nvlink);
+  EXPECT_EQ(t.links_from, "recorded NVLinkBandwidth + PCI tree");
+}
+
 }  // namespace
 }  // namespace vc
