@@ -217,9 +217,19 @@ DeploymentPlan plan_deployment(const DeploymentPreset& preset, const Topology& t
     size_t ranks = 0;
     for (const auto& s : plan.placement.shards) ranks += s.numa == node.os_index ? 1 : 0;
     if (ranks == 0) continue;
+    if (node.memory_bytes == 0)
+      throw Error(fmt::format("topology {}: NUMA node P#{} records no memory (local_memory 0), yet holds the "
+                              "full-KV shard of {} rank(s)",
+                              topo.source, node.os_index, ranks));
     const double cap = preset.host_memory_fraction * double(node.memory_bytes);
     const double per_req = double(ranks * plan.full_kv_per_request);
     const size_t fit = size_t(cap / per_req);
+    if (fit == 0)
+      throw Error(fmt::format("topology {}: NUMA node P#{} holds not one request's full KV: {:.0f}% of its {} "
+                              "({} bytes) is less than {} shard(s) x {} positions = {}",
+                              topo.source, node.os_index, 100 * preset.host_memory_fraction,
+                              gib(double(node.memory_bytes)), node.memory_bytes, ranks,
+                              req.context + req.max_tokens, gib(per_req)));
     plan.host_fit = std::min(plan.host_fit, fit);
     add(fmt::format("full KV on NUMA node P#{}", node.os_index), per_req, "bytes per request",
         fmt::format("{} shard(s) x ({} + {}) positions x {} B/position = {}; {:.0f}% of {} holds floor({} / {}) = {} "

@@ -12,6 +12,8 @@
 #include "kernels/error.hpp"
 #include "runtime/deployment_plan.hpp"
 #include "runtime/fast_memory_need.hpp"
+#include "tests/error_naming.hpp"
+#include "tests/topology/edited_fixture.hpp"
 #include "topology/hwloc_topology.hpp"
 
 namespace vc {
@@ -147,6 +149,22 @@ TEST(deployment_plan, a_preset_file_with_a_bad_or_unknown_field_is_an_error_nami
             std::string::npos);
   EXPECT_EQ(error_of("reserve_gib", 8), "(loaded)");
   std::filesystem::remove(file);
+}
+
+// local_memory 0 or junk ("12abc" reads as 12 bytes) planned a concurrency of 0.
+TEST(deployment_plan, a_shard_numa_node_without_room_for_one_request_is_an_error_naming_it) {
+  PlanRequest req;
+  req.context = 8192;
+  const DeploymentPreset p = preset("llama-3-70b-2xh100-nvl");
+  const std::string node1 = R"(gp_index="59" local_memory="274877906944")";
+  const auto plan_with = [&](const std::string& memory) {
+    const test::TempXml f(test::replace_first(test::topology_fixture_text("two_h100_nvl"), node1,
+                                              R"(gp_index="59" local_memory=")" + memory + "\""));
+    (void)plan_deployment(p, HwlocTopology(f.path()).read(), req);
+  };
+  test::expect_error_naming([&] { plan_with("0"); }, "NUMA node P#1 records no memory (local_memory 0)");
+  test::expect_error_naming([&] { plan_with("12abc"); }, "NUMA node P#1 holds not one request's full KV");
+  test::expect_error_naming([&] { plan_with("12abc"); }, "(12 bytes)");
 }
 
 }  // namespace
