@@ -133,6 +133,8 @@ DeploymentPreset load_preset(const std::string& name_or_file, const std::filesys
     p.shape.parsed.vocab_size = j["vocab_size"].get<int>();
   }
   p.topology = j["topology"].get<std::string>();
+  if (p.topology.empty())
+    throw Error("preset " + f + ": \"topology\" is empty; expected the path of an hwloc XML topology");
   if (p.topology.is_relative()) p.topology = root / p.topology;
   if (!j.contains("tp") || !j["tp"].is_number_integer() || j["tp"].get<int64_t>() < 1)
     throw Error("preset " + f + ": \"tp\" must be an integer >= 1");

@@ -1,4 +1,6 @@
 // `vericache plan`: prints every figure with its arithmetic; bad input is one line.
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -39,6 +41,33 @@ TEST(plan_cmd, a_directory_given_as_preset_or_topology_is_named_as_one) {
   EXPECT_NE(r.out.find("--topology '" + dir + "': is a directory"), std::string::npos) << r.out;
   r = test::run_vericache("topo --topology /nonexistent/t.xml", true);
   EXPECT_NE(r.out.find("'/nonexistent/t.xml': no such file"), std::string::npos) << r.out;
+}
+
+// A preset's topology was reported as "--topology '...'", an option never given; an
+// empty one became the source root ("is a directory"); --topology '' fell back to the
+// preset's (plan) or this machine (topo).
+TEST(plan_cmd, a_bad_topology_path_names_where_it_came_from) {
+  nlohmann::json j;
+  std::ifstream(std::string(VC_TEST_DATA_DIR) + "/../../configs/presets/llama-3.1-8b-1xh200.json") >> j;
+  const std::string file = ::testing::TempDir() + "vc_plan_topology_preset.json";
+  j["topology"] = "nope.xml";
+  std::ofstream(file) << j.dump();
+  auto r = test::run_vericache("plan --preset " + file + " --context 1024", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("preset " + file + ": \"topology\" '"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nope.xml': no such file"), std::string::npos) << r.out;
+  j["topology"] = "";
+  std::ofstream(file) << j.dump();
+  r = test::run_vericache("plan --preset " + file + " --context 1024", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("preset " + file + ": \"topology\" is empty"), std::string::npos) << r.out;
+  std::filesystem::remove(file);
+  r = test::run_vericache("plan --preset llama-3.1-8b-1xh200 --context 1024 --topology ''", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--topology '': empty path"), std::string::npos) << r.out;
+  r = test::run_vericache("topo --topology ''", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--topology '': empty path"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kernels/error.hpp"
 #include "runtime/deployment_plan.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
@@ -18,15 +19,21 @@ namespace {
 
 struct PlanArgs {
   std::string preset;
-  std::string topology;  // overrides the preset's
+  std::string topology;  // overrides the preset's when given
+  bool topology_given = false;
   PlanRequest req;
   bool json = false;
 };
 
 int run_plan(const PlanArgs& a) {
   DeploymentPreset preset = load_preset(a.preset, VC_PRESETS_DIR, VC_SHAPES_DIR, VC_SOURCE_ROOT);
-  if (!a.topology.empty()) preset.topology = a.topology;
-  const Topology topo = HwlocTopology(preset.topology.string()).read();
+  std::string origin = "preset " + preset.file.string() + ": \"topology\" '" + preset.topology.string() + "'";
+  if (a.topology_given) {
+    if (a.topology.empty()) throw Error("--topology '': empty path; expected an hwloc XML file");
+    preset.topology = a.topology;
+    origin = "";  // --topology 'F'
+  }
+  const Topology topo = HwlocTopology(preset.topology.string(), origin).read();
   const DeploymentPlan plan = plan_deployment(preset, topo, a.req);
   if (a.json) {
     nlohmann::json j;
@@ -82,7 +89,10 @@ void add_plan_command(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(number_in(0, 0.999, true));
   cmd->add_option("--topology", a->topology, "A recorded hwloc XML topology instead of the preset's");
   cmd->add_flag("--json", a->json, "Print JSON");
-  cmd->callback([&run, a] { run = [a] { return run_plan(*a); }; });
+  cmd->callback([&run, a, cmd] {
+    a->topology_given = cmd->count("--topology") > 0;
+    run = [a] { return run_plan(*a); };
+  });
 }
 
 }  // namespace vc::cli

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kernels/error.hpp"
 #include "tools/vericache/commands.hpp"
 #include "tools/vericache/options.hpp"
 #include "topology/binding.hpp"
@@ -16,6 +17,7 @@ namespace {
 
 struct TopoArgs {
   std::string topology;  // empty: this machine
+  bool topology_given = false;
   size_t tp = 1;
   bool json = false;
 };
@@ -129,6 +131,8 @@ void print(const Topology& t, const Placement& p, const std::vector<AppliedPlace
 }
 
 int run_topo(const TopoArgs& a) {
+  if (a.topology_given && a.topology.empty())
+    throw Error("--topology '': empty path; expected an hwloc XML file (leave it out for this machine)");
   HwlocTopology h(a.topology);
   const Topology t = h.read();
   const Placement p = plan_placement(t, a.tp);
@@ -148,7 +152,10 @@ void add_topo_command(CLI::App& app, Runner& run) {
   cmd->add_option("--topology", a->topology, "A recorded hwloc XML topology (default: this machine)");
   cmd->add_option("--tp", a->tp, "Tensor-parallel degree")->capture_default_str()->check(integer_in(1, 1024));
   cmd->add_flag("--json", a->json, "Print JSON");
-  cmd->callback([&run, a] { run = [a] { return run_topo(*a); }; });
+  cmd->callback([&run, a, cmd] {
+    a->topology_given = cmd->count("--topology") > 0;
+    run = [a] { return run_topo(*a); };
+  });
 }
 
 }  // namespace vc::cli
