@@ -111,6 +111,9 @@ std::string read_topology_xml(const std::string& path, const std::string& what) 
   if (depth > kMaxTopologyDepth)
     throw Error(what + ": XML elements nested " + std::to_string(depth) + " levels deep, more than the " +
                 std::to_string(kMaxTopologyDepth) + " a topology file may have (hwloc writes about 15)");
+  // hwloc refuses a topology without one, printing its own line; name it here.
+  if (text.find("<topology") != std::string::npos && text.find("NUMANode") == std::string::npos)
+    throw Error(what + ": no NUMA node (no object of type NUMANode); a topology needs at least one");
   return text;
 }
 

@@ -22,7 +22,8 @@ inline constexpr size_t kMaxTopologyDepth = 256;
 
 /// Reads the topology XML at `path`. Throws vc::Error starting with `what` (e.g.
 /// "--topology 'x.xml'") when the file is missing, not a regular file, larger than
-/// kMaxTopologyBytes, or nested deeper than kMaxTopologyDepth.
+/// kMaxTopologyBytes, nested deeper than kMaxTopologyDepth, or a topology without a
+/// NUMA node (hwloc would refuse it with a line of its own on stderr).
 [[nodiscard]] std::string read_topology_xml(const std::string& path, const std::string& what);
 
 }  // namespace vc

@@ -90,6 +90,18 @@ TEST(topology_input, an_empty_topology_path_is_an_error_not_this_machine) {
   expect_error_naming([] { (void)read_topology_xml("", "--topology ''"); }, "--topology '': empty path");
 }
 
+// hwloc printed "Topology does not contain any NUMA node, aborting!", then the error
+// said only that hwloc could not load the file.
+TEST(topology_input, a_topology_without_a_numa_node_is_named_as_one) {
+  std::string xml = topology_fixture_text("one_h200");
+  const size_t from = xml.find(R"(<object type="NUMANode")");
+  ASSERT_NE(from, std::string::npos);
+  xml.erase(from, xml.find("/>", from) + 2 - from);
+  const TempXml f(xml);
+  expect_error_naming([&] { (void)HwlocTopology(f.path()); }, f.path());
+  expect_error_naming([&] { (void)HwlocTopology(f.path()); }, "no NUMA node");
+}
+
 // NaN, inf and 1e30 GB/s modelled the link as free (0.0 ms per verify round).
 TEST(topology_input, a_non_finite_or_absurd_pci_link_speed_is_refused_naming_the_gpu) {
   for (const char* v : {"nan", "inf", "1e30", "-5"}) {
