@@ -241,8 +241,10 @@ int DiskFullTier::open_for_read(uint64_t id, int write_fd, bool aligned, bool& d
   int fd = -1;
   if (direct_io_ && aligned) {
     fd = ::open(path.c_str(), kFlags | O_DIRECT);
+    struct stat st {};
     if (fd >= 0) direct = true;
-    else if (errno == EINVAL) direct_io_ = false;  // the filesystem refuses O_DIRECT
+    else if (errno == EINVAL && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      direct_io_ = false;  // the filesystem refuses O_DIRECT (a FIFO at the name does too)
   }
   if (fd < 0) fd = ::open(path.c_str(), kFlags);
   if (fd < 0) {
@@ -266,6 +268,7 @@ int DiskFullTier::open_for_read(uint64_t id, int write_fd, bool aligned, bool& d
     throw Error(where(id) + ": the KV file " + path + " was replaced behind the tier" +
                 (S_ISREG(named.st_mode) ? "" : " (by something other than a regular file)"));
   }
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // only the open was not to wait
   return fd;
 }
 

@@ -3,7 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
+#include <charconv>
+#include <string_view>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -86,9 +87,16 @@ std::shared_ptr<const KvzapSurrogate> load_kvzap(const std::filesystem::path& pa
   const std::vector<std::string> leaves = mlp ? std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
                                               : std::vector<std::string>{"weight", "bias"};
   for (const auto& [name, t] : ts) {
-    size_t l = 0;
-    int used = 0;
-    const bool layered = std::sscanf(name.c_str(), "layers.%zu.%n", &l, &used) == 1 && used > 0;
+    // "layers.<l>.<leaf>": l and where the leaf starts (used), when the name has them.
+    size_t l = 0, used = 0;
+    const std::string_view prefix = "layers.";
+    bool layered = false;
+    if (name.starts_with(prefix)) {
+      const char* first = name.data() + prefix.size();
+      const auto [end, ec] = std::from_chars(first, name.data() + name.size(), l);
+      used = size_t(end - name.data()) + 1;
+      layered = ec == std::errc() && end != first && used <= name.size() && *end == '.';
+    }
     if (layered && l >= L)
       throw Error(path.string() + ": tensor '" + name + "' is for a layer the model (" +
                   std::to_string(L) + " layers) does not have");

@@ -130,9 +130,12 @@ LinkClass pci_link(hwloc_obj_t a, hwloc_obj_t b, const PciPlace& pa, const PciPl
 }  // namespace
 
 HwlocTopology::HwlocTopology(const std::string& xml_file, const std::string& origin) {
-  // hwloc itself would load $HWLOC_XMLFILE when no file is given: it goes through
-  // the same checks, read here like --topology.
+  // hwloc itself would load $HWLOC_XMLFILE when no file is given (unless one of the
+  // sources it prefers is set): it goes through the same checks, read here like
+  // --topology.
   const char* env = std::getenv("HWLOC_XMLFILE");
+  for (const char* preferred : {"HWLOC_FSROOT", "HWLOC_CPUID_PATH", "HWLOC_SYNTHETIC"})
+    if (const char* v = std::getenv(preferred); v != nullptr && *v != '\0') env = nullptr;
   std::string what = origin.empty() ? "--topology '" + xml_file + "'" : origin;
   std::string file = xml_file;
   if (xml_file.empty() && env != nullptr && *env != '\0') {

@@ -111,8 +111,11 @@ std::string read_topology_xml(const std::string& path, const std::string& what) 
   if (depth > kMaxTopologyDepth)
     throw Error(what + ": XML elements nested " + std::to_string(depth) + " levels deep, more than the " +
                 std::to_string(kMaxTopologyDepth) + " a topology file may have (hwloc writes about 15)");
-  // hwloc refuses a topology without one, printing its own line; name it here.
-  if (text.find("<topology") != std::string::npos && text.find("NUMANode") == std::string::npos)
+  // hwloc refuses a version 2 topology without one, printing its own line; name it
+  // here. (Version 1 files record a single node's memory on the machine: hwloc adds
+  // the node.)
+  const bool v2 = text.find("hwloc2.dtd") != std::string::npos || text.find("<topology version=\"2") != std::string::npos;
+  if (v2 && text.find("NUMANode") == std::string::npos)
     throw Error(what + ": no NUMA node (no object of type NUMANode); a topology needs at least one");
   return text;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <fstream>
 #include <numbers>
@@ -267,8 +268,9 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& sourc
   if (c.rope_theta < 1.0)
     r.fail("rope_theta", "expected a RoPE base of at least 1, found " + json(c.rope_theta).dump());
   const double eps = r.positive_number("rms_norm_eps");
-  c.rms_norm_eps = float(eps);  // the norms compute in float: it must be one
-  if (!(c.rms_norm_eps > 0.0f) || !std::isfinite(c.rms_norm_eps))
+  // The norms compute in float: it must be one (converting a larger double is undefined).
+  c.rms_norm_eps = eps <= double(std::numeric_limits<float>::max()) ? float(eps) : 0.0f;
+  if (!(c.rms_norm_eps > 0.0f))
     r.fail("rms_norm_eps", "expected a positive number that a float holds (about 1.4e-45 to 3.4e38), found " +
                                json(eps).dump());
   c.rope_scaling = parse_rope_scaling(r, source);

@@ -34,8 +34,9 @@ bool split_merge(const json& m, std::string& a, std::string& b) {
 }  // namespace
 
 namespace {
-/// Real vocabularies stay far below it (Llama 3: 128,256; Gemma: 262,144).
-constexpr int64_t kMaxVocabId = (int64_t(1) << 24) - 1;
+/// Real vocabularies stay far below it (Llama 3: 128,256; Gemma: 262,144); the
+/// id-to-token table it allows is at most 128 MiB of empty strings.
+constexpr int64_t kMaxVocabId = (int64_t(1) << 22) - 1;
 }  // namespace
 
 BpeModel BpeModel::parse(const json& model, const std::string& source) {

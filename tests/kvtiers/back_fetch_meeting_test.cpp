@@ -106,7 +106,7 @@ TEST(back_fetch_meeting_claims, the_fetch_fetches_one_chunk_near_where_another_r
   m.keep_above(12, "rank 1's run ended at chunk 12");
   EXPECT_EQ(m.batch_at(19, 2), 2u) << "chunks 12-19 are 4 batches of 2";
   EXPECT_EQ(m.batch_at(17, 2), 2u);
-  EXPECT_EQ(m.batch_at(16, 2), 1u) << "a batch here would bring chunk 11, below the other rank's run";
+  EXPECT_EQ(m.batch_at(16, 2), 1u) << "chunks 12-16 are under 3 batches above the other rank's floor";
   EXPECT_TRUE(m.claim(15));
   EXPECT_EQ(m.batch_at(19, 2), 1u) << "the front, above the floor, is the nearer now";
 }

@@ -102,6 +102,33 @@ TEST(topology_input, a_topology_without_a_numa_node_is_named_as_one) {
   expect_error_naming([&] { (void)HwlocTopology(f.path()); }, "no NUMA node");
 }
 
+// hwloc 1.x recorded a single node's memory on the Machine, with no NUMANode object;
+// hwloc 2 adds the node when it loads such a file, so the check above must not refuse it.
+TEST(topology_input, an_hwloc_1_topology_without_a_numa_node_object_loads_with_one_node) {
+  // Every object carries its sets, as hwloc 1.x wrote them (hwloc 2 needs them).
+  const auto sets = [](const char* mask) {
+    const std::string m = mask;
+    return " cpuset=\"" + m + "\" complete_cpuset=\"" + m + "\" online_cpuset=\"" + m + "\" allowed_cpuset=\"" + m + "\"";
+  };
+  const TempXml f(std::string(R"(<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE topology SYSTEM "hwloc.dtd">
+<topology>
+  <object type="Machine" os_index="0")") + sets("0x00000003") + R"( local_memory="1073741824">
+    <object type="Package" os_index="0")" + sets("0x00000003") + R"(>
+      <object type="Core" os_index="0")" + sets("0x00000001") + R"(><object type="PU" os_index="0")" +
+                    sets("0x00000001") + R"(/></object>
+      <object type="Core" os_index="1")" + sets("0x00000002") + R"(><object type="PU" os_index="1")" +
+                    sets("0x00000002") + R"(/></object>
+    </object>
+  </object>
+</topology>
+)");
+  const Topology t = HwlocTopology(f.path()).read();
+  ASSERT_EQ(t.numa.size(), 1u);
+  EXPECT_EQ(t.numa[0].memory_bytes, uint64_t(1) << 30);
+  EXPECT_EQ(t.cores.size(), 2u);
+}
+
 // NaN, inf and 1e30 GB/s modelled the link as free (0.0 ms per verify round).
 TEST(topology_input, a_non_finite_or_absurd_pci_link_speed_is_refused_naming_the_gpu) {
   for (const char* v : {"nan", "inf", "1e30", "-5"}) {
