@@ -124,6 +124,16 @@ GenerateResult Generator::generate(std::span<const int32_t> prompt_ids,
       rq.suffix_room = rq.compressed_first_fits ? fast_->capacity() - need.total() - staging : 0;
     }
   }
+  // The full tier's budget, as the engine checks it at submit: a request whose full
+  // KV cannot fit fails before any work, not in the middle of its prefill.
+  if (opt.mode != DecodeMode::full && cfg_.full_tier_bytes > 0) {
+    ensure_full_tier();
+    const size_t need = (prompt_ids.size() + size_t(rq.steps) + 1) * full_tier_->bytes_per_token();
+    if (need > cfg_.full_tier_bytes)
+      throw Error("generate: the request's full KV needs " + format_bytes(need) + " in the " +
+                  std::string(full_tier_->kind()) + " full tier, more than its budget of " +
+                  format_bytes(cfg_.full_tier_bytes));
+  }
   fast_->reset_peak();
   if (rq.steps > 0) {
     PrefilledRequest p;

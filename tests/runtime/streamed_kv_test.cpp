@@ -181,5 +181,22 @@ TEST(streamed_kv, a_budget_too_small_for_the_request_fails_before_any_work_namin
   EXPECT_GT(r.stats.fast_bytes_peak, 0u);
 }
 
+TEST(streamed_kv, a_full_tier_budget_too_small_for_the_request_fails_before_any_work) {
+  // It failed in the middle of the prefill, the budget exhausted ("growing to N
+  // positions needs ..."), after the work before it.
+  GeneratorConfig gc;
+  gc.max_context = 4096;
+  gc.full_tier_bytes = 300 * 3072;  // 300 tokens of full KV
+  Generator g(test::tinycode(), test::tinycode_tokenizer(), gc);
+  const auto prompt = long_prompt(900, 2);
+  try {
+    (void)g.generate(prompt, options(DecodeMode::vericache, "snapkv"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("generate: the request's full KV needs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("more than its budget of 900.00 KiB"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace vc
