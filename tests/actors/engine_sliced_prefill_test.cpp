@@ -148,7 +148,9 @@ TEST(engine_sliced_prefill, a_request_cancelled_during_its_prefill_leaves_nothin
 // `per_fold`: the slices of one fold (the compressor's layer reads, and one more
 // before the first).
 void expect_sliced_folds(const Request& folding, size_t per_fold) {
-  const Request decoding = request(22, 40, 600, "full");
+  // Long enough to be decoding still while the folds run, on a loaded machine too
+  // (600 tokens once ended before the first fold in CI).
+  const Request decoding = request(22, 40, 2000, "full");
   std::vector<vericache::Result> folded;  // sliced, then whole
   std::vector<size_t> fold_slices;
   for (bool slice : {true, false}) {
