@@ -18,25 +18,10 @@ size_t past(std::string_view s, size_t from, std::string_view end) {
   return e == std::string_view::npos ? e : e + end.size();
 }
 
-// The position just past the '>' closing a tag that starts at `from`, quoted
-// attribute values skipped; npos when unterminated.
-size_t tag_end(std::string_view s, size_t from) {
-  char quote = 0;
-  for (size_t i = from; i < s.size(); ++i) {
-    const char c = s[i];
-    if (quote != 0) {
-      if (c == quote) quote = 0;
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-    } else if (c == '>') {
-      return i + 1;
-    }
-  }
-  return std::string_view::npos;
-}
-
-// The position just past a <!DOCTYPE ...> with its internal subset [...], or npos.
-size_t declaration_end(std::string_view s, size_t from) {
+// The position just past the '>' that closes a tag or declaration starting at
+// `from`, quoted values skipped and, for a <!DOCTYPE ...>, its internal subset
+// [...] too (`subset`); npos when unterminated.
+size_t closing(std::string_view s, size_t from, bool subset) {
   int brackets = 0;
   char quote = 0;
   for (size_t i = from; i < s.size(); ++i) {
@@ -45,10 +30,8 @@ size_t declaration_end(std::string_view s, size_t from) {
       if (c == quote) quote = 0;
     } else if (c == '"' || c == '\'') {
       quote = c;
-    } else if (c == '[') {
-      ++brackets;
-    } else if (c == ']') {
-      --brackets;
+    } else if (subset && (c == '[' || c == ']')) {
+      brackets += c == '[' ? 1 : -1;
     } else if (c == '>' && brackets <= 0) {
       return i + 1;
     }
@@ -69,12 +52,12 @@ size_t xml_nesting_depth(std::string_view s, size_t stop_above) {
     } else if (at.starts_with("<?")) {
       i = past(s, i + 2, "?>");
     } else if (at.starts_with("<!")) {
-      i = declaration_end(s, i + 2);
+      i = closing(s, i + 2, /*subset=*/true);
     } else if (at.starts_with("</")) {
       if (depth > 0) --depth;
-      i = tag_end(s, i + 2);
+      i = closing(s, i + 2, /*subset=*/false);
     } else {
-      const size_t end = tag_end(s, i + 1);
+      const size_t end = closing(s, i + 1, /*subset=*/false);
       deepest = std::max(deepest, depth + 1);
       if (end != std::string_view::npos && s[end - 2] != '/') ++depth;
       i = end;
